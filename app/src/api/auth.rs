@@ -1,0 +1,61 @@
+use leptos::prelude::*;
+
+use super::CurrentUser;
+use crate::error::AppError;
+
+/// Who is signed in (None on the login page or after the session ended).
+#[server(endpoint = "me")]
+pub async fn me() -> Result<Option<CurrentUser>, AppError> {
+    match super::current_user().await {
+        Ok(u) => Ok(Some(u)),
+        Err(AppError::NotSignedIn) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+const WRONG_LOGIN: &str = "Wrong e-mail address or password.";
+
+/// Signs in: on success sets the session cookie and sends the browser to the Overview.
+#[server(endpoint = "login")]
+pub async fn login(email: String, password: String) -> Result<(), AppError> {
+    use crate::{auth, db, domain::EmailAddress};
+    let email = EmailAddress::parse(&email).map_err(|e| AppError::Invalid(format!("Enter your e-mail address: {e}.")))?;
+    let pool = super::pool()?;
+    let row = db::users::find_for_login(&pool, &email).await?;
+    let stored = row.as_ref().map(|r| r.password_hash.clone());
+    // Argon2 is deliberately slow: keep it off the async workers.
+    let ok = tokio::task::spawn_blocking(move || auth::verify_password(stored.as_deref(), &password))
+        .await
+        .map_err(|_| AppError::Internal)?;
+    let row = match row {
+        Some(r) if ok && !r.disabled => r,
+        _ => return Err(AppError::Invalid(WRONG_LOGIN.into())),
+    };
+    let token = auth::new_session_token();
+    db::sessions::create(&pool, &auth::hash_token(&token), row.org_id, row.id, auth::SESSION_TTL_SECONDS).await?;
+    set_cookie(&auth::session_cookie(Some(&token), super::api_config().secure_cookies))?;
+    leptos_axum::redirect("/");
+    Ok(())
+}
+
+/// Signs out: ends the server-side session and clears the cookie.
+#[server(endpoint = "logout")]
+pub async fn logout() -> Result<(), AppError> {
+    use crate::{auth, db};
+    if let Some(parts) = use_context::<http::request::Parts>() {
+        if let Some(token) = auth::token_from_headers(&parts.headers) {
+            db::sessions::delete(&super::pool()?, &auth::hash_token(&token)).await?;
+        }
+    }
+    set_cookie(&auth::session_cookie(None, super::api_config().secure_cookies))?;
+    leptos_axum::redirect("/login");
+    Ok(())
+}
+
+#[cfg(feature = "ssr")]
+fn set_cookie(value: &str) -> Result<(), AppError> {
+    let response = expect_context::<leptos_axum::ResponseOptions>();
+    let value = http::HeaderValue::from_str(value).map_err(|_| AppError::Internal)?;
+    response.append_header(http::header::SET_COOKIE, value);
+    Ok(())
+}

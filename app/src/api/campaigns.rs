@@ -1,0 +1,33 @@
+use leptos::prelude::*;
+use serde::{Deserialize, Serialize};
+
+use crate::error::AppError;
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CampaignSummary {
+    pub id: i64,
+    pub name: String,
+    pub status: String,
+    pub content_version: i32,
+    pub author: String,
+    pub updated: String,
+}
+
+/// The signed-in organisation's campaigns.
+#[server(endpoint = "campaigns")]
+pub async fn campaigns() -> Result<Vec<CampaignSummary>, AppError> {
+    let me = super::current_user().await?;
+    let mut conn = super::pool()?.acquire().await?;
+    let rows = crate::db::campaigns::list(&mut conn, me.org_id).await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| CampaignSummary {
+            id: r.id,
+            name: r.name,
+            status: r.status,
+            content_version: r.content_version,
+            author: r.author,
+            updated: r.updated,
+        })
+        .collect())
+}

@@ -1,0 +1,62 @@
+//! Server functions: the dashboard's whole API. Each one starts from [`current_user`] (or is
+//! the login itself), so every read and write is scoped to the signed-in user's organisation.
+
+pub mod auth;
+pub mod campaigns;
+pub mod overview;
+
+use serde::{Deserialize, Serialize};
+
+use crate::domain::Role;
+
+/// The signed-in user, as every server function and page sees them.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CurrentUser {
+    pub user_id: i64,
+    pub org_id: i64,
+    pub name: String,
+    pub email: String,
+    pub role: Role,
+    pub org_name: String,
+}
+
+#[cfg(feature = "ssr")]
+pub use server_side::*;
+
+#[cfg(feature = "ssr")]
+mod server_side {
+    use leptos::prelude::use_context;
+    use sqlx::PgPool;
+
+    use super::CurrentUser;
+    use crate::error::AppError;
+
+    /// Settings the server functions need, provided by the server as context.
+    #[derive(Clone, Debug)]
+    pub struct ApiConfig {
+        /// Mark cookies `Secure` (the dashboard is served over HTTPS).
+        pub secure_cookies: bool,
+    }
+
+    /// The database pool, provided by the server as context.
+    pub fn pool() -> Result<PgPool, AppError> {
+        use_context::<PgPool>().ok_or_else(|| {
+            tracing::error!("no database pool in context");
+            AppError::Internal
+        })
+    }
+
+    pub fn api_config() -> ApiConfig {
+        use_context::<ApiConfig>().unwrap_or(ApiConfig { secure_cookies: false })
+    }
+
+    /// The signed-in user of this request, or `NotSignedIn`. The one way server functions learn
+    /// who is asking and which organisation's rows they may touch.
+    pub async fn current_user() -> Result<CurrentUser, AppError> {
+        let parts = use_context::<http::request::Parts>().ok_or(AppError::NotSignedIn)?;
+        let token = crate::auth::token_from_headers(&parts.headers).ok_or(AppError::NotSignedIn)?;
+        crate::db::sessions::lookup(&pool()?, &crate::auth::hash_token(&token))
+            .await?
+            .ok_or(AppError::NotSignedIn)
+    }
+}

@@ -1,0 +1,66 @@
+use sqlx::PgConnection;
+
+use crate::domain::EmailAddress;
+
+/// Inserts subscribers in one statement; an address already present (same spelling) is kept as
+/// it was. Returns the ids of the rows inserted.
+pub async fn insert_subscribers(
+    conn: &mut PgConnection,
+    org_id: i64,
+    people: &[(EmailAddress, String)],
+) -> sqlx::Result<Vec<i64>> {
+    let emails: Vec<&str> = people.iter().map(|(e, _)| e.as_str()).collect();
+    let lowers: Vec<&str> = people.iter().map(|(e, _)| e.lower()).collect();
+    let names: Vec<&str> = people.iter().map(|(_, n)| n.as_str()).collect();
+    sqlx::query_scalar(
+        "insert into subscribers (org_id, email, email_lower, name)
+         select $1, e, l, n from unnest($2::text[], $3::text[], $4::text[]) as t(e, l, n)
+         on conflict (org_id, email) do nothing
+         returning id",
+    )
+    .bind(org_id)
+    .bind(&emails)
+    .bind(&lowers)
+    .bind(&names)
+    .fetch_all(conn)
+    .await
+}
+
+pub async fn create_list(conn: &mut PgConnection, org_id: i64, name: &str) -> sqlx::Result<i64> {
+    sqlx::query_scalar("insert into lists (org_id, name) values ($1, $2) returning id")
+        .bind(org_id)
+        .bind(name)
+        .fetch_one(conn)
+        .await
+}
+
+/// Adds subscribers to a list; the composite keys refuse another org's list or subscriber.
+pub async fn add_members(conn: &mut PgConnection, org_id: i64, list_id: i64, subscriber_ids: &[i64]) -> sqlx::Result<u64> {
+    Ok(sqlx::query(
+        "insert into list_members (org_id, list_id, subscriber_id)
+         select $1, $2, s from unnest($3::bigint[]) as s
+         on conflict do nothing",
+    )
+    .bind(org_id)
+    .bind(list_id)
+    .bind(subscriber_ids)
+    .execute(conn)
+    .await?
+    .rows_affected())
+}
+
+/// Records an opt-out (the one source of truth); an address already suppressed keeps its reason.
+pub async fn suppress(conn: &mut PgConnection, org_id: i64, email: &EmailAddress, reason: &str, source: &str) -> sqlx::Result<bool> {
+    Ok(sqlx::query(
+        "insert into suppressions (org_id, email_lower, reason, source) values ($1, $2, $3, $4)
+         on conflict (org_id, email_lower) do nothing",
+    )
+    .bind(org_id)
+    .bind(email.lower())
+    .bind(reason)
+    .bind(source)
+    .execute(conn)
+    .await?
+    .rows_affected()
+        == 1)
+}

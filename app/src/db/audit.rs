@@ -1,0 +1,31 @@
+use serde_json::Value;
+use sqlx::PgConnection;
+
+/// One audit entry: who did what to which object, with before/after where there is one.
+pub struct Entry<'a> {
+    pub org_id: i64,
+    pub actor_id: Option<i64>,
+    pub action: &'a str,
+    pub object_type: &'a str,
+    pub object_id: Option<String>,
+    pub before: Option<Value>,
+    pub after: Option<Value>,
+}
+
+/// Written inside the caller's transaction, so an action and its audit row commit together.
+pub async fn record(conn: &mut PgConnection, e: Entry<'_>) -> sqlx::Result<()> {
+    sqlx::query(
+        "insert into audit_log (org_id, actor_id, action, object_type, object_id, before, after)
+         values ($1, $2, $3, $4, $5, $6, $7)",
+    )
+    .bind(e.org_id)
+    .bind(e.actor_id)
+    .bind(e.action)
+    .bind(e.object_type)
+    .bind(e.object_id)
+    .bind(e.before)
+    .bind(e.after)
+    .execute(conn)
+    .await?;
+    Ok(())
+}

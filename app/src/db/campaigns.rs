@@ -1,0 +1,61 @@
+use sqlx::PgConnection;
+
+pub struct NewDraft<'a> {
+    pub org_id: i64,
+    pub author_id: i64,
+    pub name: &'a str,
+    pub subject: &'a str,
+    pub body: &'a str,
+    pub list_ids: &'a [i64],
+}
+
+/// Creates a draft campaign and its target lists in the caller's transaction.
+pub async fn create_draft(conn: &mut PgConnection, d: NewDraft<'_>) -> sqlx::Result<i64> {
+    let id: i64 = sqlx::query_scalar(
+        "insert into campaigns (org_id, name, subject, body, author_id, last_editor_id)
+         values ($1, $2, $3, $4, $5, $5) returning id",
+    )
+    .bind(d.org_id)
+    .bind(d.name)
+    .bind(d.subject)
+    .bind(d.body)
+    .bind(d.author_id)
+    .fetch_one(&mut *conn)
+    .await?;
+    sqlx::query(
+        "insert into campaign_lists (org_id, campaign_id, list_id)
+         select $1, $2, l from unnest($3::bigint[]) as l",
+    )
+    .bind(d.org_id)
+    .bind(id)
+    .bind(d.list_ids)
+    .execute(conn)
+    .await?;
+    Ok(id)
+}
+
+#[derive(sqlx::FromRow, Clone, Debug)]
+pub struct CampaignRow {
+    pub id: i64,
+    pub name: String,
+    pub status: String,
+    pub content_version: i32,
+    pub author: String,
+    pub updated: String,
+}
+
+/// The org's campaigns, newest first (soft-deleted ones are in the recycle bin, not here).
+pub async fn list(conn: &mut PgConnection, org_id: i64) -> sqlx::Result<Vec<CampaignRow>> {
+    sqlx::query_as(
+        "select c.id, c.name, c.status, c.content_version, u.name as author,
+                to_char(c.updated_at at time zone o.timezone, 'YYYY-MM-DD HH24:MI') as updated
+         from campaigns c
+         join orgs o on o.id = c.org_id
+         join users u on u.org_id = c.org_id and u.id = c.author_id
+         where c.org_id = $1 and c.deleted_at is null
+         order by c.id desc limit 200",
+    )
+    .bind(org_id)
+    .fetch_all(conn)
+    .await
+}

@@ -1,0 +1,17 @@
+//! Every SQL statement of Mailroom lives below this module (server only). Functions take an
+//! executor or a pool and the caller's org id where rows are org-owned: nothing here can read
+//! another organisation's rows by accident.
+
+pub mod audit;
+pub mod audience;
+pub mod campaigns;
+pub mod cluster;
+pub mod health;
+pub mod heartbeat;
+pub mod migrate;
+pub mod orgs;
+pub mod overview;
+pub mod sessions;
+pub mod users;
+
+pub use sqlx::PgPool;

@@ -1,0 +1,132 @@
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// A syntactically valid e-mail address, and the one place where its comparison form
+/// (`email_lower`) is computed. The database stores both; SQL compares only stored values.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct EmailAddress {
+    original: String,
+    lower: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EmailError {
+    #[error("the e-mail address is empty")]
+    Empty,
+    #[error("the e-mail address is longer than 254 characters")]
+    TooLong,
+    #[error("“{0}” is not a valid e-mail address")]
+    Invalid(String),
+}
+
+impl EmailAddress {
+    pub fn parse(input: &str) -> Result<Self, EmailError> {
+        let trimmed = input.trim();
+        if trimmed.is_empty() {
+            return Err(EmailError::Empty);
+        }
+        if trimmed.chars().count() > 254 {
+            return Err(EmailError::TooLong);
+        }
+        // Display names and comments ("Ann <a@b>") are not addresses: reject anything but the
+        // bare addr-spec, which the RFC 5322/6531 parser alone would accept.
+        if trimmed.contains(['<', '>', '(', ')', ' ', ',', ';']) {
+            return Err(EmailError::Invalid(trimmed.to_owned()));
+        }
+        let parsed = trimmed
+            .parse::<email_address::EmailAddress>()
+            .map_err(|_| EmailError::Invalid(trimmed.to_owned()))?;
+        // A domain needs a dot: "a@localhost" is legal RFC but never a deliverable subscriber.
+        if !parsed.domain().contains('.') {
+            return Err(EmailError::Invalid(trimmed.to_owned()));
+        }
+        Ok(Self {
+            original: trimmed.to_owned(),
+            lower: Self::lowercase_rule(trimmed),
+        })
+    }
+
+    /// The one lower-casing rule: Unicode lower case of the whole address, local part included.
+    /// Strictly the local part is case-sensitive, but no real mailbox provider treats
+    /// `Ann@x.org` and `ann@x.org` as two people, so neither do we (for dedupe and suppression).
+    fn lowercase_rule(address: &str) -> String {
+        address.to_lowercase()
+    }
+
+    /// The address as the user typed it (trimmed).
+    pub fn as_str(&self) -> &str {
+        &self.original
+    }
+
+    /// The comparison form stored in every `email_lower` column.
+    pub fn lower(&self) -> &str {
+        &self.lower
+    }
+}
+
+impl fmt::Display for EmailAddress {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.original)
+    }
+}
+
+impl TryFrom<String> for EmailAddress {
+    type Error = EmailError;
+    fn try_from(value: String) -> Result<Self, Self::Error> {
+        Self::parse(&value)
+    }
+}
+
+impl From<EmailAddress> for String {
+    fn from(value: EmailAddress) -> Self {
+        value.original
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lower_form_folds_case_everywhere_and_keeps_the_original() {
+        let e = EmailAddress::parse("  Ann.Lee@Example.ORG ").unwrap();
+        assert_eq!(e.as_str(), "Ann.Lee@Example.ORG");
+        assert_eq!(e.lower(), "ann.lee@example.org");
+    }
+
+    #[test]
+    fn case_variants_share_one_lower_form() {
+        let a = EmailAddress::parse("BOB@example.com").unwrap();
+        let b = EmailAddress::parse("bob@EXAMPLE.com").unwrap();
+        assert_ne!(a, b);
+        assert_eq!(a.lower(), b.lower());
+    }
+
+    #[test]
+    fn non_ascii_local_parts_are_accepted_and_lowercased() {
+        let e = EmailAddress::parse("Jürgen.Öz@Beispiel.de").unwrap();
+        assert_eq!(e.lower(), "jürgen.öz@beispiel.de");
+        // Final-sigma aware lower case: one rule, applied the same way every time.
+        let greek = EmailAddress::parse("ΝΙΚΟΣ@Example.gr").unwrap();
+        assert_eq!(greek.lower(), "νικος@example.gr");
+    }
+
+    #[test]
+    fn rejects_garbage_with_a_message_naming_the_input() {
+        assert_eq!(EmailAddress::parse("   "), Err(EmailError::Empty));
+        for bad in ["no-at-sign", "a@", "@b.org", "a b@c.org", "Ann <a@b.org>", "a@localhost"] {
+            let err = EmailAddress::parse(bad).unwrap_err();
+            assert!(err.to_string().contains(bad.trim()), "{bad}: {err}");
+        }
+        let long = format!("{}@example.org", "a".repeat(250));
+        assert_eq!(EmailAddress::parse(&long), Err(EmailError::TooLong));
+    }
+
+    #[test]
+    fn serde_round_trip_validates() {
+        let e: EmailAddress = serde_json::from_str("\"X@Y.org\"").unwrap();
+        assert_eq!(e.lower(), "x@y.org");
+        assert!(serde_json::from_str::<EmailAddress>("\"nope\"").is_err());
+    }
+}

@@ -1,0 +1,185 @@
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+
+use super::{EmailAddress, WeekKey};
+
+/// The deterministic identity of one message, primary key of `deliveries` and base of its
+/// `Message-ID`. Deterministic (never a random uuid or a timestamp) so that enqueueing the same
+/// message twice stores it once.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub enum JobId {
+    /// `campaign:<campaign id>:<subscriber id>`
+    Campaign { campaign_id: i64, subscriber_id: i64 },
+    /// `digest:<org id>:<week key>:<user id>`
+    Digest { org_id: i64, week_key: WeekKey, user_id: i64 },
+    /// `test:<campaign id>:<content version>:<dialog token>:<email lower>`: a double-submitted
+    /// dialog sends once, a new edit or a new dialog can be tested again.
+    Test {
+        campaign_id: i64,
+        content_version: i32,
+        token: String,
+        email_lower: String,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("“{0}” is not a job id (expected campaign:<cid>:<sid>, digest:<org>:<week>:<user> or test:<cid>:<version>:<token>:<email>)")]
+pub struct JobIdError(pub String);
+
+impl JobId {
+    pub fn test(campaign_id: i64, content_version: i32, token: &str, email: &EmailAddress) -> Result<Self, JobIdError> {
+        if token.is_empty() || !token.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') {
+            return Err(JobIdError(token.to_owned()));
+        }
+        Ok(JobId::Test {
+            campaign_id,
+            content_version,
+            token: token.to_owned(),
+            email_lower: email.lower().to_owned(),
+        })
+    }
+
+    /// Priority of its kind for the delivery worker: test > digest > campaign (lower first).
+    pub fn priority(&self) -> i16 {
+        match self {
+            JobId::Test { .. } => 0,
+            JobId::Digest { .. } => 1,
+            JobId::Campaign { .. } => 2,
+        }
+    }
+
+    pub fn kind(&self) -> &'static str {
+        match self {
+            JobId::Test { .. } => "test",
+            JobId::Digest { .. } => "digest",
+            JobId::Campaign { .. } => "campaign",
+        }
+    }
+
+    /// A `Message-ID` that is the same on every attempt of this job.
+    pub fn message_id(&self, domain: &str) -> String {
+        let local: String = self
+            .to_string()
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '.' { c } else { '.' })
+            .collect();
+        format!("<{local}@{domain}>")
+    }
+}
+
+impl fmt::Display for JobId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            JobId::Campaign { campaign_id, subscriber_id } => write!(f, "campaign:{campaign_id}:{subscriber_id}"),
+            JobId::Digest { org_id, week_key, user_id } => write!(f, "digest:{org_id}:{week_key}:{user_id}"),
+            JobId::Test { campaign_id, content_version, token, email_lower } => {
+                write!(f, "test:{campaign_id}:{content_version}:{token}:{email_lower}")
+            }
+        }
+    }
+}
+
+fn id<T: FromStr>(s: &str, whole: &str) -> Result<T, JobIdError> {
+    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(JobIdError(whole.to_owned()));
+    }
+    s.parse().map_err(|_| JobIdError(whole.to_owned()))
+}
+
+impl FromStr for JobId {
+    type Err = JobIdError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad = || JobIdError(s.to_owned());
+        let (kind, rest) = s.split_once(':').ok_or_else(bad)?;
+        match kind {
+            "campaign" => {
+                let (c, sub) = rest.split_once(':').ok_or_else(bad)?;
+                Ok(JobId::Campaign { campaign_id: id(c, s)?, subscriber_id: id(sub, s)? })
+            }
+            "digest" => {
+                let mut parts = rest.splitn(3, ':');
+                let (org, week, user) = (parts.next(), parts.next(), parts.next());
+                let (Some(org), Some(week), Some(user)) = (org, week, user) else { return Err(bad()) };
+                Ok(JobId::Digest {
+                    org_id: id(org, s)?,
+                    week_key: week.parse().map_err(|_| bad())?,
+                    user_id: id(user, s)?,
+                })
+            }
+            "test" => {
+                // The e-mail comes last and may itself contain ':' in a quoted local part.
+                let mut parts = rest.splitn(4, ':');
+                let (Some(c), Some(v), Some(token), Some(email)) = (parts.next(), parts.next(), parts.next(), parts.next()) else {
+                    return Err(bad());
+                };
+                let email = EmailAddress::parse(email).map_err(|_| bad())?;
+                if email.lower() != email.as_str() {
+                    return Err(bad());
+                }
+                JobId::test(id(c, s)?, id(v, s)?, token, &email).map_err(|_| bad())
+            }
+            _ => Err(bad()),
+        }
+    }
+}
+
+impl TryFrom<String> for JobId {
+    type Error = JobIdError;
+    fn try_from(value: String) -> Result<Self, Self::Error> {
+        value.parse()
+    }
+}
+
+impl From<JobId> for String {
+    fn from(value: JobId) -> Self {
+        value.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_are_deterministic_and_round_trip() {
+        let c = JobId::Campaign { campaign_id: 7, subscriber_id: 42 };
+        assert_eq!(c.to_string(), "campaign:7:42");
+        let d = JobId::Digest { org_id: 3, week_key: "2026-W53".parse().unwrap(), user_id: 9 };
+        assert_eq!(d.to_string(), "digest:3:2026-W53:9");
+        let m = JobId::Digest { org_id: 3, week_key: WeekKey::manual(1_800_000_000), user_id: 9 };
+        assert_eq!(m.to_string(), "digest:3:manual-1800000000:9");
+        let e = EmailAddress::parse("Ann@Example.org").unwrap();
+        let t = JobId::test(7, 2, "dlg-abc_1", &e).unwrap();
+        assert_eq!(t.to_string(), "test:7:2:dlg-abc_1:ann@example.org");
+        for j in [c, d, m, t] {
+            assert_eq!(j.to_string().parse::<JobId>().unwrap(), j);
+        }
+    }
+
+    #[test]
+    fn rejects_malformed_ids_naming_them() {
+        for s in ["", "campaign", "campaign:1", "campaign:1:x", "campaign:-1:2", "digest:1:2026-W99:2", "digest:1:2026-W01", "sms:1:2", "test:1:2:tok", "test:1:2:bad token:a@b.org", "test:1:2:t:A@b.org"] {
+            let err = s.parse::<JobId>().unwrap_err();
+            assert!(err.to_string().contains(&format!("“{s}”")), "{s}");
+        }
+    }
+
+    #[test]
+    fn priority_orders_test_then_digest_then_campaign() {
+        let e = EmailAddress::parse("a@b.org").unwrap();
+        let t = JobId::test(1, 1, "x", &e).unwrap();
+        let d: JobId = "digest:1:2026-W01:1".parse().unwrap();
+        let c: JobId = "campaign:1:1".parse().unwrap();
+        assert!(t.priority() < d.priority() && d.priority() < c.priority());
+        assert_eq!((t.kind(), d.kind(), c.kind()), ("test", "digest", "campaign"));
+    }
+
+    #[test]
+    fn message_id_is_stable_and_header_safe() {
+        let c: JobId = "campaign:7:42".parse().unwrap();
+        assert_eq!(c.message_id("mail.example.org"), "<campaign.7.42@mail.example.org>");
+        assert_eq!(c.message_id("x.org"), c.clone().message_id("x.org"));
+    }
+}

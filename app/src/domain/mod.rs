@@ -1,0 +1,12 @@
+//! Domain types: each invariant of DESIGN.md that can live in a type lives here, parsed once at
+//! the edge. Compiled for the server and the browser alike (no server-only dependencies).
+
+mod email;
+mod job_id;
+mod role;
+mod week_key;
+
+pub use email::{EmailAddress, EmailError};
+pub use job_id::{JobId, JobIdError};
+pub use role::Role;
+pub use week_key::{WeekKey, WeekKeyError};

@@ -1,0 +1,60 @@
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+
+/// A dashboard user's role within their organisation. Stored as text (`users.role`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    Owner,
+    Admin,
+    Viewer,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Owner => "owner",
+            Role::Admin => "admin",
+            Role::Viewer => "viewer",
+        }
+    }
+
+    /// Owners and admins change things; viewers only look.
+    pub fn can_act(self) -> bool {
+        matches!(self, Role::Owner | Role::Admin)
+    }
+}
+
+impl fmt::Display for Role {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Role {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "owner" => Ok(Role::Owner),
+            "admin" => Ok(Role::Admin),
+            "viewer" => Ok(Role::Viewer),
+            other => Err(format!("unknown role “{other}” (expected owner, admin or viewer)")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trips_and_rejects_unknown() {
+        for r in [Role::Owner, Role::Admin, Role::Viewer] {
+            assert_eq!(r.as_str().parse::<Role>().unwrap(), r);
+        }
+        assert!("root".parse::<Role>().unwrap_err().contains("root"));
+        assert!(!Role::Viewer.can_act());
+        assert!(Role::Admin.can_act());
+    }
+}

@@ -1,0 +1,27 @@
+//! Mailroom's application crate: compiled with `ssr` into the server binary and with `hydrate`
+//! into the browser's wasm. Server-only modules (`db`, `auth`) never reach the wasm build.
+
+/// Server functions: the dashboard's API, each scoped to the signed-in user's organisation.
+pub mod api;
+/// Passwords, session tokens and cookies (server only).
+#[cfg(feature = "ssr")]
+pub mod auth;
+/// Every SQL statement (server only).
+#[cfg(feature = "ssr")]
+pub mod db;
+/// Domain types: `EmailAddress`, `JobId`, `WeekKey`, `Role` — parsed once at the edge.
+pub mod domain;
+/// The error type of every server function.
+pub mod error;
+/// Pages and the layout around them.
+pub mod pages;
+
+pub use pages::{shell, App};
+
+/// The browser entry point: hydrates the server-rendered page.
+#[cfg(feature = "hydrate")]
+#[wasm_bindgen::prelude::wasm_bindgen]
+pub fn hydrate() {
+    console_error_panic_hook::set_once();
+    leptos::mount::hydrate_body(App);
+}

@@ -1,0 +1,37 @@
+use leptos::prelude::*;
+
+use crate::api::campaigns::campaigns;
+
+#[component]
+pub fn CampaignsPage() -> impl IntoView {
+    let list = Resource::new(|| (), |_| campaigns());
+    view! {
+        <h1 class="text-2xl font-semibold mb-4">"Campaigns"</h1>
+        <Suspense fallback=|| view! { <p>"Loading…"</p> }>
+            {move || Suspend::new(async move {
+                match list.await {
+                    Err(e) => view! { <p role="alert" class="text-red-700">{e.to_string()}</p> }.into_any(),
+                    Ok(rows) if rows.is_empty() => view! { <p class="text-slate-600">"No campaigns yet."</p> }.into_any(),
+                    Ok(rows) => view! {
+                        <table id="campaigns" class="w-full rounded bg-white shadow text-sm">
+                            <thead class="text-left text-slate-500">
+                                <tr><th class="p-3">"Name"</th><th class="p-3">"Status"</th><th class="p-3">"Version"</th><th class="p-3">"Author"</th><th class="p-3">"Updated"</th></tr>
+                            </thead>
+                            <tbody>
+                                {rows.into_iter().map(|c| view! {
+                                    <tr class="border-t">
+                                        <td class="p-3 font-medium">{c.name}</td>
+                                        <td class="p-3"><span class="rounded-full bg-slate-100 px-2 py-0.5">{c.status}</span></td>
+                                        <td class="p-3">{c.content_version}</td>
+                                        <td class="p-3">{c.author}</td>
+                                        <td class="p-3 text-slate-500">{c.updated}</td>
+                                    </tr>
+                                }).collect_view()}
+                            </tbody>
+                        </table>
+                    }.into_any(),
+                }
+            })}
+        </Suspense>
+    }
+}

@@ -1,0 +1,37 @@
+use leptos::prelude::*;
+
+use crate::api::auth::Login;
+
+#[component]
+pub fn LoginPage() -> impl IntoView {
+    let login = ServerAction::<Login>::new();
+    let error = move || login.value().get().and_then(|r| r.err()).map(|e| e.to_string());
+    view! {
+        <div class="min-h-screen flex items-center justify-center">
+            <div class="w-full max-w-sm rounded-xl bg-white p-8 shadow">
+                <h1 class="mb-6 text-2xl font-semibold">"Sign in to Mailroom"</h1>
+                <ActionForm action=login attr:class="space-y-4">
+                    <label class="block">
+                        <span class="text-sm text-slate-600">"E-mail address"</span>
+                        <input name="email" type="email" required autocomplete="username"
+                            class="mt-1 w-full rounded border px-3 py-2"/>
+                    </label>
+                    <label class="block">
+                        <span class="text-sm text-slate-600">"Password"</span>
+                        <input name="password" type="password" required autocomplete="current-password"
+                            class="mt-1 w-full rounded border px-3 py-2"/>
+                    </label>
+                    <Show when=move || error().is_some()>
+                        <p id="login-error" role="alert" class="rounded bg-red-50 px-3 py-2 text-sm text-red-700">
+                            {error}
+                        </p>
+                    </Show>
+                    <button id="sign-in" type="submit" disabled=move || login.pending().get()
+                        class="w-full rounded bg-indigo-600 px-4 py-2 font-medium text-white hover:bg-indigo-700 disabled:opacity-50">
+                        "Sign in"
+                    </button>
+                </ActionForm>
+            </div>
+        </div>
+    }
+}

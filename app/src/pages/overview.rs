@@ -1,0 +1,70 @@
+use leptos::prelude::*;
+
+use crate::api::overview::{overview, Overview};
+
+const WEEKDAYS: [&str; 7] = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"];
+
+#[component]
+pub fn OverviewPage() -> impl IntoView {
+    let data = Resource::new(|| (), |_| overview());
+    view! {
+        <Suspense fallback=|| view! { <p>"Loading…"</p> }>
+            {move || Suspend::new(async move {
+                match data.await {
+                    Ok(o) => view! { <Figures o/> }.into_any(),
+                    Err(e) => view! { <p role="alert" class="text-red-700">{e.to_string()}</p> }.into_any(),
+                }
+            })}
+        </Suspense>
+    }
+}
+
+#[component]
+fn Card(label: &'static str, value: String, #[prop(optional)] hint: Option<String>) -> impl IntoView {
+    view! {
+        <div class="rounded-lg bg-white p-4 shadow">
+            <div class="text-sm text-slate-500">{label}</div>
+            <div class="text-2xl font-semibold">{value}</div>
+            {hint.map(|h| view! { <div class="text-xs text-slate-400">{h}</div> })}
+        </div>
+    }
+}
+
+#[component]
+fn Figures(o: Overview) -> impl IntoView {
+    let weekday = WEEKDAYS.get((o.digest_weekday as usize).saturating_sub(1)).copied().unwrap_or("?");
+    view! {
+        <h1 id="org-name" class="text-2xl font-semibold mb-1">{o.org_name.clone()}</h1>
+        <p class="mb-6 text-slate-500">
+            {format!("Weekly digest: {weekday}s at {:02}:00 ({}). Last scheduled digest: {}.",
+                o.digest_hour, o.timezone, o.last_digest.clone().unwrap_or_else(|| "none yet".into()))}
+        </p>
+        <div class="grid grid-cols-2 gap-4 md:grid-cols-4">
+            <Card label="Subscribers" value=o.subscribers.to_string() hint=format!("{} confirmed", o.confirmed)/>
+            <Card label="Lists" value=o.lists.to_string()/>
+            <Card label="Suppressed addresses" value=o.suppressions.to_string()/>
+            <Card label="Worker hosts alive" value=o.workers_alive.to_string()/>
+            <Card label="Draft campaigns" value=o.campaigns_draft.to_string()/>
+            <Card label="In review / approved" value=o.campaigns_in_review.to_string()/>
+            <Card label="Sending or paused" value=o.campaigns_active.to_string()/>
+            <Card label="Sent campaigns" value=o.campaigns_sent.to_string()/>
+            <Card label="Delivered (7 days)" value=o.delivered_7d.to_string()/>
+            <Card label="Failed (7 days)" value=o.failed_7d.to_string()/>
+            <Card label="Unknown, needs a look" value=o.unknown_open.to_string()/>
+            <Card label="In the queue now" value=o.queued_now.to_string()/>
+        </div>
+        <h2 class="mt-8 mb-2 text-lg font-semibold">"Recent activity"</h2>
+        <ul class="rounded-lg bg-white shadow divide-y text-sm">
+            {if o.recent.is_empty() {
+                view! { <li class="p-3 text-slate-500">"Nothing yet."</li> }.into_any()
+            } else {
+                o.recent.into_iter().map(|r| view! {
+                    <li class="p-3">
+                        <span class="text-slate-500">{r.at}</span> " · " {r.actor.unwrap_or_else(|| "system".into())}
+                        " · " {r.action} " (" {r.object_type} ")"
+                    </li>
+                }).collect_view().into_any()
+            }}
+        </ul>
+    }
+}

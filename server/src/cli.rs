@@ -1,0 +1,112 @@
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::telemetry::LogFormat;
+
+/// Mailroom: the weekly digest and campaigns, each sent exactly once.
+#[derive(Debug, Parser)]
+#[command(name = "mailroom", version, about)]
+pub struct Cli {
+    /// Where Mailroom keeps its embedded PostgreSQL cluster and captured mail.
+    #[arg(long, global = true, env = "MAILROOM_DATA_DIR", default_value = "./mailroom-data")]
+    pub data_dir: PathBuf,
+
+    /// An existing PostgreSQL database (postgres://…). Unset: the embedded cluster under
+    /// --data-dir. `DATABASE_URL` is read too.
+    #[arg(long, global = true, env = "MAILROOM_DATABASE_URL", hide_env_values = true)]
+    pub database_url: Option<String>,
+
+    /// Log format.
+    #[arg(long, global = true, env = "MAILROOM_LOG_FORMAT", value_enum, default_value = "text")]
+    pub log_format: LogFormat,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+impl Cli {
+    /// `--database-url`, else `MAILROOM_DATABASE_URL`, else `DATABASE_URL`.
+    pub fn database_url(&self) -> Option<String> {
+        self.database_url
+            .clone()
+            .or_else(|| std::env::var("DATABASE_URL").ok())
+            .filter(|s| !s.trim().is_empty())
+    }
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// The dashboard and every worker.
+    Serve(ServeArgs),
+    /// Every worker, no HTTP.
+    Worker(WorkerArgs),
+    /// Apply pending migrations; refuses a database with migrations this build does not know.
+    Migrate,
+    /// Seed two demo organisations (once) and print their logins.
+    Demo,
+    /// Manage dashboard users.
+    #[command(subcommand)]
+    User(UserCommand),
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Address the dashboard listens on.
+    #[arg(long, env = "MAILROOM_LISTEN", default_value = "127.0.0.1:3000")]
+    pub listen: SocketAddr,
+
+    /// Directory with the built site (pkg/mailroom.js, .wasm, .css). Default: `site` next to the
+    /// executable's target directory, as `cargo leptos build` lays it out.
+    #[arg(long, env = "MAILROOM_SITE_ROOT")]
+    pub site_root: Option<PathBuf>,
+
+    /// Mark session cookies `Secure` (set this when users reach Mailroom over HTTPS).
+    #[arg(long, env = "MAILROOM_SECURE_COOKIES")]
+    pub secure_cookies: bool,
+
+    #[command(flatten)]
+    pub worker: WorkerArgs,
+}
+
+#[derive(Debug, Args, Clone)]
+pub struct WorkerArgs {
+    /// Seconds between worker heartbeats.
+    #[arg(long, env = "MAILROOM_HEARTBEAT_SECONDS", default_value_t = 10)]
+    pub heartbeat_seconds: u64,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum UserCommand {
+    /// Add a dashboard user to an organisation; prints a generated password unless one is given.
+    Add(UserAddArgs),
+    /// Give a user a new generated password (printed once) and keep their sessions.
+    Password(UserPasswordArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct UserPasswordArgs {
+    /// The user's e-mail address.
+    #[arg(long, env = "MAILROOM_USER_EMAIL")]
+    pub email: String,
+}
+
+#[derive(Debug, Args)]
+pub struct UserAddArgs {
+    /// The organisation's short name (slug), e.g. `acme`.
+    #[arg(long, env = "MAILROOM_USER_ORG")]
+    pub org: String,
+    /// The user's e-mail address (their login).
+    #[arg(long, env = "MAILROOM_USER_EMAIL")]
+    pub email: String,
+    /// Display name.
+    #[arg(long, env = "MAILROOM_USER_NAME")]
+    pub name: String,
+    /// owner, admin or viewer.
+    #[arg(long, env = "MAILROOM_USER_ROLE", default_value = "admin")]
+    pub role: String,
+    /// The password (prefer the environment variable to keep it out of shell history).
+    #[arg(long, env = "MAILROOM_USER_PASSWORD", hide_env_values = true)]
+    pub password: Option<String>,
+}

@@ -1,0 +1,150 @@
+use std::path::PathBuf;
+
+use anyhow::{anyhow, Context};
+use leptos::config::Env;
+use leptos::prelude::LeptosOptions;
+
+use crate::cli::{Cli, Command, ServeArgs, UserAddArgs, UserCommand, UserPasswordArgs};
+use crate::database::{Database, Migrations};
+use crate::shutdown::Shutdown;
+use crate::{demo, http, worker};
+
+pub async fn run(cli: Cli) -> anyhow::Result<()> {
+    match &cli.command {
+        Command::Serve(args) => serve(&cli, args).await,
+        Command::Worker(args) => {
+            let shutdown = Shutdown::on_signals()?;
+            let db = Database::open(&cli, Migrations::Tolerant).await?;
+            worker::run(db.pool.clone(), args.clone(), worker::Mode::Worker, shutdown).await;
+            db.close().await
+        }
+        Command::Migrate => {
+            let db = Database::open(&cli, Migrations::Strict).await?;
+            println!("migrations are up to date");
+            db.close().await
+        }
+        Command::Demo => {
+            let db = Database::open(&cli, Migrations::Tolerant).await?;
+            let result = demo::seed(&db.pool).await;
+            db.close().await?;
+            match result? {
+                Some(logins) => println!("{logins}"),
+                None => println!("the demo organisations exist already (their passwords were printed when they were made; `mailroom user add` makes another login)"),
+            }
+            Ok(())
+        }
+        Command::User(UserCommand::Add(args)) => {
+            let db = Database::open(&cli, Migrations::Tolerant).await?;
+            let result = user_add(&db, args).await;
+            db.close().await?;
+            result
+        }
+        Command::User(UserCommand::Password(args)) => {
+            let db = Database::open(&cli, Migrations::Tolerant).await?;
+            let result = user_password(&db, args).await;
+            db.close().await?;
+            result
+        }
+    }
+}
+
+async fn serve(cli: &Cli, args: &ServeArgs) -> anyhow::Result<()> {
+    let started = std::time::Instant::now();
+    let shutdown = Shutdown::on_signals()?;
+    // Bind first: a port in use is reported before any database work starts.
+    let listener = tokio::net::TcpListener::bind(args.listen).await.map_err(|e| {
+        anyhow!("cannot listen on {}: {e}: choose another address with --listen or MAILROOM_LISTEN", args.listen)
+    })?;
+    let addr = listener.local_addr()?;
+    let site_root = site_root(args.site_root.clone())?;
+    let db = Database::open(cli, Migrations::Tolerant).await?;
+    let options = LeptosOptions::builder()
+        .output_name("mailroom")
+        .site_root(site_root.to_string_lossy().into_owned())
+        .site_pkg_dir("pkg")
+        .site_addr(addr)
+        // DEV (set by `cargo leptos watch`) injects the live-reload client; never in production.
+        .env(if std::env::var("LEPTOS_ENV").is_ok_and(|v| v.eq_ignore_ascii_case("dev")) { Env::DEV } else { Env::PROD })
+        .build();
+    let app = http::router(
+        http::AppState { leptos_options: options, pool: db.pool.clone() },
+        app::api::ApiConfig { secure_cookies: args.secure_cookies },
+    );
+    let workers = tokio::spawn(worker::run(db.pool.clone(), args.worker.clone(), worker::Mode::Serve, shutdown.clone()));
+    tracing::info!(elapsed_ms = started.elapsed().as_millis() as u64, "ready");
+    println!("Mailroom is ready at http://{addr}");
+    let stop = shutdown.clone();
+    let served = axum::serve(listener, app).with_graceful_shutdown(async move { stop.requested().await }).await;
+    let _ = workers.await;
+    db.close().await?;
+    served.context("the HTTP server failed")
+}
+
+/// The built site: the flag, `LEPTOS_SITE_ROOT` (set by cargo-leptos), or `target/site` next to
+/// the executable's profile directory.
+fn site_root(flag: Option<PathBuf>) -> anyhow::Result<PathBuf> {
+    let candidates = flag
+        .into_iter()
+        .chain(std::env::var_os("LEPTOS_SITE_ROOT").map(PathBuf::from))
+        .chain(std::env::current_exe().ok().and_then(|exe| Some(exe.parent()?.parent()?.join("site"))))
+        .chain(Some(PathBuf::from("target/site")));
+    let mut tried = Vec::new();
+    for dir in candidates {
+        if dir.join("pkg").join("mailroom.js").is_file() {
+            return Ok(dir);
+        }
+        tried.push(dir.display().to_string());
+    }
+    Err(anyhow!(
+        "the dashboard's built files (pkg/mailroom.js) were not found in {}: build them with `cargo leptos build --release`, or point --site-root at them",
+        tried.join(", ")
+    ))
+}
+
+async fn user_add(db: &Database, args: &UserAddArgs) -> anyhow::Result<()> {
+    let email = app::domain::EmailAddress::parse(&args.email).map_err(|e| anyhow!("--email: {e}"))?;
+    let role: app::domain::Role = args.role.parse().map_err(|e: String| anyhow!("--role: {e}"))?;
+    let org_id = app::db::orgs::id_by_slug(&db.pool, &args.org)
+        .await?
+        .ok_or_else(|| anyhow!("--org: there is no organisation with the short name “{}”", args.org))?;
+    let (password, generated) = match &args.password {
+        Some(p) if p.chars().count() >= 10 => (p.clone(), false),
+        Some(_) => return Err(anyhow!("--password: use at least 10 characters")),
+        None => (demo::new_password(), true),
+    };
+    let hash = app::auth::hash_password(&password).map_err(|e| anyhow!("cannot hash the password: {e}"))?;
+    let mut tx = db.pool.begin().await?;
+    let user = app::db::users::NewUser { org_id, email: &email, name: &args.name, role, password_hash: &hash };
+    let id = app::db::users::create(&mut tx, user).await.map_err(|e| anyhow!("{e}"))?;
+    app::db::audit::record(
+        &mut tx,
+        app::db::audit::Entry {
+            org_id,
+            actor_id: None,
+            action: "user.add",
+            object_type: "user",
+            object_id: Some(id.to_string()),
+            before: None,
+            after: Some(serde_json::json!({ "email": email.as_str(), "role": role.as_str(), "via": "cli" })),
+        },
+    )
+    .await?;
+    tx.commit().await?;
+    if generated {
+        println!("added {email} ({role}) to {}; password (shown once): {password}", args.org);
+    } else {
+        println!("added {email} ({role}) to {}", args.org);
+    }
+    Ok(())
+}
+
+async fn user_password(db: &Database, args: &UserPasswordArgs) -> anyhow::Result<()> {
+    let email = app::domain::EmailAddress::parse(&args.email).map_err(|e| anyhow!("--email: {e}"))?;
+    let password = demo::new_password();
+    let hash = app::auth::hash_password(&password).map_err(|e| anyhow!("cannot hash the password: {e}"))?;
+    if !app::db::users::set_password(&db.pool, &email, &hash).await? {
+        return Err(anyhow!("--email: there is no user {email}"));
+    }
+    println!("new password for {email} (shown once): {password}");
+    Ok(())
+}

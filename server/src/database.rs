@@ -1,0 +1,72 @@
+use std::str::FromStr;
+use std::time::Duration;
+
+use anyhow::{anyhow, Context};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{ConnectOptions, PgPool};
+
+use crate::cli::Cli;
+use crate::embedded_pg::{self, EmbeddedPg};
+
+/// The database this process works against, and the embedded cluster behind it if any.
+pub struct Database {
+    pub pool: PgPool,
+    embedded: Option<EmbeddedPg>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Migrations {
+    /// `mailroom migrate`: refuse migrations this build does not know.
+    Strict,
+    /// `serve`, `worker`: apply ours, tolerate newer ones (rolling upgrades).
+    Tolerant,
+}
+
+impl Database {
+    /// `DATABASE_URL` when given, else the embedded cluster under the data directory; then
+    /// applies migrations.
+    pub async fn open(cli: &Cli, migrations: Migrations) -> anyhow::Result<Self> {
+        let (options, embedded) = match cli.database_url() {
+            // The URL may hold a password: errors name the variable, never its value.
+            Some(url) => (
+                PgConnectOptions::from_str(&url).map_err(|e| anyhow!("DATABASE_URL is not a valid postgres:// URL ({e}); fix it or unset it to use the embedded database"))?,
+                None,
+            ),
+            None => {
+                let pg = EmbeddedPg::open(&cli.data_dir, embedded_pg::Options::default()).await?;
+                (pg.connect_options(embedded_pg::DATABASE), Some(pg))
+            }
+        };
+        let pool = connect(options).await.context(if embedded.is_some() {
+            "cannot connect to the embedded PostgreSQL"
+        } else {
+            "cannot connect to the database at DATABASE_URL (is it running and reachable, are the credentials right?)"
+        })?;
+        let db = Database { pool, embedded };
+        db.migrate(migrations).await?;
+        Ok(db)
+    }
+
+    pub async fn migrate(&self, mode: Migrations) -> anyhow::Result<()> {
+        app::db::migrate::run(&self.pool, mode == Migrations::Strict)
+            .await
+            .map_err(|e| anyhow!("migrations failed: {e}"))
+    }
+
+    /// Closes the pool, then stops the embedded cluster if this process owns it.
+    pub async fn close(self) -> anyhow::Result<()> {
+        self.pool.close().await;
+        if let Some(pg) = self.embedded {
+            pg.shutdown().await?;
+        }
+        Ok(())
+    }
+}
+
+pub async fn connect(options: PgConnectOptions) -> anyhow::Result<PgPool> {
+    Ok(PgPoolOptions::new()
+        .max_connections(20)
+        .acquire_timeout(Duration::from_secs(10))
+        .connect_with(options.log_statements(tracing::log::LevelFilter::Debug))
+        .await?)
+}

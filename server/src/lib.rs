@@ -1,0 +1,21 @@
+//! The `mailroom` process: CLI, configuration, telemetry, the embedded PostgreSQL supervisor,
+//! the HTTP server and the worker host. Application logic and SQL live in the `app` crate.
+
+/// Command-line flags and `MAILROOM_*` variables.
+pub mod cli;
+/// `serve`, `worker`, `migrate`, `demo`, `user add`.
+pub mod commands;
+/// Opening the database: `DATABASE_URL`, or the embedded cluster; migrations.
+pub mod database;
+/// Demo organisations for a first look.
+pub mod demo;
+/// A private PostgreSQL cluster under the data directory.
+pub mod embedded_pg;
+/// The axum router: dashboard, server functions, health, CSRF guard.
+pub mod http;
+/// SIGTERM / Ctrl-C → one shutdown signal for every task.
+pub mod shutdown;
+/// Logs.
+pub mod telemetry;
+/// The worker host: heartbeat now, the workers of later issues beside it.
+pub mod worker;

@@ -1,0 +1,96 @@
+//! Bad input stops with one clear line that names the problem and the fix, and leaves nothing
+//! half-created.
+
+use std::os::unix::fs::PermissionsExt;
+
+use crate::helpers::data_dir;
+use crate::procs::run;
+
+/// stderr has exactly one line (the error), which contains every needle.
+fn one_line_naming(stderr: &str, needles: &[&str]) {
+    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "expected one line, got:\n{stderr}");
+    for n in needles {
+        assert!(lines[0].contains(n), "{n:?} missing from: {}", lines[0]);
+    }
+}
+
+#[test]
+fn unknown_flags_are_refused_by_name() {
+    let (status, _, stderr) = run(&["serve", "--bogus"], &[]);
+    assert_eq!(status.code(), Some(2));
+    assert!(stderr.contains("unexpected argument '--bogus'"), "{stderr}");
+}
+
+#[test]
+fn a_bad_database_url_is_named_without_echoing_secrets() {
+    let (status, _, stderr) = run(&["migrate"], &[("DATABASE_URL", "mysql://root:s3cretpw@db/x")]);
+    assert!(!status.success());
+    one_line_naming(&stderr, &["DATABASE_URL is not a valid postgres:// URL"]);
+    assert!(!stderr.contains("s3cretpw"));
+
+    let (status, _, stderr) = run(&["migrate"], &[("DATABASE_URL", "postgres://u:s3cretpw@127.0.0.1:1/x?connect_timeout=2")]);
+    assert!(!status.success());
+    one_line_naming(&stderr, &["cannot connect to the database at DATABASE_URL"]);
+    assert!(!stderr.contains("s3cretpw"));
+}
+
+#[test]
+fn an_unwritable_data_directory_is_named() {
+    let (status, _, stderr) = run(&["migrate", "--data-dir", "/proc/mailroom-here"], &[]);
+    assert!(!status.success());
+    one_line_naming(&stderr, &["/proc/mailroom-here", "not writable", "--data-dir"]);
+}
+
+#[test]
+fn a_port_in_use_is_named_before_anything_is_created() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let dir = data_dir();
+    let data = dir.path().join("fresh");
+    let (status, _, stderr) = run(&["serve", "--listen", &addr, "--data-dir", data.to_str().unwrap()], &[]);
+    assert!(!status.success());
+    one_line_naming(&stderr, &[&format!("cannot listen on {addr}"), "--listen"]);
+    assert!(!data.exists(), "no data directory was created");
+}
+
+#[test]
+fn missing_postgresql_says_what_to_install() {
+    let dir = data_dir();
+    let (status, _, stderr) = run(
+        &["migrate", "--data-dir", dir.path().to_str().unwrap()],
+        &[("MAILROOM_PG_ROOT", "/nonexistent"), ("PATH", "/usr/bin:/bin")],
+    );
+    assert!(!status.success());
+    one_line_naming(&stderr, &["PostgreSQL server binaries", "not found", "apt-get install postgresql-15", "DATABASE_URL"]);
+    assert!(!dir.path().join("postgres").exists());
+}
+
+#[test]
+fn a_failed_first_initdb_leaves_nothing_that_breaks_the_next_start() {
+    // A PostgreSQL "install" whose initdb writes half a cluster, then fails.
+    let fake = data_dir();
+    let bin = fake.path().join("15/bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    for dir in [fake.path(), &fake.path().join("15"), &bin] {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let initdb = "#!/bin/sh\nmkdir -p \"$2/base\"; echo 15 > \"$2/PG_VERSION\"\necho 'initdb: simulated failure: No space left on device' >&2\nexit 1\n";
+    for (name, body) in [("initdb", initdb), ("pg_ctl", "#!/bin/sh\nexit 1\n"), ("postgres", "#!/bin/sh\nexit 1\n")] {
+        std::fs::write(bin.join(name), body).unwrap();
+        std::fs::set_permissions(bin.join(name), std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let dir = data_dir();
+    let data = dir.path().to_str().unwrap();
+    let (status, _, stderr) = run(&["migrate", "--data-dir", data], &[("MAILROOM_PG_ROOT", fake.path().to_str().unwrap()), ("PATH", "/usr/bin:/bin")]);
+    assert!(!status.success());
+    one_line_naming(&stderr, &["initdb failed", "No space left on device"]);
+    assert!(!dir.path().join("postgres").exists(), "no half-made cluster in place");
+    assert!(!dir.path().join("postgres.initdb").exists(), "scratch directory removed");
+
+    // The next start, with a real PostgreSQL, succeeds from scratch.
+    let (status, stdout, stderr) = run(&["migrate", "--data-dir", data], &[]);
+    assert!(status.success(), "{stderr}");
+    assert!(stdout.contains("migrations are up to date"));
+    crate::procs::wait_postmaster_gone(dir.path(), 30);
+}

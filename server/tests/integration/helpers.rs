@@ -1,0 +1,123 @@
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::OnceLock;
+
+use mailroom::embedded_pg::{EmbeddedPg, Options};
+use sqlx::postgres::PgConnectOptions;
+use sqlx::{ConnectOptions, PgPool};
+
+const TEMPLATE: &str = "mailroom_template";
+
+/// The one cluster of this test run, started on first use, stopped by a watchdog when the test
+/// process exits (Rust tests have no global teardown).
+struct Cluster {
+    options: PgConnectOptions,
+    _dir: PathBuf,
+}
+
+static CLUSTER: OnceLock<Cluster> = OnceLock::new();
+static NEXT_DB: AtomicU32 = AtomicU32::new(0);
+
+fn cluster() -> &'static Cluster {
+    CLUSTER.get_or_init(|| {
+        // Its own thread and runtime: the cluster outlives every test's runtime.
+        std::thread::spawn(start_cluster).join().expect("cluster start panicked")
+    })
+}
+
+fn start_cluster() -> Cluster {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let dir = tempfile::Builder::new().prefix("mrt").tempdir_in("/tmp").unwrap().keep();
+        let pg = EmbeddedPg::open(&dir, Options { fast: true }).await.expect("start test cluster");
+        spawn_watchdog(pg.cluster_dir(), &dir);
+        let admin = pg.connect_options("postgres");
+        let mut conn = admin.connect().await.unwrap();
+        app::db::cluster::create_database_if_missing(&mut conn, TEMPLATE).await.unwrap();
+        let template = PgPool::connect_with(pg.connect_options(TEMPLATE)).await.unwrap();
+        app::db::migrate::run(&template, true).await.unwrap();
+        template.close().await;
+        let options = admin;
+        std::mem::forget(pg); // stopped by the watchdog
+        Cluster { options, _dir: dir }
+    })
+}
+
+/// Stops the cluster and removes its directory once this test process is gone.
+fn spawn_watchdog(cluster: &Path, dir: &Path) {
+    let pid = std::process::id();
+    let pg_ctl = pg_ctl_path(cluster);
+    let as_db_user = if nix::unistd::Uid::effective().is_root() { "runuser -u postgres -- " } else { "" };
+    let script = format!(
+        "while [ -d /proc/{pid} ]; do sleep 0.5; done; {as_db_user}{} -D {} -m immediate stop >/dev/null 2>&1; rm -rf {}",
+        pg_ctl.display(),
+        cluster.display(),
+        dir.display()
+    );
+    std::process::Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn watchdog");
+}
+
+pub fn pg_ctl_path(cluster: &Path) -> PathBuf {
+    let major = std::fs::read_to_string(cluster.join("PG_VERSION")).unwrap();
+    PathBuf::from(format!("/usr/lib/postgresql/{}/bin/pg_ctl", major.trim()))
+}
+
+/// A fresh, migrated database for one test.
+pub async fn test_db() -> PgPool {
+    let c = cluster();
+    let name = format!("t_{}_{}", std::process::id(), NEXT_DB.fetch_add(1, Ordering::SeqCst));
+    let mut conn = c.options.clone().connect().await.unwrap();
+    app::db::cluster::create_database_from(&mut conn, &name, TEMPLATE).await.unwrap();
+    PgPool::connect_with(c.options.clone().database(&name)).await.unwrap()
+}
+
+/// An empty database (no migrations) for migration tests.
+pub async fn empty_db() -> PgPool {
+    let c = cluster();
+    let name = format!("e_{}_{}", std::process::id(), NEXT_DB.fetch_add(1, Ordering::SeqCst));
+    let mut conn = c.options.clone().connect().await.unwrap();
+    app::db::cluster::create_database_if_missing(&mut conn, &name).await.unwrap();
+    PgPool::connect_with(c.options.clone().database(&name)).await.unwrap()
+}
+
+/// An organisation with one user per given role; returns (org id, [(user id, email, password)]).
+pub async fn org_with_users(pool: &PgPool, slug: &str, roles: &[app::domain::Role]) -> (i64, Vec<(i64, String, String)>) {
+    let mut tx = pool.begin().await.unwrap();
+    let org = app::db::orgs::create(
+        &mut tx,
+        app::db::orgs::NewOrg { name: slug, slug, timezone: "Europe/Berlin", from_name: slug, from_address: "news@example.org" },
+    )
+    .await
+    .unwrap();
+    let mut users = Vec::new();
+    for (i, role) in roles.iter().enumerate() {
+        let email = format!("{}{i}@{slug}.example", role.as_str());
+        let password = format!("pw-{slug}-{i}-long-enough");
+        let hash = app::auth::hash_password(&password).unwrap();
+        let addr = app::domain::EmailAddress::parse(&email).unwrap();
+        let id = app::db::users::create(&mut tx, app::db::users::NewUser { org_id: org, email: &addr, name: &email, role: *role, password_hash: &hash })
+            .await
+            .unwrap();
+        users.push((id, email, password));
+    }
+    tx.commit().await.unwrap();
+    (org, users)
+}
+
+/// The `mailroom` binary built for this test run.
+pub fn mailroom_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_mailroom")
+}
+
+/// A scratch data directory under /tmp (short: the unix socket path has a length limit).
+pub fn data_dir() -> tempfile::TempDir {
+    tempfile::Builder::new().prefix("mrd").tempdir_in("/tmp").unwrap()
+}

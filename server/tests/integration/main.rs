@@ -1,0 +1,11 @@
+//! Integration tests against real parts: one throwaway PostgreSQL cluster per test run, a fresh
+//! database per test copied from a migrated template, the real HTTP router on a real socket, and
+//! the real `mailroom` binary for process-level behaviour (signals, embedded cluster, bad input).
+
+mod cli_errors;
+mod embedded_cluster;
+mod helpers;
+mod http_auth;
+mod migrations;
+mod procs;
+mod schema;

@@ -1,0 +1,105 @@
+//! Running the real `mailroom` binary as a child process, with its log captured to a file.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+use crate::helpers::mailroom_bin;
+
+pub struct Proc {
+    pub child: Child,
+    pub log: PathBuf,
+}
+
+impl Proc {
+    /// Starts `mailroom <args>` on `data_dir`, logging to `<data_dir>/<name>.log`.
+    pub fn start(name: &str, data_dir: &Path, args: &[&str]) -> Proc {
+        let log = data_dir.join(format!("{name}.log"));
+        let file = std::fs::File::create(&log).unwrap();
+        let child = Command::new(mailroom_bin())
+            .args(args)
+            .arg("--data-dir")
+            .arg(data_dir)
+            .env_remove("DATABASE_URL")
+            .env_remove("MAILROOM_DATABASE_URL")
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(file.try_clone().unwrap())
+            .stderr(file)
+            .spawn()
+            .unwrap();
+        Proc { child, log }
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Waits until the log contains `needle`; panics with the log after `secs`.
+    pub fn wait_log(&mut self, needle: &str, secs: u64) {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        while Instant::now() < deadline {
+            if self.log_text().contains(needle) {
+                return;
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("mailroom exited ({status}) before logging {needle:?}:\n{}", self.log_text());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("no {needle:?} within {secs}s:\n{}", self.log_text());
+    }
+
+    pub fn signal(&self, sig: Signal) {
+        kill(Pid::from_raw(self.child.id() as i32), sig).unwrap();
+    }
+
+    pub fn wait_exit(&mut self, secs: u64) -> ExitStatus {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        while Instant::now() < deadline {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("mailroom did not exit within {secs}s:\n{}", self.log_text());
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs `mailroom <args>` to completion with extra environment; returns (status, stdout, stderr).
+pub fn run(args: &[&str], env: &[(&str, &str)]) -> (ExitStatus, String, String) {
+    let mut cmd = Command::new(mailroom_bin());
+    // Only warnings and the final error: each failure must be one line on its own.
+    cmd.args(args).env_remove("DATABASE_URL").env_remove("MAILROOM_DATABASE_URL").env("RUST_LOG", "warn").stdin(Stdio::null());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
+    (out.status, String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// The postmaster's pid while one runs on the cluster of `data_dir`.
+pub fn postmaster_pid(data_dir: &Path) -> Option<i32> {
+    let text = std::fs::read_to_string(data_dir.join("postgres/postmaster.pid")).ok()?;
+    let pid: i32 = text.lines().next()?.trim().parse().ok()?;
+    Path::new(&format!("/proc/{pid}")).exists().then_some(pid)
+}
+
+/// Waits until no postmaster runs on the cluster of `data_dir`.
+pub fn wait_postmaster_gone(data_dir: &Path, secs: u64) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while postmaster_pid(data_dir).is_some() {
+        assert!(Instant::now() < deadline, "postmaster still running after {secs}s");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

@@ -1,0 +1,97 @@
+use app::domain::{EmailAddress, Role};
+
+use crate::helpers::{org_with_users, test_db};
+
+#[tokio::test]
+async fn composite_keys_refuse_rows_that_mix_two_organisations() {
+    let pool = test_db().await;
+    let (org_a, _) = org_with_users(&pool, "alpha", &[Role::Owner]).await;
+    let (org_b, _) = org_with_users(&pool, "beta", &[Role::Owner]).await;
+    let mut tx = pool.begin().await.unwrap();
+    let list_a = app::db::audience::create_list(&mut tx, org_a, "A list").await.unwrap();
+    let sub_b = app::db::audience::insert_subscribers(&mut tx, org_b, &[(EmailAddress::parse("b@b.org").unwrap(), String::new())]).await.unwrap();
+    tx.commit().await.unwrap();
+
+    let mut conn = pool.acquire().await.unwrap();
+    // Org A's list with org B's subscriber, under either org id: both refused by the database.
+    for org in [org_a, org_b] {
+        let err = app::db::audience::add_members(&mut conn, org, list_a, &sub_b).await.unwrap_err();
+        assert!(err.to_string().contains("foreign key"), "{err}");
+    }
+}
+
+#[tokio::test]
+async fn time_zones_are_checked_against_postgresql() {
+    let pool = test_db().await;
+    assert!(app::db::orgs::is_valid_timezone(&pool, "Europe/Berlin").await.unwrap());
+    assert!(!app::db::orgs::is_valid_timezone(&pool, "Mars/Olympus_Mons").await.unwrap());
+    let mut conn = pool.acquire().await.unwrap();
+    let err = app::db::orgs::create(
+        &mut conn,
+        app::db::orgs::NewOrg { name: "X", slug: "x", timezone: "Mars/Olympus_Mons", from_name: "X", from_address: "x@x.org" },
+    )
+    .await
+    .unwrap_err();
+    assert!(err.to_string().contains("Mars/Olympus_Mons"), "{err}");
+}
+
+#[tokio::test]
+async fn one_login_per_address_whatever_its_case() {
+    let pool = test_db().await;
+    let (org, _) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let mut conn = pool.acquire().await.unwrap();
+    let first = EmailAddress::parse("Sam@Acme.example").unwrap();
+    let again = EmailAddress::parse("sam@ACME.example").unwrap();
+    app::db::users::create(&mut conn, app::db::users::NewUser { org_id: org, email: &first, name: "Sam", role: Role::Admin, password_hash: "h" }).await.unwrap();
+    let err = app::db::users::create(&mut conn, app::db::users::NewUser { org_id: org, email: &again, name: "Sam", role: Role::Admin, password_hash: "h" })
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("sam@ACME.example"), "{err}");
+}
+
+#[tokio::test]
+async fn case_variant_subscribers_coexist_but_share_their_lower_form() {
+    let pool = test_db().await;
+    let (org, _) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let mut tx = pool.begin().await.unwrap();
+    let people: Vec<_> = ["Ann@Example.org", "ann@example.ORG", "Ann@Example.org"]
+        .iter()
+        .map(|e| (EmailAddress::parse(e).unwrap(), String::new()))
+        .collect();
+    let ids = app::db::audience::insert_subscribers(&mut tx, org, &people).await.unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(ids.len(), 2, "exact duplicate skipped, case variant kept");
+    let lowers: Vec<String> = sqlx::query_scalar("select distinct email_lower from subscribers").fetch_all(&pool).await.unwrap();
+    assert_eq!(lowers, vec!["ann@example.org".to_string()]);
+}
+
+#[tokio::test]
+async fn campaign_and_delivery_invariants_are_enforced_by_the_schema() {
+    let pool = test_db().await;
+    let (org, users) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let mut tx = pool.begin().await.unwrap();
+    let cid = app::db::campaigns::create_draft(&mut tx, app::db::campaigns::NewDraft { org_id: org, author_id: users[0].0, name: "C", subject: "s", body: "b", list_ids: &[] })
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    // approved without a schedule
+    let e = sqlx::query("update campaigns set status = 'approved' where id = $1").bind(cid).execute(&pool).await.unwrap_err();
+    assert!(e.to_string().contains("campaigns_check"), "{e}");
+    // a campaign delivery without its typed references
+    let e = sqlx::query("insert into deliveries (job_id, org_id, kind, priority, recipient) values ('campaign:1:1', $1, 'campaign', 2, 'a@b.org')")
+        .bind(org)
+        .execute(&pool)
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("deliveries_check"), "{e}");
+    // a malformed digest week key
+    let e = sqlx::query(
+        "insert into digest_sends (org_id, week_key, kind, covers_week, scheduled_at, period_start, period_end)
+         values ($1, '2026-28', 'scheduled', '2026-W28', now(), now(), now())",
+    )
+    .bind(org)
+    .execute(&pool)
+    .await
+    .unwrap_err();
+    assert!(e.to_string().contains("week_key"), "{e}");
+}
