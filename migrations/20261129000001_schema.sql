@@ -1,9 +1,20 @@
 -- Mailroom schema, whole design (DESIGN.md). Org-owned tables carry org_id; children reference
 -- parents by (org_id, id) so rows of two organisations can never be joined by a forgotten check.
 
--- Time zones are validated against PostgreSQL's own list (the one the digest SQL uses).
+-- Time zones are validated against PostgreSQL's own list (the one the digest SQL uses). A trigger,
+-- not a CHECK: the list changes with tzdata, and CHECK constraints must be immutable.
 create function mailroom_valid_timezone(tz text) returns boolean
 language sql stable as $$ select exists (select 1 from pg_timezone_names where name = tz) $$;
+
+create function mailroom_check_org_timezone() returns trigger
+language plpgsql as $$
+begin
+    if not mailroom_valid_timezone(new.timezone) then
+        raise exception 'unknown time zone %', new.timezone
+            using errcode = 'check_violation', constraint = 'orgs_timezone_check';
+    end if;
+    return new;
+end $$;
 
 create function mailroom_set_updated_at() returns trigger
 language plpgsql as $$ begin new.updated_at = now(); return new; end $$;
@@ -12,7 +23,7 @@ create table orgs (
     id bigint generated always as identity primary key,
     name text not null check (length(name) between 1 and 200),
     slug text not null unique check (slug ~ '^[a-z0-9][a-z0-9-]{0,62}$'),
-    timezone text not null default 'UTC' check (mailroom_valid_timezone(timezone)),
+    timezone text not null default 'UTC',
     digest_weekday smallint not null default 1 check (digest_weekday between 1 and 7), -- ISO: 1 = Monday
     digest_hour smallint not null default 9 check (digest_hour between 0 and 23),
     from_name text not null,
@@ -22,6 +33,8 @@ create table orgs (
     allow_self_approval boolean not null default false,
     created_at timestamptz not null default now()
 );
+create trigger orgs_timezone before insert or update of timezone on orgs
+    for each row execute function mailroom_check_org_timezone();
 
 create table users (
     id bigint generated always as identity primary key,
@@ -46,6 +59,7 @@ create table sessions (
     foreign key (org_id, user_id) references users (org_id, id) on delete cascade
 );
 create index sessions_expiry on sessions (expires_at);
+create index sessions_user on sessions (org_id, user_id);
 
 -- Generated once and shared by every replica (session key, unsubscribe HMAC keys …).
 create table secrets (
@@ -62,8 +76,8 @@ create table subscribers (
     email text not null,
     email_lower text not null, -- EmailAddress::lower(); case variants may coexist, sends dedupe by it
     name text not null default '',
-    status text not null default 'confirmed'
-        check (status in ('unconfirmed', 'confirmed', 'unsubscribed', 'blocklisted')),
+    -- Opt-outs are not a status: they are rows in suppressions, the one source of truth.
+    status text not null default 'confirmed' check (status in ('unconfirmed', 'confirmed', 'blocklisted')),
     attributes jsonb not null default '{}',
     erased_at timestamptz,
     created_at timestamptz not null default now(),
@@ -125,6 +139,8 @@ create table campaigns (
     submitted_at timestamptz,
     approved_at timestamptz,
     started_at timestamptz,
+    materialized_at timestamptz, -- set in the start transaction once sends exist: 0 recipients ≠ not yet built
+    recipients_total bigint,
     finished_at timestamptz,
     deleted_at timestamptz,
     created_at timestamptz not null default now(),
@@ -133,8 +149,12 @@ create table campaigns (
     foreign key (org_id, author_id) references users (org_id, id),
     foreign key (org_id, last_editor_id) references users (org_id, id),
     foreign key (org_id, approver_id) references users (org_id, id),
-    check (status not in ('approved', 'sending', 'paused', 'sent') or scheduled_for is not null),
-    check (deleted_at is null or status in ('draft', 'sent', 'cancelled'))
+    constraint campaigns_scheduled_once_approved check (status not in ('approved', 'sending', 'paused', 'sent') or scheduled_for is not null),
+    constraint campaigns_approval_recorded check (status not in ('approved', 'sending', 'paused', 'sent')
+           or (approver_id is not null and approved_at is not null and approved_version is not null)),
+    -- four eyes, unless the org allowed self-approval (and then it is marked)
+    constraint campaigns_four_eyes check (approver_id is null or self_approved or (approver_id <> author_id and approver_id <> last_editor_id)),
+    constraint campaigns_soft_delete_states check (deleted_at is null or status in ('draft', 'sent', 'cancelled'))
 );
 create index campaigns_due on campaigns (scheduled_for) where status = 'approved';
 create index campaigns_sending on campaigns (id) where status = 'sending';
@@ -187,7 +207,8 @@ create table digest_sends (
     created_at timestamptz not null default now(),
     unique (org_id, week_key),
     unique (org_id, id),
-    foreign key (org_id, triggered_by) references users (org_id, id)
+    foreign key (org_id, triggered_by) references users (org_id, id),
+    constraint digest_sends_manual_key check ((kind = 'manual') = (week_key like 'manual-%'))
 );
 
 -- The delivery queue: one row per message, keyed by its deterministic job id. Carries typed
@@ -198,6 +219,7 @@ create table deliveries (
     kind text not null check (kind in ('test', 'digest', 'campaign')),
     priority smallint not null check (priority between 0 and 2), -- test 0 > digest 1 > campaign 2
     recipient text not null,
+    email_lower text not null, -- EmailAddress::lower() of recipient, for the suppression re-check
     campaign_id bigint,
     content_version int,
     subscriber_id bigint,
@@ -218,9 +240,8 @@ create table deliveries (
     foreign key (org_id, subscriber_id) references subscribers (org_id, id),
     foreign key (org_id, digest_send_id) references digest_sends (org_id, id),
     foreign key (org_id, user_id) references users (org_id, id),
-    check (kind <> 'campaign' or (campaign_id is not null and content_version is not null and subscriber_id is not null)),
-    check (kind <> 'digest' or (digest_send_id is not null and user_id is not null)),
-    check (kind <> 'test' or campaign_id is not null)
+    constraint deliveries_campaign_refs check (kind <> 'campaign' or (campaign_id is not null and content_version is not null and subscriber_id is not null)),
+    constraint deliveries_digest_refs check (kind <> 'digest' or (digest_send_id is not null and user_id is not null))
 );
 create index deliveries_claim on deliveries (priority, next_attempt_at) where status = 'queued';
 create index deliveries_lease on deliveries (lease_until) where status = 'sending';

@@ -1,7 +1,7 @@
 use std::str::FromStr;
 use std::time::Duration;
 
-use anyhow::{anyhow, Context};
+use anyhow::anyhow;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{ConnectOptions, PgPool};
 
@@ -28,22 +28,31 @@ impl Database {
     pub async fn open(cli: &Cli, migrations: Migrations) -> anyhow::Result<Self> {
         let (options, embedded) = match cli.database_url() {
             // The URL may hold a password: errors name the variable, never its value.
-            Some(url) => (
-                PgConnectOptions::from_str(&url).map_err(|e| anyhow!("DATABASE_URL is not a valid postgres:// URL ({e}); fix it or unset it to use the embedded database"))?,
-                None,
-            ),
+            Some(url) => (parse_url(&url)?, None),
             None => {
                 let pg = EmbeddedPg::open(&cli.data_dir, embedded_pg::Options::default()).await?;
                 (pg.connect_options(embedded_pg::DATABASE), Some(pg))
             }
         };
-        let pool = connect(options).await.context(if embedded.is_some() {
-            "cannot connect to the embedded PostgreSQL"
-        } else {
-            "cannot connect to the database at DATABASE_URL (is it running and reachable, are the credentials right?)"
-        })?;
+        let pool = match connect(options).await {
+            Ok(pool) => pool,
+            Err(e) => {
+                let what = match embedded {
+                    Some(pg) => {
+                        let _ = pg.shutdown().await;
+                        "cannot connect to the embedded PostgreSQL"
+                    }
+                    None => "cannot connect to the database at DATABASE_URL (is it running and reachable, are the credentials right?)",
+                };
+                return Err(e.context(what));
+            }
+        };
         let db = Database { pool, embedded };
-        db.migrate(migrations).await?;
+        if let Err(e) = db.migrate(migrations).await {
+            // Never leave an unowned postmaster behind a failed start.
+            let _ = db.close().await;
+            return Err(e);
+        }
         Ok(db)
     }
 
@@ -61,6 +70,14 @@ impl Database {
         }
         Ok(())
     }
+}
+
+fn parse_url(url: &str) -> anyhow::Result<PgConnectOptions> {
+    let invalid = |why: String| anyhow!("DATABASE_URL is not a valid postgres:// URL ({why}); fix it or unset it to use the embedded database");
+    if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+        return Err(invalid("it must start with postgres:// or postgresql://".into()));
+    }
+    PgConnectOptions::from_str(url).map_err(|e| invalid(e.to_string()))
 }
 
 pub async fn connect(options: PgConnectOptions) -> anyhow::Result<PgPool> {

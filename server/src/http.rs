@@ -77,11 +77,13 @@ async fn same_origin_writes(req: Request<Body>, next: Next) -> Response {
 
 fn is_same_origin(req: &Request<Body>) -> bool {
     let h = req.headers();
-    let host = h.get(header::HOST).and_then(|v| v.to_str().ok());
-    if let Some(origin) = h.get(header::ORIGIN).and_then(|v| v.to_str().ok()) {
-        // "null" (sandboxed frames, some redirects) is never our origin.
-        let authority = origin.split_once("://").map(|(_, a)| a);
-        return authority.is_some() && authority == host;
+    let header_str = |name: &str| h.get(name).and_then(|v| v.to_str().ok());
+    if let Some(origin) = header_str(header::ORIGIN.as_str()) {
+        // "null" (sandboxed frames, some redirects) is never our origin. Behind a reverse proxy
+        // the public host arrives as X-Forwarded-Host; a cross-site page cannot set that header
+        // on a victim's request without a CORS preflight, which we never grant.
+        let Some((_, authority)) = origin.split_once("://") else { return false };
+        return [header_str(header::HOST.as_str()), header_str("x-forwarded-host")].contains(&Some(authority));
     }
     match h.get("sec-fetch-site").and_then(|v| v.to_str().ok()) {
         Some(site) => site == "same-origin" || site == "none",

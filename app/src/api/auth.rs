@@ -23,7 +23,9 @@ pub async fn login(email: String, password: String) -> Result<(), AppError> {
     let pool = super::pool()?;
     let row = db::users::find_for_login(&pool, &email).await?;
     let stored = row.as_ref().map(|r| r.password_hash.clone());
-    // Argon2 is deliberately slow: keep it off the async workers.
+    // Argon2 is deliberately slow and takes ~19 MiB: off the async workers, a few at a time.
+    static VERIFYING: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(4);
+    let _permit = VERIFYING.acquire().await.map_err(|_| AppError::Internal)?;
     let ok = tokio::task::spawn_blocking(move || auth::verify_password(stored.as_deref(), &password))
         .await
         .map_err(|_| AppError::Internal)?;

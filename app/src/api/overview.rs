@@ -36,7 +36,7 @@ pub struct Overview {
 }
 
 #[server(endpoint = "overview")]
-pub async fn overview() -> Result<Overview, AppError> {
+pub async fn get_overview() -> Result<Overview, AppError> {
     let me = super::current_user().await?;
     Ok(crate::db::overview::for_org(&super::pool()?, me.org_id).await?)
 }

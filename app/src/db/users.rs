@@ -54,12 +54,17 @@ pub async fn find_for_login(pool: &PgPool, email: &EmailAddress) -> sqlx::Result
         .await
 }
 
-/// Replaces a user's password hash (by address); false when there is no such user.
+/// Replaces a user's password hash (by address) and ends their sessions, in one statement;
+/// false when there is no such user.
 pub async fn set_password(pool: &PgPool, email: &EmailAddress, password_hash: &str) -> sqlx::Result<bool> {
-    let r = sqlx::query("update users set password_hash = $2 where email_lower = $1")
-        .bind(email.lower())
-        .bind(password_hash)
-        .execute(pool)
-        .await?;
-    Ok(r.rows_affected() == 1)
+    let changed: Option<i64> = sqlx::query_scalar(
+        "with u as (update users set password_hash = $2 where email_lower = $1 returning org_id, id),
+              gone as (delete from sessions s using u where s.org_id = u.org_id and s.user_id = u.id)
+         select id from u",
+    )
+    .bind(email.lower())
+    .bind(password_hash)
+    .fetch_optional(pool)
+    .await?;
+    Ok(changed.is_some())
 }

@@ -17,7 +17,9 @@ const NAV: [(&str, &str); 6] = [
 /// the login page.
 #[component]
 pub fn Layout() -> impl IntoView {
-    let user = Resource::new(|| (), |_| me());
+    // Blocking: the server resolves it before sending the page head, so a signed-out request
+    // gets a real redirect instead of a page that redirects after loading.
+    let user = Resource::new_blocking(|| (), |_| me());
     view! {
         <Suspense fallback=|| view! { <p class="p-8 text-slate-500">"Loading…"</p> }>
             {move || Suspend::new(async move {

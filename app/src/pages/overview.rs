@@ -1,12 +1,12 @@
 use leptos::prelude::*;
 
-use crate::api::overview::{overview, Overview};
+use crate::api::overview::{get_overview, Overview};
 
 const WEEKDAYS: [&str; 7] = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"];
 
 #[component]
 pub fn OverviewPage() -> impl IntoView {
-    let data = Resource::new(|| (), |_| overview());
+    let data = Resource::new(|| (), |_| get_overview());
     view! {
         <Suspense fallback=|| view! { <p>"Loading…"</p> }>
             {move || Suspend::new(async move {

@@ -90,7 +90,8 @@ impl EmbeddedPg {
                 let mut owner = String::new();
                 let _ = file.read_to_string(&mut owner);
                 tracing::info!(owner_pid = owner.trim(), "embedded PostgreSQL is owned by another mailroom process; connecting through its socket");
-                pg.wait_ready(Duration::from_secs(60)).await?;
+                // The owner creates the database after the server is up: wait for the database.
+                pg.wait_ready(DATABASE, Duration::from_secs(60)).await?;
                 pg.takeover = Some(pg.spawn_takeover(lock_path));
             }
         }
@@ -110,6 +111,11 @@ impl EmbeddedPg {
         &self.cluster
     }
 
+    /// The data directory: where the database user's commands start.
+    fn cwd(&self) -> &Path {
+        self.cluster.parent().unwrap_or(Path::new("/"))
+    }
+
     pub async fn is_owner(&self) -> bool {
         self.lock.lock().await.is_some()
     }
@@ -126,7 +132,7 @@ impl EmbeddedPg {
         let bin = binaries::find(Some(&self.major()?))?;
         let out = self
             .run_as
-            .command(&bin.join("pg_ctl"))
+            .command(&bin.join("pg_ctl"), self.cwd())
             .arg("-D")
             .arg(&self.cluster)
             .args(["-m", "fast", "-w", "-t", "60", "-s", "stop"])
@@ -141,18 +147,35 @@ impl EmbeddedPg {
         Ok(())
     }
 
+    /// Takes ownership with `lock` held; on failure the lock is released again, so another
+    /// process can try.
     async fn become_owner(&mut self, mut lock: Flock<File>) -> Result<(), PgError> {
-        lock.set_len(0).and_then(|_| lock.rewind()).and_then(|_| writeln!(lock, "{}", std::process::id()))
+        lock.set_len(0)
+            .and_then(|_| lock.rewind())
+            .and_then(|_| writeln!(lock, "{}", std::process::id()))
             .map_err(|e| PgError::Io(format!("cannot write the lock file: {e}")))?;
         *self.lock.lock().await = Some(lock);
+        let result = self.start_as_owner().await;
+        if result.is_err() {
+            *self.lock.lock().await = None;
+        }
+        result
+    }
+
+    async fn start_as_owner(&mut self) -> Result<(), PgError> {
         ensure_cluster(&self.cluster, &self.run_as, self.options).await?;
         let bin = binaries::find(Some(&self.major()?))?;
         if self.running(&bin).await? {
             tracing::info!(cluster = %self.cluster.display(), "adopting the running PostgreSQL of a previous owner");
+            if self.wait_ready("postgres", Duration::from_secs(15)).await.is_err() {
+                // A stale pid file or a postmaster shutting down: start it properly.
+                tracing::warn!("the adopted PostgreSQL does not answer; starting it");
+                self.start(&bin).await?;
+            }
         } else {
             self.start(&bin).await?;
         }
-        self.wait_ready(Duration::from_secs(60)).await?;
+        self.wait_ready("postgres", Duration::from_secs(60)).await?;
         self.create_database().await
     }
 
@@ -165,7 +188,7 @@ impl EmbeddedPg {
     async fn running(&self, bin: &Path) -> Result<bool, PgError> {
         let status = self
             .run_as
-            .command(&bin.join("pg_ctl"))
+            .command(&bin.join("pg_ctl"), self.cwd())
             .arg("-D")
             .arg(&self.cluster)
             .arg("status")
@@ -179,11 +202,15 @@ impl EmbeddedPg {
         let log = self.cluster.join("server.log");
         let out = self
             .run_as
-            .command(&bin.join("pg_ctl"))
+            .command(&bin.join("pg_ctl"), self.cwd())
             .arg("-D")
             .arg(&self.cluster)
             .arg("-l")
             .arg(&log)
+            // The socket directory is given at every start (not frozen in postgresql.conf), so a
+            // moved data directory still works. pg_ctl hands -o to a shell: quote it.
+            .arg("-o")
+            .arg(format!("-k {}", shell_quote(&self.cluster.to_string_lossy())))
             .args(["-w", "-t", "60", "-s", "start"])
             .output()
             .await
@@ -201,9 +228,9 @@ impl EmbeddedPg {
         Ok(())
     }
 
-    async fn wait_ready(&self, limit: Duration) -> Result<(), PgError> {
+    async fn wait_ready(&self, database: &str, limit: Duration) -> Result<(), PgError> {
         let deadline = tokio::time::Instant::now() + limit;
-        let opts = self.connect_options("postgres").disable_statement_logging();
+        let opts = self.connect_options(database).disable_statement_logging();
         loop {
             match opts.connect().await {
                 Ok(c) => {
@@ -243,10 +270,12 @@ impl EmbeddedPg {
                 let Ok(file) = OpenOptions::new().read(true).write(true).open(&lock_path) else { continue };
                 if let Ok(lock) = Flock::lock(file, FlockArg::LockExclusiveNonblock) {
                     match me.become_owner(lock).await {
-                        Ok(()) => tracing::info!("took over the embedded PostgreSQL from a stopped owner"),
-                        Err(e) => tracing::error!(error = %e, "could not take over the embedded PostgreSQL"),
+                        Ok(()) => {
+                            tracing::info!("took over the embedded PostgreSQL from a stopped owner");
+                            return;
+                        }
+                        Err(e) => tracing::error!(error = %e, "could not take over the embedded PostgreSQL; will retry"),
                     }
-                    return;
                 }
             }
         })
@@ -297,11 +326,10 @@ async fn ensure_cluster(cluster: &Path, run_as: &RunAs, options: Options) -> Res
         return Ok(());
     }
     let parent = cluster.parent().unwrap_or(Path::new("."));
-    let scratch = parent.join("postgres.initdb");
     let io = |what: &str, e: std::io::Error| PgError::Io(format!("{what}: {e}"));
-    if scratch.exists() {
-        std::fs::remove_dir_all(&scratch).map_err(|e| io("cannot remove an unfinished initdb", e))?;
-    }
+    remove_dead_scratch_dirs(parent).map_err(|e| io("cannot remove an unfinished initdb", e))?;
+    // Named for our pid: an initdb orphaned by a killed mailroom may still be writing its own.
+    let scratch = parent.join(format!("postgres.initdb.{}", std::process::id()));
     if cluster.exists() {
         // A directory without PG_VERSION is not a cluster we made; never delete it silently.
         return Err(PgError::DataDir(format!(
@@ -313,7 +341,7 @@ async fn ensure_cluster(cluster: &Path, run_as: &RunAs, options: Options) -> Res
     run_as.own(&scratch)?;
     let bin = binaries::find(None)?;
     tracing::info!(cluster = %cluster.display(), bin = %bin.display(), "creating the embedded PostgreSQL cluster");
-    let mut cmd = run_as.command(&bin.join("initdb"));
+    let mut cmd = run_as.command(&bin.join("initdb"), parent);
     cmd.arg("-D").arg(&scratch).args(["-U", SUPERUSER, "--auth=trust", "-E", "UTF8", "--no-locale"]);
     if options.fast {
         cmd.arg("--no-sync");
@@ -324,10 +352,7 @@ async fn ensure_cluster(cluster: &Path, run_as: &RunAs, options: Options) -> Res
         return Err(PgError::Command(format!("initdb failed: {}", String::from_utf8_lossy(&out.stderr).trim())));
     }
     // Only reachable through the socket inside the cluster directory (mode 0700).
-    let mut conf = format!(
-        "\n# mailroom\nlisten_addresses = ''\nunix_socket_directories = '{}'\nport = {PORT}\nmax_connections = 200\n",
-        cluster.display()
-    );
+    let mut conf = format!("\n# mailroom\nlisten_addresses = ''\nport = {PORT}\nmax_connections = 200\n");
     if options.fast {
         conf.push_str("fsync = off\nsynchronous_commit = off\nfull_page_writes = off\n");
     }
@@ -337,4 +362,21 @@ async fn ensure_cluster(cluster: &Path, run_as: &RunAs, options: Options) -> Res
         .and_then(|mut f| f.write_all(conf.as_bytes()))
         .map_err(|e| io("cannot write postgresql.conf", e))?;
     std::fs::rename(&scratch, cluster).map_err(|e| io("cannot move the new cluster into place", e))
+}
+
+/// Removes `postgres.initdb.<pid>` directories whose process is gone (a killed first start).
+fn remove_dead_scratch_dirs(parent: &Path) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(parent)?.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(|n| n.strip_prefix("postgres.initdb.")) else { continue };
+        let alive = pid.parse::<u32>().is_ok_and(|p| p != std::process::id() && Path::new(&format!("/proc/{p}")).exists());
+        if !alive {
+            std::fs::remove_dir_all(entry.path())?;
+        }
+    }
+    Ok(())
+}
+
+fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "'\\''"))
 }

@@ -26,8 +26,11 @@ impl RunAs {
         Ok(RunAs { uid: user.uid, gid: user.gid, dropped: true })
     }
 
-    pub fn command(&self, program: &Path) -> tokio::process::Command {
+    /// A command for the database user, started in `cwd` (initdb and pg_ctl re-enter their
+    /// starting directory, which the database user may not be allowed to, e.g. /root).
+    pub fn command(&self, program: &Path, cwd: &Path) -> tokio::process::Command {
         let mut cmd = tokio::process::Command::new(program);
+        cmd.current_dir(cwd);
         if self.dropped {
             cmd.uid(self.uid.as_raw()).gid(self.gid.as_raw());
         }

@@ -115,6 +115,17 @@ async fn cross_site_writes_are_refused() {
         assert_eq!(r.status(), 403, "{name}: {value}");
         assert!(r.headers().get("set-cookie").is_none());
     }
+    // Behind a reverse proxy the public host comes as X-Forwarded-Host: same origin, accepted.
+    let r = evil
+        .post(format!("{}/api/login", app.base))
+        .header("origin", "https://mail.example.com")
+        .header("x-forwarded-host", "mail.example.com")
+        .form(&[("email", users[0].1.as_str()), ("password", users[0].2.as_str())])
+        .send()
+        .await
+        .unwrap();
+    assert_ne!(r.status(), 403);
+    assert!(r.headers().get("set-cookie").is_some());
     // Reads stay open (the page itself, health).
     assert_eq!(evil.get(format!("{}/login", app.base)).header("origin", "http://evil.example").send().await.unwrap().status(), 200);
 }
@@ -158,4 +169,20 @@ async fn server_errors_reach_the_browser_without_internals() {
     assert_eq!(status, 500);
     assert!(body.contains("Internal"), "{body}");
     assert!(!body.contains("suppressions") && !body.contains("relation"), "{body}");
+}
+
+#[tokio::test]
+async fn a_password_change_ends_the_users_sessions() {
+    let pool = test_db().await;
+    let (_, users) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let app = spawn_app(pool.clone()).await;
+    let c = client(&app);
+    app.login(&c, &users[0].1, &users[0].2).await;
+    assert_eq!(app.call(&c, "overview").await.0, 200);
+    let email = app::domain::EmailAddress::parse(&users[0].1).unwrap();
+    assert!(app::db::users::set_password(&pool, &email, &app::auth::hash_password("a new password!").unwrap()).await.unwrap());
+    let (_, body) = app.call(&c, "overview").await;
+    assert!(body.contains("NotSignedIn"), "{body}");
+    let nobody = app::domain::EmailAddress::parse("nobody@acme.example").unwrap();
+    assert!(!app::db::users::set_password(&pool, &nobody, "h").await.unwrap());
 }

@@ -9,3 +9,4 @@ mod http_auth;
 mod migrations;
 mod procs;
 mod schema;
+mod smtp_sink;

@@ -76,14 +76,14 @@ async fn campaign_and_delivery_invariants_are_enforced_by_the_schema() {
     tx.commit().await.unwrap();
     // approved without a schedule
     let e = sqlx::query("update campaigns set status = 'approved' where id = $1").bind(cid).execute(&pool).await.unwrap_err();
-    assert!(e.to_string().contains("campaigns_check"), "{e}");
+    assert!(e.to_string().contains("campaigns_scheduled_once_approved") || e.to_string().contains("campaigns_approval_recorded"), "{e}");
     // a campaign delivery without its typed references
-    let e = sqlx::query("insert into deliveries (job_id, org_id, kind, priority, recipient) values ('campaign:1:1', $1, 'campaign', 2, 'a@b.org')")
+    let e = sqlx::query("insert into deliveries (job_id, org_id, kind, priority, recipient, email_lower) values ('campaign:1:1', $1, 'campaign', 2, 'a@b.org', 'a@b.org')")
         .bind(org)
         .execute(&pool)
         .await
         .unwrap_err();
-    assert!(e.to_string().contains("deliveries_check"), "{e}");
+    assert!(e.to_string().contains("deliveries_campaign_refs"), "{e}");
     // a malformed digest week key
     let e = sqlx::query(
         "insert into digest_sends (org_id, week_key, kind, covers_week, scheduled_at, period_start, period_end)
@@ -94,4 +94,30 @@ async fn campaign_and_delivery_invariants_are_enforced_by_the_schema() {
     .await
     .unwrap_err();
     assert!(e.to_string().contains("week_key"), "{e}");
+    // a manual resend key cannot occupy a scheduled week's slot (nor the reverse)
+    let e = sqlx::query(
+        "insert into digest_sends (org_id, week_key, kind, covers_week, scheduled_at, period_start, period_end)
+         values ($1, '2026-W28', 'manual', '2026-W28', now(), now(), now())",
+    )
+    .bind(org)
+    .execute(&pool)
+    .await
+    .unwrap_err();
+    assert!(e.to_string().contains("digest_sends_manual_key"), "{e}");
+}
+
+#[tokio::test]
+async fn four_eyes_is_enforced_by_the_schema_unless_self_approval_is_marked() {
+    let pool = test_db().await;
+    let (org, users) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let mut tx = pool.begin().await.unwrap();
+    let cid = app::db::campaigns::create_draft(&mut tx, app::db::campaigns::NewDraft { org_id: org, author_id: users[0].0, name: "C", subject: "s", body: "b", list_ids: &[] })
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    let approve = "update campaigns set status = 'approved', approver_id = author_id, approved_at = now(), approved_version = 1,
+                   scheduled_for = now(), self_approved = $2 where id = $1";
+    let e = sqlx::query(approve).bind(cid).bind(false).execute(&pool).await.unwrap_err();
+    assert!(e.to_string().contains("campaigns_four_eyes"), "{e}");
+    sqlx::query(approve).bind(cid).bind(true).execute(&pool).await.expect("marked self-approval is allowed");
 }
