@@ -52,13 +52,13 @@ fn Signed(user: CurrentUser) -> impl IntoView {
                     .collect_view()}
             </nav>
             <div class="flex-1">
-                <header class="flex items-center justify-end gap-4 border-b bg-white px-6 py-3 text-sm">
+                <header class="flex items-center justify-end gap-4 border-b border-slate-200 bg-white px-6 py-3 text-sm">
                     <span id="whoami">
                         {user.name.clone()} " · " <span class="text-slate-500">{user.org_name.clone()}</span>
                         " · " <span class="text-slate-500">{user.role.to_string()}</span>
                     </span>
                     <ActionForm action=logout>
-                        <button id="logout" type="submit" class="rounded border px-3 py-1 hover:bg-slate-100">
+                        <button id="logout" type="submit" class="rounded border border-slate-300 px-3 py-1 hover:bg-slate-100">
                             "Sign out"
                         </button>
                     </ActionForm>

@@ -14,12 +14,12 @@ pub fn LoginPage() -> impl IntoView {
                     <label class="block">
                         <span class="text-sm text-slate-600">"E-mail address"</span>
                         <input name="email" type="email" required autocomplete="username"
-                            class="mt-1 w-full rounded border px-3 py-2"/>
+                            class="mt-1 w-full rounded border border-slate-300 px-3 py-2"/>
                     </label>
                     <label class="block">
                         <span class="text-sm text-slate-600">"Password"</span>
                         <input name="password" type="password" required autocomplete="current-password"
-                            class="mt-1 w-full rounded border px-3 py-2"/>
+                            class="mt-1 w-full rounded border border-slate-300 px-3 py-2"/>
                     </label>
                     <Show when=move || error().is_some()>
                         <p id="login-error" role="alert" class="rounded bg-red-50 px-3 py-2 text-sm text-red-700">

@@ -54,7 +54,7 @@ fn Figures(o: Overview) -> impl IntoView {
             <Card label="In the queue now" value=o.queued_now.to_string()/>
         </div>
         <h2 class="mt-8 mb-2 text-lg font-semibold">"Recent activity"</h2>
-        <ul class="rounded-lg bg-white shadow divide-y text-sm">
+        <ul class="rounded-lg bg-white shadow divide-y divide-slate-100 text-sm">
             {if o.recent.is_empty() {
                 view! { <li class="p-3 text-slate-500">"Nothing yet."</li> }.into_any()
             } else {

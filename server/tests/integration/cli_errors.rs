@@ -29,7 +29,7 @@ fn a_bad_database_url_is_named_without_echoing_secrets() {
     one_line_naming(&stderr, &["DATABASE_URL is not a valid postgres:// URL"]);
     assert!(!stderr.contains("s3cretpw"));
 
-    let (status, _, stderr) = run(&["migrate"], &[("DATABASE_URL", "postgres://u:s3cretpw@127.0.0.1:1/x?connect_timeout=2")]);
+    let (status, _, stderr) = run(&["migrate"], &[("DATABASE_URL", "postgres://u:s3cretpw@127.0.0.1:1/x")]);
     assert!(!status.success());
     one_line_naming(&stderr, &["cannot connect to the database at DATABASE_URL"]);
     assert!(!stderr.contains("s3cretpw"));
