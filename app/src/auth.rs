@@ -1,6 +1,8 @@
 //! Passwords and session tokens (server only).
 
-use argon2::password_hash::{rand_core::OsRng, PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
+use argon2::password_hash::{
+    rand_core::OsRng, PasswordHash, PasswordHasher, PasswordVerifier, SaltString,
+};
 use argon2::Argon2;
 use base64::Engine;
 use sha2::{Digest, Sha256};
@@ -11,7 +13,9 @@ pub const SESSION_TTL_SECONDS: i64 = 7 * 24 * 3600;
 
 pub fn hash_password(password: &str) -> Result<String, argon2::password_hash::Error> {
     let salt = SaltString::generate(&mut OsRng);
-    Ok(Argon2::default().hash_password(password.as_bytes(), &salt)?.to_string())
+    Ok(Argon2::default()
+        .hash_password(password.as_bytes(), &salt)?
+        .to_string())
 }
 
 /// Verifies a password against a stored hash. With no stored hash (unknown address) it still
@@ -24,7 +28,11 @@ pub fn verify_password(stored: Option<&str>, password: &str) -> bool {
         None => (dummy.as_str(), false),
     };
     let ok = PasswordHash::new(hash)
-        .map(|parsed| Argon2::default().verify_password(password.as_bytes(), &parsed).is_ok())
+        .map(|parsed| {
+            Argon2::default()
+                .verify_password(password.as_bytes(), &parsed)
+                .is_ok()
+        })
         .unwrap_or(false);
     ok && real
 }
@@ -80,7 +88,10 @@ mod tests {
         assert_ne!(a, new_session_token());
         assert_eq!(hash_token(&a).len(), 32);
         let mut h = http::HeaderMap::new();
-        h.append(http::header::COOKIE, format!("x=1; {SESSION_COOKIE}={a}; y=2").parse().unwrap());
+        h.append(
+            http::header::COOKIE,
+            format!("x=1; {SESSION_COOKIE}={a}; y=2").parse().unwrap(),
+        );
         assert_eq!(token_from_headers(&h).as_deref(), Some(a.as_str()));
         assert!(session_cookie(Some(&a), true).contains("HttpOnly; SameSite=Lax"));
         assert!(session_cookie(None, false).contains("Max-Age=0"));

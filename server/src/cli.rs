@@ -10,16 +10,32 @@ use crate::telemetry::LogFormat;
 #[command(name = "mailroom", version, about)]
 pub struct Cli {
     /// Where Mailroom keeps its embedded PostgreSQL cluster and captured mail.
-    #[arg(long, global = true, env = "MAILROOM_DATA_DIR", default_value = "./mailroom-data")]
+    #[arg(
+        long,
+        global = true,
+        env = "MAILROOM_DATA_DIR",
+        default_value = "./mailroom-data"
+    )]
     pub data_dir: PathBuf,
 
     /// An existing PostgreSQL database (postgres://…). Unset: the embedded cluster under
     /// --data-dir. `DATABASE_URL` is read too.
-    #[arg(long, global = true, env = "MAILROOM_DATABASE_URL", hide_env_values = true)]
+    #[arg(
+        long,
+        global = true,
+        env = "MAILROOM_DATABASE_URL",
+        hide_env_values = true
+    )]
     pub database_url: Option<String>,
 
     /// Log format.
-    #[arg(long, global = true, env = "MAILROOM_LOG_FORMAT", value_enum, default_value = "text")]
+    #[arg(
+        long,
+        global = true,
+        env = "MAILROOM_LOG_FORMAT",
+        value_enum,
+        default_value = "text"
+    )]
     pub log_format: LogFormat,
 
     #[command(subcommand)]

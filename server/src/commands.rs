@@ -15,7 +15,13 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Worker(args) => {
             let shutdown = Shutdown::on_signals()?;
             let db = Database::open(&cli, Migrations::Tolerant).await?;
-            worker::run(db.pool.clone(), args.clone(), worker::Mode::Worker, shutdown).await;
+            worker::run(
+                db.pool.clone(),
+                args.clone(),
+                worker::Mode::Worker,
+                shutdown,
+            )
+            .await;
             db.close().await
         }
         Command::Migrate => {
@@ -52,9 +58,14 @@ async fn serve(cli: &Cli, args: &ServeArgs) -> anyhow::Result<()> {
     let started = std::time::Instant::now();
     let shutdown = Shutdown::on_signals()?;
     // Bind first: a port in use is reported before any database work starts.
-    let listener = tokio::net::TcpListener::bind(args.listen).await.map_err(|e| {
-        anyhow!("cannot listen on {}: {e}: choose another address with --listen or MAILROOM_LISTEN", args.listen)
-    })?;
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .map_err(|e| {
+            anyhow!(
+                "cannot listen on {}: {e}: choose another address with --listen or MAILROOM_LISTEN",
+                args.listen
+            )
+        })?;
     let addr = listener.local_addr()?;
     let site_root = site_root(args.site_root.clone())?;
     let db = Database::open(cli, Migrations::Tolerant).await?;
@@ -64,17 +75,35 @@ async fn serve(cli: &Cli, args: &ServeArgs) -> anyhow::Result<()> {
         .site_pkg_dir("pkg")
         .site_addr(addr)
         // DEV (set by `cargo leptos watch`) injects the live-reload client; never in production.
-        .env(if std::env::var("LEPTOS_ENV").is_ok_and(|v| v.eq_ignore_ascii_case("dev")) { Env::DEV } else { Env::PROD })
+        .env(
+            if std::env::var("LEPTOS_ENV").is_ok_and(|v| v.eq_ignore_ascii_case("dev")) {
+                Env::DEV
+            } else {
+                Env::PROD
+            },
+        )
         .build();
     let app = http::router(
-        http::AppState { leptos_options: options, pool: db.pool.clone() },
-        app::api::ApiConfig { secure_cookies: args.secure_cookies },
+        http::AppState {
+            leptos_options: options,
+            pool: db.pool.clone(),
+        },
+        app::api::ApiConfig {
+            secure_cookies: args.secure_cookies,
+        },
     );
-    let workers = tokio::spawn(worker::run(db.pool.clone(), args.worker.clone(), worker::Mode::Serve, shutdown.clone()));
+    let workers = tokio::spawn(worker::run(
+        db.pool.clone(),
+        args.worker.clone(),
+        worker::Mode::Serve,
+        shutdown.clone(),
+    ));
     tracing::info!(elapsed_ms = started.elapsed().as_millis() as u64, "ready");
     println!("Mailroom is ready at http://{addr}");
     let stop = shutdown.clone();
-    let served = axum::serve(listener, app).with_graceful_shutdown(async move { stop.requested().await }).await;
+    let served = axum::serve(listener, app)
+        .with_graceful_shutdown(async move { stop.requested().await })
+        .await;
     let _ = workers.await;
     db.close().await?;
     served.context("the HTTP server failed")
@@ -86,7 +115,11 @@ fn site_root(flag: Option<PathBuf>) -> anyhow::Result<PathBuf> {
     let candidates = flag
         .into_iter()
         .chain(std::env::var_os("LEPTOS_SITE_ROOT").map(PathBuf::from))
-        .chain(std::env::current_exe().ok().and_then(|exe| Some(exe.parent()?.parent()?.join("site"))))
+        .chain(
+            std::env::current_exe()
+                .ok()
+                .and_then(|exe| Some(exe.parent()?.parent()?.join("site"))),
+        )
         .chain(Some(PathBuf::from("target/site")));
     let mut tried = Vec::new();
     for dir in candidates {
@@ -102,20 +135,38 @@ fn site_root(flag: Option<PathBuf>) -> anyhow::Result<PathBuf> {
 }
 
 async fn user_add(db: &Database, args: &UserAddArgs) -> anyhow::Result<()> {
-    let email = app::domain::EmailAddress::parse(&args.email).map_err(|e| anyhow!("--email: {e}"))?;
-    let role: app::domain::Role = args.role.parse().map_err(|e: String| anyhow!("--role: {e}"))?;
+    let email =
+        app::domain::EmailAddress::parse(&args.email).map_err(|e| anyhow!("--email: {e}"))?;
+    let role: app::domain::Role = args
+        .role
+        .parse()
+        .map_err(|e: String| anyhow!("--role: {e}"))?;
     let org_id = app::db::orgs::id_by_slug(&db.pool, &args.org)
         .await?
-        .ok_or_else(|| anyhow!("--org: there is no organisation with the short name “{}”", args.org))?;
+        .ok_or_else(|| {
+            anyhow!(
+                "--org: there is no organisation with the short name “{}”",
+                args.org
+            )
+        })?;
     let (password, generated) = match &args.password {
         Some(p) if p.chars().count() >= 10 => (p.clone(), false),
         Some(_) => return Err(anyhow!("--password: use at least 10 characters")),
         None => (demo::new_password(), true),
     };
-    let hash = app::auth::hash_password(&password).map_err(|e| anyhow!("cannot hash the password: {e}"))?;
+    let hash = app::auth::hash_password(&password)
+        .map_err(|e| anyhow!("cannot hash the password: {e}"))?;
     let mut tx = db.pool.begin().await?;
-    let user = app::db::users::NewUser { org_id, email: &email, name: &args.name, role, password_hash: &hash };
-    let id = app::db::users::create(&mut tx, user).await.map_err(|e| anyhow!("{e}"))?;
+    let user = app::db::users::NewUser {
+        org_id,
+        email: &email,
+        name: &args.name,
+        role,
+        password_hash: &hash,
+    };
+    let id = app::db::users::create(&mut tx, user)
+        .await
+        .map_err(|e| anyhow!("{e}"))?;
     app::db::audit::record(
         &mut tx,
         app::db::audit::Entry {
@@ -125,13 +176,18 @@ async fn user_add(db: &Database, args: &UserAddArgs) -> anyhow::Result<()> {
             object_type: "user",
             object_id: Some(id.to_string()),
             before: None,
-            after: Some(serde_json::json!({ "email": email.as_str(), "role": role.as_str(), "via": "cli" })),
+            after: Some(
+                serde_json::json!({ "email": email.as_str(), "role": role.as_str(), "via": "cli" }),
+            ),
         },
     )
     .await?;
     tx.commit().await?;
     if generated {
-        println!("added {email} ({role}) to {}; password (shown once): {password}", args.org);
+        println!(
+            "added {email} ({role}) to {}; password (shown once): {password}",
+            args.org
+        );
     } else {
         println!("added {email} ({role}) to {}", args.org);
     }
@@ -139,9 +195,11 @@ async fn user_add(db: &Database, args: &UserAddArgs) -> anyhow::Result<()> {
 }
 
 async fn user_password(db: &Database, args: &UserPasswordArgs) -> anyhow::Result<()> {
-    let email = app::domain::EmailAddress::parse(&args.email).map_err(|e| anyhow!("--email: {e}"))?;
+    let email =
+        app::domain::EmailAddress::parse(&args.email).map_err(|e| anyhow!("--email: {e}"))?;
     let password = demo::new_password();
-    let hash = app::auth::hash_password(&password).map_err(|e| anyhow!("cannot hash the password: {e}"))?;
+    let hash = app::auth::hash_password(&password)
+        .map_err(|e| anyhow!("cannot hash the password: {e}"))?;
     if !app::db::users::set_password(&db.pool, &email, &hash).await? {
         return Err(anyhow!("--email: there is no user {email}"));
     }

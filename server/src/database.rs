@@ -73,9 +73,13 @@ impl Database {
 }
 
 fn parse_url(url: &str) -> anyhow::Result<PgConnectOptions> {
-    let invalid = |why: String| anyhow!("DATABASE_URL is not a valid postgres:// URL ({why}); fix it or unset it to use the embedded database");
+    let invalid = |why: String| {
+        anyhow!("DATABASE_URL is not a valid postgres:// URL ({why}); fix it or unset it to use the embedded database")
+    };
     if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
-        return Err(invalid("it must start with postgres:// or postgresql://".into()));
+        return Err(invalid(
+            "it must start with postgres:// or postgresql://".into(),
+        ));
     }
     PgConnectOptions::from_str(url).map_err(|e| invalid(e.to_string()))
 }

@@ -20,7 +20,11 @@ impl fmt::Display for DemoLogins {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "Demo logins (passwords are shown only this once):")?;
         for l in &self.0 {
-            writeln!(f, "  {:<8} {:<7} {:<28} {}", l.org, l.role, l.email, l.password)?;
+            writeln!(
+                f,
+                "  {:<8} {:<7} {:<28} {}",
+                l.org, l.role, l.email, l.password
+            )?;
         }
         Ok(())
     }
@@ -30,7 +34,9 @@ impl fmt::Display for DemoLogins {
 pub fn new_password() -> String {
     const ALPHABET: &[u8] = b"abcdefghjkmnpqrstuvwxyzABCDEFGHJKLMNPQRSTUVWXYZ23456789";
     let mut rng = rand::thread_rng();
-    (0..16).map(|_| ALPHABET[rng.gen_range(0..ALPHABET.len())] as char).collect()
+    (0..16)
+        .map(|_| ALPHABET[rng.gen_range(0..ALPHABET.len())] as char)
+        .collect()
 }
 
 struct OrgSpec {
@@ -49,7 +55,11 @@ const ORGS: [OrgSpec; 2] = [
         timezone: "Europe/Berlin",
         domain: "acme.example",
         subscribers: 3000,
-        users: &[("olivia", "Olivia Owner", Role::Owner), ("adam", "Adam Admin", Role::Admin), ("vera", "Vera Viewer", Role::Viewer)],
+        users: &[
+            ("olivia", "Olivia Owner", Role::Owner),
+            ("adam", "Adam Admin", Role::Admin),
+            ("vera", "Vera Viewer", Role::Viewer),
+        ],
     },
     OrgSpec {
         slug: "globex",
@@ -57,12 +67,23 @@ const ORGS: [OrgSpec; 2] = [
         timezone: "America/New_York",
         domain: "globex.example",
         subscribers: 1200,
-        users: &[("grace", "Grace Owner", Role::Owner), ("hank", "Hank Admin", Role::Admin)],
+        users: &[
+            ("grace", "Grace Owner", Role::Owner),
+            ("hank", "Hank Admin", Role::Admin),
+        ],
     },
 ];
 
-const MAIL_DOMAINS: [&str; 5] = ["example.com", "mail.example.org", "post.example.net", "inbox.example.io", "example.de"];
-const FIRST: [&str; 12] = ["ann", "ben", "chloé", "dev", "eva", "finn", "gus", "hana", "ivan", "jürgen", "kim", "lena"];
+const MAIL_DOMAINS: [&str; 5] = [
+    "example.com",
+    "mail.example.org",
+    "post.example.net",
+    "inbox.example.io",
+    "example.de",
+];
+const FIRST: [&str; 12] = [
+    "ann", "ben", "chloé", "dev", "eva", "finn", "gus", "hana", "ivan", "jürgen", "kim", "lena",
+];
 
 /// Seeds the two demo organisations in one transaction, unless they exist. Returns the logins.
 pub async fn seed(pool: &PgPool) -> anyhow::Result<Option<DemoLogins>> {
@@ -75,23 +96,54 @@ pub async fn seed(pool: &PgPool) -> anyhow::Result<Option<DemoLogins>> {
         let from = format!("news@{}", spec.domain);
         let org_id = db::orgs::create(
             &mut tx,
-            db::orgs::NewOrg { name: spec.name, slug: spec.slug, timezone: spec.timezone, from_name: spec.name, from_address: &from },
+            db::orgs::NewOrg {
+                name: spec.name,
+                slug: spec.slug,
+                timezone: spec.timezone,
+                from_name: spec.name,
+                from_address: &from,
+            },
         )
         .await?;
         let mut owner = None;
         for (local, name, role) in spec.users {
-            let email = EmailAddress::parse(&format!("{local}@{}", spec.domain)).map_err(|e| anyhow!("{e}"))?;
+            let email = EmailAddress::parse(&format!("{local}@{}", spec.domain))
+                .map_err(|e| anyhow!("{e}"))?;
             let password = new_password();
-            let hash = app::auth::hash_password(&password).map_err(|e| anyhow!("cannot hash a password: {e}"))?;
-            let id = db::users::create(&mut tx, db::users::NewUser { org_id, email: &email, name, role: *role, password_hash: &hash }).await?;
+            let hash = app::auth::hash_password(&password)
+                .map_err(|e| anyhow!("cannot hash a password: {e}"))?;
+            let id = db::users::create(
+                &mut tx,
+                db::users::NewUser {
+                    org_id,
+                    email: &email,
+                    name,
+                    role: *role,
+                    password_hash: &hash,
+                },
+            )
+            .await?;
             owner.get_or_insert(id);
-            logins.push(Login { org: spec.slug.into(), email: email.to_string(), role: *role, password });
+            logins.push(Login {
+                org: spec.slug.into(),
+                email: email.to_string(),
+                role: *role,
+                password,
+            });
         }
         let owner = owner.ok_or_else(|| anyhow!("a demo organisation needs a user"))?;
         seed_audience(&mut tx, org_id, owner, spec.subscribers).await?;
         db::audit::record(
             &mut tx,
-            db::audit::Entry { org_id, actor_id: None, action: "demo.seed", object_type: "org", object_id: Some(org_id.to_string()), before: None, after: None },
+            db::audit::Entry {
+                org_id,
+                actor_id: None,
+                action: "demo.seed",
+                object_type: "org",
+                object_id: Some(org_id.to_string()),
+                before: None,
+                after: None,
+            },
         )
         .await?;
     }
@@ -101,7 +153,12 @@ pub async fn seed(pool: &PgPool) -> anyhow::Result<Option<DemoLogins>> {
 
 /// Subscribers over three overlapping lists, with case-variant duplicates of some addresses
 /// (the same person imported twice in different spelling), a few suppressions, and a draft.
-async fn seed_audience(conn: &mut sqlx::PgConnection, org_id: i64, owner: i64, count: usize) -> anyhow::Result<()> {
+async fn seed_audience(
+    conn: &mut sqlx::PgConnection,
+    org_id: i64,
+    owner: i64,
+    count: usize,
+) -> anyhow::Result<()> {
     let mut people = Vec::with_capacity(count + count / 25);
     for i in 0..count {
         let first = FIRST[i % FIRST.len()];
@@ -110,20 +167,36 @@ async fn seed_audience(conn: &mut sqlx::PgConnection, org_id: i64, owner: i64, c
         people.push((email, format!("{} {i}", capitalise(first))));
         if i % 25 == 0 {
             // Same mailbox, other letter case: a different subscriber row, one recipient.
-            let variant = EmailAddress::parse(&address.to_uppercase()).map_err(|e| anyhow!("{e}"))?;
+            let variant =
+                EmailAddress::parse(&address.to_uppercase()).map_err(|e| anyhow!("{e}"))?;
             people.push((variant, format!("{} {i} (old import)", capitalise(first))));
         }
     }
     let ids = db::audience::insert_subscribers(conn, org_id, &people).await?;
-    let pick = |m: usize| ids.iter().enumerate().filter(|(i, _)| i % m == 0).map(|(_, id)| *id).collect::<Vec<_>>();
+    let pick = |m: usize| {
+        ids.iter()
+            .enumerate()
+            .filter(|(i, _)| i % m == 0)
+            .map(|(_, id)| *id)
+            .collect::<Vec<_>>()
+    };
     let newsletter = db::audience::create_list(conn, org_id, "Newsletter").await?;
     let product = db::audience::create_list(conn, org_id, "Product updates").await?;
     let beta = db::audience::create_list(conn, org_id, "Beta testers").await?;
     db::audience::add_members(conn, org_id, newsletter, &pick(2)).await?;
     db::audience::add_members(conn, org_id, product, &pick(3)).await?;
     db::audience::add_members(conn, org_id, beta, &pick(7)).await?;
-    for (n, (email, _)) in people.iter().enumerate().filter(|(n, _)| n % 97 == 5).take(20) {
-        let reason = if n % 2 == 0 { "unsubscribed" } else { "hard_bounce" };
+    for (n, (email, _)) in people
+        .iter()
+        .enumerate()
+        .filter(|(n, _)| n % 97 == 5)
+        .take(20)
+    {
+        let reason = if n % 2 == 0 {
+            "unsubscribed"
+        } else {
+            "hard_bounce"
+        };
         db::audience::suppress(conn, org_id, email, reason, "demo").await?;
     }
     db::campaigns::create_draft(
@@ -143,5 +216,7 @@ async fn seed_audience(conn: &mut sqlx::PgConnection, org_id: i64, owner: i64, c
 
 fn capitalise(s: &str) -> String {
     let mut c = s.chars();
-    c.next().map(|f| f.to_uppercase().chain(c).collect()).unwrap_or_default()
+    c.next()
+        .map(|f| f.to_uppercase().chain(c).collect())
+        .unwrap_or_default()
 }

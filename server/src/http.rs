@@ -68,7 +68,8 @@ async fn readyz(State(pool): State<PgPool>) -> Response {
 /// covers server functions called by the hydrated app and plain form posts before the wasm has
 /// loaded; the session cookie is also `SameSite=Lax`.
 async fn same_origin_writes(req: Request<Body>, next: Next) -> Response {
-    if matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS) || is_same_origin(&req) {
+    if matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS) || is_same_origin(&req)
+    {
         return next.run(req).await;
     }
     tracing::warn!(path = %req.uri().path(), "cross-site write refused");
@@ -82,8 +83,14 @@ fn is_same_origin(req: &Request<Body>) -> bool {
         // "null" (sandboxed frames, some redirects) is never our origin. Behind a reverse proxy
         // the public host arrives as X-Forwarded-Host; a cross-site page cannot set that header
         // on a victim's request without a CORS preflight, which we never grant.
-        let Some((_, authority)) = origin.split_once("://") else { return false };
-        return [header_str(header::HOST.as_str()), header_str("x-forwarded-host")].contains(&Some(authority));
+        let Some((_, authority)) = origin.split_once("://") else {
+            return false;
+        };
+        return [
+            header_str(header::HOST.as_str()),
+            header_str("x-forwarded-host"),
+        ]
+        .contains(&Some(authority));
     }
     match h.get("sec-fetch-site").and_then(|v| v.to_str().ok()) {
         Some(site) => site == "same-origin" || site == "none",

@@ -24,7 +24,11 @@ impl Mode {
 /// A name for this process, unique across replicas and restarts.
 pub fn process_id() -> String {
     let host = hostname();
-    format!("{host}:{}:{:08x}", std::process::id(), rand::random::<u32>())
+    format!(
+        "{host}:{}:{:08x}",
+        std::process::id(),
+        rand::random::<u32>()
+    )
 }
 
 fn hostname() -> String {

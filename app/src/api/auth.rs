@@ -13,29 +13,42 @@ pub async fn me() -> Result<Option<CurrentUser>, AppError> {
     }
 }
 
+#[cfg(feature = "ssr")]
 const WRONG_LOGIN: &str = "Wrong e-mail address or password.";
 
 /// Signs in: on success sets the session cookie and sends the browser to the Overview.
 #[server(endpoint = "login")]
 pub async fn login(email: String, password: String) -> Result<(), AppError> {
     use crate::{auth, db, domain::EmailAddress};
-    let email = EmailAddress::parse(&email).map_err(|e| AppError::Invalid(format!("Enter your e-mail address: {e}.")))?;
+    let email = EmailAddress::parse(&email)
+        .map_err(|e| AppError::Invalid(format!("Enter your e-mail address: {e}.")))?;
     let pool = super::pool()?;
     let row = db::users::find_for_login(&pool, &email).await?;
     let stored = row.as_ref().map(|r| r.password_hash.clone());
     // Argon2 is deliberately slow and takes ~19 MiB: off the async workers, a few at a time.
     static VERIFYING: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(4);
     let _permit = VERIFYING.acquire().await.map_err(|_| AppError::Internal)?;
-    let ok = tokio::task::spawn_blocking(move || auth::verify_password(stored.as_deref(), &password))
-        .await
-        .map_err(|_| AppError::Internal)?;
+    let ok =
+        tokio::task::spawn_blocking(move || auth::verify_password(stored.as_deref(), &password))
+            .await
+            .map_err(|_| AppError::Internal)?;
     let row = match row {
         Some(r) if ok && !r.disabled => r,
         _ => return Err(AppError::Invalid(WRONG_LOGIN.into())),
     };
     let token = auth::new_session_token();
-    db::sessions::create(&pool, &auth::hash_token(&token), row.org_id, row.id, auth::SESSION_TTL_SECONDS).await?;
-    set_cookie(&auth::session_cookie(Some(&token), super::api_config().secure_cookies))?;
+    db::sessions::create(
+        &pool,
+        &auth::hash_token(&token),
+        row.org_id,
+        row.id,
+        auth::SESSION_TTL_SECONDS,
+    )
+    .await?;
+    set_cookie(&auth::session_cookie(
+        Some(&token),
+        super::api_config().secure_cookies,
+    ))?;
     leptos_axum::redirect("/");
     Ok(())
 }
@@ -49,7 +62,10 @@ pub async fn logout() -> Result<(), AppError> {
             db::sessions::delete(&super::pool()?, &auth::hash_token(&token)).await?;
         }
     }
-    set_cookie(&auth::session_cookie(None, super::api_config().secure_cookies))?;
+    set_cookie(&auth::session_cookie(
+        None,
+        super::api_config().secure_cookies,
+    ))?;
     leptos_axum::redirect("/login");
     Ok(())
 }

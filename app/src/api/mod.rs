@@ -47,7 +47,9 @@ mod server_side {
     }
 
     pub fn api_config() -> ApiConfig {
-        use_context::<ApiConfig>().unwrap_or(ApiConfig { secure_cookies: false })
+        use_context::<ApiConfig>().unwrap_or(ApiConfig {
+            secure_cookies: false,
+        })
     }
 
     /// The signed-in user of this request, or `NotSignedIn`. The one way server functions learn

@@ -35,7 +35,12 @@ pub async fn create_list(conn: &mut PgConnection, org_id: i64, name: &str) -> sq
 }
 
 /// Adds subscribers to a list; the composite keys refuse another org's list or subscriber.
-pub async fn add_members(conn: &mut PgConnection, org_id: i64, list_id: i64, subscriber_ids: &[i64]) -> sqlx::Result<u64> {
+pub async fn add_members(
+    conn: &mut PgConnection,
+    org_id: i64,
+    list_id: i64,
+    subscriber_ids: &[i64],
+) -> sqlx::Result<u64> {
     Ok(sqlx::query(
         "insert into list_members (org_id, list_id, subscriber_id)
          select $1, $2, s from unnest($3::bigint[]) as s
@@ -50,7 +55,13 @@ pub async fn add_members(conn: &mut PgConnection, org_id: i64, list_id: i64, sub
 }
 
 /// Records an opt-out (the one source of truth); an address already suppressed keeps its reason.
-pub async fn suppress(conn: &mut PgConnection, org_id: i64, email: &EmailAddress, reason: &str, source: &str) -> sqlx::Result<bool> {
+pub async fn suppress(
+    conn: &mut PgConnection,
+    org_id: i64,
+    email: &EmailAddress,
+    reason: &str,
+    source: &str,
+) -> sqlx::Result<bool> {
     Ok(sqlx::query(
         "insert into suppressions (org_id, email_lower, reason, source) values ($1, $2, $3, $4)
          on conflict (org_id, email_lower) do nothing",

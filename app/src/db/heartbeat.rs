@@ -1,7 +1,14 @@
 use sqlx::PgPool;
 
 /// Registers or refreshes this process's heartbeat row (database clock).
-pub async fn beat(pool: &PgPool, process_id: &str, hostname: &str, pid: i32, mode: &str, version: &str) -> sqlx::Result<()> {
+pub async fn beat(
+    pool: &PgPool,
+    process_id: &str,
+    hostname: &str,
+    pid: i32,
+    mode: &str,
+    version: &str,
+) -> sqlx::Result<()> {
     sqlx::query(
         "insert into worker_heartbeats (process_id, hostname, pid, mode, version)
          values ($1, $2, $3, $4, $5)
@@ -28,8 +35,10 @@ pub async fn remove(pool: &PgPool, process_id: &str) -> sqlx::Result<()> {
 
 /// Worker hosts that beat within `within_seconds` (database clock).
 pub async fn live_count(pool: &PgPool, within_seconds: f64) -> sqlx::Result<i64> {
-    sqlx::query_scalar("select count(*) from worker_heartbeats where beat_at > now() - make_interval(secs => $1)")
-        .bind(within_seconds)
-        .fetch_one(pool)
-        .await
+    sqlx::query_scalar(
+        "select count(*) from worker_heartbeats where beat_at > now() - make_interval(secs => $1)",
+    )
+    .bind(within_seconds)
+    .fetch_one(pool)
+    .await
 }

@@ -2,8 +2,8 @@
 //! executor or a pool and the caller's org id where rows are org-owned: nothing here can read
 //! another organisation's rows by accident.
 
-pub mod audit;
 pub mod audience;
+pub mod audit;
 pub mod campaigns;
 pub mod cluster;
 pub mod health;

@@ -39,8 +39,12 @@ pub async fn create(conn: &mut PgConnection, o: NewOrg<'_>) -> Result<i64, OrgEr
     .fetch_one(conn)
     .await
     .map_err(|e| match &e {
-        sqlx::Error::Database(d) if d.constraint() == Some("orgs_timezone_check") => OrgError::BadTimezone(o.timezone.into()),
-        sqlx::Error::Database(d) if d.constraint() == Some("orgs_slug_key") => OrgError::SlugTaken(o.slug.into()),
+        sqlx::Error::Database(d) if d.constraint() == Some("orgs_timezone_check") => {
+            OrgError::BadTimezone(o.timezone.into())
+        }
+        sqlx::Error::Database(d) if d.constraint() == Some("orgs_slug_key") => {
+            OrgError::SlugTaken(o.slug.into())
+        }
         _ => OrgError::Db(e),
     })
 }

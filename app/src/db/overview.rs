@@ -81,7 +81,12 @@ pub async fn for_org(pool: &PgPool, org_id: i64) -> sqlx::Result<Overview> {
         workers_alive: c.workers_alive,
         recent: recent
             .into_iter()
-            .map(|(action, object_type, actor, at)| RecentAction { action, object_type, actor, at })
+            .map(|(action, object_type, actor, at)| RecentAction {
+                action,
+                object_type,
+                actor,
+                at,
+            })
             .collect(),
     })
 }

@@ -4,7 +4,13 @@ use crate::api::CurrentUser;
 use crate::domain::Role;
 
 /// Stores a new server-side session; the cookie carries the token, the table only its hash.
-pub async fn create(pool: &PgPool, token_hash: &[u8], org_id: i64, user_id: i64, ttl_seconds: i64) -> sqlx::Result<()> {
+pub async fn create(
+    pool: &PgPool,
+    token_hash: &[u8],
+    org_id: i64,
+    user_id: i64,
+    ttl_seconds: i64,
+) -> sqlx::Result<()> {
     sqlx::query(
         "insert into sessions (token_hash, org_id, user_id, expires_at)
          values ($1, $2, $3, now() + make_interval(secs => $4))",
@@ -62,8 +68,10 @@ pub async fn delete(pool: &PgPool, token_hash: &[u8]) -> sqlx::Result<()> {
 
 /// Housekeeping: drops expired sessions (idempotent; any replica may run it).
 pub async fn purge_expired(pool: &PgPool) -> sqlx::Result<u64> {
-    Ok(sqlx::query("delete from sessions where expires_at <= now()")
-        .execute(pool)
-        .await?
-        .rows_affected())
+    Ok(
+        sqlx::query("delete from sessions where expires_at <= now()")
+            .execute(pool)
+            .await?
+            .rows_affected(),
+    )
 }

@@ -56,7 +56,11 @@ pub async fn find_for_login(pool: &PgPool, email: &EmailAddress) -> sqlx::Result
 
 /// Replaces a user's password hash (by address) and ends their sessions, in one statement;
 /// false when there is no such user.
-pub async fn set_password(pool: &PgPool, email: &EmailAddress, password_hash: &str) -> sqlx::Result<bool> {
+pub async fn set_password(
+    pool: &PgPool,
+    email: &EmailAddress,
+    password_hash: &str,
+) -> sqlx::Result<bool> {
     let changed: Option<i64> = sqlx::query_scalar(
         "with u as (update users set password_hash = $2 where email_lower = $1 returning org_id, id),
               gone as (delete from sessions s using u where s.org_id = u.org_id and s.user_id = u.id)

@@ -115,7 +115,14 @@ mod tests {
     #[test]
     fn rejects_garbage_with_a_message_naming_the_input() {
         assert_eq!(EmailAddress::parse("   "), Err(EmailError::Empty));
-        for bad in ["no-at-sign", "a@", "@b.org", "a b@c.org", "Ann <a@b.org>", "a@localhost"] {
+        for bad in [
+            "no-at-sign",
+            "a@",
+            "@b.org",
+            "a b@c.org",
+            "Ann <a@b.org>",
+            "a@localhost",
+        ] {
             let err = EmailAddress::parse(bad).unwrap_err();
             assert!(err.to_string().contains(bad.trim()), "{bad}: {err}");
         }

@@ -11,9 +11,16 @@ use super::{EmailAddress, WeekKey};
 #[serde(try_from = "String", into = "String")]
 pub enum JobId {
     /// `campaign:<campaign id>:<subscriber id>`
-    Campaign { campaign_id: i64, subscriber_id: i64 },
+    Campaign {
+        campaign_id: i64,
+        subscriber_id: i64,
+    },
     /// `digest:<org id>:<week key>:<user id>`
-    Digest { org_id: i64, week_key: WeekKey, user_id: i64 },
+    Digest {
+        org_id: i64,
+        week_key: WeekKey,
+        user_id: i64,
+    },
     /// `test:<campaign id>:<content version>:<dialog token>:<email lower>`: a double-submitted
     /// dialog sends once, a new edit or a new dialog can be tested again.
     Test {
@@ -29,8 +36,17 @@ pub enum JobId {
 pub struct JobIdError(pub String);
 
 impl JobId {
-    pub fn test(campaign_id: i64, content_version: i32, token: &str, email: &EmailAddress) -> Result<Self, JobIdError> {
-        if token.is_empty() || !token.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') {
+    pub fn test(
+        campaign_id: i64,
+        content_version: i32,
+        token: &str,
+        email: &EmailAddress,
+    ) -> Result<Self, JobIdError> {
+        if token.is_empty()
+            || !token
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        {
             return Err(JobIdError(token.to_owned()));
         }
         Ok(JobId::Test {
@@ -63,7 +79,13 @@ impl JobId {
         let local: String = self
             .to_string()
             .chars()
-            .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '.' { c } else { '.' })
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
+                    c
+                } else {
+                    '.'
+                }
+            })
             .collect();
         format!("<{local}@{domain}>")
     }
@@ -72,10 +94,25 @@ impl JobId {
 impl fmt::Display for JobId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            JobId::Campaign { campaign_id, subscriber_id } => write!(f, "campaign:{campaign_id}:{subscriber_id}"),
-            JobId::Digest { org_id, week_key, user_id } => write!(f, "digest:{org_id}:{week_key}:{user_id}"),
-            JobId::Test { campaign_id, content_version, token, email_lower } => {
-                write!(f, "test:{campaign_id}:{content_version}:{token}:{email_lower}")
+            JobId::Campaign {
+                campaign_id,
+                subscriber_id,
+            } => write!(f, "campaign:{campaign_id}:{subscriber_id}"),
+            JobId::Digest {
+                org_id,
+                week_key,
+                user_id,
+            } => write!(f, "digest:{org_id}:{week_key}:{user_id}"),
+            JobId::Test {
+                campaign_id,
+                content_version,
+                token,
+                email_lower,
+            } => {
+                write!(
+                    f,
+                    "test:{campaign_id}:{content_version}:{token}:{email_lower}"
+                )
             }
         }
     }
@@ -96,12 +133,17 @@ impl FromStr for JobId {
         match kind {
             "campaign" => {
                 let (c, sub) = rest.split_once(':').ok_or_else(bad)?;
-                Ok(JobId::Campaign { campaign_id: id(c, s)?, subscriber_id: id(sub, s)? })
+                Ok(JobId::Campaign {
+                    campaign_id: id(c, s)?,
+                    subscriber_id: id(sub, s)?,
+                })
             }
             "digest" => {
                 let mut parts = rest.splitn(3, ':');
                 let (org, week, user) = (parts.next(), parts.next(), parts.next());
-                let (Some(org), Some(week), Some(user)) = (org, week, user) else { return Err(bad()) };
+                let (Some(org), Some(week), Some(user)) = (org, week, user) else {
+                    return Err(bad());
+                };
                 Ok(JobId::Digest {
                     org_id: id(org, s)?,
                     week_key: week.parse().map_err(|_| bad())?,
@@ -111,7 +153,9 @@ impl FromStr for JobId {
             "test" => {
                 // The e-mail comes last and may itself contain ':' in a quoted local part.
                 let mut parts = rest.splitn(4, ':');
-                let (Some(c), Some(v), Some(token), Some(email)) = (parts.next(), parts.next(), parts.next(), parts.next()) else {
+                let (Some(c), Some(v), Some(token), Some(email)) =
+                    (parts.next(), parts.next(), parts.next(), parts.next())
+                else {
                     return Err(bad());
                 };
                 let email = EmailAddress::parse(email).map_err(|_| bad())?;
@@ -144,11 +188,22 @@ mod tests {
 
     #[test]
     fn formats_are_deterministic_and_round_trip() {
-        let c = JobId::Campaign { campaign_id: 7, subscriber_id: 42 };
+        let c = JobId::Campaign {
+            campaign_id: 7,
+            subscriber_id: 42,
+        };
         assert_eq!(c.to_string(), "campaign:7:42");
-        let d = JobId::Digest { org_id: 3, week_key: "2026-W53".parse().unwrap(), user_id: 9 };
+        let d = JobId::Digest {
+            org_id: 3,
+            week_key: "2026-W53".parse().unwrap(),
+            user_id: 9,
+        };
         assert_eq!(d.to_string(), "digest:3:2026-W53:9");
-        let m = JobId::Digest { org_id: 3, week_key: WeekKey::manual(1_800_000_000), user_id: 9 };
+        let m = JobId::Digest {
+            org_id: 3,
+            week_key: WeekKey::manual(1_800_000_000),
+            user_id: 9,
+        };
         assert_eq!(m.to_string(), "digest:3:manual-1800000000:9");
         let e = EmailAddress::parse("Ann@Example.org").unwrap();
         let t = JobId::test(7, 2, "dlg-abc_1", &e).unwrap();
@@ -160,7 +215,19 @@ mod tests {
 
     #[test]
     fn rejects_malformed_ids_naming_them() {
-        for s in ["", "campaign", "campaign:1", "campaign:1:x", "campaign:-1:2", "digest:1:2026-W99:2", "digest:1:2026-W01", "sms:1:2", "test:1:2:tok", "test:1:2:bad token:a@b.org", "test:1:2:t:A@b.org"] {
+        for s in [
+            "",
+            "campaign",
+            "campaign:1",
+            "campaign:1:x",
+            "campaign:-1:2",
+            "digest:1:2026-W99:2",
+            "digest:1:2026-W01",
+            "sms:1:2",
+            "test:1:2:tok",
+            "test:1:2:bad token:a@b.org",
+            "test:1:2:t:A@b.org",
+        ] {
             let err = s.parse::<JobId>().unwrap_err();
             assert!(err.to_string().contains(&format!("“{s}”")), "{s}");
         }
@@ -173,13 +240,19 @@ mod tests {
         let d: JobId = "digest:1:2026-W01:1".parse().unwrap();
         let c: JobId = "campaign:1:1".parse().unwrap();
         assert!(t.priority() < d.priority() && d.priority() < c.priority());
-        assert_eq!((t.kind(), d.kind(), c.kind()), ("test", "digest", "campaign"));
+        assert_eq!(
+            (t.kind(), d.kind(), c.kind()),
+            ("test", "digest", "campaign")
+        );
     }
 
     #[test]
     fn message_id_is_stable_and_header_safe() {
         let c: JobId = "campaign:7:42".parse().unwrap();
-        assert_eq!(c.message_id("mail.example.org"), "<campaign.7.42@mail.example.org>");
+        assert_eq!(
+            c.message_id("mail.example.org"),
+            "<campaign.7.42@mail.example.org>"
+        );
         assert_eq!(c.message_id("x.org"), c.clone().message_id("x.org"));
     }
 }

@@ -39,7 +39,9 @@ impl FromStr for Role {
             "owner" => Ok(Role::Owner),
             "admin" => Ok(Role::Admin),
             "viewer" => Ok(Role::Viewer),
-            other => Err(format!("unknown role “{other}” (expected owner, admin or viewer)")),
+            other => Err(format!(
+                "unknown role “{other}” (expected owner, admin or viewer)"
+            )),
         }
     }
 }

@@ -61,7 +61,10 @@ impl FromStr for WeekKey {
             });
         }
         let (year, week) = s.split_once("-W").ok_or_else(bad)?;
-        if year.len() != 4 || week.len() != 2 || !(year.bytes().chain(week.bytes())).all(|b| b.is_ascii_digit()) {
+        if year.len() != 4
+            || week.len() != 2
+            || !(year.bytes().chain(week.bytes())).all(|b| b.is_ascii_digit())
+        {
             return Err(bad());
         }
         let iso_year: i32 = year.parse().map_err(|_| bad())?;
@@ -111,7 +114,13 @@ mod tests {
 
     #[test]
     fn parses_what_it_prints() {
-        for s in ["2026-W01", "2026-W53", "2020-W53", "manual-1767225600", "manual-0"] {
+        for s in [
+            "2026-W01",
+            "2026-W53",
+            "2020-W53",
+            "manual-1767225600",
+            "manual-0",
+        ] {
             assert_eq!(s.parse::<WeekKey>().unwrap().to_string(), s);
         }
         assert!("manual-1767225600".parse::<WeekKey>().unwrap().is_manual());
@@ -120,7 +129,18 @@ mod tests {
     #[test]
     fn rejects_impossible_or_malformed_keys() {
         // 2025 has 52 ISO weeks, so W53 does not exist.
-        for s in ["2025-W53", "2026-W00", "2026-W54", "2026-W1", "26-W01", "2026W01", "manual-", "manual--5", "manual-12a", ""] {
+        for s in [
+            "2025-W53",
+            "2026-W00",
+            "2026-W54",
+            "2026-W1",
+            "26-W01",
+            "2026W01",
+            "manual-",
+            "manual--5",
+            "manual-12a",
+            "",
+        ] {
             let err = s.parse::<WeekKey>().unwrap_err();
             assert!(err.to_string().contains(&format!("“{s}”")), "{s}");
         }

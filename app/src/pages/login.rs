@@ -5,7 +5,13 @@ use crate::api::auth::Login;
 #[component]
 pub fn LoginPage() -> impl IntoView {
     let login = ServerAction::<Login>::new();
-    let error = move || login.value().get().and_then(|r| r.err()).map(|e| e.to_string());
+    let error = move || {
+        login
+            .value()
+            .get()
+            .and_then(|r| r.err())
+            .map(|e| e.to_string())
+    };
     view! {
         <div class="min-h-screen flex items-center justify-center">
             <div class="w-full max-w-sm rounded-xl bg-white p-8 shadow">

@@ -2,7 +2,15 @@ use leptos::prelude::*;
 
 use crate::api::overview::{get_overview, Overview};
 
-const WEEKDAYS: [&str; 7] = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"];
+const WEEKDAYS: [&str; 7] = [
+    "Monday",
+    "Tuesday",
+    "Wednesday",
+    "Thursday",
+    "Friday",
+    "Saturday",
+    "Sunday",
+];
 
 #[component]
 pub fn OverviewPage() -> impl IntoView {
@@ -20,7 +28,11 @@ pub fn OverviewPage() -> impl IntoView {
 }
 
 #[component]
-fn Card(label: &'static str, value: String, #[prop(optional)] hint: Option<String>) -> impl IntoView {
+fn Card(
+    label: &'static str,
+    value: String,
+    #[prop(optional)] hint: Option<String>,
+) -> impl IntoView {
     view! {
         <div class="rounded-lg bg-white p-4 shadow">
             <div class="text-sm text-slate-500">{label}</div>
@@ -32,7 +44,10 @@ fn Card(label: &'static str, value: String, #[prop(optional)] hint: Option<Strin
 
 #[component]
 fn Figures(o: Overview) -> impl IntoView {
-    let weekday = WEEKDAYS.get((o.digest_weekday as usize).saturating_sub(1)).copied().unwrap_or("?");
+    let weekday = WEEKDAYS
+        .get((o.digest_weekday as usize).saturating_sub(1))
+        .copied()
+        .unwrap_or("?");
     view! {
         <h1 id="org-name" class="text-2xl font-semibold mb-1">{o.org_name.clone()}</h1>
         <p class="mb-6 text-slate-500">

@@ -2,7 +2,8 @@ use std::path::{Path, PathBuf};
 
 use super::PgError;
 
-const INSTALL_HINT: &str = "install the PostgreSQL server (Debian/Ubuntu: apt-get install postgresql-15) \
+const INSTALL_HINT: &str =
+    "install the PostgreSQL server (Debian/Ubuntu: apt-get install postgresql-15) \
      or set DATABASE_URL to an existing database";
 
 /// The directory holding `initdb`, `pg_ctl` and `postgres` for `major` (the cluster's
@@ -10,9 +11,15 @@ const INSTALL_HINT: &str = "install the PostgreSQL server (Debian/Ubuntu: apt-ge
 pub fn find(major: Option<&str>) -> Result<PathBuf, PgError> {
     // Where distributions install one directory per major version; overridable for unusual
     // installs (and for tests of the "not installed" path).
-    let root_buf = std::env::var_os("MAILROOM_PG_ROOT").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/usr/lib/postgresql"));
+    let root_buf = std::env::var_os("MAILROOM_PG_ROOT")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/usr/lib/postgresql"));
     let root = root_buf.as_path();
-    let complete = |dir: &Path| ["initdb", "pg_ctl", "postgres"].iter().all(|b| dir.join(b).is_file());
+    let complete = |dir: &Path| {
+        ["initdb", "pg_ctl", "postgres"]
+            .iter()
+            .all(|b| dir.join(b).is_file())
+    };
     match major {
         Some(m) => {
             let dir = root.join(m).join("bin");
@@ -52,12 +59,19 @@ fn on_path() -> Option<PathBuf> {
         .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
         .unwrap_or_default()
         .into_iter()
-        .find(|d| ["initdb", "pg_ctl", "postgres"].iter().all(|b| d.join(b).is_file()))
+        .find(|d| {
+            ["initdb", "pg_ctl", "postgres"]
+                .iter()
+                .all(|b| d.join(b).is_file())
+        })
 }
 
 /// The major version `postgres --version` reports ("postgres (PostgreSQL) 15.18" → "15").
 fn version_of(dir: &Path) -> Option<String> {
-    let out = std::process::Command::new(dir.join("postgres")).arg("--version").output().ok()?;
+    let out = std::process::Command::new(dir.join("postgres"))
+        .arg("--version")
+        .output()
+        .ok()?;
     let text = String::from_utf8_lossy(&out.stdout);
     let version = text.split_whitespace().last()?;
     Some(version.split('.').next()?.to_owned())

@@ -83,7 +83,13 @@ impl EmbeddedPg {
             .truncate(false)
             .open(&lock_path)
             .map_err(|e| not_writable(&data_dir, e))?;
-        let mut pg = EmbeddedPg { cluster, run_as, options, lock: Arc::new(Mutex::new(None)), takeover: None };
+        let mut pg = EmbeddedPg {
+            cluster,
+            run_as,
+            options,
+            lock: Arc::new(Mutex::new(None)),
+            takeover: None,
+        };
         match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
             Ok(lock) => pg.become_owner(lock).await?,
             Err((mut file, _)) => {
@@ -141,7 +147,10 @@ impl EmbeddedPg {
             .map_err(|e| PgError::Command(format!("cannot run pg_ctl stop: {e}")))?;
         *lock = None;
         if !out.status.success() {
-            return Err(PgError::Command(format!("pg_ctl stop failed: {}", String::from_utf8_lossy(&out.stderr).trim())));
+            return Err(PgError::Command(format!(
+                "pg_ctl stop failed: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            )));
         }
         tracing::info!("embedded PostgreSQL stopped");
         Ok(())
@@ -167,7 +176,11 @@ impl EmbeddedPg {
         let bin = binaries::find(Some(&self.major()?))?;
         if self.running(&bin).await? {
             tracing::info!(cluster = %self.cluster.display(), "adopting the running PostgreSQL of a previous owner");
-            if self.wait_ready("postgres", Duration::from_secs(15)).await.is_err() {
+            if self
+                .wait_ready("postgres", Duration::from_secs(15))
+                .await
+                .is_err()
+            {
                 // A stale pid file or a postmaster shutting down: start it properly.
                 tracing::warn!("the adopted PostgreSQL does not answer; starting it");
                 self.start(&bin).await?;
@@ -182,7 +195,12 @@ impl EmbeddedPg {
     fn major(&self) -> Result<String, PgError> {
         std::fs::read_to_string(self.cluster.join("PG_VERSION"))
             .map(|s| s.trim().to_owned())
-            .map_err(|e| PgError::DataDir(format!("{} is not a PostgreSQL cluster (PG_VERSION: {e})", self.cluster.display())))
+            .map_err(|e| {
+                PgError::DataDir(format!(
+                    "{} is not a PostgreSQL cluster (PG_VERSION: {e})",
+                    self.cluster.display()
+                ))
+            })
     }
 
     async fn running(&self, bin: &Path) -> Result<bool, PgError> {
@@ -210,7 +228,10 @@ impl EmbeddedPg {
             // The socket directory is given at every start (not frozen in postgresql.conf), so a
             // moved data directory still works. pg_ctl hands -o to a shell: quote it.
             .arg("-o")
-            .arg(format!("-k {}", shell_quote(&self.cluster.to_string_lossy())))
+            .arg(format!(
+                "-k {}",
+                shell_quote(&self.cluster.to_string_lossy())
+            ))
             .args(["-w", "-t", "60", "-s", "start"])
             .output()
             .await
@@ -237,7 +258,9 @@ impl EmbeddedPg {
                     let _ = c.close().await;
                     return Ok(());
                 }
-                Err(e) if tokio::time::Instant::now() >= deadline => return Err(PgError::NotReady(e.to_string())),
+                Err(e) if tokio::time::Instant::now() >= deadline => {
+                    return Err(PgError::NotReady(e.to_string()))
+                }
                 Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
             }
         }
@@ -267,14 +290,20 @@ impl EmbeddedPg {
         tokio::spawn(async move {
             loop {
                 tokio::time::sleep(Duration::from_secs(2)).await;
-                let Ok(file) = OpenOptions::new().read(true).write(true).open(&lock_path) else { continue };
+                let Ok(file) = OpenOptions::new().read(true).write(true).open(&lock_path) else {
+                    continue;
+                };
                 if let Ok(lock) = Flock::lock(file, FlockArg::LockExclusiveNonblock) {
                     match me.become_owner(lock).await {
                         Ok(()) => {
-                            tracing::info!("took over the embedded PostgreSQL from a stopped owner");
+                            tracing::info!(
+                                "took over the embedded PostgreSQL from a stopped owner"
+                            );
                             return;
                         }
-                        Err(e) => tracing::error!(error = %e, "could not take over the embedded PostgreSQL; will retry"),
+                        Err(e) => {
+                            tracing::error!(error = %e, "could not take over the embedded PostgreSQL; will retry")
+                        }
                     }
                 }
             }
@@ -304,10 +333,13 @@ fn check_traversable(data_dir: &Path) -> Result<(), PgError> {
     let meta = std::fs::metadata(data_dir).map_err(|e| PgError::DataDir(e.to_string()))?;
     let mode = meta.permissions().mode();
     if mode & 0o001 == 0 {
-        std::fs::set_permissions(data_dir, std::fs::Permissions::from_mode(mode | 0o011)).map_err(|e| not_writable(data_dir, e))?;
+        std::fs::set_permissions(data_dir, std::fs::Permissions::from_mode(mode | 0o011))
+            .map_err(|e| not_writable(data_dir, e))?;
     }
     for dir in data_dir.ancestors().skip(1) {
-        let mode = std::fs::metadata(dir).map(|m| m.permissions().mode()).unwrap_or(0o755);
+        let mode = std::fs::metadata(dir)
+            .map(|m| m.permissions().mode())
+            .unwrap_or(0o755);
         if mode & 0o001 == 0 {
             return Err(PgError::DataDir(format!(
                 "PostgreSQL runs as the `postgres` user, which cannot enter {}: choose a data directory elsewhere (e.g. /var/lib/mailroom) or run `chmod o+x {}`",
@@ -342,17 +374,31 @@ async fn ensure_cluster(cluster: &Path, run_as: &RunAs, options: Options) -> Res
     let bin = binaries::find(None)?;
     tracing::info!(cluster = %cluster.display(), bin = %bin.display(), "creating the embedded PostgreSQL cluster");
     let mut cmd = run_as.command(&bin.join("initdb"), parent);
-    cmd.arg("-D").arg(&scratch).args(["-U", SUPERUSER, "--auth=trust", "-E", "UTF8", "--no-locale"]);
+    cmd.arg("-D").arg(&scratch).args([
+        "-U",
+        SUPERUSER,
+        "--auth=trust",
+        "-E",
+        "UTF8",
+        "--no-locale",
+    ]);
     if options.fast {
         cmd.arg("--no-sync");
     }
-    let out = cmd.output().await.map_err(|e| PgError::Command(format!("cannot run initdb: {e}")))?;
+    let out = cmd
+        .output()
+        .await
+        .map_err(|e| PgError::Command(format!("cannot run initdb: {e}")))?;
     if !out.status.success() {
         let _ = std::fs::remove_dir_all(&scratch);
-        return Err(PgError::Command(format!("initdb failed: {}", String::from_utf8_lossy(&out.stderr).trim())));
+        return Err(PgError::Command(format!(
+            "initdb failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
     }
     // Only reachable through the socket inside the cluster directory (mode 0700).
-    let mut conf = format!("\n# mailroom\nlisten_addresses = ''\nport = {PORT}\nmax_connections = 200\n");
+    let mut conf =
+        format!("\n# mailroom\nlisten_addresses = ''\nport = {PORT}\nmax_connections = 200\n");
     if options.fast {
         conf.push_str("fsync = off\nsynchronous_commit = off\nfull_page_writes = off\n");
     }
@@ -368,8 +414,15 @@ async fn ensure_cluster(cluster: &Path, run_as: &RunAs, options: Options) -> Res
 fn remove_dead_scratch_dirs(parent: &Path) -> std::io::Result<()> {
     for entry in std::fs::read_dir(parent)?.flatten() {
         let name = entry.file_name();
-        let Some(pid) = name.to_str().and_then(|n| n.strip_prefix("postgres.initdb.")) else { continue };
-        let alive = pid.parse::<u32>().is_ok_and(|p| p != std::process::id() && Path::new(&format!("/proc/{p}")).exists());
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("postgres.initdb."))
+        else {
+            continue;
+        };
+        let alive = pid
+            .parse::<u32>()
+            .is_ok_and(|p| p != std::process::id() && Path::new(&format!("/proc/{p}")).exists());
         if !alive {
             std::fs::remove_dir_all(entry.path())?;
         }

@@ -17,13 +17,21 @@ pub struct RunAs {
 impl RunAs {
     pub fn detect() -> Result<Self, PgError> {
         if !Uid::effective().is_root() {
-            return Ok(RunAs { uid: Uid::effective(), gid: Gid::effective(), dropped: false });
+            return Ok(RunAs {
+                uid: Uid::effective(),
+                gid: Gid::effective(),
+                dropped: false,
+            });
         }
         let user = User::from_name("postgres")
             .ok()
             .flatten()
             .ok_or_else(|| PgError::Binaries("running as root, but there is no `postgres` system user to run the database as: install the PostgreSQL server package (it creates one), or run mailroom as an ordinary user".into()))?;
-        Ok(RunAs { uid: user.uid, gid: user.gid, dropped: true })
+        Ok(RunAs {
+            uid: user.uid,
+            gid: user.gid,
+            dropped: true,
+        })
     }
 
     /// A command for the database user, started in `cwd` (initdb and pg_ctl re-enter their

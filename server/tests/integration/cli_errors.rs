@@ -24,12 +24,18 @@ fn unknown_flags_are_refused_by_name() {
 
 #[test]
 fn a_bad_database_url_is_named_without_echoing_secrets() {
-    let (status, _, stderr) = run(&["migrate"], &[("DATABASE_URL", "mysql://root:s3cretpw@db/x")]);
+    let (status, _, stderr) = run(
+        &["migrate"],
+        &[("DATABASE_URL", "mysql://root:s3cretpw@db/x")],
+    );
     assert!(!status.success());
     one_line_naming(&stderr, &["DATABASE_URL is not a valid postgres:// URL"]);
     assert!(!stderr.contains("s3cretpw"));
 
-    let (status, _, stderr) = run(&["migrate"], &[("DATABASE_URL", "postgres://u:s3cretpw@127.0.0.1:1/x")]);
+    let (status, _, stderr) = run(
+        &["migrate"],
+        &[("DATABASE_URL", "postgres://u:s3cretpw@127.0.0.1:1/x")],
+    );
     assert!(!status.success());
     one_line_naming(&stderr, &["cannot connect to the database at DATABASE_URL"]);
     assert!(!stderr.contains("s3cretpw"));
@@ -39,7 +45,10 @@ fn a_bad_database_url_is_named_without_echoing_secrets() {
 fn an_unwritable_data_directory_is_named() {
     let (status, _, stderr) = run(&["migrate", "--data-dir", "/proc/mailroom-here"], &[]);
     assert!(!status.success());
-    one_line_naming(&stderr, &["/proc/mailroom-here", "not writable", "--data-dir"]);
+    one_line_naming(
+        &stderr,
+        &["/proc/mailroom-here", "not writable", "--data-dir"],
+    );
 }
 
 #[test]
@@ -48,7 +57,16 @@ fn a_port_in_use_is_named_before_anything_is_created() {
     let addr = taken.local_addr().unwrap().to_string();
     let dir = data_dir();
     let data = dir.path().join("fresh");
-    let (status, _, stderr) = run(&["serve", "--listen", &addr, "--data-dir", data.to_str().unwrap()], &[]);
+    let (status, _, stderr) = run(
+        &[
+            "serve",
+            "--listen",
+            &addr,
+            "--data-dir",
+            data.to_str().unwrap(),
+        ],
+        &[],
+    );
     assert!(!status.success());
     one_line_naming(&stderr, &[&format!("cannot listen on {addr}"), "--listen"]);
     assert!(!data.exists(), "no data directory was created");
@@ -59,10 +77,21 @@ fn missing_postgresql_says_what_to_install() {
     let dir = data_dir();
     let (status, _, stderr) = run(
         &["migrate", "--data-dir", dir.path().to_str().unwrap()],
-        &[("MAILROOM_PG_ROOT", "/nonexistent"), ("PATH", "/usr/bin:/bin")],
+        &[
+            ("MAILROOM_PG_ROOT", "/nonexistent"),
+            ("PATH", "/usr/bin:/bin"),
+        ],
     );
     assert!(!status.success());
-    one_line_naming(&stderr, &["PostgreSQL server binaries", "not found", "apt-get install postgresql-15", "DATABASE_URL"]);
+    one_line_naming(
+        &stderr,
+        &[
+            "PostgreSQL server binaries",
+            "not found",
+            "apt-get install postgresql-15",
+            "DATABASE_URL",
+        ],
+    );
     assert!(!dir.path().join("postgres").exists());
 }
 
@@ -76,18 +105,42 @@ fn a_failed_first_initdb_leaves_nothing_that_breaks_the_next_start() {
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
     }
     let initdb = "#!/bin/sh\nmkdir -p \"$2/base\"; echo 15 > \"$2/PG_VERSION\"\necho 'initdb: simulated failure: No space left on device' >&2\nexit 1\n";
-    for (name, body) in [("initdb", initdb), ("pg_ctl", "#!/bin/sh\nexit 1\n"), ("postgres", "#!/bin/sh\nexit 1\n")] {
+    for (name, body) in [
+        ("initdb", initdb),
+        ("pg_ctl", "#!/bin/sh\nexit 1\n"),
+        ("postgres", "#!/bin/sh\nexit 1\n"),
+    ] {
         std::fs::write(bin.join(name), body).unwrap();
         std::fs::set_permissions(bin.join(name), std::fs::Permissions::from_mode(0o755)).unwrap();
     }
     let dir = data_dir();
     let data = dir.path().to_str().unwrap();
-    let (status, _, stderr) = run(&["migrate", "--data-dir", data], &[("MAILROOM_PG_ROOT", fake.path().to_str().unwrap()), ("PATH", "/usr/bin:/bin")]);
+    let (status, _, stderr) = run(
+        &["migrate", "--data-dir", data],
+        &[
+            ("MAILROOM_PG_ROOT", fake.path().to_str().unwrap()),
+            ("PATH", "/usr/bin:/bin"),
+        ],
+    );
     assert!(!status.success());
     one_line_naming(&stderr, &["initdb failed", "No space left on device"]);
-    assert!(!dir.path().join("postgres").exists(), "no half-made cluster in place");
-    let leftovers: Vec<_> = std::fs::read_dir(dir.path()).unwrap().flatten().filter(|e| e.file_name().to_string_lossy().starts_with("postgres.initdb")).collect();
-    assert!(leftovers.is_empty(), "scratch directory removed: {leftovers:?}");
+    assert!(
+        !dir.path().join("postgres").exists(),
+        "no half-made cluster in place"
+    );
+    let leftovers: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("postgres.initdb")
+        })
+        .collect();
+    assert!(
+        leftovers.is_empty(),
+        "scratch directory removed: {leftovers:?}"
+    );
 
     // The next start, with a real PostgreSQL, succeeds from scratch.
     let (status, stdout, stderr) = run(&["migrate", "--data-dir", data], &[]);

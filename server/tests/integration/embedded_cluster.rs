@@ -11,9 +11,16 @@ use crate::procs::{postmaster_pid, wait_postmaster_gone, Proc};
 fn heartbeats(dir: &std::path::Path) -> i64 {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let opts = PgConnectOptions::new().socket(dir.join("postgres")).port(5432).username("mailroom").database("mailroom");
+        let opts = PgConnectOptions::new()
+            .socket(dir.join("postgres"))
+            .port(5432)
+            .username("mailroom")
+            .database("mailroom");
         let mut c = opts.connect().await.unwrap();
-        let n: i64 = sqlx::query_scalar("select count(*) from worker_heartbeats").fetch_one(&mut c).await.unwrap();
+        let n: i64 = sqlx::query_scalar("select count(*) from worker_heartbeats")
+            .fetch_one(&mut c)
+            .await
+            .unwrap();
         c.close().await.unwrap();
         n
     })
@@ -29,15 +36,26 @@ fn a_second_process_shares_the_cluster_and_takes_it_over_when_the_owner_stops() 
     let mut guest = Proc::start("guest", dir.path(), &["worker", "--heartbeat-seconds", "1"]);
     guest.wait_log("owned by another mailroom process", 60);
     guest.wait_log("worker host started", 60);
-    assert_eq!(postmaster_pid(dir.path()), Some(pg), "the guest started no second cluster");
+    assert_eq!(
+        postmaster_pid(dir.path()),
+        Some(pg),
+        "the guest started no second cluster"
+    );
     std::thread::sleep(Duration::from_millis(1500));
-    assert_eq!(heartbeats(dir.path()), 2, "both processes work against the one cluster");
+    assert_eq!(
+        heartbeats(dir.path()),
+        2,
+        "both processes work against the one cluster"
+    );
 
     owner.signal(Signal::SIGTERM);
     assert!(owner.wait_exit(60).success(), "{}", owner.log_text());
     assert!(owner.log_text().contains("embedded PostgreSQL stopped"));
     guest.wait_log("took over the embedded PostgreSQL", 30);
-    assert!(postmaster_pid(dir.path()).is_some(), "the new owner restarted the cluster");
+    assert!(
+        postmaster_pid(dir.path()).is_some(),
+        "the new owner restarted the cluster"
+    );
 
     guest.signal(Signal::SIGTERM);
     assert!(guest.wait_exit(60).success(), "{}", guest.log_text());
@@ -52,7 +70,11 @@ fn a_start_after_sigkill_adopts_the_orphaned_postmaster() {
     let pg = postmaster_pid(dir.path()).unwrap();
     first.signal(Signal::SIGKILL);
     first.wait_exit(10);
-    assert_eq!(postmaster_pid(dir.path()), Some(pg), "the postmaster outlives its killed owner");
+    assert_eq!(
+        postmaster_pid(dir.path()),
+        Some(pg),
+        "the postmaster outlives its killed owner"
+    );
 
     let mut second = Proc::start("second", dir.path(), &["worker"]);
     second.wait_log("adopting the running PostgreSQL", 60);
@@ -69,16 +91,38 @@ fn sigterm_to_serve_stops_the_http_server_and_the_embedded_cluster() {
     let site = dir.path().join("site");
     std::fs::create_dir_all(site.join("pkg")).unwrap();
     std::fs::write(site.join("pkg/mailroom.js"), "").unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let listen = format!("127.0.0.1:{port}");
-    let mut serve = Proc::start("serve", dir.path(), &["serve", "--listen", &listen, "--site-root", site.to_str().unwrap()]);
+    let mut serve = Proc::start(
+        "serve",
+        dir.path(),
+        &[
+            "serve",
+            "--listen",
+            &listen,
+            "--site-root",
+            site.to_str().unwrap(),
+        ],
+    );
     serve.wait_log("Mailroom is ready at", 120);
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let status = rt.block_on(async { reqwest::get(format!("http://{listen}/readyz")).await.unwrap().status() });
+    let status = rt.block_on(async {
+        reqwest::get(format!("http://{listen}/readyz"))
+            .await
+            .unwrap()
+            .status()
+    });
     assert_eq!(status, 200);
     assert!(postmaster_pid(dir.path()).is_some());
     serve.signal(Signal::SIGTERM);
     assert!(serve.wait_exit(60).success(), "{}", serve.log_text());
     wait_postmaster_gone(dir.path(), 30);
-    assert!(std::net::TcpStream::connect(&listen).is_err(), "port released");
+    assert!(
+        std::net::TcpStream::connect(&listen).is_err(),
+        "port released"
+    );
 }

@@ -22,20 +22,32 @@ static NEXT_DB: AtomicU32 = AtomicU32::new(0);
 fn cluster() -> &'static Cluster {
     CLUSTER.get_or_init(|| {
         // Its own thread and runtime: the cluster outlives every test's runtime.
-        std::thread::spawn(start_cluster).join().expect("cluster start panicked")
+        std::thread::spawn(start_cluster)
+            .join()
+            .expect("cluster start panicked")
     })
 }
 
 fn start_cluster() -> Cluster {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let dir = tempfile::Builder::new().prefix("mrt").tempdir_in("/tmp").unwrap().keep();
-        let pg = EmbeddedPg::open(&dir, Options { fast: true }).await.expect("start test cluster");
+        let dir = tempfile::Builder::new()
+            .prefix("mrt")
+            .tempdir_in("/tmp")
+            .unwrap()
+            .keep();
+        let pg = EmbeddedPg::open(&dir, Options { fast: true })
+            .await
+            .expect("start test cluster");
         spawn_watchdog(pg.cluster_dir(), &dir);
         let admin = pg.connect_options("postgres");
         let mut conn = admin.connect().await.unwrap();
-        app::db::cluster::create_database_if_missing(&mut conn, TEMPLATE).await.unwrap();
-        let template = PgPool::connect_with(pg.connect_options(TEMPLATE)).await.unwrap();
+        app::db::cluster::create_database_if_missing(&mut conn, TEMPLATE)
+            .await
+            .unwrap();
+        let template = PgPool::connect_with(pg.connect_options(TEMPLATE))
+            .await
+            .unwrap();
         app::db::migrate::run(&template, true).await.unwrap();
         template.close().await;
         let options = admin;
@@ -48,14 +60,20 @@ fn start_cluster() -> Cluster {
 fn spawn_watchdog(cluster: &Path, dir: &Path) {
     let pid = std::process::id();
     let pg_ctl = pg_ctl_path(cluster);
-    let as_db_user = if nix::unistd::Uid::effective().is_root() { "runuser -u postgres -- " } else { "" };
+    let as_db_user = if nix::unistd::Uid::effective().is_root() {
+        "runuser -u postgres -- "
+    } else {
+        ""
+    };
     let script = format!(
         "while [ -d /proc/{pid} ]; do sleep 0.5; done; {as_db_user}{} -D {} -m immediate stop >/dev/null 2>&1; rm -rf {}",
         pg_ctl.display(),
         cluster.display(),
         dir.display()
     );
-    std::process::Command::new("sh")
+    // Deliberately never waited for: it must outlive this process.
+    #[allow(clippy::zombie_processes)]
+    let _watchdog = std::process::Command::new("sh")
         .arg("-c")
         .arg(script)
         .stdin(Stdio::null())
@@ -73,27 +91,53 @@ pub fn pg_ctl_path(cluster: &Path) -> PathBuf {
 /// A fresh, migrated database for one test.
 pub async fn test_db() -> PgPool {
     let c = cluster();
-    let name = format!("t_{}_{}", std::process::id(), NEXT_DB.fetch_add(1, Ordering::SeqCst));
+    let name = format!(
+        "t_{}_{}",
+        std::process::id(),
+        NEXT_DB.fetch_add(1, Ordering::SeqCst)
+    );
     let mut conn = c.options.clone().connect().await.unwrap();
-    app::db::cluster::create_database_from(&mut conn, &name, TEMPLATE).await.unwrap();
-    PgPool::connect_with(c.options.clone().database(&name)).await.unwrap()
+    app::db::cluster::create_database_from(&mut conn, &name, TEMPLATE)
+        .await
+        .unwrap();
+    PgPool::connect_with(c.options.clone().database(&name))
+        .await
+        .unwrap()
 }
 
 /// An empty database (no migrations) for migration tests.
 pub async fn empty_db() -> PgPool {
     let c = cluster();
-    let name = format!("e_{}_{}", std::process::id(), NEXT_DB.fetch_add(1, Ordering::SeqCst));
+    let name = format!(
+        "e_{}_{}",
+        std::process::id(),
+        NEXT_DB.fetch_add(1, Ordering::SeqCst)
+    );
     let mut conn = c.options.clone().connect().await.unwrap();
-    app::db::cluster::create_database_if_missing(&mut conn, &name).await.unwrap();
-    PgPool::connect_with(c.options.clone().database(&name)).await.unwrap()
+    app::db::cluster::create_database_if_missing(&mut conn, &name)
+        .await
+        .unwrap();
+    PgPool::connect_with(c.options.clone().database(&name))
+        .await
+        .unwrap()
 }
 
 /// An organisation with one user per given role; returns (org id, [(user id, email, password)]).
-pub async fn org_with_users(pool: &PgPool, slug: &str, roles: &[app::domain::Role]) -> (i64, Vec<(i64, String, String)>) {
+pub async fn org_with_users(
+    pool: &PgPool,
+    slug: &str,
+    roles: &[app::domain::Role],
+) -> (i64, Vec<(i64, String, String)>) {
     let mut tx = pool.begin().await.unwrap();
     let org = app::db::orgs::create(
         &mut tx,
-        app::db::orgs::NewOrg { name: slug, slug, timezone: "Europe/Berlin", from_name: slug, from_address: "news@example.org" },
+        app::db::orgs::NewOrg {
+            name: slug,
+            slug,
+            timezone: "Europe/Berlin",
+            from_name: slug,
+            from_address: "news@example.org",
+        },
     )
     .await
     .unwrap();
@@ -103,9 +147,18 @@ pub async fn org_with_users(pool: &PgPool, slug: &str, roles: &[app::domain::Rol
         let password = format!("pw-{slug}-{i}-long-enough");
         let hash = app::auth::hash_password(&password).unwrap();
         let addr = app::domain::EmailAddress::parse(&email).unwrap();
-        let id = app::db::users::create(&mut tx, app::db::users::NewUser { org_id: org, email: &addr, name: &email, role: *role, password_hash: &hash })
-            .await
-            .unwrap();
+        let id = app::db::users::create(
+            &mut tx,
+            app::db::users::NewUser {
+                org_id: org,
+                email: &addr,
+                name: &email,
+                role: *role,
+                password_hash: &hash,
+            },
+        )
+        .await
+        .unwrap();
         users.push((id, email, password));
     }
     tx.commit().await.unwrap();
@@ -119,5 +172,8 @@ pub fn mailroom_bin() -> &'static str {
 
 /// A scratch data directory under /tmp (short: the unix socket path has a length limit).
 pub fn data_dir() -> tempfile::TempDir {
-    tempfile::Builder::new().prefix("mrd").tempdir_in("/tmp").unwrap()
+    tempfile::Builder::new()
+        .prefix("mrd")
+        .tempdir_in("/tmp")
+        .unwrap()
 }

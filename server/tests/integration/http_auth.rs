@@ -13,29 +13,57 @@ struct TestApp {
 async fn spawn_app(pool: PgPool) -> TestApp {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let options = LeptosOptions::builder().output_name("mailroom").site_root("target/site").site_pkg_dir("pkg").site_addr(addr).build();
+    let options = LeptosOptions::builder()
+        .output_name("mailroom")
+        .site_root("target/site")
+        .site_pkg_dir("pkg")
+        .site_addr(addr)
+        .build();
     let router = mailroom::http::router(
-        mailroom::http::AppState { leptos_options: options, pool: pool.clone() },
-        app::api::ApiConfig { secure_cookies: false },
+        mailroom::http::AppState {
+            leptos_options: options,
+            pool: pool.clone(),
+        },
+        app::api::ApiConfig {
+            secure_cookies: false,
+        },
     );
     tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
-    TestApp { base: format!("http://{addr}"), pool }
+    TestApp {
+        base: format!("http://{addr}"),
+        pool,
+    }
 }
 
 /// A browser-like client: keeps cookies, does not follow redirects, sends our Origin.
 fn client(app: &TestApp) -> reqwest::Client {
     let mut headers = reqwest::header::HeaderMap::new();
     headers.insert("origin", app.base.parse().unwrap());
-    reqwest::Client::builder().cookie_store(true).redirect(redirect::Policy::none()).default_headers(headers).build().unwrap()
+    reqwest::Client::builder()
+        .cookie_store(true)
+        .redirect(redirect::Policy::none())
+        .default_headers(headers)
+        .build()
+        .unwrap()
 }
 
 impl TestApp {
     async fn login(&self, c: &reqwest::Client, email: &str, password: &str) -> reqwest::Response {
-        c.post(format!("{}/api/login", self.base)).form(&[("email", email), ("password", password)]).send().await.unwrap()
+        c.post(format!("{}/api/login", self.base))
+            .form(&[("email", email), ("password", password)])
+            .send()
+            .await
+            .unwrap()
     }
 
     async fn call(&self, c: &reqwest::Client, endpoint: &str) -> (StatusCode, String) {
-        let r = c.post(format!("{}/api/{endpoint}", self.base)).header("content-type", "application/x-www-form-urlencoded").body("").send().await.unwrap();
+        let r = c
+            .post(format!("{}/api/{endpoint}", self.base))
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body("")
+            .send()
+            .await
+            .unwrap();
         (r.status(), r.text().await.unwrap())
     }
 }
@@ -44,8 +72,22 @@ impl TestApp {
 async fn health_and_readiness_reflect_the_database() {
     let app = spawn_app(test_db().await).await;
     let c = client(&app);
-    assert_eq!(c.get(format!("{}/healthz", app.base)).send().await.unwrap().status(), 200);
-    assert_eq!(c.get(format!("{}/readyz", app.base)).send().await.unwrap().status(), 200);
+    assert_eq!(
+        c.get(format!("{}/healthz", app.base))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    assert_eq!(
+        c.get(format!("{}/readyz", app.base))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
     app.pool.close().await;
     let r = c.get(format!("{}/readyz", app.base)).send().await.unwrap();
     assert_eq!(r.status(), 503);
@@ -66,20 +108,46 @@ async fn login_sets_an_http_only_session_and_logout_ends_it() {
     assert!(body.contains("NotSignedIn"), "{body}");
 
     let r = app.login(&c, &email.to_uppercase(), password).await;
-    assert!(r.status().is_redirection() || r.status().is_success(), "{}", r.status());
-    let cookie = r.headers().get("set-cookie").unwrap().to_str().unwrap().to_owned();
-    assert!(cookie.contains("HttpOnly") && cookie.contains("SameSite=Lax"), "{cookie}");
+    assert!(
+        r.status().is_redirection() || r.status().is_success(),
+        "{}",
+        r.status()
+    );
+    let cookie = r
+        .headers()
+        .get("set-cookie")
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        cookie.contains("HttpOnly") && cookie.contains("SameSite=Lax"),
+        "{cookie}"
+    );
 
     let (status, body) = app.call(&c, "overview").await;
     assert_eq!(status, 200, "{body}");
     assert!(body.contains("\"org_name\":\"acme\""), "{body}");
 
-    let page = c.get(format!("{}/", app.base)).send().await.unwrap().text().await.unwrap();
-    assert!(page.contains("Sign out"), "signed-in page renders the layout");
+    let page = c
+        .get(format!("{}/", app.base))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        page.contains("Sign out"),
+        "signed-in page renders the layout"
+    );
 
     app.call(&c, "logout").await;
     let (_, body) = app.call(&c, "overview").await;
-    assert!(body.contains("NotSignedIn"), "session ended server-side: {body}");
+    assert!(
+        body.contains("NotSignedIn"),
+        "session ended server-side: {body}"
+    );
 }
 
 #[tokio::test]
@@ -91,10 +159,23 @@ async fn wrong_password_and_unknown_user_get_the_same_clear_error() {
     let wrong = app.login(&c, &users[0].1, "not the password").await;
     assert!(wrong.headers().get("set-cookie").is_none());
     let wrong = wrong.text().await.unwrap();
-    let unknown = app.login(&c, "nobody@acme.example", "whatever").await.text().await.unwrap();
-    assert!(wrong.contains("Wrong e-mail address or password."), "{wrong}");
+    let unknown = app
+        .login(&c, "nobody@acme.example", "whatever")
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        wrong.contains("Wrong e-mail address or password."),
+        "{wrong}"
+    );
     assert_eq!(wrong, unknown, "no user enumeration");
-    let garbage = app.login(&c, "not-an-address", "x").await.text().await.unwrap();
+    let garbage = app
+        .login(&c, "not-an-address", "x")
+        .await
+        .text()
+        .await
+        .unwrap();
     assert!(garbage.contains("not a valid e-mail address"), "{garbage}");
 }
 
@@ -103,12 +184,22 @@ async fn cross_site_writes_are_refused() {
     let pool = test_db().await;
     let (_, users) = org_with_users(&pool, "acme", &[Role::Admin]).await;
     let app = spawn_app(pool).await;
-    let evil = reqwest::Client::builder().redirect(redirect::Policy::none()).build().unwrap();
-    for (name, value) in [("origin", "http://evil.example"), ("origin", "null"), ("sec-fetch-site", "cross-site")] {
+    let evil = reqwest::Client::builder()
+        .redirect(redirect::Policy::none())
+        .build()
+        .unwrap();
+    for (name, value) in [
+        ("origin", "http://evil.example"),
+        ("origin", "null"),
+        ("sec-fetch-site", "cross-site"),
+    ] {
         let r = evil
             .post(format!("{}/api/login", app.base))
             .header(name, value)
-            .form(&[("email", users[0].1.as_str()), ("password", users[0].2.as_str())])
+            .form(&[
+                ("email", users[0].1.as_str()),
+                ("password", users[0].2.as_str()),
+            ])
             .send()
             .await
             .unwrap();
@@ -120,14 +211,25 @@ async fn cross_site_writes_are_refused() {
         .post(format!("{}/api/login", app.base))
         .header("origin", "https://mail.example.com")
         .header("x-forwarded-host", "mail.example.com")
-        .form(&[("email", users[0].1.as_str()), ("password", users[0].2.as_str())])
+        .form(&[
+            ("email", users[0].1.as_str()),
+            ("password", users[0].2.as_str()),
+        ])
         .send()
         .await
         .unwrap();
     assert_ne!(r.status(), 403);
     assert!(r.headers().get("set-cookie").is_some());
     // Reads stay open (the page itself, health).
-    assert_eq!(evil.get(format!("{}/login", app.base)).header("origin", "http://evil.example").send().await.unwrap().status(), 200);
+    assert_eq!(
+        evil.get(format!("{}/login", app.base))
+            .header("origin", "http://evil.example")
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
 }
 
 #[tokio::test]
@@ -137,20 +239,45 @@ async fn every_read_is_scoped_to_the_signed_in_organisation() {
     let (org_b, b) = org_with_users(&pool, "beta", &[Role::Owner]).await;
     let mut tx = pool.begin().await.unwrap();
     let sub = app::domain::EmailAddress::parse("x@y.org").unwrap();
-    app::db::audience::insert_subscribers(&mut tx, org_b, &[(sub, "X".into())]).await.unwrap();
-    app::db::campaigns::create_draft(&mut tx, app::db::campaigns::NewDraft { org_id: org_b, author_id: b[0].0, name: "Beta secret plan", subject: "s", body: "b", list_ids: &[] })
+    app::db::audience::insert_subscribers(&mut tx, org_b, &[(sub, "X".into())])
         .await
         .unwrap();
-    app::db::campaigns::create_draft(&mut tx, app::db::campaigns::NewDraft { org_id: org_a, author_id: a[0].0, name: "Alpha launch", subject: "s", body: "b", list_ids: &[] })
-        .await
-        .unwrap();
+    app::db::campaigns::create_draft(
+        &mut tx,
+        app::db::campaigns::NewDraft {
+            org_id: org_b,
+            author_id: b[0].0,
+            name: "Beta secret plan",
+            subject: "s",
+            body: "b",
+            list_ids: &[],
+        },
+    )
+    .await
+    .unwrap();
+    app::db::campaigns::create_draft(
+        &mut tx,
+        app::db::campaigns::NewDraft {
+            org_id: org_a,
+            author_id: a[0].0,
+            name: "Alpha launch",
+            subject: "s",
+            body: "b",
+            list_ids: &[],
+        },
+    )
+    .await
+    .unwrap();
     tx.commit().await.unwrap();
 
     let app = spawn_app(pool).await;
     let c = client(&app);
     app.login(&c, &a[0].1, &a[0].2).await;
     let (_, overview) = app.call(&c, "overview").await;
-    assert!(overview.contains("\"subscribers\":0"), "alpha has no subscribers: {overview}");
+    assert!(
+        overview.contains("\"subscribers\":0"),
+        "alpha has no subscribers: {overview}"
+    );
     let (_, campaigns) = app.call(&c, "campaigns").await;
     assert!(campaigns.contains("Alpha launch"), "{campaigns}");
     assert!(!campaigns.contains("Beta secret plan"), "{campaigns}");
@@ -164,11 +291,17 @@ async fn server_errors_reach_the_browser_without_internals() {
     let c = client(&app);
     app.login(&c, &users[0].1, &users[0].2).await;
     // Break the schema under the running app: the error must not name the table.
-    sqlx::query("alter table suppressions rename to suppressions_gone").execute(&pool).await.unwrap();
+    sqlx::query("alter table suppressions rename to suppressions_gone")
+        .execute(&pool)
+        .await
+        .unwrap();
     let (status, body) = app.call(&c, "overview").await;
     assert_eq!(status, 500);
     assert!(body.contains("Internal"), "{body}");
-    assert!(!body.contains("suppressions") && !body.contains("relation"), "{body}");
+    assert!(
+        !body.contains("suppressions") && !body.contains("relation"),
+        "{body}"
+    );
 }
 
 #[tokio::test]
@@ -180,9 +313,17 @@ async fn a_password_change_ends_the_users_sessions() {
     app.login(&c, &users[0].1, &users[0].2).await;
     assert_eq!(app.call(&c, "overview").await.0, 200);
     let email = app::domain::EmailAddress::parse(&users[0].1).unwrap();
-    assert!(app::db::users::set_password(&pool, &email, &app::auth::hash_password("a new password!").unwrap()).await.unwrap());
+    assert!(app::db::users::set_password(
+        &pool,
+        &email,
+        &app::auth::hash_password("a new password!").unwrap()
+    )
+    .await
+    .unwrap());
     let (_, body) = app.call(&c, "overview").await;
     assert!(body.contains("NotSignedIn"), "{body}");
     let nobody = app::domain::EmailAddress::parse("nobody@acme.example").unwrap();
-    assert!(!app::db::users::set_password(&pool, &nobody, "h").await.unwrap());
+    assert!(!app::db::users::set_password(&pool, &nobody, "h")
+        .await
+        .unwrap());
 }

@@ -12,8 +12,14 @@ async fn replicas_starting_together_apply_each_migration_once() {
     for r in runs {
         r.await.unwrap().expect("every concurrent start succeeds");
     }
-    let applied: i64 = sqlx::query_scalar("select count(*) from _sqlx_migrations").fetch_one(&pool).await.unwrap();
-    assert_eq!(applied as usize, app::db::migrate::migrator().migrations.len());
+    let applied: i64 = sqlx::query_scalar("select count(*) from _sqlx_migrations")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        applied as usize,
+        app::db::migrate::migrator().migrations.len()
+    );
 }
 
 #[tokio::test]
@@ -28,7 +34,9 @@ async fn serve_tolerates_a_newer_schema_but_migrate_is_strict() {
     .execute(&pool)
     .await
     .unwrap();
-    app::db::migrate::run(&pool, false).await.expect("tolerant run accepts it");
+    app::db::migrate::run(&pool, false)
+        .await
+        .expect("tolerant run accepts it");
     let err = app::db::migrate::run(&pool, true).await.unwrap_err();
     assert!(err.to_string().contains("99990101000000"), "{err}");
 }

@@ -46,7 +46,10 @@ impl Proc {
                 return;
             }
             if let Ok(Some(status)) = self.child.try_wait() {
-                panic!("mailroom exited ({status}) before logging {needle:?}:\n{}", self.log_text());
+                panic!(
+                    "mailroom exited ({status}) before logging {needle:?}:\n{}",
+                    self.log_text()
+                );
             }
             std::thread::sleep(Duration::from_millis(100));
         }
@@ -80,12 +83,20 @@ impl Drop for Proc {
 pub fn run(args: &[&str], env: &[(&str, &str)]) -> (ExitStatus, String, String) {
     let mut cmd = Command::new(mailroom_bin());
     // Only warnings and the final error: each failure must be one line on its own.
-    cmd.args(args).env_remove("DATABASE_URL").env_remove("MAILROOM_DATABASE_URL").env("RUST_LOG", "warn").stdin(Stdio::null());
+    cmd.args(args)
+        .env_remove("DATABASE_URL")
+        .env_remove("MAILROOM_DATABASE_URL")
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null());
     for (k, v) in env {
         cmd.env(k, v);
     }
     let out = cmd.output().unwrap();
-    (out.status, String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    (
+        out.status,
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 /// The postmaster's pid while one runs on the cluster of `data_dir`.
@@ -99,7 +110,10 @@ pub fn postmaster_pid(data_dir: &Path) -> Option<i32> {
 pub fn wait_postmaster_gone(data_dir: &Path, secs: u64) {
     let deadline = Instant::now() + Duration::from_secs(secs);
     while postmaster_pid(data_dir).is_some() {
-        assert!(Instant::now() < deadline, "postmaster still running after {secs}s");
+        assert!(
+            Instant::now() < deadline,
+            "postmaster still running after {secs}s"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
 }

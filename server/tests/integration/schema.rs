@@ -8,14 +8,24 @@ async fn composite_keys_refuse_rows_that_mix_two_organisations() {
     let (org_a, _) = org_with_users(&pool, "alpha", &[Role::Owner]).await;
     let (org_b, _) = org_with_users(&pool, "beta", &[Role::Owner]).await;
     let mut tx = pool.begin().await.unwrap();
-    let list_a = app::db::audience::create_list(&mut tx, org_a, "A list").await.unwrap();
-    let sub_b = app::db::audience::insert_subscribers(&mut tx, org_b, &[(EmailAddress::parse("b@b.org").unwrap(), String::new())]).await.unwrap();
+    let list_a = app::db::audience::create_list(&mut tx, org_a, "A list")
+        .await
+        .unwrap();
+    let sub_b = app::db::audience::insert_subscribers(
+        &mut tx,
+        org_b,
+        &[(EmailAddress::parse("b@b.org").unwrap(), String::new())],
+    )
+    .await
+    .unwrap();
     tx.commit().await.unwrap();
 
     let mut conn = pool.acquire().await.unwrap();
     // Org A's list with org B's subscriber, under either org id: both refused by the database.
     for org in [org_a, org_b] {
-        let err = app::db::audience::add_members(&mut conn, org, list_a, &sub_b).await.unwrap_err();
+        let err = app::db::audience::add_members(&mut conn, org, list_a, &sub_b)
+            .await
+            .unwrap_err();
         assert!(err.to_string().contains("foreign key"), "{err}");
     }
 }
@@ -23,12 +33,24 @@ async fn composite_keys_refuse_rows_that_mix_two_organisations() {
 #[tokio::test]
 async fn time_zones_are_checked_against_postgresql() {
     let pool = test_db().await;
-    assert!(app::db::orgs::is_valid_timezone(&pool, "Europe/Berlin").await.unwrap());
-    assert!(!app::db::orgs::is_valid_timezone(&pool, "Mars/Olympus_Mons").await.unwrap());
+    assert!(app::db::orgs::is_valid_timezone(&pool, "Europe/Berlin")
+        .await
+        .unwrap());
+    assert!(
+        !app::db::orgs::is_valid_timezone(&pool, "Mars/Olympus_Mons")
+            .await
+            .unwrap()
+    );
     let mut conn = pool.acquire().await.unwrap();
     let err = app::db::orgs::create(
         &mut conn,
-        app::db::orgs::NewOrg { name: "X", slug: "x", timezone: "Mars/Olympus_Mons", from_name: "X", from_address: "x@x.org" },
+        app::db::orgs::NewOrg {
+            name: "X",
+            slug: "x",
+            timezone: "Mars/Olympus_Mons",
+            from_name: "X",
+            from_address: "x@x.org",
+        },
     )
     .await
     .unwrap_err();
@@ -42,10 +64,30 @@ async fn one_login_per_address_whatever_its_case() {
     let mut conn = pool.acquire().await.unwrap();
     let first = EmailAddress::parse("Sam@Acme.example").unwrap();
     let again = EmailAddress::parse("sam@ACME.example").unwrap();
-    app::db::users::create(&mut conn, app::db::users::NewUser { org_id: org, email: &first, name: "Sam", role: Role::Admin, password_hash: "h" }).await.unwrap();
-    let err = app::db::users::create(&mut conn, app::db::users::NewUser { org_id: org, email: &again, name: "Sam", role: Role::Admin, password_hash: "h" })
-        .await
-        .unwrap_err();
+    app::db::users::create(
+        &mut conn,
+        app::db::users::NewUser {
+            org_id: org,
+            email: &first,
+            name: "Sam",
+            role: Role::Admin,
+            password_hash: "h",
+        },
+    )
+    .await
+    .unwrap();
+    let err = app::db::users::create(
+        &mut conn,
+        app::db::users::NewUser {
+            org_id: org,
+            email: &again,
+            name: "Sam",
+            role: Role::Admin,
+            password_hash: "h",
+        },
+    )
+    .await
+    .unwrap_err();
     assert!(err.to_string().contains("sam@ACME.example"), "{err}");
 }
 
@@ -58,10 +100,15 @@ async fn case_variant_subscribers_coexist_but_share_their_lower_form() {
         .iter()
         .map(|e| (EmailAddress::parse(e).unwrap(), String::new()))
         .collect();
-    let ids = app::db::audience::insert_subscribers(&mut tx, org, &people).await.unwrap();
+    let ids = app::db::audience::insert_subscribers(&mut tx, org, &people)
+        .await
+        .unwrap();
     tx.commit().await.unwrap();
     assert_eq!(ids.len(), 2, "exact duplicate skipped, case variant kept");
-    let lowers: Vec<String> = sqlx::query_scalar("select distinct email_lower from subscribers").fetch_all(&pool).await.unwrap();
+    let lowers: Vec<String> = sqlx::query_scalar("select distinct email_lower from subscribers")
+        .fetch_all(&pool)
+        .await
+        .unwrap();
     assert_eq!(lowers, vec!["ann@example.org".to_string()]);
 }
 
@@ -70,13 +117,31 @@ async fn campaign_and_delivery_invariants_are_enforced_by_the_schema() {
     let pool = test_db().await;
     let (org, users) = org_with_users(&pool, "acme", &[Role::Owner]).await;
     let mut tx = pool.begin().await.unwrap();
-    let cid = app::db::campaigns::create_draft(&mut tx, app::db::campaigns::NewDraft { org_id: org, author_id: users[0].0, name: "C", subject: "s", body: "b", list_ids: &[] })
-        .await
-        .unwrap();
+    let cid = app::db::campaigns::create_draft(
+        &mut tx,
+        app::db::campaigns::NewDraft {
+            org_id: org,
+            author_id: users[0].0,
+            name: "C",
+            subject: "s",
+            body: "b",
+            list_ids: &[],
+        },
+    )
+    .await
+    .unwrap();
     tx.commit().await.unwrap();
     // approved without a schedule
-    let e = sqlx::query("update campaigns set status = 'approved' where id = $1").bind(cid).execute(&pool).await.unwrap_err();
-    assert!(e.to_string().contains("campaigns_scheduled_once_approved") || e.to_string().contains("campaigns_approval_recorded"), "{e}");
+    let e = sqlx::query("update campaigns set status = 'approved' where id = $1")
+        .bind(cid)
+        .execute(&pool)
+        .await
+        .unwrap_err();
+    assert!(
+        e.to_string().contains("campaigns_scheduled_once_approved")
+            || e.to_string().contains("campaigns_approval_recorded"),
+        "{e}"
+    );
     // a campaign delivery without its typed references
     let e = sqlx::query("insert into deliveries (job_id, org_id, kind, priority, recipient, email_lower) values ('campaign:1:1', $1, 'campaign', 2, 'a@b.org', 'a@b.org')")
         .bind(org)
@@ -111,13 +176,33 @@ async fn four_eyes_is_enforced_by_the_schema_unless_self_approval_is_marked() {
     let pool = test_db().await;
     let (org, users) = org_with_users(&pool, "acme", &[Role::Owner]).await;
     let mut tx = pool.begin().await.unwrap();
-    let cid = app::db::campaigns::create_draft(&mut tx, app::db::campaigns::NewDraft { org_id: org, author_id: users[0].0, name: "C", subject: "s", body: "b", list_ids: &[] })
-        .await
-        .unwrap();
+    let cid = app::db::campaigns::create_draft(
+        &mut tx,
+        app::db::campaigns::NewDraft {
+            org_id: org,
+            author_id: users[0].0,
+            name: "C",
+            subject: "s",
+            body: "b",
+            list_ids: &[],
+        },
+    )
+    .await
+    .unwrap();
     tx.commit().await.unwrap();
     let approve = "update campaigns set status = 'approved', approver_id = author_id, approved_at = now(), approved_version = 1,
                    scheduled_for = now(), self_approved = $2 where id = $1";
-    let e = sqlx::query(approve).bind(cid).bind(false).execute(&pool).await.unwrap_err();
+    let e = sqlx::query(approve)
+        .bind(cid)
+        .bind(false)
+        .execute(&pool)
+        .await
+        .unwrap_err();
     assert!(e.to_string().contains("campaigns_four_eyes"), "{e}");
-    sqlx::query(approve).bind(cid).bind(true).execute(&pool).await.expect("marked self-approval is allowed");
+    sqlx::query(approve)
+        .bind(cid)
+        .bind(true)
+        .execute(&pool)
+        .await
+        .expect("marked self-approval is allowed");
 }

@@ -27,7 +27,11 @@ struct Recorder {
 
 impl Handler for Recorder {
     fn data_start(&mut self, _domain: &str, from: &str, _is8bit: bool, to: &[String]) -> Response {
-        self.current = Some(Received { from: from.to_owned(), to: to.to_vec(), data: String::new() });
+        self.current = Some(Received {
+            from: from.to_owned(),
+            to: to.to_vec(),
+            data: String::new(),
+        });
         response::OK
     }
 
@@ -55,8 +59,14 @@ impl SmtpSink {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         let received = Arc::new(Mutex::new(Vec::new()));
-        let mut server = Server::new(Recorder { received: received.clone(), current: None });
-        server.with_name("sink.test").with_num_threads(4).with_tcp_listener(listener);
+        let mut server = Server::new(Recorder {
+            received: received.clone(),
+            current: None,
+        });
+        server
+            .with_name("sink.test")
+            .with_num_threads(4)
+            .with_tcp_listener(listener);
         std::thread::spawn(move || {
             let _ = server.serve();
         });
@@ -80,11 +90,19 @@ async fn the_sink_receives_what_lettre_sends_with_a_job_derived_message_id() {
         .subject("Hello")
         .body("Hi Ann".to_string())
         .unwrap();
-    let smtp = AsyncSmtpTransport::<Tokio1Executor>::builder_dangerous(sink.addr.ip().to_string()).port(sink.addr.port()).build();
+    let smtp = AsyncSmtpTransport::<Tokio1Executor>::builder_dangerous(sink.addr.ip().to_string())
+        .port(sink.addr.port())
+        .build();
     smtp.send(message).await.unwrap();
     let got = sink.messages();
     assert_eq!(got.len(), 1);
     assert_eq!(got[0].to, vec!["ann@example.org".to_string()]);
     assert_eq!(got[0].from, "news@acme.example");
-    assert!(got[0].data.contains("Message-ID: <campaign.7.42@acme.example>"), "{}", got[0].data);
+    assert!(
+        got[0]
+            .data
+            .contains("Message-ID: <campaign.7.42@acme.example>"),
+        "{}",
+        got[0].data
+    );
 }
