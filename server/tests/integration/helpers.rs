@@ -13,7 +13,7 @@ const TEMPLATE: &str = "mailroom_template";
 /// process exits (Rust tests have no global teardown).
 struct Cluster {
     options: PgConnectOptions,
-    _dir: PathBuf,
+    socket_dir: PathBuf,
 }
 
 static CLUSTER: OnceLock<Cluster> = OnceLock::new();
@@ -51,8 +51,12 @@ fn start_cluster() -> Cluster {
         app::db::migrate::run(&template, true).await.unwrap();
         template.close().await;
         let options = admin;
+        let socket_dir = pg.cluster_dir().to_path_buf();
         std::mem::forget(pg); // stopped by the watchdog
-        Cluster { options, _dir: dir }
+        Cluster {
+            options,
+            socket_dir,
+        }
     })
 }
 
@@ -107,6 +111,12 @@ pub async fn test_db() -> PgPool {
 
 /// An empty database (no migrations) for migration tests.
 pub async fn empty_db() -> PgPool {
+    let (pool, _) = empty_db_with_url().await;
+    pool
+}
+
+/// An empty database and a `postgres://` URL that reaches it (through the cluster's socket).
+pub async fn empty_db_with_url() -> (PgPool, String) {
     let c = cluster();
     let name = format!(
         "e_{}_{}",
@@ -117,9 +127,16 @@ pub async fn empty_db() -> PgPool {
     app::db::cluster::create_database_if_missing(&mut conn, &name)
         .await
         .unwrap();
-    PgPool::connect_with(c.options.clone().database(&name))
-        .await
-        .unwrap()
+    let url = format!(
+        "postgres://mailroom@localhost/{name}?host={}",
+        c.socket_dir.display()
+    );
+    (
+        PgPool::connect_with(c.options.clone().database(&name))
+            .await
+            .unwrap(),
+        url,
+    )
 }
 
 /// An organisation with one user per given role; returns (org id, [(user id, email, password)]).
