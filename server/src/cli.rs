@@ -97,7 +97,7 @@ pub struct WorkerArgs {
 pub enum UserCommand {
     /// Add a dashboard user to an organisation; prints a generated password unless one is given.
     Add(UserAddArgs),
-    /// Give a user a new generated password (printed once) and keep their sessions.
+    /// Give a user a new generated password (printed once); their sessions end.
     Password(UserPasswordArgs),
 }
 

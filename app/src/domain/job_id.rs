@@ -74,19 +74,18 @@ impl JobId {
         }
     }
 
-    /// A `Message-ID` that is the same on every attempt of this job.
+    /// A `Message-ID` that is the same on every attempt of this job, and different for every
+    /// other job: ':' becomes '.', other bytes outside [A-Za-z0-9-] become `=XX` (so the
+    /// encoding is injective and header-safe).
     pub fn message_id(&self, domain: &str) -> String {
-        let local: String = self
-            .to_string()
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
-                    c
-                } else {
-                    '.'
-                }
-            })
-            .collect();
+        let mut local = String::new();
+        for b in self.to_string().bytes() {
+            match b {
+                b':' => local.push('.'),
+                b if b.is_ascii_alphanumeric() || b == b'-' => local.push(b as char),
+                b => local.push_str(&format!("={b:02X}")),
+            }
+        }
         format!("<{local}@{domain}>")
     }
 }
@@ -119,7 +118,9 @@ impl fmt::Display for JobId {
 }
 
 fn id<T: FromStr>(s: &str, whole: &str) -> Result<T, JobIdError> {
-    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+    // Canonical decimal only: "007" would parse to an id that prints differently.
+    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) || (s.len() > 1 && s.starts_with('0'))
+    {
         return Err(JobIdError(whole.to_owned()));
     }
     s.parse().map_err(|_| JobIdError(whole.to_owned()))
@@ -221,6 +222,7 @@ mod tests {
             "campaign:1",
             "campaign:1:x",
             "campaign:-1:2",
+            "campaign:007:1",
             "digest:1:2026-W99:2",
             "digest:1:2026-W01",
             "sms:1:2",
@@ -254,5 +256,21 @@ mod tests {
             "<campaign.7.42@mail.example.org>"
         );
         assert_eq!(c.message_id("x.org"), c.clone().message_id("x.org"));
+        // Distinct jobs never share a Message-ID, even when they differ only in '.', ':' or '@'.
+        let ids = [
+            "test:1:1:t:a.b@c.org",
+            "test:1:1:t:a@b.c.org",
+            "test:1:1:t:jürgen@x.org",
+            "test:1:1:t:j.rgen@x.org",
+        ];
+        let mut seen = std::collections::HashSet::new();
+        for s in ids {
+            let m = s.parse::<JobId>().unwrap().message_id("x.org");
+            assert!(
+                m.is_ascii() && !m[1..m.len() - 1].contains(['<', '>', ' ']),
+                "{m}"
+            );
+            assert!(seen.insert(m.clone()), "collision: {m}");
+        }
     }
 }

@@ -53,7 +53,11 @@ impl FromStr for WeekKey {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let bad = || WeekKeyError(s.to_owned());
         if let Some(ts) = s.strip_prefix("manual-") {
-            if ts.is_empty() || !ts.bytes().all(|b| b.is_ascii_digit()) {
+            // Canonical decimal only, so the stored key and the parsed one print alike.
+            if ts.is_empty()
+                || !ts.bytes().all(|b| b.is_ascii_digit())
+                || (ts.len() > 1 && ts.starts_with('0'))
+            {
                 return Err(bad());
             }
             return Ok(WeekKey::Manual {
@@ -139,6 +143,7 @@ mod tests {
             "manual-",
             "manual--5",
             "manual-12a",
+            "manual-007",
             "",
         ] {
             let err = s.parse::<WeekKey>().unwrap_err();

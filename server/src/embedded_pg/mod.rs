@@ -76,13 +76,6 @@ impl EmbeddedPg {
             check_traversable(&data_dir)?;
         }
         let lock_path = data_dir.join("embedded-pg.lock");
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&lock_path)
-            .map_err(|e| not_writable(&data_dir, e))?;
         let mut pg = EmbeddedPg {
             cluster,
             run_as,
@@ -90,18 +83,38 @@ impl EmbeddedPg {
             lock: Arc::new(Mutex::new(None)),
             takeover: None,
         };
-        match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
-            Ok(lock) => pg.become_owner(lock).await?,
-            Err((mut file, _)) => {
-                let mut owner = String::new();
-                let _ = file.read_to_string(&mut owner);
-                tracing::info!(owner_pid = owner.trim(), "embedded PostgreSQL is owned by another mailroom process; connecting through its socket");
-                // The owner creates the database after the server is up: wait for the database.
-                pg.wait_ready(DATABASE, Duration::from_secs(60)).await?;
-                pg.takeover = Some(pg.spawn_takeover(lock_path));
+        // Owner if the lock is free; else a guest once the owner's database answers. A guest
+        // keeps retrying the lock meanwhile, so a start that overlaps the owner's shutdown
+        // becomes the new owner instead of failing.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let file = open_lock(&lock_path, &data_dir)?;
+            match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+                Ok(lock) => {
+                    pg.become_owner(lock).await?;
+                    return Ok(pg);
+                }
+                Err((mut file, _)) => {
+                    let mut owner = String::new();
+                    let _ = file.read_to_string(&mut owner);
+                    if pg
+                        .wait_ready(DATABASE, Duration::from_secs(2))
+                        .await
+                        .is_ok()
+                    {
+                        tracing::info!(owner_pid = owner.trim(), "embedded PostgreSQL is owned by another mailroom process; connecting through its socket");
+                        pg.takeover = Some(pg.spawn_takeover(lock_path));
+                        return Ok(pg);
+                    }
+                    if tokio::time::Instant::now() >= deadline {
+                        return Err(PgError::NotReady(format!(
+                            "the owner of the cluster (pid {}) holds the lock but its database does not answer",
+                            owner.trim()
+                        )));
+                    }
+                }
             }
         }
-        Ok(pg)
     }
 
     /// Connection options for `database` through the cluster's socket.
@@ -149,7 +162,7 @@ impl EmbeddedPg {
         if !out.status.success() {
             return Err(PgError::Command(format!(
                 "pg_ctl stop failed: {}",
-                String::from_utf8_lossy(&out.stderr).trim()
+                one_line(&out.stderr)
             )));
         }
         tracing::info!("embedded PostgreSQL stopped");
@@ -290,7 +303,7 @@ impl EmbeddedPg {
         tokio::spawn(async move {
             loop {
                 tokio::time::sleep(Duration::from_secs(2)).await;
-                let Ok(file) = OpenOptions::new().read(true).write(true).open(&lock_path) else {
+                let Ok(file) = open_lock(&lock_path, &lock_path) else {
                     continue;
                 };
                 if let Ok(lock) = Flock::lock(file, FlockArg::LockExclusiveNonblock) {
@@ -309,6 +322,16 @@ impl EmbeddedPg {
             }
         })
     }
+}
+
+fn open_lock(lock_path: &Path, data_dir: &Path) -> Result<File, PgError> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(lock_path)
+        .map_err(|e| not_writable(data_dir, e))
 }
 
 fn not_writable(dir: &Path, e: std::io::Error) -> PgError {
@@ -369,9 +392,9 @@ async fn ensure_cluster(cluster: &Path, run_as: &RunAs, options: Options) -> Res
             cluster.display()
         )));
     }
+    let bin = binaries::find(None)?;
     std::fs::create_dir(&scratch).map_err(|e| io("cannot create the cluster directory", e))?;
     run_as.own(&scratch)?;
-    let bin = binaries::find(None)?;
     tracing::info!(cluster = %cluster.display(), bin = %bin.display(), "creating the embedded PostgreSQL cluster");
     let mut cmd = run_as.command(&bin.join("initdb"), parent);
     cmd.arg("-D").arg(&scratch).args([
@@ -393,7 +416,7 @@ async fn ensure_cluster(cluster: &Path, run_as: &RunAs, options: Options) -> Res
         let _ = std::fs::remove_dir_all(&scratch);
         return Err(PgError::Command(format!(
             "initdb failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
+            one_line(&out.stderr)
         )));
     }
     // Only reachable through the socket inside the cluster directory (mode 0700).
@@ -432,4 +455,14 @@ fn remove_dead_scratch_dirs(parent: &Path) -> std::io::Result<()> {
 
 fn shell_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', "'\\''"))
+}
+
+/// A tool's stderr as one line (errors print as one line).
+fn one_line(stderr: &[u8]) -> String {
+    String::from_utf8_lossy(stderr)
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join(" | ")
 }

@@ -117,7 +117,21 @@ fn sigterm_to_serve_stops_the_http_server_and_the_embedded_cluster() {
             .status()
     });
     assert_eq!(status, 200);
-    assert!(postmaster_pid(dir.path()).is_some());
+    let pg = postmaster_pid(dir.path()).expect("serve owns a running cluster");
+
+    // A worker on the same data directory is a guest of serve's cluster.
+    let mut worker = Proc::start("worker", dir.path(), &["worker"]);
+    worker.wait_log("owned by another mailroom process", 60);
+    worker.wait_log("worker host started", 60);
+    assert_eq!(postmaster_pid(dir.path()), Some(pg));
+    worker.signal(Signal::SIGTERM);
+    assert!(worker.wait_exit(60).success(), "{}", worker.log_text());
+    assert_eq!(
+        postmaster_pid(dir.path()),
+        Some(pg),
+        "a guest leaves the cluster running"
+    );
+
     serve.signal(Signal::SIGTERM);
     assert!(serve.wait_exit(60).success(), "{}", serve.log_text());
     wait_postmaster_gone(dir.path(), 30);
@@ -125,4 +139,40 @@ fn sigterm_to_serve_stops_the_http_server_and_the_embedded_cluster() {
         std::net::TcpStream::connect(&listen).is_err(),
         "port released"
     );
+}
+
+#[test]
+fn a_start_after_owner_and_postmaster_were_killed_restarts_the_cluster() {
+    let dir = data_dir();
+    let mut first = Proc::start("first", dir.path(), &["worker"]);
+    first.wait_log("worker host started", 120);
+    let pg = postmaster_pid(dir.path()).unwrap();
+    first.signal(Signal::SIGKILL);
+    first.wait_exit(10);
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pg), Signal::SIGKILL).unwrap();
+    wait_postmaster_gone(dir.path(), 30);
+    assert!(
+        dir.path().join("postgres/postmaster.pid").exists(),
+        "a stale pid file is left behind"
+    );
+
+    let mut second = Proc::start(
+        "second",
+        dir.path(),
+        &["worker", "--heartbeat-seconds", "1"],
+    );
+    second.wait_log("worker host started", 120);
+    assert!(
+        second.log_text().contains("embedded PostgreSQL started"),
+        "{}",
+        second.log_text()
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(
+        heartbeats(dir.path()) >= 1,
+        "the restarted cluster serves the worker"
+    );
+    second.signal(Signal::SIGTERM);
+    assert!(second.wait_exit(60).success());
+    wait_postmaster_gone(dir.path(), 30);
 }
