@@ -31,7 +31,7 @@ test('sign in, see the overview, navigate without reload, sign out', async ({ pa
 
   await expect(page.locator('#org-name')).toHaveText('Acme Analytics');
   await expect(page.getByText('Subscribers', { exact: true })).toBeVisible();
-  await expect(page.locator('#whoami')).toContainText('E2E Admin');
+  await expect(page.locator('#whoami')).toContainText('Olivia Owner');
   await hydrated(page);
 
   // A marker on window survives client-side navigation and dies with a full reload.

@@ -23,7 +23,10 @@ impl fmt::Display for DemoLogins {
             writeln!(
                 f,
                 "  {:<8} {:<7} {:<28} {}",
-                l.org, l.role, l.email, l.password
+                l.org,
+                l.role.as_str(),
+                l.email,
+                l.password
             )?;
         }
         Ok(())

@@ -10,3 +10,4 @@ mod migrations;
 mod procs;
 mod schema;
 mod smtp_sink;
+mod user_commands;
