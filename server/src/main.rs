@@ -4,7 +4,24 @@ use clap::Parser;
 use mailroom::{cli::Cli, commands, telemetry};
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if e.use_stderr() => {
+            // One line naming the problem (clap's first line), and where to read more.
+            let rendered = e.render().to_string();
+            let first = rendered.lines().next().unwrap_or("invalid arguments");
+            eprintln!(
+                "mailroom: {} (see mailroom --help)",
+                first.trim_start_matches("error: ")
+            );
+            return ExitCode::from(2);
+        }
+        Err(e) => {
+            // --help and --version
+            let _ = e.print();
+            return ExitCode::SUCCESS;
+        }
+    };
     telemetry::init(cli.log_format);
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,

@@ -29,7 +29,13 @@ fn cluster_leftovers(dir: &std::path::Path) -> Vec<String> {
 fn unknown_flags_are_refused_by_name() {
     let (status, _, stderr) = run(&["serve", "--bogus"], &[]);
     assert_eq!(status.code(), Some(2));
-    assert!(stderr.contains("unexpected argument '--bogus'"), "{stderr}");
+    one_line_naming(
+        &stderr,
+        &["unexpected argument '--bogus'", "mailroom --help"],
+    );
+    let (status, _, stderr) = run(&["serve", "--listen", "not-an-address"], &[]);
+    assert_eq!(status.code(), Some(2));
+    one_line_naming(&stderr, &["not-an-address", "--listen"]);
 }
 
 #[test]
