@@ -6,6 +6,7 @@ pub mod audience;
 pub mod audit;
 pub mod campaigns;
 pub mod cluster;
+pub mod deliveries;
 pub mod health;
 pub mod heartbeat;
 pub mod migrate;

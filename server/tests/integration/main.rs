@@ -3,6 +3,7 @@
 //! the real `mailroom` binary for process-level behaviour (signals, embedded cluster, bad input).
 
 mod cli_errors;
+mod deliveries;
 mod embedded_cluster;
 mod helpers;
 mod http_auth;

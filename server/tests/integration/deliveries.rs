@@ -1,0 +1,332 @@
+//! The delivery queue's database guarantees, raced and faulted on a real PostgreSQL.
+
+use std::collections::HashSet;
+
+use app::db::deliveries::{self, NewDelivery, Outcome};
+use app::domain::{EmailAddress, JobId, Role};
+use sqlx::PgPool;
+
+use crate::helpers::{org_with_users, test_db};
+
+async fn enqueue_test_mail(pool: &PgPool, org: i64, n: usize) -> Vec<String> {
+    let mut tx = pool.begin().await.unwrap();
+    let mut ids = Vec::new();
+    for i in 0..n {
+        let to = EmailAddress::parse(&format!("r{i}@example.org")).unwrap();
+        let job = JobId::test(1, 1, "dlg", &to).unwrap();
+        let d = NewDelivery {
+            job: &job,
+            org_id: org,
+            recipient: &to,
+            campaign_id: None,
+            content_version: None,
+            subscriber_id: None,
+            digest_send_id: None,
+            user_id: None,
+        };
+        assert!(deliveries::enqueue(&mut tx, d).await.unwrap());
+        ids.push(job.to_string());
+    }
+    tx.commit().await.unwrap();
+    ids
+}
+
+/// A campaign in `status` with one subscriber, and its queued delivery.
+async fn campaign_delivery(
+    pool: &PgPool,
+    org: i64,
+    author: i64,
+    status: &str,
+    email: &str,
+) -> String {
+    let mut tx = pool.begin().await.unwrap();
+    let to = EmailAddress::parse(email).unwrap();
+    let sub = app::db::audience::insert_subscribers(&mut tx, org, &[(to.clone(), String::new())])
+        .await
+        .unwrap()[0];
+    let cid = app::db::campaigns::create_draft(
+        &mut tx,
+        app::db::campaigns::NewDraft {
+            org_id: org,
+            author_id: author,
+            name: "C",
+            subject: "s",
+            body: "b",
+            list_ids: &[],
+        },
+    )
+    .await
+    .unwrap();
+    sqlx::query(
+        "update campaigns set status = $2, scheduled_for = now(), approver_id = author_id, approved_at = now(),
+                approved_version = 1, self_approved = true where id = $1",
+    )
+    .bind(cid)
+    .bind(status)
+    .execute(&mut *tx)
+    .await
+    .unwrap();
+    let job = JobId::Campaign {
+        campaign_id: cid,
+        subscriber_id: sub,
+    };
+    let d = NewDelivery {
+        job: &job,
+        org_id: org,
+        recipient: &to,
+        campaign_id: Some(cid),
+        content_version: Some(1),
+        subscriber_id: Some(sub),
+        digest_send_id: None,
+        user_id: None,
+    };
+    deliveries::enqueue(&mut tx, d).await.unwrap();
+    tx.commit().await.unwrap();
+    job.to_string()
+}
+
+async fn status_of(pool: &PgPool, job: &str) -> (String, i32) {
+    sqlx::query_as("select status, attempt from deliveries where job_id = $1")
+        .bind(job)
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+async fn expire_leases(pool: &PgPool) {
+    sqlx::query(
+        "update deliveries set lease_until = now() - interval '1 second' where status = 'sending'",
+    )
+    .execute(pool)
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn enqueueing_the_same_job_twice_stores_one_row() {
+    let pool = test_db().await;
+    let (org, _) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let to = EmailAddress::parse("a@example.org").unwrap();
+    let job = JobId::test(1, 1, "dlg", &to).unwrap();
+    let mut conn = pool.acquire().await.unwrap();
+    let d = || NewDelivery {
+        job: &job,
+        org_id: org,
+        recipient: &to,
+        campaign_id: None,
+        content_version: None,
+        subscriber_id: None,
+        digest_send_id: None,
+        user_id: None,
+    };
+    assert!(deliveries::enqueue(&mut conn, d()).await.unwrap());
+    assert!(!deliveries::enqueue(&mut conn, d()).await.unwrap());
+    let n: i64 = sqlx::query_scalar("select count(*) from deliveries")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(n, 1);
+}
+
+#[tokio::test]
+async fn racing_claimers_take_disjoint_batches_and_lose_nothing() {
+    let pool = test_db().await;
+    let (org, _) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let all: HashSet<String> = enqueue_test_mail(&pool, org, 400)
+        .await
+        .into_iter()
+        .collect();
+    let workers: Vec<_> = (0..6)
+        .map(|_| {
+            let pool = pool.clone();
+            tokio::spawn(async move {
+                let mut mine = Vec::new();
+                loop {
+                    let batch = deliveries::claim(&pool, 20, 60.0).await.unwrap();
+                    if batch.is_empty() {
+                        return mine;
+                    }
+                    assert!(batch.iter().all(|c| c.attempt == 1));
+                    mine.extend(batch.into_iter().map(|c| c.job_id));
+                }
+            })
+        })
+        .collect();
+    let mut seen = HashSet::new();
+    let mut total = 0;
+    for w in workers {
+        for job in w.await.unwrap() {
+            total += 1;
+            assert!(seen.insert(job.clone()), "{job} claimed twice");
+        }
+    }
+    assert_eq!(total, 400);
+    assert_eq!(seen, all, "every delivery claimed exactly once");
+}
+
+#[tokio::test]
+async fn claims_follow_priority_and_skip_campaigns_that_are_not_sending() {
+    let pool = test_db().await;
+    let (org, users) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let sending = campaign_delivery(&pool, org, users[0].0, "sending", "c1@example.org").await;
+    let paused = campaign_delivery(&pool, org, users[0].0, "paused", "c2@example.org").await;
+    let test = enqueue_test_mail(&pool, org, 1).await.remove(0);
+    let first = deliveries::claim(&pool, 1, 60.0).await.unwrap();
+    assert_eq!(first[0].job_id, test, "test mail first");
+    let rest: Vec<String> = deliveries::claim(&pool, 10, 60.0)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|c| c.job_id)
+        .collect();
+    assert_eq!(rest, vec![sending]);
+    assert_eq!(
+        status_of(&pool, &paused).await,
+        ("queued".into(), 0),
+        "a paused campaign's mail waits"
+    );
+}
+
+#[tokio::test]
+async fn suppression_is_rechecked_at_claim_with_the_per_kind_rule() {
+    let pool = test_db().await;
+    let (org, users) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let campaign = campaign_delivery(&pool, org, users[0].0, "sending", "Gone@Example.org").await;
+    let tests = enqueue_test_mail(&pool, org, 2).await; // r0@, r1@
+    let mut conn = pool.acquire().await.unwrap();
+    for (email, reason) in [
+        ("gone@example.org", "unsubscribed"),
+        ("R0@example.org", "unsubscribed"),
+        ("r1@example.org", "hard_bounce"),
+    ] {
+        app::db::audience::suppress(
+            &mut conn,
+            org,
+            &EmailAddress::parse(email).unwrap(),
+            reason,
+            "test",
+        )
+        .await
+        .unwrap();
+    }
+    let claimed: Vec<String> = deliveries::claim(&pool, 10, 60.0)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|c| c.job_id)
+        .collect();
+    assert_eq!(
+        claimed,
+        vec![tests[0].clone()],
+        "an unsubscribe does not block test mail; a hard bounce does"
+    );
+    assert_eq!(
+        status_of(&pool, &campaign).await.0,
+        "suppressed",
+        "campaign mail: any suppression"
+    );
+    assert_eq!(status_of(&pool, &tests[1]).await.0, "suppressed");
+}
+
+#[tokio::test]
+async fn a_reaped_and_reclaimed_delivery_ignores_the_slow_workers_late_result() {
+    let pool = test_db().await;
+    let (org, _) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let job = enqueue_test_mail(&pool, org, 1).await.remove(0);
+    let slow = deliveries::claim(&pool, 1, 60.0).await.unwrap().remove(0);
+    expire_leases(&pool).await;
+    assert_eq!(deliveries::reap_expired(&pool).await.unwrap(), (1, 0));
+    let fresh = deliveries::claim(&pool, 1, 60.0).await.unwrap().remove(0);
+    assert_eq!((slow.attempt, fresh.attempt), (1, 2));
+    let late = deliveries::record(
+        &pool,
+        &[(
+            job.clone(),
+            slow.attempt,
+            Outcome::Failed {
+                reply: "550 late".into(),
+            },
+        )],
+    )
+    .await
+    .unwrap();
+    assert_eq!(late, 0, "fenced: the old attempt writes nothing");
+    let ok = deliveries::record(
+        &pool,
+        &[(
+            job.clone(),
+            fresh.attempt,
+            Outcome::Delivered {
+                reply: "250 ok".into(),
+            },
+        )],
+    )
+    .await
+    .unwrap();
+    assert_eq!(ok, 1);
+    assert_eq!(status_of(&pool, &job).await, ("delivered".into(), 2));
+}
+
+#[tokio::test]
+async fn the_reaper_requeues_unstarted_mail_and_marks_started_mail_unknown() {
+    let pool = test_db().await;
+    let (org, _) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    enqueue_test_mail(&pool, org, 2).await;
+    let held = deliveries::claim(&pool, 2, 60.0).await.unwrap();
+    let started = &held[0];
+    assert_eq!(
+        deliveries::mark_body_started(&pool, &[(started.job_id.clone(), started.attempt)])
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(
+        deliveries::reap_expired(&pool).await.unwrap(),
+        (0, 0),
+        "live leases are left alone"
+    );
+    expire_leases(&pool).await;
+    assert_eq!(deliveries::reap_expired(&pool).await.unwrap(), (1, 1));
+    assert_eq!(status_of(&pool, &started.job_id).await.0, "unknown");
+    assert_eq!(status_of(&pool, &held[1].job_id).await.0, "queued");
+    // Unknown is never retried by itself: only the requeued one comes back.
+    let again: Vec<String> = deliveries::claim(&pool, 10, 60.0)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|c| c.job_id)
+        .collect();
+    assert_eq!(again, vec![held[1].job_id.clone()]);
+}
+
+#[tokio::test]
+async fn a_retry_waits_for_its_backoff() {
+    let pool = test_db().await;
+    let (org, _) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let job = enqueue_test_mail(&pool, org, 1).await.remove(0);
+    let c = deliveries::claim(&pool, 1, 60.0).await.unwrap().remove(0);
+    let retry = Outcome::Retry {
+        error: "451 try later".into(),
+        after_seconds: 300.0,
+    };
+    assert_eq!(
+        deliveries::record(&pool, &[(job.clone(), c.attempt, retry)])
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(status_of(&pool, &job).await, ("queued".into(), 1));
+    assert!(
+        deliveries::claim(&pool, 1, 60.0).await.unwrap().is_empty(),
+        "not before its time"
+    );
+    sqlx::query("update deliveries set next_attempt_at = now() where job_id = $1")
+        .bind(&job)
+        .execute(&pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        deliveries::claim(&pool, 1, 60.0).await.unwrap()[0].attempt,
+        2
+    );
+}
