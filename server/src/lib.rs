@@ -15,6 +15,8 @@ pub mod embedded_pg;
 pub mod http;
 /// SIGTERM / Ctrl-C → one shutdown signal for every task.
 pub mod shutdown;
+/// One SMTP conversation driven stage by stage, each outcome classified exactly.
+pub mod smtp;
 /// Logs.
 pub mod telemetry;
 /// The worker host: heartbeat now, the workers of later issues beside it.

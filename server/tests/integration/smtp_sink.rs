@@ -25,7 +25,19 @@ struct Recorder {
     current: Option<Received>,
 }
 
+/// Scripted refusals, chosen by the recipient's local part: `bounce@` 550 5.1.1 at RCPT,
+/// `later@` 451 at RCPT, `spam@` 554 5.7.1 after the body.
 impl Handler for Recorder {
+    fn rcpt(&mut self, to: &str) -> Response {
+        if to.starts_with("bounce@") {
+            Response::custom(550, "5.1.1 no such user".into())
+        } else if to.starts_with("later@") {
+            Response::custom(451, "4.3.0 try again later".into())
+        } else {
+            response::OK
+        }
+    }
+
     fn data_start(&mut self, _domain: &str, from: &str, _is8bit: bool, to: &[String]) -> Response {
         self.current = Some(Received {
             from: from.to_owned(),
@@ -43,10 +55,16 @@ impl Handler for Recorder {
     }
 
     fn data_end(&mut self) -> Response {
-        if let Some(m) = self.current.take() {
-            self.received.lock().unwrap().push(m);
+        match self.current.take() {
+            Some(m) if m.to.iter().any(|t| t.starts_with("spam@")) => {
+                Response::custom(554, "5.7.1 message rejected as spam".into())
+            }
+            Some(m) => {
+                self.received.lock().unwrap().push(m);
+                response::OK
+            }
+            None => response::OK,
         }
-        response::OK
     }
 
     fn helo(&mut self, _ip: IpAddr, _domain: &str) -> Response {
@@ -105,4 +123,123 @@ async fn the_sink_receives_what_lettre_sends_with_a_job_derived_message_id() {
         "{}",
         got[0].data
     );
+}
+
+mod staged {
+    use std::time::Duration;
+
+    use lettre::Address;
+    use mailroom::smtp::{BodyOutcome, Connection, Target};
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+    use super::SmtpSink;
+
+    fn target(addr: std::net::SocketAddr) -> Target {
+        Target {
+            host: addr.ip().to_string(),
+            port: addr.port(),
+            hello_name: "mailroom.test".into(),
+            timeout: Duration::from_secs(2),
+        }
+    }
+
+    fn addr(s: &str) -> Address {
+        s.parse().unwrap()
+    }
+
+    const BODY: &[u8] = b"Subject: hi\r\nMessage-ID: <t.1@x.org>\r\n\r\nHello\r\n";
+
+    #[tokio::test]
+    async fn every_stage_is_classified_exactly_on_one_reused_connection() {
+        let sink = SmtpSink::start();
+        let mut c = Connection::open(&target(sink.addr)).await.unwrap();
+        let from = addr("news@acme.example");
+
+        c.prepare(&from, &addr("ann@example.org")).await.unwrap();
+        assert!(matches!(c.body(BODY).await, BodyOutcome::Accepted(r) if r.starts_with("250")));
+
+        let bounce = c
+            .prepare(&from, &addr("bounce@example.org"))
+            .await
+            .unwrap_err();
+        assert!(bounce.permanent && bounce.hard_bounce, "{bounce:?}");
+        assert!(bounce.reply.contains("5.1.1 no such user"), "{bounce:?}");
+        assert!(!c.is_broken());
+
+        let later = c
+            .prepare(&from, &addr("later@example.org"))
+            .await
+            .unwrap_err();
+        assert!(!later.permanent && !later.hard_bounce, "{later:?}");
+
+        c.prepare(&from, &addr("spam@example.org")).await.unwrap();
+        match c.body(BODY).await {
+            BodyOutcome::Refused(r) => assert!(
+                r.permanent && !r.hard_bounce && r.reply.contains("5.7.1"),
+                "{r:?}"
+            ),
+            other => panic!("{other:?}"),
+        }
+        // mailin (the sink) stops answering after refusing a body; a real server would not.
+        // A new connection carries on.
+        let mut c = Connection::open(&target(sink.addr)).await.unwrap();
+        c.prepare(&from, &addr("bob@example.org")).await.unwrap();
+        assert!(matches!(c.body(BODY).await, BodyOutcome::Accepted(_)));
+        c.quit().await;
+        let got: Vec<Vec<String>> = sink.messages().into_iter().map(|m| m.to).collect();
+        assert_eq!(
+            got,
+            vec![
+                vec!["ann@example.org".to_string()],
+                vec!["bob@example.org".to_string()]
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn nobody_listening_is_a_retryable_refusal() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let e = Connection::open(&target(port))
+            .await
+            .err()
+            .expect("refused");
+        assert!(!e.permanent && e.reply.contains("cannot connect"), "{e:?}");
+    }
+
+    /// A server that takes the body and vanishes without a reply: the outcome is unknown.
+    #[tokio::test]
+    async fn a_lost_reply_after_the_body_is_unknown_not_retryable() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let at = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let (sock, _) = listener.accept().await.unwrap();
+            let (r, mut w) = sock.into_split();
+            let mut lines = BufReader::new(r).lines();
+            w.write_all(b"220 fake ESMTP\r\n").await.unwrap();
+            let mut in_body = false;
+            while let Ok(Some(line)) = lines.next_line().await {
+                if in_body {
+                    if line == "." {
+                        return; // the body is in, the reply never comes
+                    }
+                    continue;
+                }
+                let reply: &[u8] = match &line[..4.min(line.len())] {
+                    "EHLO" => b"250 fake\r\n",
+                    "DATA" => {
+                        in_body = true;
+                        b"354 go ahead\r\n"
+                    }
+                    _ => b"250 ok\r\n",
+                };
+                w.write_all(reply).await.unwrap();
+            }
+        });
+        let mut c = Connection::open(&target(at)).await.unwrap();
+        c.prepare(&addr("a@x.org"), &addr("b@y.org")).await.unwrap();
+        assert!(matches!(c.body(BODY).await, BodyOutcome::Unknown(_)));
+    }
 }

@@ -1,0 +1,193 @@
+//! SMTP sending, stage by stage (MAIL, RCPT, DATA, then the body), so that every failure is
+//! classified exactly: anything before the body means "not delivered" (retry on 4xx, connect
+//! errors and timeouts; final on 5xx; a 5.1.x reply is a hard bounce), while a failure after the
+//! body started means the message may have arrived: `unknown`, never retried by itself.
+//!
+//! Sockets are our own with TCP_NODELAY: lettre writes the end-of-data marker as a separate
+//! small write, which Nagle's algorithm and delayed ACKs turn into ~40 ms per message.
+
+use std::time::Duration;
+
+use lettre::address::Address;
+use lettre::transport::smtp::client::AsyncSmtpConnection;
+use lettre::transport::smtp::commands::{Data, Mail, Rcpt, Rset};
+use lettre::transport::smtp::extension::ClientId;
+use lettre::transport::smtp::response::Severity;
+
+/// Where to send, and how long any one step may take.
+#[derive(Clone, Debug)]
+pub struct Target {
+    pub host: String,
+    pub port: u16,
+    pub hello_name: String,
+    pub timeout: Duration,
+}
+
+/// A refusal before the body: the message was not delivered.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refusal {
+    /// 5xx: do not try again.
+    pub permanent: bool,
+    /// 5.1.x (bad mailbox): also suppress the address.
+    pub hard_bounce: bool,
+    /// The server's reply, or the network error.
+    pub reply: String,
+}
+
+/// How a body ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BodyOutcome {
+    /// 2xx after the body: delivered, with the server's reply.
+    Accepted(String),
+    /// The server answered the body with 4xx/5xx: it did not take the message.
+    Refused(Refusal),
+    /// No reply (connection lost, timeout): the message may or may not have arrived.
+    Unknown(String),
+}
+
+impl Refusal {
+    fn from_error(e: &lettre::transport::smtp::Error) -> Self {
+        let reply = e.to_string();
+        match e.status() {
+            Some(code) => {
+                let permanent = code.severity == Severity::PermanentNegativeCompletion;
+                Refusal {
+                    permanent,
+                    hard_bounce: permanent && is_bad_mailbox(&reply),
+                    reply,
+                }
+            }
+            // Connect errors, timeouts, a dropped connection before the body: try again later.
+            None => Refusal {
+                permanent: false,
+                hard_bounce: false,
+                reply,
+            },
+        }
+    }
+}
+
+/// An enhanced status code 5.1.x (RFC 3463: addressing status) anywhere in a permanent reply.
+fn is_bad_mailbox(reply: &str) -> bool {
+    reply
+        .split(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .any(|token| token.starts_with("5.1.") && token.len() > 4)
+}
+
+/// One open SMTP connection.
+pub struct Connection {
+    inner: AsyncSmtpConnection,
+    timeout: Duration,
+}
+
+impl Connection {
+    /// Connects (TCP_NODELAY) and greets the server.
+    pub async fn open(target: &Target) -> Result<Self, Refusal> {
+        let not_reached = |reply: String| Refusal {
+            permanent: false,
+            hard_bounce: false,
+            reply,
+        };
+        let connect = tokio::net::TcpStream::connect((target.host.as_str(), target.port));
+        let stream = tokio::time::timeout(target.timeout, connect)
+            .await
+            .map_err(|_| {
+                not_reached(format!(
+                    "connect to {}:{} timed out",
+                    target.host, target.port
+                ))
+            })?
+            .map_err(|e| {
+                not_reached(format!(
+                    "cannot connect to {}:{}: {e}",
+                    target.host, target.port
+                ))
+            })?;
+        stream
+            .set_nodelay(true)
+            .map_err(|e| not_reached(e.to_string()))?;
+        let hello = ClientId::Domain(target.hello_name.clone());
+        let greet = AsyncSmtpConnection::connect_with_transport(Box::new(stream), &hello);
+        let inner = tokio::time::timeout(target.timeout, greet)
+            .await
+            .map_err(|_| not_reached("the server did not greet in time".into()))?
+            .map_err(|e| Refusal::from_error(&e))?;
+        Ok(Connection {
+            inner,
+            timeout: target.timeout,
+        })
+    }
+
+    /// MAIL, RCPT and DATA: on `Ok` the server waits for the body. Any error here means the
+    /// message was not delivered.
+    pub async fn prepare(&mut self, from: &Address, to: &Address) -> Result<(), Refusal> {
+        self.step(Mail::new(Some(from.clone()), vec![])).await?;
+        let rest = match self.step(Rcpt::new(to.clone(), vec![])).await {
+            Ok(()) => self.step(Data).await,
+            Err(e) => Err(e),
+        };
+        if rest.is_err() && !self.inner.has_broken() {
+            // Close the open transaction so the connection can carry the next message.
+            let _ = self.step(Rset).await;
+        }
+        rest
+    }
+
+    async fn step<C: std::fmt::Display>(&mut self, command: C) -> Result<(), Refusal> {
+        match tokio::time::timeout(self.timeout, self.inner.command(command)).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(Refusal::from_error(&e)),
+            Err(_) => Err(Refusal {
+                permanent: false,
+                hard_bounce: false,
+                reply: "the server did not answer in time".into(),
+            }),
+        }
+    }
+
+    /// Writes the body and reads the final reply. Call it only after recording that the body
+    /// started: from here on a lost reply is `Unknown`.
+    pub async fn body(&mut self, message: &[u8]) -> BodyOutcome {
+        match tokio::time::timeout(self.timeout, self.inner.message(message)).await {
+            Ok(Ok(response)) => BodyOutcome::Accepted(format!(
+                "{} {}",
+                response.code(),
+                response.message().collect::<Vec<_>>().join(" ")
+            )),
+            Ok(Err(e)) if e.status().is_some() => BodyOutcome::Refused(Refusal::from_error(&e)),
+            Ok(Err(e)) => BodyOutcome::Unknown(format!("no reply after the body: {e}")),
+            Err(_) => BodyOutcome::Unknown("no reply after the body in time".into()),
+        }
+    }
+
+    /// After a refusal the connection can carry the next message only if it is still healthy.
+    pub fn is_broken(&self) -> bool {
+        self.inner.has_broken()
+    }
+
+    pub async fn quit(mut self) {
+        let _ = tokio::time::timeout(self.timeout, self.inner.quit()).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_bad_mailbox;
+
+    #[test]
+    fn hard_bounces_are_enhanced_status_5_1_x() {
+        assert!(is_bad_mailbox(
+            "permanent error (550): 5.1.1 <x@y.org>: Recipient address rejected"
+        ));
+        assert!(is_bad_mailbox("550 5.1.10 RESOLVER.ADR.RecipientNotFound"));
+        assert!(!is_bad_mailbox(
+            "permanent error (554): 5.7.1 spam detected"
+        ));
+        assert!(!is_bad_mailbox(
+            "permanent error (552): message too large 5.3.4"
+        ));
+        assert!(!is_bad_mailbox(
+            "permanent error (550): mailbox unavailable"
+        ));
+    }
+}
