@@ -18,6 +18,22 @@ pub struct NewDelivery<'a> {
     pub user_id: Option<i64>,
 }
 
+impl<'a> NewDelivery<'a> {
+    /// A message with no typed references beyond its job id (test mail).
+    pub fn plain(job: &'a JobId, org_id: i64, recipient: &'a EmailAddress) -> Self {
+        NewDelivery {
+            job,
+            org_id,
+            recipient,
+            campaign_id: None,
+            content_version: None,
+            subscriber_id: None,
+            digest_send_id: None,
+            user_id: None,
+        }
+    }
+}
+
 /// Queues a message inside the caller's transaction. The same job twice stores one row:
 /// returns false when it was already queued (or sent).
 pub async fn enqueue(conn: &mut PgConnection, d: NewDelivery<'_>) -> sqlx::Result<bool> {

@@ -14,16 +14,7 @@ async fn enqueue_test_mail(pool: &PgPool, org: i64, n: usize) -> Vec<String> {
     for i in 0..n {
         let to = EmailAddress::parse(&format!("r{i}@example.org")).unwrap();
         let job = JobId::test(1, 1, "dlg", &to).unwrap();
-        let d = NewDelivery {
-            job: &job,
-            org_id: org,
-            recipient: &to,
-            campaign_id: None,
-            content_version: None,
-            subscriber_id: None,
-            digest_send_id: None,
-            user_id: None,
-        };
+        let d = NewDelivery::plain(&job, org, &to);
         assert!(deliveries::enqueue(&mut tx, d).await.unwrap());
         ids.push(job.to_string());
     }
@@ -44,19 +35,7 @@ async fn campaign_delivery(
     let sub = app::db::audience::insert_subscribers(&mut tx, org, &[(to.clone(), String::new())])
         .await
         .unwrap()[0];
-    let cid = app::db::campaigns::create_draft(
-        &mut tx,
-        app::db::campaigns::NewDraft {
-            org_id: org,
-            author_id: author,
-            name: "C",
-            subject: "s",
-            body: "b",
-            list_ids: &[],
-        },
-    )
-    .await
-    .unwrap();
+    let cid = crate::helpers::draft(&mut tx, org, author, "C").await;
     sqlx::query(
         "update campaigns set status = $2, scheduled_for = now(), approver_id = author_id, approved_at = now(),
                 approved_version = 1, self_approved = true where id = $1",
@@ -109,16 +88,7 @@ async fn enqueueing_the_same_job_twice_stores_one_row() {
     let to = EmailAddress::parse("a@example.org").unwrap();
     let job = JobId::test(1, 1, "dlg", &to).unwrap();
     let mut conn = pool.acquire().await.unwrap();
-    let d = || NewDelivery {
-        job: &job,
-        org_id: org,
-        recipient: &to,
-        campaign_id: None,
-        content_version: None,
-        subscriber_id: None,
-        digest_send_id: None,
-        user_id: None,
-    };
+    let d = || NewDelivery::plain(&job, org, &to);
     assert!(deliveries::enqueue(&mut conn, d()).await.unwrap());
     assert!(!deliveries::enqueue(&mut conn, d()).await.unwrap());
     let n: i64 = sqlx::query_scalar("select count(*) from deliveries")

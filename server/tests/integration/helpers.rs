@@ -194,3 +194,16 @@ pub fn data_dir() -> tempfile::TempDir {
         .tempdir_in("/tmp")
         .unwrap()
 }
+
+/// A draft campaign with no target lists, in the caller's transaction.
+pub async fn draft(conn: &mut sqlx::PgConnection, org_id: i64, author_id: i64, name: &str) -> i64 {
+    let d = app::db::campaigns::NewDraft {
+        org_id,
+        author_id,
+        name,
+        subject: "s",
+        body: "b",
+        list_ids: &[],
+    };
+    app::db::campaigns::create_draft(conn, d).await.unwrap()
+}

@@ -242,32 +242,8 @@ async fn every_read_is_scoped_to_the_signed_in_organisation() {
     app::db::audience::insert_subscribers(&mut tx, org_b, &[(sub, "X".into())])
         .await
         .unwrap();
-    app::db::campaigns::create_draft(
-        &mut tx,
-        app::db::campaigns::NewDraft {
-            org_id: org_b,
-            author_id: b[0].0,
-            name: "Beta secret plan",
-            subject: "s",
-            body: "b",
-            list_ids: &[],
-        },
-    )
-    .await
-    .unwrap();
-    app::db::campaigns::create_draft(
-        &mut tx,
-        app::db::campaigns::NewDraft {
-            org_id: org_a,
-            author_id: a[0].0,
-            name: "Alpha launch",
-            subject: "s",
-            body: "b",
-            list_ids: &[],
-        },
-    )
-    .await
-    .unwrap();
+    crate::helpers::draft(&mut tx, org_b, b[0].0, "Beta secret plan").await;
+    crate::helpers::draft(&mut tx, org_a, a[0].0, "Alpha launch").await;
     tx.commit().await.unwrap();
 
     let app = spawn_app(pool).await;
