@@ -12,6 +12,7 @@ pub mod heartbeat;
 pub mod migrate;
 pub mod orgs;
 pub mod overview;
+pub mod rate_limit;
 pub mod sessions;
 pub mod users;
 

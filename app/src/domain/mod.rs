@@ -1,11 +1,13 @@
 //! Domain types: each invariant of DESIGN.md that can live in a type lives here, parsed once at
 //! the edge. Compiled for the server and the browser alike (no server-only dependencies).
 
+mod backoff;
 mod email;
 mod job_id;
 mod role;
 mod week_key;
 
+pub use backoff::Backoff;
 pub use email::{EmailAddress, EmailError};
 pub use job_id::{JobId, JobIdError};
 pub use role::Role;

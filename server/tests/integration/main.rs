@@ -9,6 +9,7 @@ mod helpers;
 mod http_auth;
 mod migrations;
 mod procs;
+mod rate_limit;
 mod schema;
 mod smtp_sink;
 mod user_commands;

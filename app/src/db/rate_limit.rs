@@ -1,0 +1,48 @@
+//! The per-SMTP-server rate limit, global across replicas: a token bucket row refilled by the
+//! database clock and taken from per batch.
+
+use sqlx::PgPool;
+
+/// Creates or re-configures a server's bucket (starting full).
+pub async fn configure(
+    pool: &PgPool,
+    server: &str,
+    capacity: f64,
+    per_second: f64,
+) -> sqlx::Result<()> {
+    sqlx::query(
+        "insert into rate_buckets (server, tokens, capacity, refill_per_second) values ($1, $2, $2, $3)
+         on conflict (server) do update set capacity = $2, refill_per_second = $3, tokens = least(rate_buckets.tokens, $2)",
+    )
+    .bind(server)
+    .bind(capacity)
+    .bind(per_second)
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+/// Takes up to `want` whole tokens; returns how many were granted (0 when empty). Concurrent
+/// takers serialise on the row lock and each sees the others' takes, so no more is granted than
+/// the bucket holds. Time only moves forward (`greatest`), even for a transaction that started
+/// before the last refill.
+pub async fn take(pool: &PgPool, server: &str, want: i32) -> sqlx::Result<i32> {
+    let granted: Option<i32> = sqlx::query_scalar(
+        "with cur as (
+             select server,
+                    least(capacity, tokens + greatest(0, extract(epoch from now() - refilled_at)) * refill_per_second) as avail
+             from rate_buckets where server = $1
+             for update
+         ),
+         g as (select server, avail, least(floor(avail)::int, $2) as granted from cur)
+         update rate_buckets b
+         set tokens = g.avail - g.granted, refilled_at = greatest(b.refilled_at, now())
+         from g where b.server = g.server
+         returning g.granted",
+    )
+    .bind(server)
+    .bind(want.max(0))
+    .fetch_optional(pool)
+    .await?;
+    Ok(granted.unwrap_or(0))
+}
