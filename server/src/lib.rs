@@ -7,6 +7,8 @@ pub mod cli;
 pub mod commands;
 /// Opening the database: `DATABASE_URL`, or the embedded cluster; migrations.
 pub mod database;
+/// The delivery worker: claim, render, send stage by stage, record fenced.
+pub mod delivery;
 /// Demo organisations for a first look.
 pub mod demo;
 /// A private PostgreSQL cluster under the data directory.

@@ -157,7 +157,10 @@ pub enum Outcome {
 
 /// Writes a batch of outcomes in one statement, fenced: a row reaped and re-claimed meanwhile
 /// (other attempt, or no longer `sending`) is left alone. Returns the rows written.
-pub async fn record(pool: &PgPool, results: &[(String, i32, Outcome)]) -> sqlx::Result<u64> {
+pub async fn record(
+    conn: &mut PgConnection,
+    results: &[(String, i32, Outcome)],
+) -> sqlx::Result<u64> {
     let mut jobs = Vec::new();
     let mut attempts = Vec::new();
     let mut statuses = Vec::new();
@@ -194,7 +197,7 @@ pub async fn record(pool: &PgPool, results: &[(String, i32, Outcome)]) -> sqlx::
     .bind(&statuses)
     .bind(&texts)
     .bind(&delays)
-    .execute(pool)
+    .execute(conn)
     .await?
     .rows_affected())
 }
@@ -218,4 +221,19 @@ pub async fn reap_expired(pool: &PgPool) -> sqlx::Result<(i64, i64)> {
     )
     .fetch_one(pool)
     .await
+}
+
+/// The sender identity of an organisation (From and Reply-To), for rendering.
+#[derive(sqlx::FromRow, Clone, Debug)]
+pub struct Sender {
+    pub from_name: String,
+    pub from_address: String,
+    pub reply_to: Option<String>,
+}
+
+pub async fn sender(pool: &PgPool, org_id: i64) -> sqlx::Result<Sender> {
+    sqlx::query_as("select from_name, from_address, reply_to from orgs where id = $1")
+        .bind(org_id)
+        .fetch_one(pool)
+        .await
 }

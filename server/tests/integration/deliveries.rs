@@ -209,7 +209,7 @@ async fn a_reaped_and_reclaimed_delivery_ignores_the_slow_workers_late_result() 
     let fresh = deliveries::claim(&pool, 1, 60.0).await.unwrap().remove(0);
     assert_eq!((slow.attempt, fresh.attempt), (1, 2));
     let late = deliveries::record(
-        &pool,
+        &mut pool.acquire().await.unwrap(),
         &[(
             job.clone(),
             slow.attempt,
@@ -222,7 +222,7 @@ async fn a_reaped_and_reclaimed_delivery_ignores_the_slow_workers_late_result() 
     .unwrap();
     assert_eq!(late, 0, "fenced: the old attempt writes nothing");
     let ok = deliveries::record(
-        &pool,
+        &mut pool.acquire().await.unwrap(),
         &[(
             job.clone(),
             fresh.attempt,
@@ -280,9 +280,12 @@ async fn a_retry_waits_for_its_backoff() {
         after_seconds: 300.0,
     };
     assert_eq!(
-        deliveries::record(&pool, &[(job.clone(), c.attempt, retry)])
-            .await
-            .unwrap(),
+        deliveries::record(
+            &mut pool.acquire().await.unwrap(),
+            &[(job.clone(), c.attempt, retry)]
+        )
+        .await
+        .unwrap(),
         1
     );
     assert_eq!(status_of(&pool, &job).await, ("queued".into(), 1));

@@ -4,6 +4,7 @@
 
 mod cli_errors;
 mod deliveries;
+mod delivery_worker;
 mod embedded_cluster;
 mod helpers;
 mod http_auth;

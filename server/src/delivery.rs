@@ -1,0 +1,237 @@
+//! The delivery worker: claims due deliveries, renders each at send time, sends it stage by
+//! stage over a few reused connections, and records every outcome fenced by its attempt.
+//! It runs in every `serve` / `worker` process; the database arbitrates between them.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use anyhow::Context;
+use lettre::message::{header::ContentType, Mailbox, Message};
+use lettre::Address;
+use sqlx::PgPool;
+
+use app::db::deliveries::{self, Claimed, Outcome, Sender};
+use app::domain::{Backoff, EmailAddress, JobId};
+
+use crate::shutdown::Shutdown;
+use crate::smtp::{BodyOutcome, Connection, Refusal, Target};
+
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub target: Target,
+    /// Parallel SMTP connections per process.
+    pub connections: usize,
+    /// Deliveries claimed per round (never more than can start promptly).
+    pub batch: i64,
+    /// How long a claim is held before the reaper may take it back.
+    pub lease_seconds: f64,
+    /// Pause when the queue is empty.
+    pub idle: Duration,
+    pub backoff: Backoff,
+    /// Domain part of every Message-ID.
+    pub message_id_domain: String,
+}
+
+/// Runs rounds until shutdown.
+pub async fn run(pool: PgPool, cfg: Config, shutdown: Shutdown) {
+    while !shutdown.is_requested() {
+        let claimed = match round(&pool, &cfg).await {
+            Ok(n) => n,
+            Err(e) => {
+                tracing::warn!(error = %format!("{e:#}"), "delivery round failed; retrying");
+                0
+            }
+        };
+        if claimed == 0 {
+            tokio::select! {
+                _ = shutdown.requested() => break,
+                _ = tokio::time::sleep(cfg.idle) => {}
+            }
+        }
+    }
+}
+
+/// One round: reap expired leases, claim a batch, send it, record the outcomes. Returns how
+/// many deliveries were claimed.
+pub async fn round(pool: &PgPool, cfg: &Config) -> anyhow::Result<usize> {
+    deliveries::reap_expired(pool)
+        .await
+        .context("reaping expired leases")?;
+    let batch = deliveries::claim(pool, cfg.batch, cfg.lease_seconds)
+        .await
+        .context("claiming deliveries")?;
+    if batch.is_empty() {
+        return Ok(0);
+    }
+    let mut senders = HashMap::new();
+    for c in &batch {
+        if let std::collections::hash_map::Entry::Vacant(slot) = senders.entry(c.org_id) {
+            slot.insert(deliveries::sender(pool, c.org_id).await?);
+        }
+    }
+    let per_connection = batch.len().div_ceil(cfg.connections.max(1));
+    let chunks = batch
+        .chunks(per_connection)
+        .map(|chunk| send_chunk(pool, cfg, &senders, chunk));
+    // Every chunk runs concurrently on its own connection.
+    let results: Vec<(String, i32, Outcome)> = futures::future::join_all(chunks)
+        .await
+        .into_iter()
+        .flatten()
+        .collect();
+    let hard_bounced: Vec<&Claimed> = batch
+        .iter()
+        .filter(|c| {
+            results.iter().any(|(j, _, o)| {
+                j == &c.job_id
+                    && matches!(o, Outcome::Failed { reply } if reply.starts_with(HARD_BOUNCE))
+            })
+        })
+        .collect();
+    // Outcomes and the suppressions of hard bounces commit together.
+    let mut tx = pool.begin().await?;
+    deliveries::record(&mut tx, &results).await?;
+    for c in hard_bounced {
+        if let Ok(email) = EmailAddress::parse(&c.recipient) {
+            app::db::audience::suppress(
+                &mut tx,
+                c.org_id,
+                &email,
+                "hard_bounce",
+                &format!("delivery {}", c.job_id),
+            )
+            .await?;
+        }
+    }
+    tx.commit().await?;
+    Ok(batch.len())
+}
+
+/// Prefix of a failure reply that also suppresses the address.
+const HARD_BOUNCE: &str = "hard bounce: ";
+
+/// Sends a chunk in order over one connection, reconnecting after a broken one.
+async fn send_chunk(
+    pool: &PgPool,
+    cfg: &Config,
+    senders: &HashMap<i64, Sender>,
+    chunk: &[Claimed],
+) -> Vec<(String, i32, Outcome)> {
+    let mut conn: Option<Connection> = None;
+    let mut out = Vec::with_capacity(chunk.len());
+    for c in chunk {
+        let outcome = send_one(pool, cfg, senders, c, &mut conn).await;
+        out.push((c.job_id.clone(), c.attempt, outcome));
+    }
+    if let Some(conn) = conn {
+        conn.quit().await;
+    }
+    out
+}
+
+async fn send_one(
+    pool: &PgPool,
+    cfg: &Config,
+    senders: &HashMap<i64, Sender>,
+    c: &Claimed,
+    conn: &mut Option<Connection>,
+) -> Outcome {
+    let rendered = match render(cfg, senders.get(&c.org_id), c) {
+        Ok(r) => r,
+        Err(e) => return retry_or_fail(cfg, c.attempt, format!("cannot render: {e}")),
+    };
+    if conn.as_ref().is_none_or(Connection::is_broken) {
+        match Connection::open(&cfg.target).await {
+            Ok(opened) => *conn = Some(opened),
+            Err(refusal) => return refused(cfg, c.attempt, refusal),
+        }
+    }
+    let Some(smtp) = conn.as_mut() else {
+        return retry_or_fail(cfg, c.attempt, "no connection".into());
+    };
+    if let Err(refusal) = smtp.prepare(&rendered.from, &rendered.to).await {
+        return refused(cfg, c.attempt, refusal);
+    }
+    // From here a crash must read as "may have been sent": record it before the body goes out.
+    // If that write fails, the body is not sent and the message is retried.
+    match deliveries::mark_body_started(pool, &[(c.job_id.clone(), c.attempt)]).await {
+        Ok(1) => {}
+        Ok(_) => {
+            *conn = None; // our claim was reaped meanwhile: abandon this transaction
+            return retry_or_fail(cfg, c.attempt, "lease lost before the body".into());
+        }
+        Err(e) => {
+            *conn = None;
+            return retry_or_fail(
+                cfg,
+                c.attempt,
+                format!("could not record the body start: {e}"),
+            );
+        }
+    }
+    match smtp.body(&rendered.bytes).await {
+        BodyOutcome::Accepted(reply) => Outcome::Delivered { reply },
+        BodyOutcome::Refused(refusal) => refused(cfg, c.attempt, refusal),
+        BodyOutcome::Unknown(error) => {
+            *conn = None;
+            Outcome::Unknown { error }
+        }
+    }
+}
+
+fn refused(cfg: &Config, attempt: i32, r: Refusal) -> Outcome {
+    match (r.permanent, r.hard_bounce) {
+        (true, true) => Outcome::Failed {
+            reply: format!("{HARD_BOUNCE}{}", r.reply),
+        },
+        (true, false) => Outcome::Failed { reply: r.reply },
+        (false, _) => retry_or_fail(cfg, attempt, r.reply),
+    }
+}
+
+fn retry_or_fail(cfg: &Config, attempt: i32, error: String) -> Outcome {
+    match cfg.backoff.delay(attempt, rand::random::<f64>()) {
+        Some(after) => Outcome::Retry {
+            error,
+            after_seconds: after.as_secs_f64(),
+        },
+        None => Outcome::Failed {
+            reply: format!("gave up after {attempt} attempts: {error}"),
+        },
+    }
+}
+
+struct Rendered {
+    from: Address,
+    to: Address,
+    bytes: Vec<u8>,
+}
+
+/// One renderer per kind; test mail now, digest and campaign mail arrive with their engines.
+fn render(cfg: &Config, sender: Option<&Sender>, c: &Claimed) -> anyhow::Result<Rendered> {
+    let sender = sender.context("no sender identity for the organisation")?;
+    let job: JobId = c.job_id.parse()?;
+    let from: Address = sender.from_address.parse()?;
+    let to: Address = c.recipient.parse()?;
+    let (subject, body) = match &job {
+        JobId::Test { .. } => (
+            "Mailroom test message".to_string(),
+            format!("This is a test message from Mailroom.\n\n{}\n", c.job_id),
+        ),
+        other => anyhow::bail!("no renderer for {} mail yet", other.kind()),
+    };
+    let mut builder = Message::builder()
+        .from(Mailbox::new(Some(sender.from_name.clone()), from.clone()))
+        .to(Mailbox::new(None, to.clone()))
+        .message_id(Some(job.message_id(&cfg.message_id_domain)))
+        .subject(subject)
+        .header(ContentType::TEXT_PLAIN);
+    if let Some(reply_to) = &sender.reply_to {
+        builder = builder.reply_to(reply_to.parse()?);
+    }
+    Ok(Rendered {
+        from,
+        to,
+        bytes: builder.body(body)?.formatted(),
+    })
+}

@@ -1,0 +1,117 @@
+//! The delivery worker end to end: several workers racing on one database and one SMTP sink.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use app::db::deliveries::{self, NewDelivery};
+use app::domain::{Backoff, EmailAddress, JobId, Role};
+use mailroom::delivery::{self, Config};
+use mailroom::smtp::Target;
+
+use crate::helpers::{org_with_users, test_db};
+use crate::smtp_sink::SmtpSink;
+
+fn config(sink: &SmtpSink) -> Config {
+    Config {
+        target: Target {
+            host: sink.addr.ip().to_string(),
+            port: sink.addr.port(),
+            hello_name: "mailroom.test".into(),
+            timeout: Duration::from_secs(5),
+        },
+        connections: 4,
+        batch: 20,
+        lease_seconds: 60.0,
+        idle: Duration::from_millis(20),
+        backoff: Backoff::default(),
+        message_id_domain: "acme.example".into(),
+    }
+}
+
+#[tokio::test]
+async fn racing_workers_deliver_each_message_exactly_once_and_classify_refusals() {
+    let pool = test_db().await;
+    let (org, _) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let mut tx = pool.begin().await.unwrap();
+    let mut addresses: Vec<String> = (0..150).map(|i| format!("r{i}@example.org")).collect();
+    addresses.extend([
+        "bounce@example.org".to_string(),
+        "later@example.org".to_string(),
+    ]);
+    for a in &addresses {
+        let to = EmailAddress::parse(a).unwrap();
+        let job = JobId::test(1, 1, "w", &to).unwrap();
+        deliveries::enqueue(&mut tx, NewDelivery::plain(&job, org, &to))
+            .await
+            .unwrap();
+    }
+    tx.commit().await.unwrap();
+
+    let sink = SmtpSink::start();
+    let workers: Vec<_> = (0..3)
+        .map(|_| {
+            let (pool, cfg) = (pool.clone(), config(&sink));
+            tokio::spawn(async move { while delivery::round(&pool, &cfg).await.unwrap() > 0 {} })
+        })
+        .collect();
+    for w in workers {
+        w.await.unwrap();
+    }
+
+    let got = sink.messages();
+    let ids: HashSet<String> = got
+        .iter()
+        .map(|m| {
+            m.data
+                .lines()
+                .find(|l| l.starts_with("Message-ID:"))
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(got.len(), 150, "each deliverable message arrived");
+    assert_eq!(ids.len(), 150, "no Message-ID twice");
+    assert!(got
+        .iter()
+        .all(|m| m.from == "news@example.org" && m.data.contains("Mailroom test message")));
+
+    let counts: Vec<(String, i64)> =
+        sqlx::query_as("select status, count(*) from deliveries group by status order by status")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        counts,
+        vec![
+            ("delivered".into(), 150),
+            ("failed".into(), 1),
+            ("queued".into(), 1)
+        ]
+    );
+    let (reply, attempt): (String, i32) = sqlx::query_as(
+        "select smtp_reply, attempt from deliveries where recipient = 'bounce@example.org'",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert!(reply.contains("5.1.1") && attempt == 1, "{reply}");
+    let reason: String = sqlx::query_scalar(
+        "select reason from suppressions where email_lower = 'bounce@example.org'",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        reason, "hard_bounce",
+        "a hard bounce suppresses the address"
+    );
+    let (error, later): (String, bool) =
+        sqlx::query_as("select last_error, next_attempt_at > now() + interval '10 seconds' from deliveries where recipient = 'later@example.org'")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert!(
+        error.contains("451") && later,
+        "a 4xx is retried later: {error}"
+    );
+}
