@@ -91,6 +91,64 @@ pub struct WorkerArgs {
     /// Seconds between worker heartbeats.
     #[arg(long, env = "MAILROOM_HEARTBEAT_SECONDS", default_value_t = 10)]
     pub heartbeat_seconds: u64,
+
+    /// SMTP server that delivers the mail. Unset: the delivery worker does not run (mail stays
+    /// queued).
+    #[arg(long, env = "MAILROOM_SMTP_HOST")]
+    pub smtp_host: Option<String>,
+
+    #[arg(long, env = "MAILROOM_SMTP_PORT", default_value_t = 25)]
+    pub smtp_port: u16,
+
+    /// Parallel SMTP connections of this process.
+    #[arg(long, env = "MAILROOM_SMTP_CONNECTIONS", default_value_t = 4)]
+    pub smtp_connections: usize,
+
+    /// Seconds any one SMTP step may take.
+    #[arg(long, env = "MAILROOM_SMTP_TIMEOUT_SECONDS", default_value_t = 30)]
+    pub smtp_timeout_seconds: u64,
+
+    /// Name this host gives in EHLO.
+    #[arg(long, env = "MAILROOM_SMTP_HELLO_NAME", default_value = "localhost")]
+    pub smtp_hello_name: String,
+
+    /// Deliveries claimed per round.
+    #[arg(long, env = "MAILROOM_DELIVERY_BATCH", default_value_t = 50)]
+    pub delivery_batch: i64,
+
+    /// Seconds a claim is held before another process may take it back (a crashed worker's
+    /// unsent mail is retried after this; mail whose body had started becomes `unknown`).
+    #[arg(long, env = "MAILROOM_DELIVERY_LEASE_SECONDS", default_value_t = 120.0)]
+    pub delivery_lease_seconds: f64,
+
+    /// Domain part of every Message-ID.
+    #[arg(
+        long,
+        env = "MAILROOM_MESSAGE_ID_DOMAIN",
+        default_value = "mailroom.invalid"
+    )]
+    pub message_id_domain: String,
+}
+
+impl WorkerArgs {
+    /// The delivery worker's configuration, when an SMTP server is configured.
+    pub fn delivery(&self) -> Option<crate::delivery::Config> {
+        let host = self.smtp_host.clone()?;
+        Some(crate::delivery::Config {
+            target: crate::smtp::Target {
+                host,
+                port: self.smtp_port,
+                hello_name: self.smtp_hello_name.clone(),
+                timeout: std::time::Duration::from_secs(self.smtp_timeout_seconds.max(1)),
+            },
+            connections: self.smtp_connections.max(1),
+            batch: self.delivery_batch.max(1),
+            lease_seconds: self.delivery_lease_seconds.max(1.0),
+            idle: std::time::Duration::from_millis(500),
+            backoff: app::domain::Backoff::default(),
+            message_id_domain: self.message_id_domain.clone(),
+        })
+    }
 }
 
 #[derive(Debug, Subcommand)]

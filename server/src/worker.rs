@@ -38,14 +38,29 @@ fn hostname() -> String {
         .unwrap_or_else(|| "unknown-host".into())
 }
 
-/// Runs the worker host until shutdown: a heartbeat every few seconds (database clock), and
-/// session housekeeping. The digest, campaign and delivery workers join here in later issues.
+/// Runs the worker host until shutdown: a heartbeat every few seconds (database clock), session
+/// housekeeping, and the delivery worker when SMTP is configured. The digest and campaign
+/// workers join here in later issues.
 pub async fn run(pool: PgPool, args: WorkerArgs, mode: Mode, shutdown: Shutdown) {
     let id = process_id();
     let host = hostname();
     let pid = std::process::id() as i32;
     let version = env!("CARGO_PKG_VERSION");
     let mut tick = tokio::time::interval(Duration::from_secs(args.heartbeat_seconds.max(1)));
+    let delivery = match args.delivery() {
+        Some(cfg) => {
+            tracing::info!(smtp = %format!("{}:{}", cfg.target.host, cfg.target.port), connections = cfg.connections, "delivery worker started");
+            Some(tokio::spawn(crate::delivery::run(
+                pool.clone(),
+                cfg,
+                shutdown.clone(),
+            )))
+        }
+        None => {
+            tracing::warn!("no SMTP server configured (--smtp-host): mail stays queued");
+            None
+        }
+    };
     tracing::info!(process = %id, mode = mode.as_str(), "worker host started");
     loop {
         tokio::select! {
@@ -59,6 +74,10 @@ pub async fn run(pool: PgPool, args: WorkerArgs, mode: Mode, shutdown: Shutdown)
                 }
             }
         }
+    }
+    if let Some(d) = delivery {
+        // Finishes the round in hand (bounded by the SMTP timeouts), claims nothing new.
+        let _ = d.await;
     }
     if let Err(e) = app::db::heartbeat::remove(&pool, &id).await {
         tracing::warn!(error = %e, "could not remove the heartbeat row");

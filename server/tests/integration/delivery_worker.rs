@@ -115,3 +115,119 @@ async fn racing_workers_deliver_each_message_exactly_once_and_classify_refusals(
         "a 4xx is retried later: {error}"
     );
 }
+
+/// Three `mailroom worker` processes share one queue; two are SIGKILLed mid-send and restarted.
+/// Every message ends delivered or unknown, and none reaches the SMTP server twice.
+#[test]
+fn sigkill_mid_send_never_duplicates_and_loses_nothing() {
+    use crate::procs::Proc;
+    use nix::sys::signal::Signal;
+
+    const TOTAL: i64 = 1500;
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (pool, url) = rt.block_on(crate::helpers::empty_db_with_url());
+    rt.block_on(async {
+        app::db::migrate::run(&pool, true).await.unwrap();
+        let (org, _) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+        let mut tx = pool.begin().await.unwrap();
+        for i in 0..TOTAL {
+            let to = EmailAddress::parse(&format!("k{i}@example.org")).unwrap();
+            let job = JobId::test(1, 1, "kill", &to).unwrap();
+            deliveries::enqueue(&mut tx, NewDelivery::plain(&job, org, &to))
+                .await
+                .unwrap();
+        }
+        tx.commit().await.unwrap();
+    });
+    let sink = SmtpSink::start();
+    let dir = crate::helpers::data_dir();
+    let port = sink.addr.port().to_string();
+    let args = [
+        "worker",
+        "--smtp-host",
+        "127.0.0.1",
+        "--smtp-port",
+        &port,
+        "--smtp-connections",
+        "4",
+        "--delivery-batch",
+        "20",
+        "--delivery-lease-seconds",
+        "2",
+        "--heartbeat-seconds",
+        "1",
+    ];
+    let env = [("DATABASE_URL", url.as_str())];
+    let mut procs: Vec<Proc> = (0..3)
+        .map(|i| Proc::start_with_env(&format!("w{i}"), dir.path(), &args, &env))
+        .collect();
+
+    let wait_until = |what: &str, secs: u64, done: &dyn Fn() -> bool| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(secs);
+        while !done() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "timed out waiting for {what}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    wait_until("a third of the mail", 60, &|| {
+        sink.messages().len() as i64 >= TOTAL / 3
+    });
+    for p in procs.iter_mut().take(2) {
+        p.signal(Signal::SIGKILL);
+        p.wait_exit(10);
+    }
+    let restarted: Vec<Proc> = (0..2)
+        .map(|i| Proc::start_with_env(&format!("r{i}"), dir.path(), &args, &env))
+        .collect();
+    let open = || -> i64 {
+        rt.block_on(
+            sqlx::query_scalar(
+                "select count(*) from deliveries where status in ('queued', 'sending')",
+            )
+            .fetch_one(&pool),
+        )
+        .unwrap()
+    };
+    wait_until("the queue to drain", 120, &|| open() == 0);
+    for mut p in restarted.into_iter().chain(procs.into_iter().skip(2)) {
+        p.signal(Signal::SIGTERM);
+        assert!(p.wait_exit(60).success(), "{}", p.log_text());
+    }
+
+    let got = sink.messages();
+    let ids: HashSet<String> = got
+        .iter()
+        .map(|m| {
+            m.data
+                .lines()
+                .find(|l| l.starts_with("Message-ID:"))
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(
+        ids.len(),
+        got.len(),
+        "a message reached the SMTP server twice"
+    );
+    let (delivered, unknown, other): (i64, i64, i64) = rt
+        .block_on(
+            sqlx::query_as(
+                "select count(*) filter (where status = 'delivered'), count(*) filter (where status = 'unknown'),
+                        count(*) filter (where status not in ('delivered', 'unknown')) from deliveries",
+            )
+            .fetch_one(&pool),
+        )
+        .unwrap();
+    assert_eq!(other, 0);
+    assert_eq!(delivered + unknown, TOTAL, "every message accounted for");
+    assert!(
+        got.len() as i64 >= delivered && got.len() as i64 <= delivered + unknown,
+        "sink {} vs delivered {delivered} + unknown {unknown}",
+        got.len()
+    );
+    eprintln!("sigkill tally: {TOTAL} messages, {delivered} delivered, {unknown} unknown, {} at the sink, 0 duplicates", got.len());
+}

@@ -17,6 +17,15 @@ pub struct Proc {
 impl Proc {
     /// Starts `mailroom <args>` on `data_dir`, logging to `<data_dir>/<name>.log`.
     pub fn start(name: &str, data_dir: &Path, args: &[&str]) -> Proc {
+        Self::start_with_env(name, data_dir, args, &[])
+    }
+
+    pub fn start_with_env(
+        name: &str,
+        data_dir: &Path,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Proc {
         let log = data_dir.join(format!("{name}.log"));
         let file = std::fs::File::create(&log).unwrap();
         let child = Command::new(mailroom_bin())
@@ -26,6 +35,7 @@ impl Proc {
             .env_remove("DATABASE_URL")
             .env_remove("MAILROOM_DATABASE_URL")
             .env("RUST_LOG", "info")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(file.try_clone().unwrap())
             .stderr(file)

@@ -83,7 +83,7 @@ impl SmtpSink {
         });
         server
             .with_name("sink.test")
-            .with_num_threads(4)
+            .with_num_threads(32)
             .with_tcp_listener(listener);
         std::thread::spawn(move || {
             let _ = server.serve();
