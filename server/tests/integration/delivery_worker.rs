@@ -59,16 +59,7 @@ async fn racing_workers_deliver_each_message_exactly_once_and_classify_refusals(
     }
 
     let got = sink.messages();
-    let ids: HashSet<String> = got
-        .iter()
-        .map(|m| {
-            m.data
-                .lines()
-                .find(|l| l.starts_with("Message-ID:"))
-                .unwrap()
-                .to_owned()
-        })
-        .collect();
+    let ids: HashSet<String> = got.iter().map(|m| m.message_id()).collect();
     assert_eq!(got.len(), 150, "each deliverable message arrived");
     assert_eq!(ids.len(), 150, "no Message-ID twice");
     assert!(got
@@ -198,16 +189,7 @@ fn sigkill_mid_send_never_duplicates_and_loses_nothing() {
     }
 
     let got = sink.messages();
-    let ids: HashSet<String> = got
-        .iter()
-        .map(|m| {
-            m.data
-                .lines()
-                .find(|l| l.starts_with("Message-ID:"))
-                .unwrap()
-                .to_owned()
-        })
-        .collect();
+    let ids: HashSet<String> = got.iter().map(|m| m.message_id()).collect();
     assert_eq!(
         ids.len(),
         got.len(),

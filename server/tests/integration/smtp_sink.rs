@@ -13,6 +13,17 @@ pub struct Received {
     pub data: String,
 }
 
+impl Received {
+    /// The Message-ID header line (each message must have one).
+    pub fn message_id(&self) -> String {
+        self.data
+            .lines()
+            .find(|l| l.starts_with("Message-ID:"))
+            .expect("a Message-ID header")
+            .to_owned()
+    }
+}
+
 #[derive(Clone)]
 pub struct SmtpSink {
     pub addr: SocketAddr,
