@@ -73,60 +73,55 @@ pub async fn round(pool: &PgPool, cfg: &Config) -> anyhow::Result<usize> {
     let chunks = batch
         .chunks(per_connection)
         .map(|chunk| send_chunk(pool, cfg, &senders, chunk));
-    // Every chunk runs concurrently on its own connection.
-    let results: Vec<(String, i32, Outcome)> = futures::future::join_all(chunks)
-        .await
-        .into_iter()
-        .flatten()
-        .collect();
-    let hard_bounced: Vec<&Claimed> = batch
-        .iter()
-        .filter(|c| {
-            results.iter().any(|(j, _, o)| {
-                j == &c.job_id
-                    && matches!(o, Outcome::Failed { reply } if reply.starts_with(HARD_BOUNCE))
-            })
-        })
-        .collect();
-    // Outcomes and the suppressions of hard bounces commit together.
+    // Every chunk runs concurrently on its own connection and records its own outcomes.
+    for done in futures::future::join_all(chunks).await {
+        done?;
+    }
+    Ok(batch.len())
+}
+
+/// Writes a chunk's outcomes (fenced) and the suppressions of its hard bounces in one
+/// transaction, as soon as the chunk is done: the sooner a result is recorded, the fewer
+/// accepted messages a crash can turn into `unknown`.
+async fn record(pool: &PgPool, chunk: &[Claimed], outcomes: Vec<Outcome>) -> anyhow::Result<()> {
     let mut tx = pool.begin().await?;
-    deliveries::record(&mut tx, &results).await?;
-    for c in hard_bounced {
-        if let Ok(email) = EmailAddress::parse(&c.recipient) {
-            app::db::audience::suppress(
-                &mut tx,
-                c.org_id,
-                &email,
-                "hard_bounce",
-                &format!("delivery {}", c.job_id),
-            )
-            .await?;
+    for (c, outcome) in chunk.iter().zip(&outcomes) {
+        let hard_bounce =
+            matches!(outcome, Outcome::Failed { reply } if reply.starts_with(HARD_BOUNCE));
+        if let (true, Ok(email)) = (hard_bounce, EmailAddress::parse(&c.recipient)) {
+            let source = format!("delivery {}", c.job_id);
+            app::db::audience::suppress(&mut tx, c.org_id, &email, "hard_bounce", &source).await?;
         }
     }
-    tx.commit().await?;
-    Ok(batch.len())
+    let results: Vec<(String, i32, Outcome)> = chunk
+        .iter()
+        .zip(outcomes)
+        .map(|(c, o)| (c.job_id.clone(), c.attempt, o))
+        .collect();
+    deliveries::record(&mut tx, &results).await?;
+    tx.commit().await.context("recording delivery outcomes")
 }
 
 /// Prefix of a failure reply that also suppresses the address.
 const HARD_BOUNCE: &str = "hard bounce: ";
 
-/// Sends a chunk in order over one connection, reconnecting after a broken one.
+/// Sends a chunk in order over one connection, reconnecting after a broken one, then records
+/// its outcomes.
 async fn send_chunk(
     pool: &PgPool,
     cfg: &Config,
     senders: &HashMap<i64, Sender>,
     chunk: &[Claimed],
-) -> Vec<(String, i32, Outcome)> {
+) -> anyhow::Result<()> {
     let mut conn: Option<Connection> = None;
-    let mut out = Vec::with_capacity(chunk.len());
+    let mut outcomes = Vec::with_capacity(chunk.len());
     for c in chunk {
-        let outcome = send_one(pool, cfg, senders, c, &mut conn).await;
-        out.push((c.job_id.clone(), c.attempt, outcome));
+        outcomes.push(send_one(pool, cfg, senders, c, &mut conn).await);
     }
     if let Some(conn) = conn {
         conn.quit().await;
     }
-    out
+    record(pool, chunk, outcomes).await
 }
 
 async fn send_one(
