@@ -128,6 +128,11 @@ pub struct WorkerArgs {
         default_value = "mailroom.invalid"
     )]
     pub message_id_domain: String,
+
+    /// Messages per second to the SMTP server, shared by all replicas (a token bucket in the
+    /// database). Unset: no limit.
+    #[arg(long, env = "MAILROOM_SMTP_RATE_PER_SECOND")]
+    pub smtp_rate_per_second: Option<f64>,
 }
 
 impl WorkerArgs {
@@ -147,6 +152,7 @@ impl WorkerArgs {
             idle: std::time::Duration::from_millis(500),
             backoff: app::domain::Backoff::default(),
             message_id_domain: self.message_id_domain.clone(),
+            rate_per_second: self.smtp_rate_per_second.filter(|r| *r > 0.0),
         })
     }
 }

@@ -30,10 +30,28 @@ pub struct Config {
     pub backoff: Backoff,
     /// Domain part of every Message-ID.
     pub message_id_domain: String,
+    /// Messages per second allowed to this SMTP server across all replicas (None: no limit).
+    pub rate_per_second: Option<f64>,
+}
+
+impl Config {
+    /// The rate-limit bucket's key: one bucket per SMTP server, shared by every replica.
+    fn bucket(&self) -> String {
+        format!("{}:{}", self.target.host, self.target.port)
+    }
 }
 
 /// Runs rounds until shutdown.
 pub async fn run(pool: PgPool, cfg: Config, shutdown: Shutdown) {
+    if let Some(rate) = cfg.rate_per_second {
+        // A one-second burst; every replica configures the same bucket.
+        if let Err(e) =
+            app::db::rate_limit::configure(&pool, &cfg.bucket(), rate.max(1.0), rate).await
+        {
+            tracing::error!(error = %e, "cannot set up the SMTP rate limit; delivery worker not started");
+            return;
+        }
+    }
     while !shutdown.is_requested() {
         let claimed = match round(&pool, &cfg).await {
             Ok(n) => n,
@@ -57,7 +75,14 @@ pub async fn round(pool: &PgPool, cfg: &Config) -> anyhow::Result<usize> {
     deliveries::reap_expired(pool)
         .await
         .context("reaping expired leases")?;
-    let batch = deliveries::claim(pool, cfg.batch, cfg.lease_seconds)
+    let allowed = match cfg.rate_per_second {
+        Some(_) => app::db::rate_limit::take(pool, &cfg.bucket(), cfg.batch as i32).await? as i64,
+        None => cfg.batch,
+    };
+    if allowed == 0 {
+        return Ok(0);
+    }
+    let batch = deliveries::claim(pool, allowed, cfg.lease_seconds)
         .await
         .context("claiming deliveries")?;
     if batch.is_empty() {

@@ -25,6 +25,7 @@ fn config(sink: &SmtpSink) -> Config {
         idle: Duration::from_millis(20),
         backoff: Backoff::default(),
         message_id_domain: "acme.example".into(),
+        rate_per_second: None,
     }
 }
 
@@ -212,4 +213,36 @@ fn sigkill_mid_send_never_duplicates_and_loses_nothing() {
         got.len()
     );
     eprintln!("sigkill tally: {TOTAL} messages, {delivered} delivered, {unknown} unknown, {} at the sink, 0 duplicates", got.len());
+}
+
+#[tokio::test]
+async fn the_global_rate_limit_caps_what_a_round_claims() {
+    let pool = test_db().await;
+    let (org, _) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let mut tx = pool.begin().await.unwrap();
+    for i in 0..30 {
+        let to = EmailAddress::parse(&format!("q{i}@example.org")).unwrap();
+        let job = JobId::test(1, 1, "rate", &to).unwrap();
+        deliveries::enqueue(&mut tx, NewDelivery::plain(&job, org, &to))
+            .await
+            .unwrap();
+    }
+    tx.commit().await.unwrap();
+    let sink = SmtpSink::start();
+    let mut cfg = config(&sink);
+    cfg.rate_per_second = Some(0.001);
+    // The bucket holds 12 tokens and refills too slowly to matter here: the whole system may
+    // send 12 now, however many workers and rounds try.
+    let bucket = format!("{}:{}", cfg.target.host, cfg.target.port);
+    app::db::rate_limit::configure(&pool, &bucket, 12.0, 0.001)
+        .await
+        .unwrap();
+    let (a, b) = tokio::join!(delivery::round(&pool, &cfg), delivery::round(&pool, &cfg));
+    assert_eq!(a.unwrap() + b.unwrap(), 12);
+    assert_eq!(
+        delivery::round(&pool, &cfg).await.unwrap(),
+        0,
+        "no tokens left"
+    );
+    assert_eq!(sink.messages().len(), 12);
 }
