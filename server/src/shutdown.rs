@@ -21,12 +21,6 @@ impl Shutdown {
         Ok(Shutdown(rx))
     }
 
-    /// A signal that the caller triggers (tests).
-    pub fn manual() -> (watch::Sender<bool>, Self) {
-        let (tx, rx) = watch::channel(false);
-        (tx, Shutdown(rx))
-    }
-
     /// Resolves once shutdown was requested.
     pub async fn requested(&self) {
         let mut rx = self.0.clone();

@@ -32,13 +32,3 @@ pub async fn remove(pool: &PgPool, process_id: &str) -> sqlx::Result<()> {
         .await?;
     Ok(())
 }
-
-/// Worker hosts that beat within `within_seconds` (database clock).
-pub async fn live_count(pool: &PgPool, within_seconds: f64) -> sqlx::Result<i64> {
-    sqlx::query_scalar(
-        "select count(*) from worker_heartbeats where beat_at > now() - make_interval(secs => $1)",
-    )
-    .bind(within_seconds)
-    .fetch_one(pool)
-    .await
-}

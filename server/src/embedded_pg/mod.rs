@@ -135,10 +135,6 @@ impl EmbeddedPg {
         self.cluster.parent().unwrap_or(Path::new("/"))
     }
 
-    pub async fn is_owner(&self) -> bool {
-        self.lock.lock().await.is_some()
-    }
-
     /// Stops the cluster if this process owns it (a guest leaves it running for the owner).
     pub async fn shutdown(mut self) -> Result<(), PgError> {
         if let Some(t) = self.takeover.take() {
