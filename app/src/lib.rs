@@ -6,6 +6,9 @@ pub mod api;
 /// Passwords, session tokens and cookies (server only).
 #[cfg(feature = "ssr")]
 pub mod auth;
+/// Where captured mail (no SMTP configured) is kept (server only).
+#[cfg(feature = "ssr")]
+pub mod capture;
 /// Every SQL statement (server only).
 #[cfg(feature = "ssr")]
 pub mod db;

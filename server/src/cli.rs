@@ -50,6 +50,11 @@ impl Cli {
             .or_else(|| std::env::var("DATABASE_URL").ok())
             .filter(|s| !s.trim().is_empty())
     }
+
+    /// Where mail is captured when no SMTP server is configured.
+    pub fn captured_dir(&self) -> PathBuf {
+        self.data_dir.join("captured")
+    }
 }
 
 #[derive(Debug, Subcommand)]

@@ -90,6 +90,7 @@ async fn serve(cli: &Cli, args: &ServeArgs) -> anyhow::Result<()> {
         },
         app::api::ApiConfig {
             secure_cookies: args.secure_cookies,
+            captured_dir: Some(cli.captured_dir()),
         },
     );
     let workers = tokio::spawn(worker::run(

@@ -36,6 +36,8 @@ mod server_side {
     pub struct ApiConfig {
         /// Mark cookies `Secure` (the dashboard is served over HTTPS).
         pub secure_cookies: bool,
+        /// Where the delivery worker captures mail when no SMTP server is configured.
+        pub captured_dir: Option<std::path::PathBuf>,
     }
 
     /// The database pool, provided by the server as context.
@@ -49,6 +51,7 @@ mod server_side {
     pub fn api_config() -> ApiConfig {
         use_context::<ApiConfig>().unwrap_or(ApiConfig {
             secure_cookies: false,
+            captured_dir: None,
         })
     }
 

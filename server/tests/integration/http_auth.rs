@@ -26,6 +26,7 @@ async fn spawn_app(pool: PgPool) -> TestApp {
         },
         app::api::ApiConfig {
             secure_cookies: false,
+            captured_dir: None,
         },
     );
     tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
