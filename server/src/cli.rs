@@ -97,8 +97,8 @@ pub struct WorkerArgs {
     #[arg(long, env = "MAILROOM_HEARTBEAT_SECONDS", default_value_t = 10)]
     pub heartbeat_seconds: u64,
 
-    /// SMTP server that delivers the mail. Unset: the delivery worker does not run (mail stays
-    /// queued).
+    /// SMTP server that delivers the mail. Unset: mail is captured as `.eml` files under
+    /// `<data dir>/captured`, readable in the dashboard.
     #[arg(long, env = "MAILROOM_SMTP_HOST")]
     pub smtp_host: Option<String>,
 
@@ -138,19 +138,36 @@ pub struct WorkerArgs {
     /// database). Unset: no limit.
     #[arg(long, env = "MAILROOM_SMTP_RATE_PER_SECOND")]
     pub smtp_rate_per_second: Option<f64>,
+
+    /// Seconds a leader's lease lasts (renewed every third of it). A leader that cannot renew
+    /// stops acting before it expires; another replica takes over after it.
+    #[arg(long, env = "MAILROOM_LEADER_LEASE_SECONDS", default_value_t = 15.0)]
+    pub leader_lease_seconds: f64,
+
+    /// Days message details (SMTP replies, captured files) are kept; ledger rows stay.
+    #[arg(long, env = "MAILROOM_RETENTION_DAYS", default_value_t = 30.0)]
+    pub retention_days: f64,
+
+    /// Seconds a stopping process waits for the batch in hand before it releases it.
+    #[arg(long, env = "MAILROOM_SHUTDOWN_TIMEOUT_SECONDS", default_value_t = 20)]
+    pub shutdown_timeout_seconds: u64,
 }
 
 impl WorkerArgs {
-    /// The delivery worker's configuration, when an SMTP server is configured.
-    pub fn delivery(&self) -> Option<crate::delivery::Config> {
-        let host = self.smtp_host.clone()?;
-        Some(crate::delivery::Config {
-            target: crate::smtp::Target {
-                host,
+    /// The delivery worker's configuration: SMTP when a server is configured, else capture
+    /// into `captured_dir`.
+    pub fn delivery(&self, captured_dir: PathBuf) -> crate::delivery::Config {
+        let transport = match &self.smtp_host {
+            Some(host) => crate::delivery::Transport::Smtp(crate::smtp::Target {
+                host: host.clone(),
                 port: self.smtp_port,
                 hello_name: self.smtp_hello_name.clone(),
                 timeout: std::time::Duration::from_secs(self.smtp_timeout_seconds.max(1)),
-            },
+            }),
+            None => crate::delivery::Transport::Capture(captured_dir),
+        };
+        crate::delivery::Config {
+            transport,
             connections: self.smtp_connections.max(1),
             batch: self.delivery_batch.max(1),
             lease_seconds: self.delivery_lease_seconds.max(1.0),
@@ -158,7 +175,14 @@ impl WorkerArgs {
             backoff: app::domain::Backoff::default(),
             message_id_domain: self.message_id_domain.clone(),
             rate_per_second: self.smtp_rate_per_second.filter(|r| *r > 0.0),
-        })
+        }
+    }
+
+    pub fn leader(&self) -> crate::leader::Config {
+        crate::leader::Config {
+            lease_seconds: self.leader_lease_seconds.max(1.0),
+            retention_days: self.retention_days.max(1.0),
+        }
     }
 }
 

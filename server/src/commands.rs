@@ -18,6 +18,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             worker::run(
                 db.pool.clone(),
                 args.clone(),
+                cli.captured_dir(),
                 worker::Mode::Worker,
                 shutdown,
             )
@@ -96,6 +97,7 @@ async fn serve(cli: &Cli, args: &ServeArgs) -> anyhow::Result<()> {
     let workers = tokio::spawn(worker::run(
         db.pool.clone(),
         args.worker.clone(),
+        cli.captured_dir(),
         worker::Mode::Serve,
         shutdown.clone(),
     ));

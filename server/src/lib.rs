@@ -15,6 +15,8 @@ pub mod demo;
 pub mod embedded_pg;
 /// The axum router: dashboard, server functions, health, CSRF guard.
 pub mod http;
+/// Leader election and the singleton jobs (reaper, retention), fenced by epoch.
+pub mod leader;
 /// SIGTERM / Ctrl-C → one shutdown signal for every task.
 pub mod shutdown;
 /// One SMTP conversation driven stage by stage, each outcome classified exactly.

@@ -78,7 +78,12 @@ fn is_bad_mailbox(reply: &str) -> bool {
 pub struct Connection {
     inner: AsyncSmtpConnection,
     timeout: Duration,
+    last_used: std::time::Instant,
 }
+
+/// A connection idle longer than this is probed (NOOP) before it carries a message: servers
+/// drop idle clients, and a dead socket found at MAIL would cost the message an attempt.
+const PROBE_AFTER_IDLE: Duration = Duration::from_secs(2);
 
 impl Connection {
     /// Connects (TCP_NODELAY) and greets the server.
@@ -115,6 +120,7 @@ impl Connection {
         Ok(Connection {
             inner,
             timeout: target.timeout,
+            last_used: std::time::Instant::now(),
         })
     }
 
@@ -133,7 +139,23 @@ impl Connection {
         rest
     }
 
+    /// Whether this (reused) connection can carry the next message.
+    pub async fn ready(&mut self) -> bool {
+        if self.inner.has_broken() {
+            return false;
+        }
+        if self.last_used.elapsed() < PROBE_AFTER_IDLE {
+            return true;
+        }
+        self.last_used = std::time::Instant::now();
+        matches!(
+            tokio::time::timeout(self.timeout, self.inner.test_connected()).await,
+            Ok(true)
+        )
+    }
+
     async fn step<C: std::fmt::Display>(&mut self, command: C) -> Result<(), Refusal> {
+        self.last_used = std::time::Instant::now();
         match tokio::time::timeout(self.timeout, self.inner.command(command)).await {
             Ok(Ok(_)) => Ok(()),
             Ok(Err(e)) => Err(Refusal::from_error(&e)),
@@ -158,11 +180,6 @@ impl Connection {
             Ok(Err(e)) => BodyOutcome::Unknown(format!("no reply after the body: {e}")),
             Err(_) => BodyOutcome::Unknown("no reply after the body in time".into()),
         }
-    }
-
-    /// After a refusal the connection can carry the next message only if it is still healthy.
-    pub fn is_broken(&self) -> bool {
-        self.inner.has_broken()
     }
 
     pub async fn quit(mut self) {

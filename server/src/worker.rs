@@ -1,8 +1,10 @@
+use std::path::PathBuf;
 use std::time::Duration;
 
 use sqlx::PgPool;
 
 use crate::cli::WorkerArgs;
+use crate::delivery::Transport;
 use crate::shutdown::Shutdown;
 
 /// Which command hosts the workers (recorded with the heartbeat).
@@ -39,28 +41,39 @@ fn hostname() -> String {
 }
 
 /// Runs the worker host until shutdown: a heartbeat every few seconds (database clock), session
-/// housekeeping, and the delivery worker when SMTP is configured. The digest and campaign
-/// workers join here in later issues.
-pub async fn run(pool: PgPool, args: WorkerArgs, mode: Mode, shutdown: Shutdown) {
+/// housekeeping, the leader elector and the delivery worker (SMTP, or capture into
+/// `captured_dir`). The digest and campaign workers join here in later issues.
+pub async fn run(
+    pool: PgPool,
+    args: WorkerArgs,
+    captured_dir: PathBuf,
+    mode: Mode,
+    shutdown: Shutdown,
+) {
     let id = process_id();
     let host = hostname();
     let pid = std::process::id() as i32;
     let version = env!("CARGO_PKG_VERSION");
     let mut tick = tokio::time::interval(Duration::from_secs(args.heartbeat_seconds.max(1)));
-    let delivery = match args.delivery() {
-        Some(cfg) => {
-            tracing::info!(smtp = %format!("{}:{}", cfg.target.host, cfg.target.port), connections = cfg.connections, "delivery worker started");
-            Some(tokio::spawn(crate::delivery::run(
-                pool.clone(),
-                cfg,
-                shutdown.clone(),
-            )))
+    let cfg = args.delivery(captured_dir.clone());
+    match &cfg.transport {
+        Transport::Smtp(t) => {
+            tracing::info!(smtp = %format!("{}:{}", t.host, t.port), connections = cfg.connections, "delivery worker started")
         }
-        None => {
-            tracing::warn!("no SMTP server configured (--smtp-host): mail stays queued");
-            None
+        Transport::Capture(dir) => {
+            tracing::info!(dir = %dir.display(), "no SMTP server configured (--smtp-host): capturing mail to files")
         }
-    };
+    }
+    let mut delivery = tokio::spawn(
+        crate::delivery::Worker::new(pool.clone(), cfg, id.clone()).run(shutdown.clone()),
+    );
+    let leader = tokio::spawn(crate::leader::run(
+        pool.clone(),
+        args.leader(),
+        id.clone(),
+        captured_dir,
+        shutdown.clone(),
+    ));
     tracing::info!(process = %id, mode = mode.as_str(), "worker host started");
     loop {
         tokio::select! {
@@ -75,10 +88,25 @@ pub async fn run(pool: PgPool, args: WorkerArgs, mode: Mode, shutdown: Shutdown)
             }
         }
     }
-    if let Some(d) = delivery {
-        // Finishes the round in hand (bounded by the SMTP timeouts), claims nothing new.
-        let _ = d.await;
+    // Stop claiming, let the batch in hand finish within the timeout, then give back whatever
+    // is still held: unsent claims are requeued at once, bodies in flight become `unknown`.
+    let grace = Duration::from_secs(args.shutdown_timeout_seconds);
+    if tokio::time::timeout(grace, &mut delivery).await.is_err() {
+        tracing::warn!(
+            seconds = grace.as_secs(),
+            "the delivery batch did not finish in time; releasing it"
+        );
+        delivery.abort();
+        let _ = delivery.await; // wait until it is really gone before releasing its rows
     }
+    match app::db::deliveries::release_held(&pool, &id).await {
+        Ok((0, 0)) => {}
+        Ok((requeued, unknown)) => tracing::info!(requeued, unknown, "released held deliveries"),
+        Err(e) => {
+            tracing::warn!(error = %e, "could not release held deliveries; their leases will expire")
+        }
+    }
+    let _ = leader.await;
     if let Err(e) = app::db::heartbeat::remove(&pool, &id).await {
         tracing::warn!(error = %e, "could not remove the heartbeat row");
     }

@@ -4,6 +4,7 @@
 
 use sqlx::{PgConnection, PgPool};
 
+use super::leader::{self, Lease};
 use crate::domain::{EmailAddress, JobId};
 
 /// A message to queue: its job id, recipient and typed references (never a rendered body).
@@ -74,64 +75,131 @@ pub struct Claimed {
     pub user_id: Option<i64>,
 }
 
-/// Claims up to `limit` due deliveries in one short statement (its own transaction):
-/// test > digest > campaign, campaign mail only while its campaign is `sending`, rows other
-/// workers hold skipped (never waited for). Suppression is re-checked here, before any network
-/// call: campaign mail is blocked by any suppression, digest and test mail only by a hard bounce
-/// or complaint; those become `suppressed`. The rest become `sending` with a lease and the next
-/// attempt number.
-pub async fn claim(pool: &PgPool, limit: i64, lease_seconds: f64) -> sqlx::Result<Vec<Claimed>> {
-    sqlx::query_as(
-        "with due as (
-             select d.job_id, d.org_id, d.kind, d.email_lower
-             from deliveries d
-             left join campaigns c on c.org_id = d.org_id and c.id = d.campaign_id
-             where d.status = 'queued' and d.next_attempt_at <= now()
-               and (d.kind <> 'campaign' or c.status = 'sending')
-             order by d.priority, d.next_attempt_at
+/// Claims up to `limit` due deliveries in one short statement (its own transaction), marking
+/// them `sending` for `holder` with a lease and the next attempt number.
+///
+/// Fairness: the distinct (priority, org, campaign) groups of due mail are found by a loose index
+/// scan (test > digest > campaign first, at most 32 groups), campaign groups only while their
+/// campaign is `sending`, and each group gets an equal share of the batch, so one big campaign
+/// cannot starve another org or another campaign. Rows other workers hold are skipped, never
+/// waited for.
+///
+/// Suppression is re-checked here, before any network call: campaign mail is blocked by any
+/// suppression, digest and test mail only by a hard bounce or complaint. Those become
+/// `suppressed`, counted in the campaign's progress slots in the same statement.
+pub async fn claim(
+    pool: &PgPool,
+    limit: i64,
+    lease_seconds: f64,
+    holder: &str,
+) -> sqlx::Result<Vec<Claimed>> {
+    let sql = format!(
+        "with recursive walk (priority, org_id, campaign_key) as (
+             (select priority, org_id, coalesce(campaign_id, 0) from deliveries
+              where status = 'queued' and next_attempt_at <= now()
+              order by priority, org_id, coalesce(campaign_id, 0) limit 1)
+             union all
+             select n.priority, n.org_id, n.campaign_key from walk w
+             cross join lateral (
+                 select priority, org_id, coalesce(campaign_id, 0) as campaign_key from deliveries
+                 where status = 'queued' and next_attempt_at <= now()
+                   and (priority, org_id, coalesce(campaign_id, 0)) > (w.priority, w.org_id, w.campaign_key)
+                 order by priority, org_id, coalesce(campaign_id, 0) limit 1) n
+         ),
+         groups as (
+             select w.* from walk w
+             left join campaigns c on c.org_id = w.org_id and c.id = w.campaign_key
+             where w.campaign_key = 0 or c.status = 'sending'
+             order by w.priority, w.org_id, w.campaign_key
+             limit 32
+         ),
+         share as (select greatest(1, ceil($1::float8 / greatest(count(*), 1)))::int as n from groups),
+         due as (
+             select picked.* from groups g cross join share
+             cross join lateral (
+                 select d.job_id, d.org_id, d.kind, d.email_lower, d.campaign_id, d.priority, d.next_attempt_at
+                 from deliveries d
+                 where d.status = 'queued' and d.next_attempt_at <= now()
+                   and d.priority = g.priority and d.org_id = g.org_id
+                   and coalesce(d.campaign_id, 0) = g.campaign_key
+                 order by d.next_attempt_at
+                 limit share.n
+                 for update of d skip locked) picked
+             order by picked.priority, picked.next_attempt_at
              limit $1
-             for update of d skip locked
          ),
          blocked as (
              select due.job_id from due
              join suppressions s on s.org_id = due.org_id and s.email_lower = due.email_lower
              where due.kind = 'campaign' or s.reason in ('hard_bounce', 'complaint')
          ),
-         suppressed as (
+         changed as (
              update deliveries d
              set status = 'suppressed', finished_at = now(), updated_at = now(), last_error = 'suppressed when claimed'
              from blocked b where d.job_id = b.job_id
-             returning d.job_id
-         )
+             returning d.org_id, d.campaign_id, d.status
+         ),
+         {bump}
          update deliveries d
-         set status = 'sending', attempt = d.attempt + 1, body_started_at = null,
+         set status = 'sending', attempt = d.attempt + 1, body_started_at = null, claimed_by = $3,
              lease_until = now() + make_interval(secs => $2), updated_at = now()
          from due
          where d.job_id = due.job_id and due.job_id not in (select job_id from blocked)
          returning d.job_id, d.org_id, d.kind, d.recipient, d.attempt, d.campaign_id,
                    d.content_version, d.subscriber_id, d.digest_send_id, d.user_id",
-    )
-    .bind(limit)
-    .bind(lease_seconds)
-    .fetch_all(pool)
-    .await
+        bump = bump_progress(4)
+    );
+    sqlx::query_as(&sql)
+        .bind(limit)
+        .bind(lease_seconds)
+        .bind(holder)
+        .bind(progress_slot())
+        .fetch_all(pool)
+        .await
 }
 
-/// Records, for a batch, that the message body is about to be written (group commit). From
-/// then on a crash makes the delivery `unknown`, never a silent resend.
-pub async fn mark_body_started(pool: &PgPool, held: &[(String, i32)]) -> sqlx::Result<u64> {
+/// A CTE named `bump` adding the terminal states of the CTE `changed` (org_id, campaign_id,
+/// status) to the campaigns' progress slots, in the same statement as the change itself.
+/// `$slot` picks one of the campaign's 16 slot rows, spreading concurrent writers.
+fn bump_progress(slot: usize) -> String {
+    format!(
+        "bump as (
+             insert into progress_slots as p (org_id, campaign_id, slot, delivered, failed, unknown, suppressed)
+             select org_id, campaign_id, ${slot}::smallint,
+                    count(*) filter (where status = 'delivered'), count(*) filter (where status = 'failed'),
+                    count(*) filter (where status = 'unknown'), count(*) filter (where status = 'suppressed')
+             from changed where campaign_id is not null and status in ('delivered', 'failed', 'unknown', 'suppressed')
+             group by org_id, campaign_id
+             order by campaign_id
+             on conflict (campaign_id, slot) do update
+             set delivered = p.delivered + excluded.delivered, failed = p.failed + excluded.failed,
+                 unknown = p.unknown + excluded.unknown, suppressed = p.suppressed + excluded.suppressed
+         )"
+    )
+}
+
+/// Which of a campaign's 16 progress slots this statement adds to.
+fn progress_slot() -> i16 {
+    rand::random::<u8>() as i16 % 16
+}
+
+/// Records, for every message of a group, that its body is about to be written (one statement
+/// for the group: the caller group-commits the marks of all its connections). From then on a
+/// crash makes the delivery `unknown`, never a silent resend. Returns the job ids marked: a
+/// missing one lost its claim (reaped) and must not be sent.
+pub async fn mark_body_started(pool: &PgPool, held: &[(String, i32)]) -> sqlx::Result<Vec<String>> {
     let (jobs, attempts): (Vec<&str>, Vec<i32>) =
         held.iter().map(|(j, a)| (j.as_str(), *a)).unzip();
-    Ok(sqlx::query(
+    sqlx::query_scalar(
         "update deliveries d set body_started_at = now(), updated_at = now()
          from unnest($1::text[], $2::int[]) as h(job_id, attempt)
-         where d.job_id = h.job_id and d.status = 'sending' and d.attempt = h.attempt",
+         where d.job_id = h.job_id and d.status = 'sending' and d.attempt = h.attempt
+         returning d.job_id",
     )
     .bind(&jobs)
     .bind(&attempts)
-    .execute(pool)
-    .await?
-    .rows_affected())
+    .fetch_all(pool)
+    .await
 }
 
 /// The outcome of one attempt.
@@ -182,45 +250,114 @@ pub async fn record(
         texts.push(text);
         delays.push(delay);
     }
-    Ok(sqlx::query(
-        "update deliveries d
-         set status = r.status, lease_until = null, updated_at = now(),
-             smtp_reply = case when r.status in ('delivered', 'failed') then r.text else d.smtp_reply end,
-             last_error = case when r.status in ('queued', 'unknown') then r.text else d.last_error end,
-             next_attempt_at = case when r.status = 'queued' then now() + make_interval(secs => r.delay) else d.next_attempt_at end,
-             finished_at = case when r.status = 'queued' then null else now() end
-         from unnest($1::text[], $2::int[], $3::text[], $4::text[], $5::float8[]) as r(job_id, attempt, status, text, delay)
-         where d.job_id = r.job_id and d.status = 'sending' and d.attempt = r.attempt",
-    )
-    .bind(&jobs)
-    .bind(&attempts)
-    .bind(&statuses)
-    .bind(&texts)
-    .bind(&delays)
-    .execute(conn)
-    .await?
-    .rows_affected())
+    let sql = format!(
+        "with changed as (
+             update deliveries d
+             set status = r.status, lease_until = null, claimed_by = null, updated_at = now(),
+                 smtp_reply = case when r.status in ('delivered', 'failed') then r.text else d.smtp_reply end,
+                 last_error = case when r.status in ('queued', 'unknown') then r.text else d.last_error end,
+                 next_attempt_at = case when r.status = 'queued' then now() + make_interval(secs => r.delay) else d.next_attempt_at end,
+                 finished_at = case when r.status = 'queued' then null else now() end
+             from unnest($1::text[], $2::int[], $3::text[], $4::text[], $5::float8[]) as r(job_id, attempt, status, text, delay)
+             where d.job_id = r.job_id and d.status = 'sending' and d.attempt = r.attempt
+             returning d.org_id, d.campaign_id, d.status
+         ),
+         {bump}
+         select count(*) from changed",
+        bump = bump_progress(6)
+    );
+    let written: i64 = sqlx::query_scalar(&sql)
+        .bind(&jobs)
+        .bind(&attempts)
+        .bind(&statuses)
+        .bind(&texts)
+        .bind(&delays)
+        .bind(progress_slot())
+        .fetch_one(conn)
+        .await?;
+    Ok(written as u64)
 }
 
 /// Reaps deliveries whose lease ran out (their worker died or hung): one that had not started
 /// its body goes back to the queue; one that had becomes `unknown`, never retried by itself.
-/// Returns (requeued, unknown). Idempotent: any replica may run it.
-pub async fn reap_expired(pool: &PgPool) -> sqlx::Result<(i64, i64)> {
-    sqlx::query_as(
-        "with reaped as (
+/// A leader job, fenced by its lease; idempotent, so an overlapping leader does no harm.
+/// Returns (requeued, unknown).
+pub async fn reap_expired(pool: &PgPool, lease: &Lease) -> sqlx::Result<(i64, i64)> {
+    let sql = format!(
+        "with changed as (
              update deliveries
              set status = case when body_started_at is null then 'queued' else 'unknown' end,
                  last_error = case when body_started_at is null then 'worker lost before sending; requeued'
                                    else 'worker lost while the body was in flight' end,
                  finished_at = case when body_started_at is null then null else now() end,
-                 lease_until = null, updated_at = now()
-             where status = 'sending' and lease_until < now()
-             returning status
-         )
-         select count(*) filter (where status = 'queued'), count(*) filter (where status = 'unknown') from reaped",
-    )
-    .fetch_one(pool)
-    .await
+                 lease_until = null, claimed_by = null, updated_at = now()
+             where status = 'sending' and lease_until < now() and {fence}
+             returning org_id, campaign_id, status
+         ),
+         {bump}
+         select count(*) filter (where status = 'queued'), count(*) filter (where status = 'unknown') from changed",
+        fence = leader::fence(1),
+        bump = bump_progress(4)
+    );
+    leader::bind_fence(sqlx::query_as(&sql), lease)
+        .bind(progress_slot())
+        .fetch_one(pool)
+        .await
+}
+
+/// A stopping process gives back what it holds: claims whose body had not started go back to
+/// the queue at once (same attempt count: they were never tried); ones in flight become
+/// `unknown`, since their reply will never be read. Returns (requeued, unknown).
+pub async fn release_held(pool: &PgPool, holder: &str) -> sqlx::Result<(i64, i64)> {
+    let sql = format!(
+        "with changed as (
+             update deliveries
+             set status = case when body_started_at is null then 'queued' else 'unknown' end,
+                 attempt = case when body_started_at is null then attempt - 1 else attempt end,
+                 last_error = case when body_started_at is null then 'released at shutdown before sending'
+                                   else 'shutdown while the body was in flight' end,
+                 finished_at = case when body_started_at is null then null else now() end,
+                 lease_until = null, claimed_by = null, updated_at = now()
+             where status = 'sending' and claimed_by = $1
+             returning org_id, campaign_id, status
+         ),
+         {bump}
+         select count(*) filter (where status = 'queued'), count(*) filter (where status = 'unknown') from changed",
+        bump = bump_progress(2)
+    );
+    sqlx::query_as(&sql)
+        .bind(holder)
+        .bind(progress_slot())
+        .fetch_one(pool)
+        .await
+}
+
+/// Retention (a leader job): message details (SMTP replies, errors) of deliveries finished more
+/// than `days` ago are cleared, in batches; the ledger row keeps its job id, state and times.
+pub async fn trim_details(
+    pool: &PgPool,
+    lease: &Lease,
+    days: f64,
+    batch: i64,
+) -> sqlx::Result<u64> {
+    let sql = format!(
+        "update deliveries set smtp_reply = null, last_error = null
+         where job_id in (select job_id from deliveries
+                          where finished_at < now() - make_interval(secs => $4)
+                            and (smtp_reply is not null or last_error is not null)
+                          limit $5)
+           and {}",
+        leader::fence(1)
+    );
+    Ok(sqlx::query(&sql)
+        .bind(&lease.name)
+        .bind(&lease.holder)
+        .bind(lease.epoch)
+        .bind(days * 86_400.0)
+        .bind(batch)
+        .execute(pool)
+        .await?
+        .rows_affected())
 }
 
 /// The sender identity of an organisation (From and Reply-To), for rendering.

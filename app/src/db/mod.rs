@@ -9,6 +9,7 @@ pub mod cluster;
 pub mod deliveries;
 pub mod health;
 pub mod heartbeat;
+pub mod leader;
 pub mod migrate;
 pub mod orgs;
 pub mod overview;

@@ -64,6 +64,14 @@ async fn campaign_delivery(
     job.to_string()
 }
 
+/// Leadership for the reaper (a leader job).
+async fn lead(pool: &PgPool) -> app::db::leader::Lease {
+    app::db::leader::acquire(pool, "leader", "test", 60.0)
+        .await
+        .unwrap()
+        .expect("nobody else leads in this database")
+}
+
 async fn status_of(pool: &PgPool, job: &str) -> (String, i32) {
     sqlx::query_as("select status, attempt from deliveries where job_id = $1")
         .bind(job)
@@ -112,7 +120,7 @@ async fn racing_claimers_take_disjoint_batches_and_lose_nothing() {
             tokio::spawn(async move {
                 let mut mine = Vec::new();
                 loop {
-                    let batch = deliveries::claim(&pool, 20, 60.0).await.unwrap();
+                    let batch = deliveries::claim(&pool, 20, 60.0, "t").await.unwrap();
                     if batch.is_empty() {
                         return mine;
                     }
@@ -141,9 +149,9 @@ async fn claims_follow_priority_and_skip_campaigns_that_are_not_sending() {
     let sending = campaign_delivery(&pool, org, users[0].0, "sending", "c1@example.org").await;
     let paused = campaign_delivery(&pool, org, users[0].0, "paused", "c2@example.org").await;
     let test = enqueue_test_mail(&pool, org, 1).await.remove(0);
-    let first = deliveries::claim(&pool, 1, 60.0).await.unwrap();
+    let first = deliveries::claim(&pool, 1, 60.0, "t").await.unwrap();
     assert_eq!(first[0].job_id, test, "test mail first");
-    let rest: Vec<String> = deliveries::claim(&pool, 10, 60.0)
+    let rest: Vec<String> = deliveries::claim(&pool, 10, 60.0, "t")
         .await
         .unwrap()
         .into_iter()
@@ -179,7 +187,7 @@ async fn suppression_is_rechecked_at_claim_with_the_per_kind_rule() {
         .await
         .unwrap();
     }
-    let claimed: Vec<String> = deliveries::claim(&pool, 10, 60.0)
+    let claimed: Vec<String> = deliveries::claim(&pool, 10, 60.0, "t")
         .await
         .unwrap()
         .into_iter()
@@ -203,10 +211,10 @@ async fn a_reaped_and_reclaimed_delivery_ignores_the_slow_workers_late_result() 
     let pool = test_db().await;
     let (org, _) = org_with_users(&pool, "acme", &[Role::Owner]).await;
     let job = enqueue_test_mail(&pool, org, 1).await.remove(0);
-    let slow = deliveries::claim(&pool, 1, 60.0).await.unwrap().remove(0);
+    let slow = deliveries::claim(&pool, 1, 60.0, "t").await.unwrap().remove(0);
     expire_leases(&pool).await;
-    assert_eq!(deliveries::reap_expired(&pool).await.unwrap(), (1, 0));
-    let fresh = deliveries::claim(&pool, 1, 60.0).await.unwrap().remove(0);
+    assert_eq!(deliveries::reap_expired(&pool, &lead(&pool).await).await.unwrap(), (1, 0));
+    let fresh = deliveries::claim(&pool, 1, 60.0, "t").await.unwrap().remove(0);
     assert_eq!((slow.attempt, fresh.attempt), (1, 2));
     let late = deliveries::record(
         &mut pool.acquire().await.unwrap(),
@@ -242,25 +250,26 @@ async fn the_reaper_requeues_unstarted_mail_and_marks_started_mail_unknown() {
     let pool = test_db().await;
     let (org, _) = org_with_users(&pool, "acme", &[Role::Owner]).await;
     enqueue_test_mail(&pool, org, 2).await;
-    let held = deliveries::claim(&pool, 2, 60.0).await.unwrap();
+    let held = deliveries::claim(&pool, 2, 60.0, "t").await.unwrap();
     let started = &held[0];
     assert_eq!(
         deliveries::mark_body_started(&pool, &[(started.job_id.clone(), started.attempt)])
             .await
-            .unwrap(),
+            .unwrap()
+            .len(),
         1
     );
     assert_eq!(
-        deliveries::reap_expired(&pool).await.unwrap(),
+        deliveries::reap_expired(&pool, &lead(&pool).await).await.unwrap(),
         (0, 0),
         "live leases are left alone"
     );
     expire_leases(&pool).await;
-    assert_eq!(deliveries::reap_expired(&pool).await.unwrap(), (1, 1));
+    assert_eq!(deliveries::reap_expired(&pool, &lead(&pool).await).await.unwrap(), (1, 1));
     assert_eq!(status_of(&pool, &started.job_id).await.0, "unknown");
     assert_eq!(status_of(&pool, &held[1].job_id).await.0, "queued");
     // Unknown is never retried by itself: only the requeued one comes back.
-    let again: Vec<String> = deliveries::claim(&pool, 10, 60.0)
+    let again: Vec<String> = deliveries::claim(&pool, 10, 60.0, "t")
         .await
         .unwrap()
         .into_iter()
@@ -274,7 +283,7 @@ async fn a_retry_waits_for_its_backoff() {
     let pool = test_db().await;
     let (org, _) = org_with_users(&pool, "acme", &[Role::Owner]).await;
     let job = enqueue_test_mail(&pool, org, 1).await.remove(0);
-    let c = deliveries::claim(&pool, 1, 60.0).await.unwrap().remove(0);
+    let c = deliveries::claim(&pool, 1, 60.0, "t").await.unwrap().remove(0);
     let retry = Outcome::Retry {
         error: "451 try later".into(),
         after_seconds: 300.0,
@@ -290,7 +299,7 @@ async fn a_retry_waits_for_its_backoff() {
     );
     assert_eq!(status_of(&pool, &job).await, ("queued".into(), 1));
     assert!(
-        deliveries::claim(&pool, 1, 60.0).await.unwrap().is_empty(),
+        deliveries::claim(&pool, 1, 60.0, "t").await.unwrap().is_empty(),
         "not before its time"
     );
     sqlx::query("update deliveries set next_attempt_at = now() where job_id = $1")
@@ -299,7 +308,7 @@ async fn a_retry_waits_for_its_backoff() {
         .await
         .unwrap();
     assert_eq!(
-        deliveries::claim(&pool, 1, 60.0).await.unwrap()[0].attempt,
+        deliveries::claim(&pool, 1, 60.0, "t").await.unwrap()[0].attempt,
         2
     );
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use app::db::deliveries::{self, NewDelivery};
 use app::domain::{Backoff, EmailAddress, JobId, Role};
-use mailroom::delivery::{self, Config};
+use mailroom::delivery::{Config, Transport, Worker};
 use mailroom::smtp::Target;
 
 use crate::helpers::{org_with_users, test_db};
@@ -13,12 +13,12 @@ use crate::smtp_sink::SmtpSink;
 
 fn config(sink: &SmtpSink) -> Config {
     Config {
-        target: Target {
+        transport: Transport::Smtp(Target {
             host: sink.addr.ip().to_string(),
             port: sink.addr.port(),
             hello_name: "mailroom.test".into(),
             timeout: Duration::from_secs(5),
-        },
+        }),
         connections: 4,
         batch: 20,
         lease_seconds: 60.0,
@@ -52,7 +52,10 @@ async fn racing_workers_deliver_each_message_exactly_once_and_classify_refusals(
     let workers: Vec<_> = (0..3)
         .map(|_| {
             let (pool, cfg) = (pool.clone(), config(&sink));
-            tokio::spawn(async move { while delivery::round(&pool, &cfg).await.unwrap() > 0 {} })
+            tokio::spawn(async move {
+                let mut worker = Worker::new(pool, cfg, "racer");
+                while worker.round().await.unwrap() > 0 {}
+            })
         })
         .collect();
     for w in workers {
@@ -148,6 +151,8 @@ fn sigkill_mid_send_never_duplicates_and_loses_nothing() {
         "2",
         "--heartbeat-seconds",
         "1",
+        "--leader-lease-seconds",
+        "2",
     ];
     let env = [("DATABASE_URL", url.as_str())];
     let mut procs: Vec<Proc> = (0..3)
@@ -233,14 +238,16 @@ async fn the_global_rate_limit_caps_what_a_round_claims() {
     cfg.rate_per_second = Some(0.001);
     // The bucket holds 12 tokens and refills too slowly to matter here: the whole system may
     // send 12 now, however many workers and rounds try.
-    let bucket = format!("{}:{}", cfg.target.host, cfg.target.port);
+    let bucket = format!("{}:{}", sink.addr.ip(), sink.addr.port());
     app::db::rate_limit::configure(&pool, &bucket, 12.0, 0.001)
         .await
         .unwrap();
-    let (a, b) = tokio::join!(delivery::round(&pool, &cfg), delivery::round(&pool, &cfg));
+    let mut one = Worker::new(pool.clone(), cfg.clone(), "one");
+    let mut two = Worker::new(pool.clone(), cfg, "two");
+    let (a, b) = tokio::join!(one.round(), two.round());
     assert_eq!(a.unwrap() + b.unwrap(), 12);
     assert_eq!(
-        delivery::round(&pool, &cfg).await.unwrap(),
+        one.round().await.unwrap(),
         0,
         "no tokens left"
     );

@@ -1,0 +1,199 @@
+//! The delivery worker: claims due deliveries, renders each at send time, sends it stage by
+//! stage over a few connections kept open across rounds, and records every outcome fenced by
+//! its attempt. It runs in every `serve` / `worker` process; the database arbitrates between
+//! them.
+
+mod marks;
+mod render;
+mod send;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use sqlx::PgPool;
+
+use app::db::deliveries::{self, Claimed, Outcome, Sender};
+use app::domain::{Backoff, EmailAddress};
+
+use crate::shutdown::Shutdown;
+use crate::smtp::{Connection, Target};
+pub use marks::BodyMarks;
+use send::{send_one, HARD_BOUNCE};
+
+/// Where messages go.
+#[derive(Clone, Debug)]
+pub enum Transport {
+    /// A real SMTP server.
+    Smtp(Target),
+    /// No SMTP configured: `.eml` files under this directory, readable in the dashboard.
+    Capture(PathBuf),
+}
+
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub transport: Transport,
+    /// Parallel SMTP connections per process.
+    pub connections: usize,
+    /// Deliveries claimed per round (never more than can start promptly).
+    pub batch: i64,
+    /// How long a claim is held before the reaper may take it back.
+    pub lease_seconds: f64,
+    /// Pause when the queue is empty.
+    pub idle: Duration,
+    pub backoff: Backoff,
+    /// Domain part of every Message-ID.
+    pub message_id_domain: String,
+    /// Messages per second allowed to this SMTP server across all replicas (None: no limit).
+    pub rate_per_second: Option<f64>,
+}
+
+impl Config {
+    /// The rate-limit bucket's key: one bucket per SMTP server, shared by every replica.
+    fn bucket(&self) -> String {
+        match &self.transport {
+            Transport::Smtp(t) => format!("{}:{}", t.host, t.port),
+            Transport::Capture(_) => "capture".into(),
+        }
+    }
+}
+
+/// One process's delivery worker: its claims are marked with `holder`, and its SMTP
+/// connections stay open from one round to the next while there is mail to send.
+pub struct Worker {
+    pool: PgPool,
+    cfg: Config,
+    holder: String,
+    marks: BodyMarks,
+    connections: Vec<Option<Connection>>,
+}
+
+impl Worker {
+    pub fn new(pool: PgPool, cfg: Config, holder: impl Into<String>) -> Self {
+        let marks = BodyMarks::start(pool.clone());
+        let connections = (0..cfg.connections.max(1)).map(|_| None).collect();
+        Worker {
+            pool,
+            cfg,
+            holder: holder.into(),
+            marks,
+            connections,
+        }
+    }
+
+    /// Runs rounds until shutdown, then closes its connections.
+    pub async fn run(mut self, shutdown: Shutdown) {
+        if let Some(rate) = self.cfg.rate_per_second {
+            // A one-second burst; every replica configures the same bucket.
+            if let Err(e) =
+                app::db::rate_limit::configure(&self.pool, &self.cfg.bucket(), rate.max(1.0), rate)
+                    .await
+            {
+                tracing::error!(error = %e, "cannot set up the SMTP rate limit; delivery worker not started");
+                return;
+            }
+        }
+        while !shutdown.is_requested() {
+            let claimed = match self.round().await {
+                Ok(n) => n,
+                Err(e) => {
+                    tracing::warn!(error = %format!("{e:#}"), "delivery round failed; retrying");
+                    0
+                }
+            };
+            if claimed == 0 {
+                tokio::select! {
+                    _ = shutdown.requested() => break,
+                    _ = tokio::time::sleep(self.cfg.idle) => {}
+                }
+            }
+        }
+        self.close().await;
+    }
+
+    /// One round: take from the rate limit, claim a batch, send it, record the outcomes.
+    /// Returns how many deliveries were claimed.
+    pub async fn round(&mut self) -> anyhow::Result<usize> {
+        let allowed = match self.cfg.rate_per_second {
+            Some(_) => {
+                app::db::rate_limit::take(&self.pool, &self.cfg.bucket(), self.cfg.batch as i32)
+                    .await? as i64
+            }
+            None => self.cfg.batch,
+        };
+        if allowed == 0 {
+            return Ok(0);
+        }
+        let batch = deliveries::claim(&self.pool, allowed, self.cfg.lease_seconds, &self.holder)
+            .await
+            .context("claiming deliveries")?;
+        if batch.is_empty() {
+            // Nothing to send: do not hold idle connections open on the server.
+            self.close().await;
+            return Ok(0);
+        }
+        let mut senders = HashMap::new();
+        for c in &batch {
+            if let std::collections::hash_map::Entry::Vacant(slot) = senders.entry(c.org_id) {
+                slot.insert(deliveries::sender(&self.pool, c.org_id).await?);
+            }
+        }
+        let per_connection = batch.len().div_ceil(self.connections.len());
+        let (pool, cfg, marks) = (&self.pool, &self.cfg, &self.marks);
+        let chunks = batch
+            .chunks(per_connection)
+            .zip(self.connections.iter_mut())
+            .map(|(chunk, conn)| send_chunk(pool, cfg, marks, &senders, chunk, conn));
+        // Every chunk runs concurrently on its own connection and records its own outcomes.
+        for done in futures::future::join_all(chunks).await {
+            done?;
+        }
+        Ok(batch.len())
+    }
+
+    /// Says goodbye on every open connection.
+    pub async fn close(&mut self) {
+        let open = self.connections.iter_mut().filter_map(Option::take);
+        futures::future::join_all(open.map(Connection::quit)).await;
+    }
+}
+
+/// Sends a chunk in order over one connection (reconnecting after a broken one), then records
+/// its outcomes.
+async fn send_chunk(
+    pool: &PgPool,
+    cfg: &Config,
+    marks: &BodyMarks,
+    senders: &HashMap<i64, Sender>,
+    chunk: &[Claimed],
+    conn: &mut Option<Connection>,
+) -> anyhow::Result<()> {
+    let mut outcomes = Vec::with_capacity(chunk.len());
+    for c in chunk {
+        outcomes.push(send_one(cfg, marks, senders.get(&c.org_id), c, conn).await);
+    }
+    record(pool, chunk, outcomes).await
+}
+
+/// Writes a chunk's outcomes (fenced, one statement, progress slots in the same statement) and
+/// the suppressions of its hard bounces in one transaction, as soon as the chunk is done: the
+/// sooner a result is recorded, the fewer accepted messages a crash can turn into `unknown`.
+async fn record(pool: &PgPool, chunk: &[Claimed], outcomes: Vec<Outcome>) -> anyhow::Result<()> {
+    let mut tx = pool.begin().await?;
+    for (c, outcome) in chunk.iter().zip(&outcomes) {
+        let hard_bounce =
+            matches!(outcome, Outcome::Failed { reply } if reply.starts_with(HARD_BOUNCE));
+        if let (true, Ok(email)) = (hard_bounce, EmailAddress::parse(&c.recipient)) {
+            let source = format!("delivery {}", c.job_id);
+            app::db::audience::suppress(&mut tx, c.org_id, &email, "hard_bounce", &source).await?;
+        }
+    }
+    let results: Vec<(String, i32, Outcome)> = chunk
+        .iter()
+        .zip(outcomes)
+        .map(|(c, o)| (c.job_id.clone(), c.attempt, o))
+        .collect();
+    deliveries::record(&mut tx, &results).await?;
+    tx.commit().await.context("recording delivery outcomes")
+}

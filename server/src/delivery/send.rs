@@ -1,0 +1,133 @@
+//! Sending one claimed delivery and classifying its outcome exactly (guarantees 9–10): anything
+//! before the body is "not delivered" (retry or fail); once the body-start mark is committed, a
+//! lost reply is `unknown`.
+
+use std::path::Path;
+
+use app::db::deliveries::{Claimed, Outcome, Sender};
+
+use super::marks::BodyMarks;
+use super::render::{render, Rendered};
+use super::{Config, Transport};
+use crate::smtp::{BodyOutcome, Connection, Refusal};
+
+/// Prefix of a failure reply that also suppresses the address.
+pub const HARD_BOUNCE: &str = "hard bounce: ";
+
+/// Sends one message over `conn` (opened or re-opened as needed) or into the capture directory.
+pub async fn send_one(
+    cfg: &Config,
+    marks: &BodyMarks,
+    sender: Option<&Sender>,
+    c: &Claimed,
+    conn: &mut Option<Connection>,
+) -> Outcome {
+    let rendered = match render(&cfg.message_id_domain, sender, c) {
+        Ok(r) => r,
+        Err(e) => return retry_or_fail(cfg, c.attempt, format!("cannot render: {e:#}")),
+    };
+    match &cfg.transport {
+        Transport::Capture(dir) => capture(cfg, marks, dir, c, &rendered).await,
+        Transport::Smtp(target) => {
+            let reusable = match conn.as_mut() {
+                Some(open) => open.ready().await,
+                None => false,
+            };
+            if !reusable {
+                match Connection::open(target).await {
+                    Ok(opened) => *conn = Some(opened),
+                    Err(refusal) => return refused(cfg, c.attempt, refusal),
+                }
+            }
+            let Some(smtp) = conn.as_mut() else {
+                return retry_or_fail(cfg, c.attempt, "no connection".into());
+            };
+            if let Err(refusal) = smtp.prepare(&rendered.from, &rendered.to).await {
+                return refused(cfg, c.attempt, refusal);
+            }
+            if let Err(outcome) = body_may_start(cfg, marks, c).await {
+                *conn = None; // abandon the open transaction
+                return outcome;
+            }
+            match smtp.body(&rendered.bytes).await {
+                BodyOutcome::Accepted(reply) => Outcome::Delivered { reply },
+                BodyOutcome::Refused(refusal) => refused(cfg, c.attempt, refusal),
+                BodyOutcome::Unknown(error) => {
+                    *conn = None;
+                    Outcome::Unknown { error }
+                }
+            }
+        }
+    }
+}
+
+/// From here a crash must read as "may have been sent": the mark is committed before the body
+/// goes out. If it cannot be, the body is not sent and the message is retried.
+async fn body_may_start(cfg: &Config, marks: &BodyMarks, c: &Claimed) -> Result<(), Outcome> {
+    match marks.mark(&c.job_id, c.attempt).await {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(retry_or_fail(
+            cfg,
+            c.attempt,
+            "lease lost before the body".into(),
+        )),
+        Err(e) => Err(retry_or_fail(cfg, c.attempt, e)),
+    }
+}
+
+/// The embedded default transport: the message is written as an `.eml` file under a temporary
+/// name, then renamed, so a reader never sees half a message and a failed write is simply "not
+/// delivered". The body-start mark is still taken first, so a crash mid-write reads as `unknown`
+/// exactly as with SMTP.
+async fn capture(
+    cfg: &Config,
+    marks: &BodyMarks,
+    dir: &Path,
+    c: &Claimed,
+    r: &Rendered,
+) -> Outcome {
+    if let Err(outcome) = body_may_start(cfg, marks, c).await {
+        return outcome;
+    }
+    let path = app::capture::path_for(dir, c.org_id, &c.job_id);
+    let write = async {
+        if let Some(parent) = path.parent() {
+            tokio::fs::create_dir_all(parent).await?;
+        }
+        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+        tokio::fs::write(&tmp, &r.bytes).await?;
+        tokio::fs::rename(&tmp, &path).await
+    };
+    match write.await {
+        Ok(()) => Outcome::Delivered {
+            reply: format!("captured to {}", path.display()),
+        },
+        Err(e) => retry_or_fail(
+            cfg,
+            c.attempt,
+            format!("cannot capture to {}: {e}", path.display()),
+        ),
+    }
+}
+
+pub fn refused(cfg: &Config, attempt: i32, r: Refusal) -> Outcome {
+    match (r.permanent, r.hard_bounce) {
+        (true, true) => Outcome::Failed {
+            reply: format!("{HARD_BOUNCE}{}", r.reply),
+        },
+        (true, false) => Outcome::Failed { reply: r.reply },
+        (false, _) => retry_or_fail(cfg, attempt, r.reply),
+    }
+}
+
+pub fn retry_or_fail(cfg: &Config, attempt: i32, error: String) -> Outcome {
+    match cfg.backoff.delay(attempt, rand::random::<f64>()) {
+        Some(after) => Outcome::Retry {
+            error,
+            after_seconds: after.as_secs_f64(),
+        },
+        None => Outcome::Failed {
+            reply: format!("gave up after {attempt} attempts: {error}"),
+        },
+    }
+}
