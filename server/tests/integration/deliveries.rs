@@ -30,11 +30,28 @@ async fn campaign_delivery(
     status: &str,
     email: &str,
 ) -> String {
-    let mut tx = pool.begin().await.unwrap();
-    let to = EmailAddress::parse(email).unwrap();
-    let sub = app::db::audience::insert_subscribers(&mut tx, org, &[(to.clone(), String::new())])
+    campaign_deliveries(pool, org, author, status, &[email.to_string()])
         .await
-        .unwrap()[0];
+        .1
+        .remove(0)
+}
+
+/// A campaign in `status` with these subscribers, and their queued deliveries in order.
+async fn campaign_deliveries(
+    pool: &PgPool,
+    org: i64,
+    author: i64,
+    status: &str,
+    emails: &[String],
+) -> (i64, Vec<String>) {
+    let mut tx = pool.begin().await.unwrap();
+    let rows: Vec<(EmailAddress, String)> = emails
+        .iter()
+        .map(|e| (EmailAddress::parse(e).unwrap(), String::new()))
+        .collect();
+    let subs = app::db::audience::insert_subscribers(&mut tx, org, &rows)
+        .await
+        .unwrap();
     let cid = crate::helpers::draft(&mut tx, org, author, "C").await;
     sqlx::query(
         "update campaigns set status = $2, scheduled_for = now(), approver_id = author_id, approved_at = now(),
@@ -45,23 +62,27 @@ async fn campaign_delivery(
     .execute(&mut *tx)
     .await
     .unwrap();
-    let job = JobId::Campaign {
-        campaign_id: cid,
-        subscriber_id: sub,
-    };
-    let d = NewDelivery {
-        job: &job,
-        org_id: org,
-        recipient: &to,
-        campaign_id: Some(cid),
-        content_version: Some(1),
-        subscriber_id: Some(sub),
-        digest_send_id: None,
-        user_id: None,
-    };
-    deliveries::enqueue(&mut tx, d).await.unwrap();
+    let mut jobs = Vec::new();
+    for ((to, _), sub) in rows.iter().zip(subs) {
+        let job = JobId::Campaign {
+            campaign_id: cid,
+            subscriber_id: sub,
+        };
+        let d = NewDelivery {
+            job: &job,
+            org_id: org,
+            recipient: to,
+            campaign_id: Some(cid),
+            content_version: Some(1),
+            subscriber_id: Some(sub),
+            digest_send_id: None,
+            user_id: None,
+        };
+        deliveries::enqueue(&mut tx, d).await.unwrap();
+        jobs.push(job.to_string());
+    }
     tx.commit().await.unwrap();
-    job.to_string()
+    (cid, jobs)
 }
 
 /// Leadership for the reaper (a leader job).
@@ -211,10 +232,21 @@ async fn a_reaped_and_reclaimed_delivery_ignores_the_slow_workers_late_result() 
     let pool = test_db().await;
     let (org, _) = org_with_users(&pool, "acme", &[Role::Owner]).await;
     let job = enqueue_test_mail(&pool, org, 1).await.remove(0);
-    let slow = deliveries::claim(&pool, 1, 60.0, "t").await.unwrap().remove(0);
+    let slow = deliveries::claim(&pool, 1, 60.0, "t")
+        .await
+        .unwrap()
+        .remove(0);
     expire_leases(&pool).await;
-    assert_eq!(deliveries::reap_expired(&pool, &lead(&pool).await).await.unwrap(), (1, 0));
-    let fresh = deliveries::claim(&pool, 1, 60.0, "t").await.unwrap().remove(0);
+    assert_eq!(
+        deliveries::reap_expired(&pool, &lead(&pool).await)
+            .await
+            .unwrap(),
+        (1, 0)
+    );
+    let fresh = deliveries::claim(&pool, 1, 60.0, "t")
+        .await
+        .unwrap()
+        .remove(0);
     assert_eq!((slow.attempt, fresh.attempt), (1, 2));
     let late = deliveries::record(
         &mut pool.acquire().await.unwrap(),
@@ -260,12 +292,19 @@ async fn the_reaper_requeues_unstarted_mail_and_marks_started_mail_unknown() {
         1
     );
     assert_eq!(
-        deliveries::reap_expired(&pool, &lead(&pool).await).await.unwrap(),
+        deliveries::reap_expired(&pool, &lead(&pool).await)
+            .await
+            .unwrap(),
         (0, 0),
         "live leases are left alone"
     );
     expire_leases(&pool).await;
-    assert_eq!(deliveries::reap_expired(&pool, &lead(&pool).await).await.unwrap(), (1, 1));
+    assert_eq!(
+        deliveries::reap_expired(&pool, &lead(&pool).await)
+            .await
+            .unwrap(),
+        (1, 1)
+    );
     assert_eq!(status_of(&pool, &started.job_id).await.0, "unknown");
     assert_eq!(status_of(&pool, &held[1].job_id).await.0, "queued");
     // Unknown is never retried by itself: only the requeued one comes back.
@@ -283,7 +322,10 @@ async fn a_retry_waits_for_its_backoff() {
     let pool = test_db().await;
     let (org, _) = org_with_users(&pool, "acme", &[Role::Owner]).await;
     let job = enqueue_test_mail(&pool, org, 1).await.remove(0);
-    let c = deliveries::claim(&pool, 1, 60.0, "t").await.unwrap().remove(0);
+    let c = deliveries::claim(&pool, 1, 60.0, "t")
+        .await
+        .unwrap()
+        .remove(0);
     let retry = Outcome::Retry {
         error: "451 try later".into(),
         after_seconds: 300.0,
@@ -299,7 +341,10 @@ async fn a_retry_waits_for_its_backoff() {
     );
     assert_eq!(status_of(&pool, &job).await, ("queued".into(), 1));
     assert!(
-        deliveries::claim(&pool, 1, 60.0, "t").await.unwrap().is_empty(),
+        deliveries::claim(&pool, 1, 60.0, "t")
+            .await
+            .unwrap()
+            .is_empty(),
         "not before its time"
     );
     sqlx::query("update deliveries set next_attempt_at = now() where job_id = $1")
@@ -311,4 +356,143 @@ async fn a_retry_waits_for_its_backoff() {
         deliveries::claim(&pool, 1, 60.0, "t").await.unwrap()[0].attempt,
         2
     );
+}
+
+#[tokio::test]
+async fn claims_share_a_batch_round_robin_across_orgs_and_campaigns() {
+    let pool = test_db().await;
+    let (acme, users) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let (other, _) = org_with_users(&pool, "other", &[Role::Owner]).await;
+    let emails = |prefix: &str, n: usize| -> Vec<String> {
+        (0..n).map(|i| format!("{prefix}{i}@example.org")).collect()
+    };
+    // A big campaign queued first must not starve a small one, nor another org's mail.
+    let (big, _) =
+        campaign_deliveries(&pool, acme, users[0].0, "sending", &emails("big", 60)).await;
+    let (small, _) =
+        campaign_deliveries(&pool, acme, users[0].0, "sending", &emails("small", 5)).await;
+    enqueue_test_mail(&pool, other, 5).await;
+    let batch = deliveries::claim(&pool, 12, 60.0, "t").await.unwrap();
+    let count = |f: &dyn Fn(&deliveries::Claimed) -> bool| batch.iter().filter(|c| f(c)).count();
+    assert_eq!(batch.len(), 12);
+    assert_eq!(count(&|c| c.org_id == other), 4, "the other org's share");
+    assert_eq!(
+        count(&|c| c.campaign_id == Some(big)),
+        4,
+        "the big campaign's share"
+    );
+    assert_eq!(
+        count(&|c| c.campaign_id == Some(small)),
+        4,
+        "the small campaign's share"
+    );
+}
+
+async fn progress(pool: &PgPool, campaign: i64) -> (i64, i64, i64, i64) {
+    sqlx::query_as(
+        "select coalesce(sum(delivered), 0)::int8, coalesce(sum(failed), 0)::int8,
+                coalesce(sum(unknown), 0)::int8, coalesce(sum(suppressed), 0)::int8
+         from progress_slots where campaign_id = $1",
+    )
+    .bind(campaign)
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn progress_slots_move_in_the_same_statement_as_each_result() {
+    let pool = test_db().await;
+    let (org, users) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let emails: Vec<String> = (0..5).map(|i| format!("p{i}@example.org")).collect();
+    let (cid, _) = campaign_deliveries(&pool, org, users[0].0, "sending", &emails).await;
+    let mut conn = pool.acquire().await.unwrap();
+    app::db::audience::suppress(
+        &mut conn,
+        org,
+        &EmailAddress::parse("p0@example.org").unwrap(),
+        "unsubscribed",
+        "test",
+    )
+    .await
+    .unwrap();
+    let held = deliveries::claim(&pool, 10, 60.0, "t").await.unwrap();
+    assert_eq!(held.len(), 4, "the suppressed one is not claimed");
+    let outcome = |i: usize, o: Outcome| (held[i].job_id.clone(), held[i].attempt, o);
+    let results = [
+        outcome(
+            0,
+            Outcome::Delivered {
+                reply: "250 ok".into(),
+            },
+        ),
+        outcome(
+            1,
+            Outcome::Failed {
+                reply: "550 no".into(),
+            },
+        ),
+        outcome(
+            2,
+            Outcome::Unknown {
+                error: "lost".into(),
+            },
+        ),
+    ];
+    assert_eq!(deliveries::record(&mut conn, &results).await.unwrap(), 3);
+    assert_eq!(progress(&pool, cid).await, (1, 1, 1, 1));
+    // A late duplicate write is fenced out and counts nothing.
+    assert_eq!(
+        deliveries::record(&mut conn, &results[..1]).await.unwrap(),
+        0
+    );
+    // The reaper's verdict counts too: the last one's body had started.
+    deliveries::mark_body_started(&pool, &[(held[3].job_id.clone(), held[3].attempt)])
+        .await
+        .unwrap();
+    expire_leases(&pool).await;
+    assert_eq!(
+        deliveries::reap_expired(&pool, &lead(&pool).await)
+            .await
+            .unwrap(),
+        (0, 1)
+    );
+    assert_eq!(progress(&pool, cid).await, (1, 1, 2, 1));
+    let (terminal,): (i64,) = sqlx::query_as(
+        "select count(*) from deliveries where campaign_id = $1 and status in ('delivered', 'failed', 'unknown', 'suppressed')",
+    )
+    .bind(cid)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(terminal, 5, "the slots agree with count(*)");
+}
+
+#[tokio::test]
+async fn a_stopping_process_releases_exactly_its_own_claims() {
+    let pool = test_db().await;
+    let (org, _) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    enqueue_test_mail(&pool, org, 4).await;
+    let mine = deliveries::claim(&pool, 2, 60.0, "me").await.unwrap();
+    let theirs = deliveries::claim(&pool, 2, 60.0, "them").await.unwrap();
+    deliveries::mark_body_started(&pool, &[(mine[0].job_id.clone(), mine[0].attempt)])
+        .await
+        .unwrap();
+    assert_eq!(deliveries::release_held(&pool, "me").await.unwrap(), (1, 1));
+    assert_eq!(
+        status_of(&pool, &mine[0].job_id).await,
+        ("unknown".into(), 1)
+    );
+    assert_eq!(
+        status_of(&pool, &mine[1].job_id).await,
+        ("queued".into(), 0),
+        "never tried: requeued without spending an attempt"
+    );
+    for c in &theirs {
+        assert_eq!(
+            status_of(&pool, &c.job_id).await.0,
+            "sending",
+            "another process's claims stay"
+        );
+    }
 }

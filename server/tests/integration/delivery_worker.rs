@@ -246,10 +246,6 @@ async fn the_global_rate_limit_caps_what_a_round_claims() {
     let mut two = Worker::new(pool.clone(), cfg, "two");
     let (a, b) = tokio::join!(one.round(), two.round());
     assert_eq!(a.unwrap() + b.unwrap(), 12);
-    assert_eq!(
-        one.round().await.unwrap(),
-        0,
-        "no tokens left"
-    );
+    assert_eq!(one.round().await.unwrap(), 0, "no tokens left");
     assert_eq!(sink.messages().len(), 12);
 }

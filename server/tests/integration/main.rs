@@ -8,6 +8,7 @@ mod delivery_worker;
 mod embedded_cluster;
 mod helpers;
 mod http_auth;
+mod leader;
 mod migrations;
 mod procs;
 mod rate_limit;

@@ -1,0 +1,202 @@
+//! Leadership (guarantee 11): one leader at a time, and an epoch fence that rejects a stalled
+//! leader's writes after another replica took over.
+
+use std::time::{Duration, Instant};
+
+use app::db::leader;
+use nix::sys::signal::Signal;
+use sqlx::PgPool;
+
+use crate::helpers::test_db;
+use crate::procs::Proc;
+
+async fn expire_lease(pool: &PgPool) {
+    sqlx::query("update leader_lease set expires_at = now() - interval '1 second'")
+        .execute(pool)
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn one_elector_of_three_leads_and_a_stale_epoch_is_fenced_out() {
+    let pool = test_db().await;
+    let electors = ["a", "b", "c"];
+    let results = futures::future::join_all(
+        electors
+            .iter()
+            .map(|h| leader::acquire(&pool, "leader", h, 30.0)),
+    )
+    .await;
+    let leases: Vec<_> = results.into_iter().filter_map(|r| r.unwrap()).collect();
+    assert_eq!(
+        leases.len(),
+        1,
+        "exactly one of three racing electors leads"
+    );
+    let old = leases[0].clone();
+    assert_eq!(old.epoch, 1);
+    let renewed = leader::acquire(&pool, "leader", &old.holder, 30.0)
+        .await
+        .unwrap();
+    assert_eq!(
+        renewed.as_ref().map(|l| l.epoch),
+        Some(1),
+        "a renewal keeps the epoch"
+    );
+    assert!(leader::log_action(&pool, &old, "reap", "").await.unwrap());
+
+    // The leader stalls past its lease; another elector takes over with the next epoch.
+    expire_lease(&pool).await;
+    let other = electors.iter().find(|h| **h != old.holder).unwrap();
+    let new = leader::acquire(&pool, "leader", other, 30.0)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(new.epoch, 2);
+
+    // The stalled leader wakes up: every write it attempts with its old epoch is rejected.
+    assert!(!leader::log_action(&pool, &old, "reap", "").await.unwrap());
+    let org = crate::helpers::org_with_users(&pool, "acme", &[app::domain::Role::Owner])
+        .await
+        .0;
+    let to = app::domain::EmailAddress::parse("a@example.org").unwrap();
+    let job = app::domain::JobId::test(1, 1, "x", &to).unwrap();
+    let mut conn = pool.acquire().await.unwrap();
+    app::db::deliveries::enqueue(
+        &mut conn,
+        app::db::deliveries::NewDelivery::plain(&job, org, &to),
+    )
+    .await
+    .unwrap();
+    app::db::deliveries::claim(&pool, 1, 60.0, "w")
+        .await
+        .unwrap();
+    sqlx::query("update deliveries set lease_until = now() - interval '1 second'")
+        .execute(&pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        app::db::deliveries::reap_expired(&pool, &old)
+            .await
+            .unwrap(),
+        (0, 0),
+        "the stale leader's reaper writes nothing"
+    );
+    assert_eq!(
+        app::db::deliveries::reap_expired(&pool, &new)
+            .await
+            .unwrap(),
+        (1, 0)
+    );
+    assert!(
+        leader::acquire(&pool, "leader", &old.holder, 30.0)
+            .await
+            .unwrap()
+            .is_none(),
+        "the old leader cannot take a live lease back"
+    );
+    leader::release(&pool, &new).await.unwrap();
+    let third = leader::acquire(&pool, "leader", &old.holder, 30.0)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        third.epoch, 3,
+        "a released lease is taken at once, with the next epoch"
+    );
+}
+
+fn holder_pid(holder: &str) -> i32 {
+    holder.split(':').nth(1).unwrap().parse().unwrap()
+}
+
+#[test]
+fn a_sigstopped_leader_is_replaced_and_never_acts_again_on_its_old_epoch() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (pool, url) = rt.block_on(crate::helpers::empty_db_with_url());
+    rt.block_on(app::db::migrate::run(&pool, true)).unwrap();
+    let dir = crate::helpers::data_dir();
+    let args = [
+        "worker",
+        "--leader-lease-seconds",
+        "2",
+        "--heartbeat-seconds",
+        "1",
+    ];
+    let env = [("DATABASE_URL", url.as_str())];
+    let mut procs: Vec<Proc> = (0..3)
+        .map(|i| Proc::start_with_env(&format!("e{i}"), dir.path(), &args, &env))
+        .collect();
+    let lease_holder = || -> Option<(String, i64)> {
+        rt.block_on(
+            sqlx::query_as("select holder, epoch from leader_lease where name = 'leader' and expires_at > now()")
+                .fetch_optional(&pool),
+        )
+        .unwrap()
+    };
+    let wait_for = |what: &str, secs: u64, f: &dyn Fn() -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        while !f() {
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    wait_for("a leader", 30, &|| lease_holder().is_some());
+    let (first, first_epoch) = lease_holder().unwrap();
+    let stopped = procs
+        .iter()
+        .position(|p| p.child.id() as i32 == holder_pid(&first))
+        .expect("the leader is one of ours");
+    std::thread::sleep(Duration::from_millis(800)); // let it act at least once
+    procs[stopped].signal(Signal::SIGSTOP);
+    wait_for("another replica to take over", 30, &|| {
+        lease_holder().is_some_and(|(h, _)| h != first)
+    });
+    std::thread::sleep(Duration::from_millis(1500)); // the new leader acts
+    procs[stopped].signal(Signal::SIGCONT);
+    let woken = &procs[stopped];
+    wait_for("the woken leader to step down", 10, &|| {
+        let log = woken.log_text();
+        log.contains("lost leadership") || log.contains("stepping down")
+    });
+    std::thread::sleep(Duration::from_millis(1500)); // the woken process would act here if it could
+    for p in procs.iter_mut() {
+        p.signal(Signal::SIGTERM);
+        assert!(p.wait_exit(30).success(), "{}", p.log_text());
+    }
+
+    let actions = rt.block_on(leader::actions(&pool, "leader")).unwrap();
+    assert!(actions
+        .iter()
+        .any(|a| a.epoch == first_epoch && a.holder == first));
+    assert!(
+        actions.iter().any(|a| a.epoch > first_epoch),
+        "the new leader acted"
+    );
+    // No overlap: epochs only grow along the log, and each epoch has one holder.
+    for pair in actions.windows(2) {
+        assert!(
+            pair[0].epoch <= pair[1].epoch,
+            "epoch {} acted after epoch {}: {:?}",
+            pair[1].epoch,
+            pair[0].epoch,
+            pair
+        );
+        if pair[0].epoch == pair[1].epoch {
+            assert_eq!(pair[0].holder, pair[1].holder);
+        }
+    }
+    let last_of_first = actions
+        .iter()
+        .rposition(|a| a.holder == first && a.epoch == first_epoch);
+    let first_of_new = actions.iter().position(|a| a.epoch > first_epoch);
+    assert!(last_of_first < first_of_new);
+    eprintln!(
+        "leader tally: {} actions, epochs {:?}",
+        actions.len(),
+        actions
+            .iter()
+            .map(|a| a.epoch)
+            .collect::<std::collections::BTreeSet<_>>()
+    );
+}
