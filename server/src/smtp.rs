@@ -47,9 +47,12 @@ pub enum BodyOutcome {
 
 impl Refusal {
     fn from_error(e: &lettre::transport::smtp::Error) -> Self {
-        let reply = e.to_string();
+        let text = e.to_string();
         match e.status() {
             Some(code) => {
+                // As the server said it ("554 5.7.1 …"), not lettre's "permanent error (554): …".
+                let said = text.split_once("): ").map_or(text.as_str(), |(_, m)| m);
+                let reply = format!("{code} {said}");
                 let permanent = code.severity == Severity::PermanentNegativeCompletion;
                 Refusal {
                     permanent,
@@ -61,7 +64,7 @@ impl Refusal {
             None => Refusal {
                 permanent: false,
                 hard_bounce: false,
-                reply,
+                reply: text,
             },
         }
     }
@@ -79,6 +82,8 @@ pub struct Connection {
     inner: AsyncSmtpConnection,
     timeout: Duration,
     last_used: std::time::Instant,
+    /// A step failed without an SMTP reply (I/O error, timeout): the socket is not trusted again.
+    lost: bool,
 }
 
 /// A connection idle longer than this is probed (NOOP) before it carries a message: servers
@@ -121,6 +126,7 @@ impl Connection {
             inner,
             timeout: target.timeout,
             last_used: std::time::Instant::now(),
+            lost: false,
         })
     }
 
@@ -132,7 +138,7 @@ impl Connection {
             Ok(()) => self.step(Data).await,
             Err(e) => Err(e),
         };
-        if rest.is_err() && !self.inner.has_broken() {
+        if rest.is_err() && !self.lost && !self.inner.has_broken() {
             // Close the open transaction so the connection can carry the next message.
             let _ = self.step(Rset).await;
         }
@@ -141,7 +147,7 @@ impl Connection {
 
     /// Whether this (reused) connection can carry the next message.
     pub async fn ready(&mut self) -> bool {
-        if self.inner.has_broken() {
+        if self.lost || self.inner.has_broken() {
             return false;
         }
         if self.last_used.elapsed() < PROBE_AFTER_IDLE {
@@ -158,12 +164,18 @@ impl Connection {
         self.last_used = std::time::Instant::now();
         match tokio::time::timeout(self.timeout, self.inner.command(command)).await {
             Ok(Ok(_)) => Ok(()),
-            Ok(Err(e)) => Err(Refusal::from_error(&e)),
-            Err(_) => Err(Refusal {
-                permanent: false,
-                hard_bounce: false,
-                reply: "the server did not answer in time".into(),
-            }),
+            Ok(Err(e)) => {
+                self.lost |= e.status().is_none();
+                Err(Refusal::from_error(&e))
+            }
+            Err(_) => {
+                self.lost = true;
+                Err(Refusal {
+                    permanent: false,
+                    hard_bounce: false,
+                    reply: "the server did not answer in time".into(),
+                })
+            }
         }
     }
 

@@ -249,3 +249,149 @@ async fn the_global_rate_limit_caps_what_a_round_claims() {
     assert_eq!(one.round().await.unwrap(), 0, "no tokens left");
     assert_eq!(sink.messages().len(), 12);
 }
+
+async fn enqueue_to(pool: &sqlx::PgPool, org: i64, dialog: &str, addresses: &[&str]) {
+    let mut tx = pool.begin().await.unwrap();
+    for a in addresses {
+        let to = EmailAddress::parse(a).unwrap();
+        let job = JobId::test(1, 1, dialog, &to).unwrap();
+        deliveries::enqueue(&mut tx, NewDelivery::plain(&job, org, &to))
+            .await
+            .unwrap();
+    }
+    tx.commit().await.unwrap();
+}
+
+#[tokio::test]
+async fn every_smtp_fault_ends_in_the_right_state_attempt_and_reply() {
+    use crate::fault_sink::FaultSink;
+    let pool = test_db().await;
+    let (org, _) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let cases = [
+        "ok",
+        "rcpt4xx",
+        "data4xx",
+        "perm",
+        "nouser",
+        "dropearly",
+        "droplate",
+    ];
+    let addresses: Vec<String> = cases.iter().map(|c| format!("{c}@example.org")).collect();
+    let refs: Vec<&str> = addresses.iter().map(String::as_str).collect();
+    enqueue_to(&pool, org, "fault", &refs).await;
+    let sink = FaultSink::start().await;
+    let cfg = Config {
+        transport: Transport::Smtp(Target {
+            host: sink.addr.ip().to_string(),
+            port: sink.addr.port(),
+            hello_name: "mailroom.test".into(),
+            timeout: Duration::from_secs(5),
+        }),
+        connections: 1, // one connection carries every case in turn, reconnecting after drops
+        ..config_for_capture(std::path::PathBuf::new())
+    };
+    let mut worker = Worker::new(pool.clone(), cfg, "faults");
+    assert_eq!(worker.round().await.unwrap(), cases.len());
+    worker.close().await;
+
+    let rows: Vec<(String, String, i32, Option<String>, Option<String>)> = sqlx::query_as(
+        "select recipient, status, attempt, smtp_reply, last_error from deliveries order by recipient",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    let row = |c: &str| {
+        rows.iter()
+            .find(|r| r.0 == format!("{c}@example.org"))
+            .unwrap()
+            .clone()
+    };
+    let expect = |c: &str, status: &str, text: &str| {
+        let (_, got, attempt, reply, error) = row(c);
+        assert_eq!(
+            (got.as_str(), attempt),
+            (status, 1),
+            "{c}: {reply:?} {error:?}"
+        );
+        let shown = reply.or(error).unwrap_or_default();
+        assert!(
+            shown.contains(text),
+            "{c}: {shown:?} should mention {text:?}"
+        );
+    };
+    expect("ok", "delivered", "250");
+    expect("rcpt4xx", "queued", "451");
+    expect("data4xx", "queued", "452");
+    expect("perm", "failed", "554 5.7.1");
+    expect("nouser", "failed", "5.1.1");
+    expect("dropearly", "queued", "");
+    expect("droplate", "unknown", "no reply after the body");
+    assert_eq!(sink.accepted(), vec!["ok@example.org".to_string()]);
+
+    // The hard bounce suppressed its address; the 5.7.1 refusal did not.
+    let suppressed: Vec<(String, String)> =
+        sqlx::query_as("select email_lower, reason from suppressions where org_id = $1")
+            .bind(org)
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        suppressed,
+        vec![("nouser@example.org".to_string(), "hard_bounce".to_string())]
+    );
+    // Retries wait for their backoff; unknown is never retried by itself.
+    let (due,): (i64,) = sqlx::query_as(
+        "select count(*) from deliveries where status = 'queued' and next_attempt_at <= now()",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(due, 0, "retries are scheduled in the future");
+}
+
+fn config_for_capture(dir: std::path::PathBuf) -> Config {
+    Config {
+        transport: Transport::Capture(dir),
+        connections: 3,
+        batch: 10,
+        lease_seconds: 60.0,
+        idle: Duration::from_millis(20),
+        backoff: Backoff::default(),
+        message_id_domain: "acme.example".into(),
+        rate_per_second: None,
+    }
+}
+
+#[tokio::test]
+async fn without_smtp_mail_is_captured_to_files_the_dashboard_can_read() {
+    let pool = test_db().await;
+    let (org, _) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let addresses: Vec<String> = (0..25).map(|i| format!("cap{i}@example.org")).collect();
+    let refs: Vec<&str> = addresses.iter().map(String::as_str).collect();
+    enqueue_to(&pool, org, "cap", &refs).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut worker = Worker::new(pool.clone(), config_for_capture(dir.path().into()), "cap");
+    while worker.round().await.unwrap() > 0 {}
+
+    let rows: Vec<(String, String, String)> =
+        sqlx::query_as("select job_id, status, smtp_reply from deliveries")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert_eq!(rows.len(), 25);
+    for (job, status, reply) in rows {
+        assert_eq!(status, "delivered");
+        let path = app::capture::path_for(dir.path(), org, &job);
+        assert!(reply.contains(&path.display().to_string()), "{reply}");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let id: JobId = job.parse().unwrap();
+        assert!(
+            text.contains(&format!("Message-ID: {}", id.message_id("acme.example"))),
+            "{text}"
+        );
+    }
+    let files = std::fs::read_dir(dir.path().join(org.to_string()))
+        .unwrap()
+        .count();
+    assert_eq!(files, 25, "one file per message, no temporary left behind");
+}

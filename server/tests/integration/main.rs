@@ -6,6 +6,7 @@ mod cli_errors;
 mod deliveries;
 mod delivery_worker;
 mod embedded_cluster;
+mod fault_sink;
 mod helpers;
 mod http_auth;
 mod leader;
