@@ -3,7 +3,7 @@
 //! its attempt. It runs in every `serve` / `worker` process; the database arbitrates between
 //! them.
 
-mod marks;
+mod ledger;
 mod render;
 mod send;
 
@@ -14,13 +14,13 @@ use std::time::Duration;
 use anyhow::Context;
 use sqlx::PgPool;
 
-use app::db::deliveries::{self, Claimed, Outcome, Sender};
-use app::domain::{Backoff, EmailAddress};
+use app::db::deliveries::{self, Claimed, Sender};
+use app::domain::Backoff;
 
 use crate::shutdown::Shutdown;
 use crate::smtp::{Connection, Target};
-pub use marks::BodyMarks;
-use send::{send_one, HARD_BOUNCE};
+use ledger::Ledger;
+use send::send_one;
 
 /// Where messages go.
 #[derive(Clone, Debug)]
@@ -65,19 +65,19 @@ pub struct Worker {
     pool: PgPool,
     cfg: Config,
     holder: String,
-    marks: BodyMarks,
+    ledger: Ledger,
     connections: Vec<Option<Connection>>,
 }
 
 impl Worker {
     pub fn new(pool: PgPool, cfg: Config, holder: impl Into<String>) -> Self {
-        let marks = BodyMarks::start(pool.clone());
+        let ledger = Ledger::start(pool.clone());
         let connections = (0..cfg.connections.max(1)).map(|_| None).collect();
         Worker {
             pool,
             cfg,
             holder: holder.into(),
-            marks,
+            ledger,
             connections,
         }
     }
@@ -140,11 +140,11 @@ impl Worker {
             }
         }
         let per_connection = batch.len().div_ceil(self.connections.len());
-        let (pool, cfg, marks) = (&self.pool, &self.cfg, &self.marks);
+        let (cfg, ledger) = (&self.cfg, &self.ledger);
         let chunks = batch
             .chunks(per_connection)
             .zip(self.connections.iter_mut())
-            .map(|(chunk, conn)| send_chunk(pool, cfg, marks, &senders, chunk, conn));
+            .map(|(chunk, conn)| send_chunk(cfg, ledger, &senders, chunk, conn));
         // Every chunk runs concurrently on its own connection and records its own outcomes.
         for done in futures::future::join_all(chunks).await {
             done?;
@@ -159,41 +159,30 @@ impl Worker {
     }
 }
 
-/// Sends a chunk in order over one connection (reconnecting after a broken one), then records
-/// its outcomes.
+/// Sends a chunk in order over one connection (reconnecting after a broken one), handing each
+/// outcome to the ledger as soon as it is known; returns once all of them are committed.
 async fn send_chunk(
-    pool: &PgPool,
     cfg: &Config,
-    marks: &BodyMarks,
+    ledger: &Ledger,
     senders: &HashMap<i64, Sender>,
     chunk: &[Claimed],
     conn: &mut Option<Connection>,
 ) -> anyhow::Result<()> {
-    let mut outcomes = Vec::with_capacity(chunk.len());
+    let mut recorded = Vec::with_capacity(chunk.len());
     for c in chunk {
-        outcomes.push(send_one(cfg, marks, senders.get(&c.org_id), c, conn).await);
+        let outcome = send_one(cfg, ledger, senders.get(&c.org_id), c, conn).await;
+        recorded.push(ledger.record(ledger::Result {
+            job_id: c.job_id.clone(),
+            attempt: c.attempt,
+            org_id: c.org_id,
+            recipient: c.recipient.clone(),
+            outcome,
+        }));
     }
-    record(pool, chunk, outcomes).await
-}
-
-/// Writes a chunk's outcomes (fenced, one statement, progress slots in the same statement) and
-/// the suppressions of its hard bounces in one transaction, as soon as the chunk is done: the
-/// sooner a result is recorded, the fewer accepted messages a crash can turn into `unknown`.
-async fn record(pool: &PgPool, chunk: &[Claimed], outcomes: Vec<Outcome>) -> anyhow::Result<()> {
-    let mut tx = pool.begin().await?;
-    for (c, outcome) in chunk.iter().zip(&outcomes) {
-        let hard_bounce =
-            matches!(outcome, Outcome::Failed { reply } if reply.starts_with(HARD_BOUNCE));
-        if let (true, Ok(email)) = (hard_bounce, EmailAddress::parse(&c.recipient)) {
-            let source = format!("delivery {}", c.job_id);
-            app::db::audience::suppress(&mut tx, c.org_id, &email, "hard_bounce", &source).await?;
-        }
+    for r in recorded {
+        r.await
+            .map_err(|_| anyhow::anyhow!("the delivery ledger committer stopped"))?
+            .map_err(|e| anyhow::anyhow!(e))?;
     }
-    let results: Vec<(String, i32, Outcome)> = chunk
-        .iter()
-        .zip(outcomes)
-        .map(|(c, o)| (c.job_id.clone(), c.attempt, o))
-        .collect();
-    deliveries::record(&mut tx, &results).await?;
-    tx.commit().await.context("recording delivery outcomes")
+    Ok(())
 }

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use app::db::deliveries::{Claimed, Outcome, Sender};
 
-use super::marks::BodyMarks;
+use super::ledger::Ledger;
 use super::render::{render, Rendered};
 use super::{Config, Transport};
 use crate::smtp::{BodyOutcome, Connection, Refusal};
@@ -17,7 +17,7 @@ pub const HARD_BOUNCE: &str = "hard bounce: ";
 /// Sends one message over `conn` (opened or re-opened as needed) or into the capture directory.
 pub async fn send_one(
     cfg: &Config,
-    marks: &BodyMarks,
+    marks: &Ledger,
     sender: Option<&Sender>,
     c: &Claimed,
     conn: &mut Option<Connection>,
@@ -63,7 +63,7 @@ pub async fn send_one(
 
 /// From here a crash must read as "may have been sent": the mark is committed before the body
 /// goes out. If it cannot be, the body is not sent and the message is retried.
-async fn body_may_start(cfg: &Config, marks: &BodyMarks, c: &Claimed) -> Result<(), Outcome> {
+async fn body_may_start(cfg: &Config, marks: &Ledger, c: &Claimed) -> Result<(), Outcome> {
     match marks.mark(&c.job_id, c.attempt).await {
         Ok(true) => Ok(()),
         Ok(false) => Err(retry_or_fail(
@@ -79,13 +79,7 @@ async fn body_may_start(cfg: &Config, marks: &BodyMarks, c: &Claimed) -> Result<
 /// name, then renamed, so a reader never sees half a message and a failed write is simply "not
 /// delivered". The body-start mark is still taken first, so a crash mid-write reads as `unknown`
 /// exactly as with SMTP.
-async fn capture(
-    cfg: &Config,
-    marks: &BodyMarks,
-    dir: &Path,
-    c: &Claimed,
-    r: &Rendered,
-) -> Outcome {
+async fn capture(cfg: &Config, marks: &Ledger, dir: &Path, c: &Claimed, r: &Rendered) -> Outcome {
     if let Err(outcome) = body_may_start(cfg, marks, c).await {
         return outcome;
     }

@@ -395,3 +395,82 @@ async fn without_smtp_mail_is_captured_to_files_the_dashboard_can_read() {
         .count();
     assert_eq!(files, 25, "one file per message, no temporary left behind");
 }
+
+#[test]
+fn sigterm_finishes_or_releases_the_batch_in_hand_within_the_timeout() {
+    use crate::procs::Proc;
+    use nix::sys::signal::Signal;
+
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (pool, url) = rt.block_on(crate::helpers::empty_db_with_url());
+    let org = rt.block_on(async {
+        app::db::migrate::run(&pool, true).await.unwrap();
+        let (org, _) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+        let mut many: Vec<String> = (0..8).map(|i| format!("ok{i}@example.org")).collect();
+        many.push("hang@example.org".into());
+        let refs: Vec<&str> = many.iter().map(String::as_str).collect();
+        enqueue_to(&pool, org, "term", &refs).await;
+        org
+    });
+    let _ = org;
+    // The server takes `hang@`'s body and never answers: without the shutdown timeout the
+    // process would wait for the 60 s SMTP timeout.
+    let sink = rt.block_on(crate::fault_sink::FaultSink::start());
+    let dir = crate::helpers::data_dir();
+    let port = sink.addr.port().to_string();
+    let args = [
+        "worker",
+        "--smtp-host",
+        "127.0.0.1",
+        "--smtp-port",
+        &port,
+        "--smtp-connections",
+        "1",
+        "--smtp-timeout-seconds",
+        "60",
+        "--delivery-batch",
+        "9",
+        "--shutdown-timeout-seconds",
+        "1",
+    ];
+    let mut p = Proc::start_with_env("term", dir.path(), &args, &[("DATABASE_URL", url.as_str())]);
+    let started = || -> i64 {
+        rt.block_on(
+            sqlx::query_scalar(
+                "select count(*) from deliveries where recipient = 'hang@example.org' and body_started_at is not null",
+            )
+            .fetch_one(&pool),
+        )
+        .unwrap()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while started() == 0 {
+        assert!(std::time::Instant::now() < deadline, "{}", p.log_text());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    p.signal(Signal::SIGTERM);
+    assert!(p.wait_exit(10).success(), "{}", p.log_text());
+    assert!(p.log_text().contains("releasing it"), "{}", p.log_text());
+
+    let rows: Vec<(String, String, i32)> = rt
+        .block_on(
+            sqlx::query_as("select recipient, status, attempt from deliveries").fetch_all(&pool),
+        )
+        .unwrap();
+    for (to, status, attempt) in &rows {
+        match (to.as_str(), status.as_str()) {
+            ("hang@example.org", s) => {
+                assert_eq!((s, *attempt), ("unknown", 1), "its body was in flight")
+            }
+            (_, "delivered") => assert_eq!(*attempt, 1),
+            (_, "queued") => assert_eq!(*attempt, 0, "{to}: released unsent, no attempt spent"),
+            other => panic!("{other:?} after shutdown"),
+        }
+    }
+    let delivered = rows.iter().filter(|r| r.1 == "delivered").count();
+    assert_eq!(
+        sink.accepted().len(),
+        delivered,
+        "the database agrees with the server"
+    );
+}
