@@ -4,6 +4,7 @@
 
 mod cli_errors;
 mod deliveries;
+mod deliveries_page;
 mod delivery_worker;
 mod embedded_cluster;
 mod helpers;
@@ -13,4 +14,5 @@ mod procs;
 mod rate_limit;
 mod schema;
 mod smtp_sink;
+mod test_app;
 mod user_commands;
