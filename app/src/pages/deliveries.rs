@@ -204,7 +204,7 @@ fn Row(
     });
     view! {
         <tr class="border-t border-slate-100 align-top" data-test="delivery-row" data-job=d.job_id.clone() data-status=d.status.as_str()>
-            <td class="p-3 font-medium break-all">{d.recipient.clone()}</td>
+            <td class="p-3 font-medium whitespace-nowrap">{d.recipient.clone()}</td>
             <td class="p-3">{d.kind.clone()}</td>
             <td class="p-3"><span class=format!("rounded-full px-2 py-0.5 {}", badge_class(d.status)) data-test="status">{d.status.as_str()}</span></td>
             <td class="p-3">{d.attempt}</td>
