@@ -524,6 +524,25 @@ async fn a_captured_message_is_read_back_from_its_file_with_a_size_cap() {
     assert_eq!(m["truncated"], true);
     assert_eq!(m["text"].as_str().unwrap().len(), cap);
 
+    // The page renders it whole on the server, raw in a <pre>.
+    let html = c
+        .get(format!("{}/deliveries/message", app.base))
+        .query(&[("job", &jobs[0])])
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let pre = html
+        .split_once("id=\"captured-message\"")
+        .map(|(_, rest)| rest)
+        .unwrap_or_else(|| panic!("no message on the page: {html}"));
+    assert!(
+        pre.contains("Subject: Hello") && pre.contains("Hi Ann."),
+        "{pre}"
+    );
+
     // Sent through SMTP: no file, a clear answer.
     let (_, body) = app
         .call_with(&c, "captured_message", &[("job_id", &jobs[2])])
