@@ -135,7 +135,10 @@ pub async fn seed(pool: &PgPool) -> anyhow::Result<Option<DemoLogins>> {
             });
         }
         let owner = owner.ok_or_else(|| anyhow!("a demo organisation needs a user"))?;
-        seed_audience(&mut tx, org_id, owner, spec.subscribers).await?;
+        let draft = seed_audience(&mut tx, org_id, owner, spec.subscribers).await?;
+        if spec.slug == "acme" {
+            seed_deliveries(&mut tx, org_id, draft, spec.domain).await?;
+        }
         db::audit::record(
             &mut tx,
             db::audit::Entry {
@@ -161,7 +164,7 @@ async fn seed_audience(
     org_id: i64,
     owner: i64,
     count: usize,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<i64> {
     let mut people = Vec::with_capacity(count + count / 25);
     for i in 0..count {
         let first = FIRST[i % FIRST.len()];
@@ -202,7 +205,7 @@ async fn seed_audience(
         };
         db::audience::suppress(conn, org_id, email, reason, "demo").await?;
     }
-    db::campaigns::create_draft(
+    let draft = db::campaigns::create_draft(
         conn,
         db::campaigns::NewDraft {
             org_id,
@@ -214,6 +217,69 @@ async fn seed_audience(
         },
     )
     .await?;
+    Ok(draft)
+}
+
+/// Test mails of the draft in every state the Deliveries page shows: delivered, two refused
+/// (failed, with the server's reply), two whose worker was lost mid-send (unknown), and a few
+/// still queued (a delivery worker, when running, sends or captures those).
+async fn seed_deliveries(
+    conn: &mut sqlx::PgConnection,
+    org_id: i64,
+    draft: i64,
+    domain: &str,
+) -> anyhow::Result<()> {
+    use app::db::demo::DemoDelivery;
+    use app::domain::{DeliveryStatus, JobId};
+    let lost = "worker lost while the body was in flight";
+    let rows: [(&str, DeliveryStatus, Option<String>); 10] = [
+        (
+            "olivia",
+            DeliveryStatus::Delivered,
+            Some("250 2.0.0 Ok: queued as 4Q8XJ21ZkNz9".into()),
+        ),
+        (
+            "adam",
+            DeliveryStatus::Delivered,
+            Some("250 2.0.0 Ok: queued as 4Q8XJ24bTmz7".into()),
+        ),
+        (
+            "vera",
+            DeliveryStatus::Delivered,
+            Some("250 2.0.0 Ok: queued as 4Q8XJ27dWqz2".into()),
+        ),
+        (
+            "marketing",
+            DeliveryStatus::Delivered,
+            Some("250 2.0.0 Ok: queued as 4Q8XJ2BfYsz5".into()),
+        ),
+        ("former.intern", DeliveryStatus::Failed, None),
+        ("old-sales", DeliveryStatus::Failed, None),
+        ("support", DeliveryStatus::Unknown, None),
+        ("billing", DeliveryStatus::Unknown, None),
+        ("design", DeliveryStatus::Queued, None),
+        ("qa", DeliveryStatus::Queued, None),
+    ];
+    for (i, (local, status, reply)) in rows.into_iter().enumerate() {
+        let to = EmailAddress::parse(&format!("{local}@{domain}")).map_err(|e| anyhow!("{e}"))?;
+        let job = JobId::test(draft, 1, &format!("demo{i}"), &to).map_err(|e| anyhow!("{e}"))?;
+        let reply = match status {
+            DeliveryStatus::Failed => Some(format!(
+                "550 5.1.1 <{}>: Recipient address rejected: User unknown in virtual mailbox table",
+                to.lower()
+            )),
+            _ => reply,
+        };
+        let delivery = DemoDelivery {
+            job: &job,
+            recipient: &to,
+            status,
+            attempt: i32::from(status != DeliveryStatus::Queued),
+            last_error: (status == DeliveryStatus::Unknown).then_some(lost),
+            smtp_reply: reply.as_deref(),
+        };
+        app::db::demo::delivery(conn, org_id, delivery).await?;
+    }
     Ok(())
 }
 

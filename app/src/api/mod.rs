@@ -3,6 +3,7 @@
 
 pub mod auth;
 pub mod campaigns;
+pub mod deliveries;
 pub mod overview;
 
 use serde::{Deserialize, Serialize};

@@ -7,6 +7,8 @@ pub mod audit;
 pub mod campaigns;
 pub mod cluster;
 pub mod deliveries;
+pub mod delivery_admin;
+pub mod demo;
 pub mod health;
 pub mod heartbeat;
 pub mod leader;

@@ -2,12 +2,14 @@
 //! the edge. Compiled for the server and the browser alike (no server-only dependencies).
 
 mod backoff;
+mod delivery;
 mod email;
 mod job_id;
 mod role;
 mod week_key;
 
 pub use backoff::Backoff;
+pub use delivery::{DeliveryCursor, DeliveryKind, DeliveryStatus};
 pub use email::{EmailAddress, EmailError};
 pub use job_id::{JobId, JobIdError};
 pub use role::Role;

@@ -1,4 +1,5 @@
 mod campaigns;
+mod deliveries;
 mod layout;
 mod login;
 mod overview;
@@ -7,7 +8,7 @@ mod placeholder;
 use leptos::prelude::*;
 use leptos_meta::{provide_meta_context, MetaTags, Stylesheet, Title};
 use leptos_router::components::{ParentRoute, Route, Router, Routes};
-use leptos_router::path;
+use leptos_router::{path, SsrMode};
 
 /// The HTML document around the app (server side).
 pub fn shell(options: LeptosOptions) -> impl IntoView {
@@ -47,7 +48,9 @@ pub fn App() -> impl IntoView {
                         <Route path=path!("campaigns") view=campaigns::CampaignsPage/>
                         <Route path=path!("digests") view=|| view! { <placeholder::Placeholder title="Digests" issue=4/> }/>
                         <Route path=path!("audience") view=|| view! { <placeholder::Placeholder title="Audience" issue=6/> }/>
-                        <Route path=path!("deliveries") view=|| view! { <placeholder::Placeholder title="Deliveries" issue=3/> }/>
+                        // Async: rendered whole on the server, so the filtered list reads without JavaScript.
+                        <Route path=path!("deliveries") view=deliveries::DeliveriesPage ssr=SsrMode::Async/>
+                        <Route path=path!("deliveries/message") view=deliveries::CapturedPage ssr=SsrMode::Async/>
                         <Route path=path!("settings") view=|| view! { <placeholder::Placeholder title="Settings" issue=7/> }/>
                     </ParentRoute>
                 </Routes>

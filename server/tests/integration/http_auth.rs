@@ -1,73 +1,8 @@
 use app::domain::Role;
-use leptos::prelude::LeptosOptions;
-use reqwest::{redirect, StatusCode};
-use sqlx::PgPool;
+use reqwest::redirect;
 
 use crate::helpers::{org_with_users, test_db};
-
-struct TestApp {
-    base: String,
-    pool: PgPool,
-}
-
-async fn spawn_app(pool: PgPool) -> TestApp {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let options = LeptosOptions::builder()
-        .output_name("mailroom")
-        .site_root("target/site")
-        .site_pkg_dir("pkg")
-        .site_addr(addr)
-        .build();
-    let router = mailroom::http::router(
-        mailroom::http::AppState {
-            leptos_options: options,
-            pool: pool.clone(),
-        },
-        app::api::ApiConfig {
-            secure_cookies: false,
-            captured_dir: None,
-        },
-    );
-    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
-    TestApp {
-        base: format!("http://{addr}"),
-        pool,
-    }
-}
-
-/// A browser-like client: keeps cookies, does not follow redirects, sends our Origin.
-fn client(app: &TestApp) -> reqwest::Client {
-    let mut headers = reqwest::header::HeaderMap::new();
-    headers.insert("origin", app.base.parse().unwrap());
-    reqwest::Client::builder()
-        .cookie_store(true)
-        .redirect(redirect::Policy::none())
-        .default_headers(headers)
-        .build()
-        .unwrap()
-}
-
-impl TestApp {
-    async fn login(&self, c: &reqwest::Client, email: &str, password: &str) -> reqwest::Response {
-        c.post(format!("{}/api/login", self.base))
-            .form(&[("email", email), ("password", password)])
-            .send()
-            .await
-            .unwrap()
-    }
-
-    async fn call(&self, c: &reqwest::Client, endpoint: &str) -> (StatusCode, String) {
-        let r = c
-            .post(format!("{}/api/{endpoint}", self.base))
-            .header("content-type", "application/x-www-form-urlencoded")
-            .body("")
-            .send()
-            .await
-            .unwrap();
-        (r.status(), r.text().await.unwrap())
-    }
-}
+use crate::test_app::{client, spawn_app};
 
 #[tokio::test]
 async fn health_and_readiness_reflect_the_database() {

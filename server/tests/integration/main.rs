@@ -4,6 +4,7 @@
 
 mod cli_errors;
 mod deliveries;
+mod deliveries_page;
 mod delivery_worker;
 mod embedded_cluster;
 mod fault_sink;
@@ -15,4 +16,5 @@ mod procs;
 mod rate_limit;
 mod schema;
 mod smtp_sink;
+mod test_app;
 mod user_commands;

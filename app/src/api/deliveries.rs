@@ -1,0 +1,208 @@
+//! The Deliveries page's server functions: counts, the list, an admin's retry, and reading a
+//! captured message. Each is scoped to the signed-in user's organisation.
+
+use leptos::prelude::*;
+use serde::{Deserialize, Serialize};
+
+use crate::domain::DeliveryStatus;
+use crate::error::AppError;
+
+/// Rows per page of the list.
+pub const PAGE_SIZE: i64 = 50;
+/// The most of a captured message the dashboard shows; the rest is cut, and said so.
+pub const CAPTURED_SHOW_BYTES: u64 = 2 * 1024 * 1024;
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StatusCount {
+    pub status: DeliveryStatus,
+    pub count: i64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DeliveryRow {
+    pub job_id: String,
+    pub kind: String,
+    pub recipient: String,
+    pub status: DeliveryStatus,
+    pub attempt: i32,
+    pub updated: String,
+    /// What went wrong: the SMTP reply of a failed row, the last error of others.
+    pub detail: Option<String>,
+    /// A copy was captured to a file (no SMTP server configured) and can be opened.
+    pub captured: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DeliveryPage {
+    pub rows: Vec<DeliveryRow>,
+    /// The `after` of the next page, when there is one.
+    pub next: Option<String>,
+    /// The signed-in user's role allows retrying.
+    pub can_retry: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CapturedText {
+    pub job_id: String,
+    pub recipient: String,
+    /// The raw message (headers and body), lossily decoded as UTF-8.
+    pub text: String,
+    /// The file was longer than [`CAPTURED_SHOW_BYTES`]; `text` is its beginning.
+    pub truncated: bool,
+}
+
+/// Deliveries of the org in each state.
+#[server(endpoint = "delivery_counts")]
+pub async fn delivery_counts() -> Result<Vec<StatusCount>, AppError> {
+    let me = super::current_user().await?;
+    let mut conn = super::pool()?.acquire().await?;
+    let counts = crate::db::delivery_admin::counts(&mut conn, me.org_id).await?;
+    Ok(counts
+        .into_iter()
+        .map(|(status, count)| StatusCount { status, count })
+        .collect())
+}
+
+/// One page of the org's deliveries, newest first. Empty strings mean "no filter" (a GET form
+/// sends every field).
+#[server(endpoint = "deliveries")]
+pub async fn deliveries_page(
+    status: Option<String>,
+    kind: Option<String>,
+    recipient: Option<String>,
+    after: Option<String>,
+) -> Result<DeliveryPage, AppError> {
+    use crate::db::delivery_admin::{self, Filter};
+    use crate::domain::{DeliveryCursor, DeliveryKind};
+    let me = super::current_user().await?;
+    let given = |v: Option<String>| v.map(|s| s.trim().to_owned()).filter(|s| !s.is_empty());
+    let status = given(status)
+        .map(|s| s.parse::<DeliveryStatus>())
+        .transpose()
+        .map_err(AppError::Invalid)?;
+    let kind = given(kind)
+        .map(|s| s.parse::<DeliveryKind>())
+        .transpose()
+        .map_err(AppError::Invalid)?;
+    let after = given(after)
+        .map(|s| s.parse::<DeliveryCursor>())
+        .transpose()
+        .map_err(AppError::Invalid)?;
+    let recipient = given(recipient);
+    let filter = Filter {
+        status,
+        kind,
+        recipient: recipient.as_deref(),
+        after: after.as_ref(),
+    };
+    let mut conn = super::pool()?.acquire().await?;
+    let page = delivery_admin::list(&mut conn, me.org_id, &filter, PAGE_SIZE).await?;
+    let rows = page
+        .rows
+        .into_iter()
+        .map(row)
+        .collect::<Result<Vec<_>, AppError>>()?;
+    Ok(DeliveryPage {
+        rows,
+        next: page.next.map(|c| c.to_string()),
+        can_retry: me.role.can_act(),
+    })
+}
+
+#[cfg(feature = "ssr")]
+fn row(r: crate::db::delivery_admin::ListRow) -> Result<DeliveryRow, AppError> {
+    let status: DeliveryStatus = r.status.parse().map_err(|e: String| {
+        tracing::error!(error = %e, "unexpected delivery status");
+        AppError::Internal
+    })?;
+    // The delivery worker records "captured …" as the reply of a message written to a file.
+    let captured = status == DeliveryStatus::Delivered
+        && r.smtp_reply
+            .as_deref()
+            .is_some_and(|s| s.starts_with("captured"));
+    let detail = match status {
+        DeliveryStatus::Failed => r.smtp_reply.or(r.last_error),
+        DeliveryStatus::Delivered => None,
+        _ => r.last_error,
+    };
+    Ok(DeliveryRow {
+        job_id: r.job_id,
+        kind: r.kind,
+        recipient: r.recipient,
+        status,
+        attempt: r.attempt,
+        updated: r.updated,
+        detail,
+        captured,
+    })
+}
+
+/// Puts a failed or unknown delivery back in the queue (owners and admins), with an audit row.
+#[server(endpoint = "retry_delivery")]
+pub async fn retry_delivery(job_id: String) -> Result<String, AppError> {
+    use crate::db::delivery_admin::{self, Actor, Retry};
+    let me = super::current_user().await?;
+    if !me.role.can_act() {
+        return Err(AppError::Forbidden);
+    }
+    let mut tx = super::pool()?.begin().await?;
+    let actor = Actor {
+        user_id: me.user_id,
+        name: &me.name,
+    };
+    match delivery_admin::retry(&mut tx, me.org_id, &job_id, actor).await? {
+        Retry::Retried { before } => {
+            tx.commit().await?;
+            Ok(format!("Queued again ({before} before): {job_id}"))
+        }
+        Retry::NotRetryable(now) => Err(AppError::Conflict(format!(
+            "This delivery is {now} and cannot be retried: only failed or unknown deliveries can."
+        ))),
+        Retry::NotFound => Err(AppError::NotFound),
+    }
+}
+
+/// The raw text of a captured message. The file is found from the org and the job id after the
+/// job was looked up in the org, never from a path in the request.
+#[server(endpoint = "captured_message")]
+pub async fn captured_message(job_id: String) -> Result<CapturedText, AppError> {
+    use tokio::io::AsyncReadExt;
+    let me = super::current_user().await?;
+    let mut conn = super::pool()?.acquire().await?;
+    let found = crate::db::delivery_admin::find(&mut conn, me.org_id, &job_id)
+        .await?
+        .ok_or(AppError::NotFound)?;
+    drop(conn);
+    let no_copy = || {
+        AppError::Conflict(
+            "No captured copy of this message exists: it was not sent yet, or it was sent through an SMTP server."
+                .into(),
+        )
+    };
+    let dir = super::api_config().captured_dir.ok_or_else(no_copy)?;
+    let path = crate::capture::path_for(&dir, me.org_id, &found.job_id);
+    let file = match tokio::fs::File::open(&path).await {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(no_copy()),
+        Err(e) => {
+            tracing::error!(error = %e, path = %path.display(), "cannot open a captured message");
+            return Err(AppError::Internal);
+        }
+    };
+    let mut bytes = Vec::new();
+    file.take(CAPTURED_SHOW_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .await
+        .map_err(|e| {
+            tracing::error!(error = %e, path = %path.display(), "cannot read a captured message");
+            AppError::Internal
+        })?;
+    let truncated = bytes.len() as u64 > CAPTURED_SHOW_BYTES;
+    bytes.truncate(CAPTURED_SHOW_BYTES as usize);
+    Ok(CapturedText {
+        job_id: found.job_id,
+        recipient: found.recipient,
+        text: String::from_utf8_lossy(&bytes).into_owned(),
+        truncated,
+    })
+}

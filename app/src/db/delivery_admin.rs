@@ -1,0 +1,212 @@
+//! The dashboard's view of the delivery queue: counts, the newest-first list, one delivery, and
+//! the admin's retry. Every statement is scoped by the caller's org id; the delivery worker's own
+//! statements live in `deliveries`.
+
+use chrono::{DateTime, Utc};
+use serde_json::json;
+use sqlx::{PgConnection, Postgres, QueryBuilder};
+
+use super::audit;
+use crate::domain::{DeliveryCursor, DeliveryKind, DeliveryStatus};
+
+fn parse_status(s: &str) -> sqlx::Result<DeliveryStatus> {
+    s.parse().map_err(|e: String| sqlx::Error::Decode(e.into()))
+}
+
+/// How many deliveries of the org are in each state, every state listed (zeros included).
+pub async fn counts(
+    conn: &mut PgConnection,
+    org_id: i64,
+) -> sqlx::Result<Vec<(DeliveryStatus, i64)>> {
+    let rows: Vec<(String, i64)> =
+        sqlx::query_as("select status, count(*) from deliveries where org_id = $1 group by status")
+            .bind(org_id)
+            .fetch_all(conn)
+            .await?;
+    let mut out: Vec<(DeliveryStatus, i64)> =
+        DeliveryStatus::ALL.into_iter().map(|s| (s, 0)).collect();
+    for (status, n) in rows {
+        let status = parse_status(&status)?;
+        if let Some(slot) = out.iter_mut().find(|(s, _)| *s == status) {
+            slot.1 = n;
+        }
+    }
+    Ok(out)
+}
+
+/// What to list: every filter optional; `after` is where the previous page ended.
+#[derive(Default)]
+pub struct Filter<'a> {
+    pub status: Option<DeliveryStatus>,
+    pub kind: Option<DeliveryKind>,
+    /// Case-insensitive substring of the recipient's address.
+    pub recipient: Option<&'a str>,
+    pub after: Option<&'a DeliveryCursor>,
+}
+
+#[derive(sqlx::FromRow, Clone, Debug)]
+pub struct ListRow {
+    pub job_id: String,
+    pub kind: String,
+    pub recipient: String,
+    pub status: String,
+    pub attempt: i32,
+    pub last_error: Option<String>,
+    pub smtp_reply: Option<String>,
+    pub created_at: DateTime<Utc>,
+    /// `updated_at` in the org's time zone, for display.
+    pub updated: String,
+}
+
+pub struct Page {
+    pub rows: Vec<ListRow>,
+    /// Set when there are more rows after this page.
+    pub next: Option<DeliveryCursor>,
+}
+
+/// One page of the org's deliveries, newest first by `(created_at, job_id)` (index
+/// `deliveries_org_list`). Keyset, not offset: each page costs the same however deep it is.
+/// The statement is assembled from the filters given, so the planner sees only real predicates.
+pub async fn list(
+    conn: &mut PgConnection,
+    org_id: i64,
+    f: &Filter<'_>,
+    page_size: i64,
+) -> sqlx::Result<Page> {
+    let mut q: QueryBuilder<Postgres> = QueryBuilder::new(
+        "select d.job_id, d.kind, d.recipient, d.status, d.attempt, d.last_error, d.smtp_reply,
+                d.created_at,
+                to_char(d.updated_at at time zone o.timezone, 'YYYY-MM-DD HH24:MI') as updated
+         from deliveries d join orgs o on o.id = d.org_id
+         where d.org_id = ",
+    );
+    q.push_bind(org_id);
+    if let Some(s) = f.status {
+        q.push(" and d.status = ").push_bind(s.as_str());
+    }
+    if let Some(k) = f.kind {
+        q.push(" and d.kind = ").push_bind(k.as_str());
+    }
+    if let Some(r) = f.recipient.filter(|r| !r.is_empty()) {
+        // strpos, not LIKE: the user's '%' and '_' stay literal.
+        q.push(" and strpos(d.email_lower, lower(")
+            .push_bind(r)
+            .push(")) > 0");
+    }
+    if let Some(c) = f.after {
+        q.push(" and (d.created_at, d.job_id) < (")
+            .push_bind(c.created_at)
+            .push(", ")
+            .push_bind(&c.job_id)
+            .push(")");
+    }
+    // One row more than a page tells whether a next page exists.
+    q.push(" order by d.created_at desc, d.job_id desc limit ")
+        .push_bind(page_size + 1);
+    let mut rows: Vec<ListRow> = q.build_query_as().fetch_all(conn).await?;
+    let next = if rows.len() as i64 > page_size {
+        rows.truncate(page_size as usize);
+        rows.last().map(|r| DeliveryCursor {
+            created_at: r.created_at,
+            job_id: r.job_id.clone(),
+        })
+    } else {
+        None
+    };
+    Ok(Page { rows, next })
+}
+
+#[derive(sqlx::FromRow, Clone, Debug)]
+pub struct Found {
+    pub job_id: String,
+    pub recipient: String,
+    pub status: String,
+    pub smtp_reply: Option<String>,
+}
+
+/// One delivery of the org, or None (also for another org's job id).
+pub async fn find(
+    conn: &mut PgConnection,
+    org_id: i64,
+    job_id: &str,
+) -> sqlx::Result<Option<Found>> {
+    sqlx::query_as(
+        "select job_id, recipient, status, smtp_reply from deliveries
+         where org_id = $1 and job_id = $2",
+    )
+    .bind(org_id)
+    .bind(job_id)
+    .fetch_optional(conn)
+    .await
+}
+
+/// Who retries, for the audit row and the delivery's `last_error`.
+pub struct Actor<'a> {
+    pub user_id: i64,
+    pub name: &'a str,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub enum Retry {
+    /// Back in the queue; it was in this state.
+    Retried { before: DeliveryStatus },
+    /// Left alone: retrying is not allowed from its current state.
+    NotRetryable(DeliveryStatus),
+    /// No such job in this org.
+    NotFound,
+}
+
+/// Puts a failed or unknown delivery back in the queue, inside the caller's transaction, with
+/// its audit row. A compare-and-set: the row is locked, and changed only if it is still failed
+/// or unknown, so two admins retrying at once queue it once. The attempt count is kept (the
+/// worker's next claim increments it); the lease and body mark are cleared so the next attempt
+/// starts clean.
+pub async fn retry(
+    conn: &mut PgConnection,
+    org_id: i64,
+    job_id: &str,
+    actor: Actor<'_>,
+) -> sqlx::Result<Retry> {
+    let row: Option<(String, Option<String>)> = sqlx::query_as(
+        "with target as (
+             select job_id, status from deliveries
+             where org_id = $1 and job_id = $2
+             for update
+         ),
+         retried as (
+             update deliveries d
+             set status = 'queued', next_attempt_at = now(), finished_at = null,
+                 lease_until = null, body_started_at = null, last_error = $3, updated_at = now()
+             from target t
+             where d.org_id = $1 and d.job_id = t.job_id and d.status in ('unknown', 'failed')
+             returning t.status as before
+         )
+         select t.status, r.before from target t left join retried r on true",
+    )
+    .bind(org_id)
+    .bind(job_id)
+    .bind(format!("retried by {}", actor.name))
+    .fetch_optional(&mut *conn)
+    .await?;
+    let Some((current, before)) = row else {
+        return Ok(Retry::NotFound);
+    };
+    let Some(before) = before else {
+        return Ok(Retry::NotRetryable(parse_status(&current)?));
+    };
+    let before = parse_status(&before)?;
+    audit::record(
+        conn,
+        audit::Entry {
+            org_id,
+            actor_id: Some(actor.user_id),
+            action: "delivery.retry",
+            object_type: "delivery",
+            object_id: Some(job_id.to_owned()),
+            before: Some(json!({ "status": before.as_str() })),
+            after: Some(json!({ "status": DeliveryStatus::Queued.as_str() })),
+        },
+    )
+    .await?;
+    Ok(Retry::Retried { before })
+}

@@ -1,0 +1,189 @@
+//! What the dashboard knows about one delivery: its state (DESIGN "State machines"), its kind,
+//! and the position in the newest-first list a page ends at.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+
+/// The state of one message (`deliveries.status`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DeliveryStatus {
+    Queued,
+    Sending,
+    Delivered,
+    Failed,
+    Unknown,
+    Suppressed,
+    Cancelled,
+}
+
+impl DeliveryStatus {
+    pub const ALL: [DeliveryStatus; 7] = [
+        DeliveryStatus::Queued,
+        DeliveryStatus::Sending,
+        DeliveryStatus::Delivered,
+        DeliveryStatus::Failed,
+        DeliveryStatus::Unknown,
+        DeliveryStatus::Suppressed,
+        DeliveryStatus::Cancelled,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeliveryStatus::Queued => "queued",
+            DeliveryStatus::Sending => "sending",
+            DeliveryStatus::Delivered => "delivered",
+            DeliveryStatus::Failed => "failed",
+            DeliveryStatus::Unknown => "unknown",
+            DeliveryStatus::Suppressed => "suppressed",
+            DeliveryStatus::Cancelled => "cancelled",
+        }
+    }
+
+    /// Only an admin retries, and only these: failed (a final SMTP refusal) and unknown (the
+    /// body may have arrived; never retried automatically, DESIGN guarantee 9). The SQL of the
+    /// retry repeats this list in its `WHERE` as the compare-and-set.
+    pub fn retryable(self) -> bool {
+        matches!(self, DeliveryStatus::Failed | DeliveryStatus::Unknown)
+    }
+
+    /// Retrying it may send the recipient a second copy.
+    pub fn may_have_arrived(self) -> bool {
+        self == DeliveryStatus::Unknown
+    }
+}
+
+impl fmt::Display for DeliveryStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for DeliveryStatus {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        DeliveryStatus::ALL
+            .into_iter()
+            .find(|d| d.as_str() == s)
+            .ok_or_else(|| format!("“{s}” is not a delivery status"))
+    }
+}
+
+/// What a message is (`deliveries.kind`), in the delivery worker's priority order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DeliveryKind {
+    Test,
+    Digest,
+    Campaign,
+}
+
+impl DeliveryKind {
+    pub const ALL: [DeliveryKind; 3] = [
+        DeliveryKind::Test,
+        DeliveryKind::Digest,
+        DeliveryKind::Campaign,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeliveryKind::Test => "test",
+            DeliveryKind::Digest => "digest",
+            DeliveryKind::Campaign => "campaign",
+        }
+    }
+}
+
+impl fmt::Display for DeliveryKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for DeliveryKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        DeliveryKind::ALL
+            .into_iter()
+            .find(|d| d.as_str() == s)
+            .ok_or_else(|| format!("“{s}” is not a delivery kind"))
+    }
+}
+
+/// Where a page of the newest-first delivery list ended: the last row's `(created_at, job_id)`.
+/// The next page starts strictly after it, so rows inserted meanwhile never shift a page and
+/// none is shown twice. Written into URLs as `<microseconds since 1970>~<job id>`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeliveryCursor {
+    pub created_at: DateTime<Utc>,
+    pub job_id: String,
+}
+
+impl fmt::Display for DeliveryCursor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}~{}", self.created_at.timestamp_micros(), self.job_id)
+    }
+}
+
+impl FromStr for DeliveryCursor {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad = || format!("“{s}” is not a page position");
+        // The microseconds never contain '~'; the job id may.
+        let (micros, job_id) = s.split_once('~').ok_or_else(bad)?;
+        let micros: i64 = micros.parse().map_err(|_| bad())?;
+        let created_at = DateTime::from_timestamp_micros(micros).ok_or_else(bad)?;
+        if job_id.is_empty() {
+            return Err(bad());
+        }
+        Ok(DeliveryCursor {
+            created_at,
+            job_id: job_id.to_owned(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_and_kinds_round_trip_and_reject_unknown_names() {
+        for s in DeliveryStatus::ALL {
+            assert_eq!(s.as_str().parse::<DeliveryStatus>().unwrap(), s);
+        }
+        for k in DeliveryKind::ALL {
+            assert_eq!(k.as_str().parse::<DeliveryKind>().unwrap(), k);
+        }
+        assert!("lost"
+            .parse::<DeliveryStatus>()
+            .unwrap_err()
+            .contains("lost"));
+        assert!("sms".parse::<DeliveryKind>().unwrap_err().contains("sms"));
+    }
+
+    #[test]
+    fn only_failed_and_unknown_are_retryable() {
+        let retryable: Vec<_> = DeliveryStatus::ALL
+            .into_iter()
+            .filter(|s| s.retryable())
+            .collect();
+        assert_eq!(retryable, [DeliveryStatus::Failed, DeliveryStatus::Unknown]);
+        assert!(DeliveryStatus::Unknown.may_have_arrived());
+        assert!(!DeliveryStatus::Failed.may_have_arrived());
+    }
+
+    #[test]
+    fn cursor_round_trips_with_microseconds_and_odd_job_ids() {
+        let c = DeliveryCursor {
+            created_at: DateTime::from_timestamp_micros(1_790_000_000_123_456).unwrap(),
+            job_id: "test:1:1:t:a~b@x.org".into(),
+        };
+        assert_eq!(c.to_string().parse::<DeliveryCursor>().unwrap(), c);
+        for bad in ["", "12", "x~job", "12~", "~job"] {
+            assert!(bad.parse::<DeliveryCursor>().is_err(), "{bad}");
+        }
+    }
+}

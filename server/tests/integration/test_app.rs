@@ -1,0 +1,91 @@
+//! The real router on a real socket (port 0) over a test database, and a browser-like client.
+
+use std::path::PathBuf;
+
+use leptos::prelude::LeptosOptions;
+use reqwest::{redirect, StatusCode};
+use sqlx::PgPool;
+
+pub struct TestApp {
+    pub base: String,
+    pub pool: PgPool,
+}
+
+pub async fn spawn_app(pool: PgPool) -> TestApp {
+    spawn_app_capturing(pool, None).await
+}
+
+/// The app reading captured mail from `captured_dir`.
+pub async fn spawn_app_capturing(pool: PgPool, captured_dir: Option<PathBuf>) -> TestApp {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let options = LeptosOptions::builder()
+        .output_name("mailroom")
+        .site_root("target/site")
+        .site_pkg_dir("pkg")
+        .site_addr(addr)
+        .build();
+    let router = mailroom::http::router(
+        mailroom::http::AppState {
+            leptos_options: options,
+            pool: pool.clone(),
+        },
+        app::api::ApiConfig {
+            secure_cookies: false,
+            captured_dir,
+        },
+    );
+    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    TestApp {
+        base: format!("http://{addr}"),
+        pool,
+    }
+}
+
+/// A browser-like client: keeps cookies, does not follow redirects, sends our Origin.
+pub fn client(app: &TestApp) -> reqwest::Client {
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert("origin", app.base.parse().unwrap());
+    reqwest::Client::builder()
+        .cookie_store(true)
+        .redirect(redirect::Policy::none())
+        .default_headers(headers)
+        .build()
+        .unwrap()
+}
+
+impl TestApp {
+    pub async fn login(
+        &self,
+        c: &reqwest::Client,
+        email: &str,
+        password: &str,
+    ) -> reqwest::Response {
+        c.post(format!("{}/api/login", self.base))
+            .form(&[("email", email), ("password", password)])
+            .send()
+            .await
+            .unwrap()
+    }
+
+    /// Calls a server function without arguments.
+    pub async fn call(&self, c: &reqwest::Client, endpoint: &str) -> (StatusCode, String) {
+        self.call_with(c, endpoint, &[]).await
+    }
+
+    /// Calls a server function with form-encoded arguments, as the browser does.
+    pub async fn call_with(
+        &self,
+        c: &reqwest::Client,
+        endpoint: &str,
+        args: &[(&str, &str)],
+    ) -> (StatusCode, String) {
+        let r = c
+            .post(format!("{}/api/{endpoint}", self.base))
+            .form(args)
+            .send()
+            .await
+            .unwrap();
+        (r.status(), r.text().await.unwrap())
+    }
+}
