@@ -80,7 +80,7 @@ pub struct Claimed {
 ///
 /// Fairness: the distinct (priority, org, campaign) groups of due mail are found by a loose index
 /// scan (test > digest > campaign first, at most 32 groups), campaign groups only while their
-/// campaign is `sending`, and each group gets an equal share of the batch, so one big campaign
+/// campaign is `sending` (or `sent`, for a retry an admin asked for), and each group gets an equal share of the batch, so one big campaign
 /// cannot starve another org or another campaign. Rows other workers hold are skipped, never
 /// waited for.
 ///
@@ -109,7 +109,8 @@ pub async fn claim(
          groups as (
              select w.* from walk w
              left join campaigns c on c.org_id = w.org_id and c.id = w.campaign_key
-             where w.campaign_key = 0 or c.status = 'sending'
+             -- `sent`: a delivery an admin retried after the campaign finished.
+             where w.campaign_key = 0 or c.status in ('sending', 'sent')
              order by w.priority, w.org_id, w.campaign_key
              limit 32
          ),
@@ -179,7 +180,7 @@ fn bump_progress(slot: usize) -> String {
 }
 
 /// Which of a campaign's 16 progress slots this statement adds to.
-fn progress_slot() -> i16 {
+pub(crate) fn progress_slot() -> i16 {
     rand::random::<u8>() as i16 % 16
 }
 

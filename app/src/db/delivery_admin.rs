@@ -179,13 +179,22 @@ pub async fn retry(
                  lease_until = null, body_started_at = null, last_error = $3, updated_at = now()
              from target t
              where d.org_id = $1 and d.job_id = t.job_id and d.status in ('unknown', 'failed')
-             returning t.status as before
+             returning t.status as before, d.campaign_id
+         ),
+         -- A campaign's counts no longer hold this one as failed/unknown (same statement).
+         unbump as (
+             insert into progress_slots as p (org_id, campaign_id, slot, failed, unknown)
+             select $1, r.campaign_id, $4::smallint, -(r.before = 'failed')::int, -(r.before = 'unknown')::int
+             from retried r where r.campaign_id is not null
+             on conflict (campaign_id, slot) do update
+             set failed = p.failed + excluded.failed, unknown = p.unknown + excluded.unknown
          )
          select t.status, r.before from target t left join retried r on true",
     )
     .bind(org_id)
     .bind(job_id)
     .bind(format!("retried by {}", actor.name))
+    .bind(super::deliveries::progress_slot())
     .fetch_optional(&mut *conn)
     .await?;
     let Some((current, before)) = row else {

@@ -466,6 +466,29 @@ async fn progress_slots_move_in_the_same_statement_as_each_result() {
     .await
     .unwrap();
     assert_eq!(terminal, 5, "the slots agree with count(*)");
+
+    // An admin retries the unknown one after the campaign finished: the counts let go of it,
+    // and the worker takes it although the campaign is no longer `sending`.
+    sqlx::query("update campaigns set status = 'sent' where id = $1")
+        .bind(cid)
+        .execute(&pool)
+        .await
+        .unwrap();
+    let actor = app::db::delivery_admin::Actor {
+        user_id: users[0].0,
+        name: "Owner",
+    };
+    let retried = app::db::delivery_admin::retry(&mut conn, org, &held[3].job_id, actor)
+        .await
+        .unwrap();
+    assert!(matches!(
+        retried,
+        app::db::delivery_admin::Retry::Retried { .. }
+    ));
+    assert_eq!(progress(&pool, cid).await, (1, 1, 1, 1));
+    let again = deliveries::claim(&pool, 10, 60.0, "t").await.unwrap();
+    assert_eq!(again.len(), 1);
+    assert_eq!(again[0].job_id, held[3].job_id);
 }
 
 #[tokio::test]
