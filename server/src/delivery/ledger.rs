@@ -26,12 +26,10 @@ pub struct Result {
     pub outcome: Outcome,
 }
 
+type MarkReply = oneshot::Sender<std::result::Result<bool, String>>;
+
 enum Request {
-    Mark(
-        String,
-        i32,
-        oneshot::Sender<std::result::Result<bool, String>>,
-    ),
+    Mark(String, i32, MarkReply),
     Record(Result, oneshot::Sender<std::result::Result<(), String>>),
 }
 
@@ -102,14 +100,7 @@ async fn commit_loop(pool: PgPool, mut rx: mpsc::UnboundedReceiver<Request>) {
     }
 }
 
-async fn write_marks(
-    pool: &PgPool,
-    group: Vec<(
-        String,
-        i32,
-        oneshot::Sender<std::result::Result<bool, String>>,
-    )>,
-) {
+async fn write_marks(pool: &PgPool, group: Vec<(String, i32, MarkReply)>) {
     let held: Vec<(String, i32)> = group.iter().map(|(j, a, _)| (j.clone(), *a)).collect();
     match deliveries::mark_body_started(pool, &held).await {
         Ok(marked) => {

@@ -294,7 +294,8 @@ async fn every_smtp_fault_ends_in_the_right_state_attempt_and_reply() {
     assert_eq!(worker.round().await.unwrap(), cases.len());
     worker.close().await;
 
-    let rows: Vec<(String, String, i32, Option<String>, Option<String>)> = sqlx::query_as(
+    type Row = (String, String, i32, Option<String>, Option<String>);
+    let rows: Vec<Row> = sqlx::query_as(
         "select recipient, status, attempt, smtp_reply, last_error from deliveries order by recipient",
     )
     .fetch_all(&pool)

@@ -1,0 +1,194 @@
+//! Delivery throughput benchmark (issue 3): on this machine, in one run,
+//! (1) the raw ceiling — Mailroom's SMTP client alone (same stage-by-stage code, same
+//!     TCP_NODELAY sockets, same concurrency) blasting Postfix `smtp-sink`, no database;
+//! (2) the delivery engine — a real `mailroom worker` process draining N queued deliveries from
+//!     the embedded PostgreSQL (fsync on, as in production) into the same sink.
+//! Prints messages/s of both, the ratio, and the worker's peak RSS.
+//!
+//! Run through `bench/delivery.sh` (builds release, then runs this).
+//! Usage: delivery_bench <mailroom binary> [messages=100000] [connections=8] [batch=200]
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use lettre::Address;
+
+use app::db::deliveries::{self, NewDelivery};
+use app::domain::{EmailAddress, JobId};
+use mailroom::embedded_pg::{self, EmbeddedPg};
+use mailroom::smtp::{BodyOutcome, Connection, Target};
+
+struct Sink(Child, u16);
+
+impl Drop for Sink {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+fn start_sink() -> anyhow::Result<Sink> {
+    let port = free_port()?;
+    let child = Command::new("smtp-sink")
+        .args(["-u", "nobody", &format!("127.0.0.1:{port}"), "1024"])
+        .stdout(Stdio::null())
+        .spawn()
+        .context("starting Postfix smtp-sink (apt-get install postfix)")?;
+    for _ in 0..100 {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return Ok(Sink(child, port));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    bail!("smtp-sink did not listen on {port}")
+}
+
+/// The raw ceiling: `connections` tasks, each its own connection, `messages` in all.
+async fn raw(port: u16, connections: usize, messages: usize) -> anyhow::Result<f64> {
+    let target = Target {
+        host: "127.0.0.1".into(),
+        port,
+        hello_name: "bench.local".into(),
+        timeout: Duration::from_secs(30),
+    };
+    let from: Address = "news@bench.example".parse()?;
+    let started = Instant::now();
+    let per = messages / connections;
+    let tasks = (0..connections).map(|c| {
+        let (target, from) = (target.clone(), from.clone());
+        tokio::spawn(async move {
+            let mut conn = Connection::open(&target).await.map_err(|r| anyhow::anyhow!(r.reply))?;
+            for i in 0..per {
+                let to: Address = format!("r{c}x{i}@example.org").parse()?;
+                let body = format!(
+                    "From: news@bench.example\r\nTo: {to}\r\nMessage-ID: <raw.{c}.{i}@bench.example>\r\nSubject: Mailroom test message\r\n\r\nThis is a test message from Mailroom.\r\n"
+                );
+                conn.prepare(&from, &to).await.map_err(|r| anyhow::anyhow!(r.reply))?;
+                match conn.body(body.as_bytes()).await {
+                    BodyOutcome::Accepted(_) => {}
+                    other => bail!("raw send failed: {other:?}"),
+                }
+            }
+            conn.quit().await;
+            anyhow::Ok(())
+        })
+    });
+    for t in futures::future::join_all(tasks).await {
+        t??;
+    }
+    Ok((per * connections) as f64 / started.elapsed().as_secs_f64())
+}
+
+fn peak_rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    let bin = args
+        .get(1)
+        .context("usage: delivery_bench <mailroom binary> [messages] [connections] [batch]")?;
+    let messages: usize = args.get(2).map_or(Ok(100_000), |s| s.parse())?;
+    let connections: usize = args.get(3).map_or(Ok(8), |s| s.parse())?;
+    let batch: usize = args.get(4).map_or(Ok(200), |s| s.parse())?;
+    let sink = start_sink()?;
+    println!("messages={messages} connections={connections} batch={batch} sink=postfix smtp-sink 127.0.0.1:{}", sink.1);
+
+    let raw_rate = raw(sink.1, connections, messages).await?;
+    println!("raw ceiling (SMTP client alone, no database): {raw_rate:.0} msg/s");
+
+    let data = tempfile::Builder::new()
+        .prefix("mrbench")
+        .tempdir_in("/tmp")?;
+    let pg = EmbeddedPg::open(data.path(), embedded_pg::Options::default()).await?;
+    let pool = mailroom::database::connect(pg.connect_options(embedded_pg::DATABASE)).await?;
+    app::db::migrate::run(&pool, true).await?;
+    let new_org = app::db::orgs::NewOrg {
+        name: "Bench",
+        slug: "bench",
+        timezone: "UTC",
+        from_name: "Bench",
+        from_address: "news@bench.example",
+    };
+    let org = app::db::orgs::create(&mut *pool.acquire().await?, new_org).await?;
+    let t0 = Instant::now();
+    let mut tx = pool.begin().await?;
+    for i in 0..messages {
+        let to = EmailAddress::parse(&format!("e{i}@example.org"))?;
+        let job = JobId::test(org, 1, "bench", &to)?;
+        deliveries::enqueue(&mut tx, NewDelivery::plain(&job, org, &to)).await?;
+    }
+    tx.commit().await?;
+    println!(
+        "queued {messages} deliveries in {:.1}s (not measured)",
+        t0.elapsed().as_secs_f64()
+    );
+
+    let started = Instant::now();
+    let mut worker = Command::new(bin)
+        .args(["worker", "--data-dir"])
+        .arg(data.path())
+        .args([
+            "--smtp-host",
+            "127.0.0.1",
+            "--smtp-port",
+            &sink.1.to_string(),
+        ])
+        .args(["--smtp-connections", &connections.to_string()])
+        .args(["--delivery-batch", &batch.to_string()])
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .spawn()?;
+    let mut peak = 0;
+    loop {
+        let open: i64 = sqlx::query_scalar(
+            "select count(*) from deliveries where status in ('queued', 'sending')",
+        )
+        .fetch_one(&pool)
+        .await?;
+        peak = peak.max(peak_rss_kib(worker.id()).unwrap_or(0));
+        if open == 0 {
+            break;
+        }
+        if let Some(status) = worker.try_wait()? {
+            bail!("the worker exited early: {status}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(worker.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )?;
+    worker.wait()?;
+    let (delivered, other): (i64, i64) = sqlx::query_as(
+        "select count(*) filter (where status = 'delivered'), count(*) filter (where status <> 'delivered') from deliveries",
+    )
+    .fetch_one(&pool)
+    .await?;
+    let engine_rate = delivered as f64 / elapsed;
+    println!(
+        "delivery engine (mailroom worker, embedded PostgreSQL): {delivered} delivered, {other} other, in {elapsed:.1}s = {engine_rate:.0} msg/s"
+    );
+    println!(
+        "engine / raw ceiling: {:.0}%",
+        100.0 * engine_rate / raw_rate
+    );
+    println!("worker peak RSS: {:.1} MiB", peak as f64 / 1024.0);
+    pool.close().await;
+    pg.shutdown().await?;
+    if other > 0 {
+        bail!("{other} deliveries did not end delivered");
+    }
+    Ok(())
+}
