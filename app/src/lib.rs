@@ -18,6 +18,9 @@ pub mod domain;
 pub mod error;
 /// Pages and the layout around them.
 pub mod pages;
+/// Signed unsubscribe tokens (RFC 8058 one-click), verified against a list of keys (server only).
+#[cfg(feature = "ssr")]
+pub mod unsubscribe;
 
 pub use pages::{shell, App};
 

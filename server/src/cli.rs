@@ -139,6 +139,19 @@ pub struct WorkerArgs {
     #[arg(long, env = "MAILROOM_SMTP_RATE_PER_SECOND")]
     pub smtp_rate_per_second: Option<f64>,
 
+    /// The dashboard's public address, used in links inside messages (unsubscribe).
+    #[arg(
+        long,
+        env = "MAILROOM_PUBLIC_URL",
+        default_value = "http://localhost:3000"
+    )]
+    pub public_url: String,
+
+    /// Unsubscribe-link signing keys, comma-separated base64 (at least 16 bytes each), newest
+    /// first; older ones still verify. Unset: one is generated and kept in the database.
+    #[arg(long, env = "MAILROOM_UNSUBSCRIBE_KEYS", hide_env_values = true)]
+    pub unsubscribe_keys: Option<String>,
+
     /// Seconds a leader's lease lasts (renewed every third of it). A leader that cannot renew
     /// stops acting before it expires; another replica takes over after it.
     #[arg(long, env = "MAILROOM_LEADER_LEASE_SECONDS", default_value_t = 15.0)]
@@ -156,7 +169,11 @@ pub struct WorkerArgs {
 impl WorkerArgs {
     /// The delivery worker's configuration: SMTP when a server is configured, else capture
     /// into `captured_dir`.
-    pub fn delivery(&self, captured_dir: PathBuf) -> crate::delivery::Config {
+    pub fn delivery(
+        &self,
+        captured_dir: PathBuf,
+        keys: app::unsubscribe::Keys,
+    ) -> crate::delivery::Config {
         let transport = match &self.smtp_host {
             Some(host) => crate::delivery::Transport::Smtp(crate::smtp::Target {
                 host: host.clone(),
@@ -175,6 +192,10 @@ impl WorkerArgs {
             backoff: app::domain::Backoff::default(),
             message_id_domain: self.message_id_domain.clone(),
             rate_per_second: self.smtp_rate_per_second.filter(|r| *r > 0.0),
+            links: crate::delivery::Links {
+                public_url: self.public_url.clone(),
+                keys,
+            },
         }
     }
 

@@ -15,10 +15,15 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Worker(args) => {
             let shutdown = Shutdown::on_signals()?;
             let db = Database::open(&cli, Migrations::Tolerant).await?;
+            let keys = match unsubscribe_keys(&db, args).await {
+                Ok(keys) => keys,
+                Err(e) => return db.close().await.and(Err(e)),
+            };
             worker::run(
                 db.pool.clone(),
                 args.clone(),
                 cli.captured_dir(),
+                keys,
                 worker::Mode::Worker,
                 shutdown,
             )
@@ -55,6 +60,15 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     }
 }
 
+/// The unsubscribe signing keys (callers stop the embedded database cleanly on an error, such
+/// as a bad `MAILROOM_UNSUBSCRIBE_KEYS`).
+async fn unsubscribe_keys(
+    db: &Database,
+    args: &crate::cli::WorkerArgs,
+) -> anyhow::Result<app::unsubscribe::Keys> {
+    crate::unsubscribe::load_keys(&db.pool, args.unsubscribe_keys.as_deref()).await
+}
+
 async fn serve(cli: &Cli, args: &ServeArgs) -> anyhow::Result<()> {
     let started = std::time::Instant::now();
     let shutdown = Shutdown::on_signals()?;
@@ -84,10 +98,15 @@ async fn serve(cli: &Cli, args: &ServeArgs) -> anyhow::Result<()> {
             },
         )
         .build();
+    let keys = match unsubscribe_keys(&db, &args.worker).await {
+        Ok(keys) => keys,
+        Err(e) => return db.close().await.and(Err(e)),
+    };
     let app = http::router(
         http::AppState {
             leptos_options: options,
             pool: db.pool.clone(),
+            unsubscribe_keys: keys.clone(),
         },
         app::api::ApiConfig {
             secure_cookies: args.secure_cookies,
@@ -98,6 +117,7 @@ async fn serve(cli: &Cli, args: &ServeArgs) -> anyhow::Result<()> {
         db.pool.clone(),
         args.worker.clone(),
         cli.captured_dir(),
+        keys,
         worker::Mode::Serve,
         shutdown.clone(),
     ));

@@ -16,6 +16,8 @@ use app::{shell, App};
 pub struct AppState {
     pub leptos_options: LeptosOptions,
     pub pool: PgPool,
+    /// Verifies the tokens of unsubscribe links.
+    pub unsubscribe_keys: app::unsubscribe::Keys,
 }
 
 impl FromRef<AppState> for LeptosOptions {
@@ -30,8 +32,12 @@ impl FromRef<AppState> for PgPool {
     }
 }
 
-/// The whole HTTP surface: health probes, server functions and pages, static files.
+/// The whole HTTP surface: health probes, server functions and pages, static files, and the
+/// public unsubscribe endpoints (outside the same-origin check: they are authenticated by their
+/// signed token, and mail clients post to them from nowhere).
 pub fn router(state: AppState, api: ApiConfig) -> Router {
+    let unsubscribe =
+        crate::unsubscribe::routes(state.pool.clone(), state.unsubscribe_keys.clone());
     let routes = generate_route_list(App);
     let context = {
         let pool = state.pool.clone();
@@ -50,6 +56,7 @@ pub fn router(state: AppState, api: ApiConfig) -> Router {
         .fallback(leptos_axum::file_and_error_handler::<AppState, _>(shell))
         .layer(middleware::from_fn(same_origin_writes))
         .with_state(state)
+        .merge(unsubscribe)
 }
 
 /// Ready when the database answers.

@@ -23,5 +23,7 @@ pub mod shutdown;
 pub mod smtp;
 /// Logs.
 pub mod telemetry;
+/// Public one-click unsubscribe (RFC 8058) and its signing keys.
+pub mod unsubscribe;
 /// The worker host: heartbeat now, the workers of later issues beside it.
 pub mod worker;

@@ -75,3 +75,48 @@ pub async fn suppress(
     .rows_affected()
         == 1)
 }
+
+/// Suppresses a subscriber's address (an unsubscribe link names the subscriber, not the
+/// address). Returns `None` when the subscriber does not exist in the org, else whether a new
+/// suppression was written (false: already suppressed).
+pub async fn suppress_subscriber(
+    conn: &mut PgConnection,
+    org_id: i64,
+    subscriber_id: i64,
+    reason: &str,
+    source: &str,
+) -> sqlx::Result<Option<bool>> {
+    let row: Option<(bool,)> = sqlx::query_as(
+        "with target as (select org_id, email_lower from subscribers where org_id = $1 and id = $2),
+         added as (
+             insert into suppressions (org_id, email_lower, reason, source)
+             select org_id, email_lower, $3, $4 from target
+             on conflict (org_id, email_lower) do nothing
+             returning 1
+         )
+         select exists (select 1 from added) from target",
+    )
+    .bind(org_id)
+    .bind(subscriber_id)
+    .bind(reason)
+    .bind(source)
+    .fetch_optional(conn)
+    .await?;
+    Ok(row.map(|(added,)| added))
+}
+
+/// Who an unsubscribe link is for: the org's name and the subscriber's address.
+pub async fn unsubscribe_target(
+    conn: &mut PgConnection,
+    org_id: i64,
+    subscriber_id: i64,
+) -> sqlx::Result<Option<(String, String)>> {
+    sqlx::query_as(
+        "select o.name, s.email from subscribers s join orgs o on o.id = s.org_id
+         where s.org_id = $1 and s.id = $2",
+    )
+    .bind(org_id)
+    .bind(subscriber_id)
+    .fetch_optional(conn)
+    .await
+}

@@ -59,3 +59,23 @@ pub async fn list(conn: &mut PgConnection, org_id: i64) -> sqlx::Result<Vec<Camp
     .fetch_all(conn)
     .await
 }
+
+/// What a campaign's messages say: its content (frozen from approval on).
+#[derive(sqlx::FromRow, Clone, Debug)]
+pub struct Content {
+    pub id: i64,
+    pub subject: String,
+    pub body: String,
+    pub body_format: String,
+    pub content_version: i32,
+}
+
+pub async fn content(conn: &mut PgConnection, org_id: i64, id: i64) -> sqlx::Result<Content> {
+    sqlx::query_as(
+        "select id, subject, body, body_format, content_version from campaigns where org_id = $1 and id = $2",
+    )
+    .bind(org_id)
+    .bind(id)
+    .fetch_one(conn)
+    .await
+}

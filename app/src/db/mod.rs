@@ -16,6 +16,7 @@ pub mod migrate;
 pub mod orgs;
 pub mod overview;
 pub mod rate_limit;
+pub mod secrets;
 pub mod sessions;
 pub mod users;
 

@@ -14,12 +14,15 @@ use std::time::Duration;
 use anyhow::Context;
 use sqlx::PgPool;
 
+use app::db::campaigns::Content;
 use app::db::deliveries::{self, Claimed, Sender};
 use app::domain::Backoff;
 
 use crate::shutdown::Shutdown;
 use crate::smtp::{Connection, Target};
 use ledger::Ledger;
+use render::Inputs;
+pub use render::Links;
 use send::send_one;
 
 /// Where messages go.
@@ -47,6 +50,8 @@ pub struct Config {
     pub message_id_domain: String,
     /// Messages per second allowed to this SMTP server across all replicas (None: no limit).
     pub rate_per_second: Option<f64>,
+    /// Public address and signing keys for the links inside messages.
+    pub links: Links,
 }
 
 impl Config {
@@ -133,10 +138,18 @@ impl Worker {
             self.close().await;
             return Ok(0);
         }
+        // What the renderers read, once per batch: each org's sender, each campaign's content.
         let mut senders = HashMap::new();
+        let mut campaigns = HashMap::new();
         for c in &batch {
             if let std::collections::hash_map::Entry::Vacant(slot) = senders.entry(c.org_id) {
                 slot.insert(deliveries::sender(&self.pool, c.org_id).await?);
+            }
+            if let Some(id) = c.campaign_id {
+                if let std::collections::hash_map::Entry::Vacant(slot) = campaigns.entry(id) {
+                    let mut conn = self.pool.acquire().await?;
+                    slot.insert(app::db::campaigns::content(&mut conn, c.org_id, id).await?);
+                }
             }
         }
         let per_connection = batch.len().div_ceil(self.connections.len());
@@ -144,7 +157,7 @@ impl Worker {
         let chunks = batch
             .chunks(per_connection)
             .zip(self.connections.iter_mut())
-            .map(|(chunk, conn)| send_chunk(cfg, ledger, &senders, chunk, conn));
+            .map(|(chunk, conn)| send_chunk(cfg, ledger, &senders, &campaigns, chunk, conn));
         // Every chunk runs concurrently on its own connection and records its own outcomes.
         for done in futures::future::join_all(chunks).await {
             done?;
@@ -165,12 +178,19 @@ async fn send_chunk(
     cfg: &Config,
     ledger: &Ledger,
     senders: &HashMap<i64, Sender>,
+    campaigns: &HashMap<i64, Content>,
     chunk: &[Claimed],
     conn: &mut Option<Connection>,
 ) -> anyhow::Result<()> {
     let mut recorded = Vec::with_capacity(chunk.len());
     for c in chunk {
-        let outcome = send_one(cfg, ledger, senders.get(&c.org_id), c, conn).await;
+        let cx = Inputs {
+            message_id_domain: &cfg.message_id_domain,
+            links: &cfg.links,
+            sender: senders.get(&c.org_id),
+            campaign: c.campaign_id.and_then(|id| campaigns.get(&id)),
+        };
+        let outcome = send_one(cfg, ledger, &cx, c, conn).await;
         recorded.push(ledger.record(ledger::Result {
             job_id: c.job_id.clone(),
             attempt: c.attempt,

@@ -1,13 +1,16 @@
 //! One renderer per kind builds each message at send time from the delivery's typed references
-//! (deliveries never carry bodies). Test mail now; digest and campaign mail arrive with their
-//! engines.
+//! (deliveries never carry bodies): test mail, and campaign mail with its RFC 8058 one-click
+//! unsubscribe headers. The digest renderer arrives with the digest engine.
 
 use anyhow::Context;
-use lettre::message::{header::ContentType, Mailbox, Message};
+use lettre::message::header::{ContentType, HeaderName, HeaderValue};
+use lettre::message::{Mailbox, Message};
 use lettre::Address;
 
+use app::db::campaigns::Content;
 use app::db::deliveries::{Claimed, Sender};
 use app::domain::JobId;
+use app::unsubscribe::{Claim, Keys};
 
 pub struct Rendered {
     pub from: Address,
@@ -15,34 +18,79 @@ pub struct Rendered {
     pub bytes: Vec<u8>,
 }
 
-pub fn render(
-    message_id_domain: &str,
-    sender: Option<&Sender>,
-    c: &Claimed,
-) -> anyhow::Result<Rendered> {
-    let sender = sender.context("no sender identity for the organisation")?;
+/// What links in messages need: the dashboard's public address and the signing keys.
+#[derive(Clone, Debug)]
+pub struct Links {
+    pub public_url: String,
+    pub keys: Keys,
+}
+
+/// Everything a renderer may read, loaded once per batch.
+pub struct Inputs<'a> {
+    pub message_id_domain: &'a str,
+    pub links: &'a Links,
+    pub sender: Option<&'a Sender>,
+    pub campaign: Option<&'a Content>,
+}
+
+const LIST_UNSUBSCRIBE: HeaderName = HeaderName::new_from_ascii_str("List-Unsubscribe");
+const LIST_UNSUBSCRIBE_POST: HeaderName = HeaderName::new_from_ascii_str("List-Unsubscribe-Post");
+
+pub fn render(cx: &Inputs<'_>, c: &Claimed) -> anyhow::Result<Rendered> {
+    let sender = cx
+        .sender
+        .context("no sender identity for the organisation")?;
     let job: JobId = c.job_id.parse()?;
     let from: Address = sender.from_address.parse()?;
     let to: Address = c.recipient.parse()?;
+    let mut builder = Message::builder()
+        .from(Mailbox::new(Some(sender.from_name.clone()), from.clone()))
+        .to(Mailbox::new(None, to.clone()))
+        .message_id(Some(job.message_id(cx.message_id_domain)))
+        .header(ContentType::TEXT_PLAIN);
+    if let Some(reply_to) = &sender.reply_to {
+        builder = builder.reply_to(reply_to.parse()?);
+    }
     let (subject, body) = match &job {
         JobId::Test { .. } => (
             "Mailroom test message".to_string(),
             format!("This is a test message from Mailroom.\n\n{}\n", c.job_id),
         ),
+        JobId::Campaign {
+            campaign_id,
+            subscriber_id,
+        } => {
+            let content = cx
+                .campaign
+                .filter(|k| k.id == *campaign_id)
+                .context("the campaign's content was not loaded")?;
+            let link = crate::unsubscribe::link(
+                &cx.links.public_url,
+                &cx.links.keys,
+                Claim {
+                    org_id: c.org_id,
+                    subscriber_id: *subscriber_id,
+                    campaign_id: *campaign_id,
+                },
+            );
+            builder = builder
+                .raw_header(HeaderValue::new(LIST_UNSUBSCRIBE, format!("<{link}>")))
+                .raw_header(HeaderValue::new(
+                    LIST_UNSUBSCRIBE_POST,
+                    "List-Unsubscribe=One-Click".into(),
+                ));
+            // Markdown/HTML rendering arrives with the campaign editor; the source is sent as
+            // plain text meanwhile.
+            (
+                content.subject.clone(),
+                format!("{}\n\n--\nUnsubscribe: {link}\n", content.body),
+            )
+        }
         other => anyhow::bail!("no renderer for {} mail yet", other.kind()),
     };
-    let mut builder = Message::builder()
-        .from(Mailbox::new(Some(sender.from_name.clone()), from.clone()))
-        .to(Mailbox::new(None, to.clone()))
-        .message_id(Some(job.message_id(message_id_domain)))
-        .subject(subject)
-        .header(ContentType::TEXT_PLAIN);
-    if let Some(reply_to) = &sender.reply_to {
-        builder = builder.reply_to(reply_to.parse()?);
-    }
     Ok(Rendered {
         from,
         to,
-        bytes: builder.body(body)?.formatted(),
+        bytes: builder.subject(subject).body(body)?.formatted(),
     })
 }

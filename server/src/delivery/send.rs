@@ -4,10 +4,10 @@
 
 use std::path::Path;
 
-use app::db::deliveries::{Claimed, Outcome, Sender};
+use app::db::deliveries::{Claimed, Outcome};
 
 use super::ledger::Ledger;
-use super::render::{render, Rendered};
+use super::render::{render, Inputs, Rendered};
 use super::{Config, Transport};
 use crate::smtp::{BodyOutcome, Connection, Refusal};
 
@@ -18,11 +18,11 @@ pub const HARD_BOUNCE: &str = "hard bounce: ";
 pub async fn send_one(
     cfg: &Config,
     marks: &Ledger,
-    sender: Option<&Sender>,
+    cx: &Inputs<'_>,
     c: &Claimed,
     conn: &mut Option<Connection>,
 ) -> Outcome {
-    let rendered = match render(&cfg.message_id_domain, sender, c) {
+    let rendered = match render(cx, c) {
         Ok(r) => r,
         Err(e) => return retry_or_fail(cfg, c.attempt, format!("cannot render: {e:#}")),
     };

@@ -37,7 +37,7 @@ async fn campaign_delivery(
 }
 
 /// A campaign in `status` with these subscribers, and their queued deliveries in order.
-async fn campaign_deliveries(
+pub(crate) async fn campaign_deliveries(
     pool: &PgPool,
     org: i64,
     author: i64,

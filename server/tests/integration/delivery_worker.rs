@@ -5,13 +5,13 @@ use std::time::Duration;
 
 use app::db::deliveries::{self, NewDelivery};
 use app::domain::{Backoff, EmailAddress, JobId, Role};
-use mailroom::delivery::{Config, Transport, Worker};
+use mailroom::delivery::{Config, Links, Transport, Worker};
 use mailroom::smtp::Target;
 
 use crate::helpers::{org_with_users, test_db};
 use crate::smtp_sink::SmtpSink;
 
-fn config(sink: &SmtpSink) -> Config {
+pub(crate) fn config(sink: &SmtpSink) -> Config {
     Config {
         transport: Transport::Smtp(Target {
             host: sink.addr.ip().to_string(),
@@ -26,6 +26,10 @@ fn config(sink: &SmtpSink) -> Config {
         backoff: Backoff::default(),
         message_id_domain: "acme.example".into(),
         rate_per_second: None,
+        links: Links {
+            public_url: "http://mailroom.test".into(),
+            keys: crate::helpers::test_keys(),
+        },
     }
 }
 
@@ -360,6 +364,10 @@ fn config_for_capture(dir: std::path::PathBuf) -> Config {
         backoff: Backoff::default(),
         message_id_domain: "acme.example".into(),
         rate_per_second: None,
+        links: Links {
+            public_url: "http://mailroom.test".into(),
+            keys: crate::helpers::test_keys(),
+        },
     }
 }
 

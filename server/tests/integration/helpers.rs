@@ -207,3 +207,8 @@ pub async fn draft(conn: &mut sqlx::PgConnection, org_id: i64, author_id: i64, n
     };
     app::db::campaigns::create_draft(conn, d).await.unwrap()
 }
+
+/// Fixed unsubscribe signing keys for tests.
+pub fn test_keys() -> app::unsubscribe::Keys {
+    app::unsubscribe::Keys::new(vec![b"test-key-0123456789abcdef".to_vec()]).unwrap()
+}

@@ -17,4 +17,5 @@ mod rate_limit;
 mod schema;
 mod smtp_sink;
 mod test_app;
+mod unsubscribe;
 mod user_commands;

@@ -29,6 +29,7 @@ pub async fn spawn_app_capturing(pool: PgPool, captured_dir: Option<PathBuf>) ->
         mailroom::http::AppState {
             leptos_options: options,
             pool: pool.clone(),
+            unsubscribe_keys: crate::helpers::test_keys(),
         },
         app::api::ApiConfig {
             secure_cookies: false,

@@ -1,0 +1,179 @@
+//! Campaign mail carries RFC 8058 one-click unsubscribe headers with a signed token; the
+//! one-click POST suppresses (CSRF-exempt by design), a GET only shows a confirmation page.
+
+use app::db::deliveries;
+use app::domain::Role;
+use mailroom::delivery::Worker;
+use reqwest::StatusCode;
+use sqlx::PgPool;
+
+use crate::deliveries::campaign_deliveries;
+use crate::helpers::{org_with_users, test_db};
+use crate::smtp_sink::SmtpSink;
+use crate::test_app::spawn_app;
+
+async fn suppressions(pool: &PgPool) -> Vec<(String, String, String)> {
+    sqlx::query_as("select email_lower, reason, source from suppressions order by email_lower")
+        .fetch_all(pool)
+        .await
+        .unwrap()
+}
+
+fn header<'a>(message: &'a str, name: &str) -> Option<&'a str> {
+    message
+        .lines()
+        .take_while(|l| !l.is_empty())
+        .find_map(|l| l.strip_prefix(&format!("{name}: ")))
+}
+
+#[tokio::test]
+async fn one_click_unsubscribe_from_a_sent_campaign_suppresses_and_a_get_never_does() {
+    let pool = test_db().await;
+    let (org, users) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let emails = vec!["Ann@Example.org".to_string()];
+    let (cid, jobs) = campaign_deliveries(&pool, org, users[0].0, "sending", &emails).await;
+    let sink = SmtpSink::start();
+    let mut worker = Worker::new(pool.clone(), crate::delivery_worker::config(&sink), "u");
+    assert_eq!(worker.round().await.unwrap(), 1);
+    worker.close().await;
+
+    let got = sink.messages();
+    assert_eq!(got.len(), 1);
+    let message = got[0].data.replace("\r\n", "\n");
+    let list_unsubscribe = header(&message, "List-Unsubscribe").expect("List-Unsubscribe");
+    assert_eq!(
+        header(&message, "List-Unsubscribe-Post"),
+        Some("List-Unsubscribe=One-Click")
+    );
+    let link = list_unsubscribe
+        .strip_prefix("<http://mailroom.test/u/")
+        .and_then(|l| l.strip_suffix('>'))
+        .unwrap_or_else(|| panic!("{list_unsubscribe}"));
+    // The footer too (the body may be quoted-printable: undo its soft line breaks).
+    let body = message.replace("=\n", "");
+    assert!(
+        body.contains(&format!("Unsubscribe: http://mailroom.test/u/{link}")),
+        "{message}"
+    );
+    let token = link.to_string();
+
+    let app = spawn_app(pool.clone()).await;
+    let http = reqwest::Client::new();
+    let url = format!("{}/u/{token}", app.base);
+
+    // A GET (a link scanner, a prefetch, a person) only asks.
+    let page = http.get(&url).send().await.unwrap();
+    assert_eq!(page.status(), StatusCode::OK);
+    let text = page.text().await.unwrap();
+    assert!(
+        text.contains("Ann@Example.org") && text.contains("<form method=\"post\""),
+        "{text}"
+    );
+    assert!(
+        suppressions(&pool).await.is_empty(),
+        "a GET never unsubscribes"
+    );
+
+    // The one-click POST, as a mail client sends it: no cookie, and from another origin.
+    let click = || {
+        http.post(&url)
+            .header("Origin", "https://mail.example.net")
+            .header("Content-Type", "application/x-www-form-urlencoded")
+            .body("List-Unsubscribe=One-Click")
+    };
+    assert_eq!(click().send().await.unwrap().status(), StatusCode::OK);
+    assert_eq!(
+        suppressions(&pool).await,
+        vec![(
+            "ann@example.org".to_string(),
+            "unsubscribed".to_string(),
+            format!("unsubscribe link, campaign {cid}")
+        )]
+    );
+    assert_eq!(
+        click().send().await.unwrap().status(),
+        StatusCode::OK,
+        "twice is fine"
+    );
+    assert_eq!(suppressions(&pool).await.len(), 1);
+
+    // A forged or altered token is a plain 404 that says nothing about why.
+    for bad in [
+        token.replacen(&format!("{org}."), &format!("{}.", org + 1), 1),
+        format!("{token}x"),
+        "1.2.3.AAAA".to_string(),
+    ] {
+        let r = http
+            .post(format!("{}/u/{bad}", app.base))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::NOT_FOUND, "{bad}");
+        let body = r.text().await.unwrap();
+        assert!(
+            body.contains("not valid") && !body.to_lowercase().contains("hmac"),
+            "{body}"
+        );
+    }
+
+    // The same address on the next campaign is suppressed at claim, before any network call.
+    let (_, next) = campaign_deliveries(
+        &pool,
+        org,
+        users[0].0,
+        "sending",
+        &["ann@example.org".to_string()],
+    )
+    .await;
+    assert!(deliveries::claim(&pool, 10, 60.0, "t")
+        .await
+        .unwrap()
+        .is_empty());
+    let (status,): (String,) = sqlx::query_as("select status from deliveries where job_id = $1")
+        .bind(&next[0])
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(status, "suppressed");
+    assert_ne!(jobs[0], next[0]);
+}
+
+#[tokio::test]
+async fn the_dashboard_still_refuses_cross_site_writes() {
+    let pool = test_db().await;
+    let app = spawn_app(pool).await;
+    let r = reqwest::Client::new()
+        .post(format!("{}/api/logout", app.base))
+        .header("Origin", "https://evil.example")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::FORBIDDEN, "only /u/ is exempt");
+}
+
+#[tokio::test]
+async fn generated_keys_are_stored_once_and_shared_by_every_replica() {
+    use app::unsubscribe::Claim;
+    use mailroom::unsubscribe::load_keys;
+    let pool = test_db().await;
+    let (a, b) = tokio::join!(load_keys(&pool, None), load_keys(&pool, None));
+    let claim = Claim {
+        org_id: 1,
+        subscriber_id: 2,
+        campaign_id: 3,
+    };
+    assert_eq!(b.unwrap().verify(&a.unwrap().sign(claim)), Some(claim));
+    let (stored,): (i64,) = sqlx::query_as("select count(*) from secrets")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(stored, 1);
+
+    let bad = load_keys(&pool, Some("not base64!")).await.unwrap_err();
+    assert!(
+        bad.to_string().contains("MAILROOM_UNSUBSCRIBE_KEYS"),
+        "{bad}"
+    );
+    let short = load_keys(&pool, Some("c2hvcnQ=")).await.unwrap_err();
+    assert!(short.to_string().contains("at least 16 bytes"), "{short}");
+}
