@@ -49,6 +49,7 @@ pub fn router(state: AppState, api: ApiConfig) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
+        .route("/metrics", get(crate::metrics::handler))
         .leptos_routes_with_context(&state, routes, context, {
             let options = state.leptos_options.clone();
             move || shell(options.clone())

@@ -17,6 +17,8 @@ pub mod embedded_pg;
 pub mod http;
 /// Leader election and the singleton jobs (reaper, retention), fenced by epoch.
 pub mod leader;
+/// Prometheus `/metrics`.
+pub mod metrics;
 /// SIGTERM / Ctrl-C → one shutdown signal for every task.
 pub mod shutdown;
 /// One SMTP conversation driven stage by stage, each outcome classified exactly.

@@ -12,6 +12,7 @@ pub mod demo;
 pub mod health;
 pub mod heartbeat;
 pub mod leader;
+pub mod metrics;
 pub mod migrate;
 pub mod orgs;
 pub mod overview;

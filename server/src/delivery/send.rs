@@ -42,6 +42,7 @@ pub async fn send_one(
             let Some(smtp) = conn.as_mut() else {
                 return retry_or_fail(cfg, c.attempt, "no connection".into());
             };
+            let started = std::time::Instant::now();
             if let Err(refusal) = smtp.prepare(&rendered.from, &rendered.to).await {
                 return refused(cfg, c.attempt, refusal);
             }
@@ -49,7 +50,9 @@ pub async fn send_one(
                 *conn = None; // abandon the open transaction
                 return outcome;
             }
-            match smtp.body(&rendered.bytes).await {
+            let outcome = smtp.body(&rendered.bytes).await;
+            crate::metrics::SMTP_LATENCY.observe(started.elapsed().as_secs_f64());
+            match outcome {
                 BodyOutcome::Accepted(reply) => Outcome::Delivered { reply },
                 BodyOutcome::Refused(refusal) => refused(cfg, c.attempt, refusal),
                 BodyOutcome::Unknown(error) => {

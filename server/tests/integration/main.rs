@@ -11,6 +11,7 @@ mod fault_sink;
 mod helpers;
 mod http_auth;
 mod leader;
+mod metrics;
 mod migrations;
 mod procs;
 mod rate_limit;

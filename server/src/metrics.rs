@@ -1,0 +1,90 @@
+//! Prometheus `/metrics`: delivery counts, queue depth and age, and the leader epoch read from
+//! the database at scrape time (the same from any replica), plus this process's SMTP latency
+//! histogram.
+
+use std::sync::LazyLock;
+
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+use sqlx::PgPool;
+use std::sync::atomic::AtomicU64;
+
+/// Seconds from MAIL FROM to the final reply of one message, by this process.
+pub static SMTP_LATENCY: LazyLock<Histogram> =
+    LazyLock::new(|| Histogram::new(exponential_buckets(0.0005, 2.0, 16)));
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Status {
+    status: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Kind {
+    kind: String,
+}
+
+pub async fn handler(State(pool): State<PgPool>) -> Response {
+    let snapshot = match app::db::metrics::snapshot(&pool).await {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(error = %e, "metrics: database unavailable");
+            return (StatusCode::SERVICE_UNAVAILABLE, "database unavailable").into_response();
+        }
+    };
+    let mut registry = Registry::default();
+    let deliveries = Family::<Status, Gauge>::default();
+    for (status, n) in snapshot.by_status {
+        deliveries.get_or_create(&Status { status }).set(n);
+    }
+    registry.register("mailroom_deliveries", "Deliveries by status", deliveries);
+    let depth = Family::<Kind, Gauge>::default();
+    for kind in ["test", "digest", "campaign"] {
+        depth.get_or_create(&Kind { kind: kind.into() }).set(0);
+    }
+    for (kind, n) in snapshot.queued_by_kind {
+        depth.get_or_create(&Kind { kind }).set(n);
+    }
+    registry.register(
+        "mailroom_delivery_queue_depth",
+        "Queued deliveries by kind",
+        depth,
+    );
+    let oldest = Gauge::<f64, AtomicU64>::default();
+    oldest.set(snapshot.oldest_queued_seconds);
+    registry.register(
+        "mailroom_delivery_oldest_queued_seconds",
+        "Age of the oldest due delivery still queued",
+        oldest,
+    );
+    let epoch = Gauge::<i64>::default();
+    epoch.set(snapshot.leader_epoch);
+    registry.register(
+        "mailroom_leader_epoch",
+        "Epoch of the current leader lease",
+        epoch,
+    );
+    registry.register(
+        "mailroom_smtp_latency_seconds",
+        "Seconds from MAIL FROM to the final reply, per message, this process",
+        SMTP_LATENCY.clone(),
+    );
+    let mut text = String::new();
+    if let Err(e) = prometheus_client::encoding::text::encode(&mut text, &registry) {
+        tracing::warn!(error = %e, "metrics: encoding failed");
+        return StatusCode::INTERNAL_SERVER_ERROR.into_response();
+    }
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        text,
+    )
+        .into_response()
+}

@@ -1,0 +1,84 @@
+//! `/metrics`: Prometheus text with the figures an operator alerts on.
+
+use app::db::deliveries::{self, NewDelivery};
+use app::domain::{EmailAddress, JobId, Role};
+use mailroom::delivery::Worker;
+
+use crate::helpers::{org_with_users, test_db};
+use crate::smtp_sink::SmtpSink;
+use crate::test_app::spawn_app;
+
+fn value(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .unwrap_or_else(|| panic!("no {series} in\n{text}"))
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn metrics_report_deliveries_queue_depth_age_latency_and_leader_epoch() {
+    let pool = test_db().await;
+    let (org, _) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let mut tx = pool.begin().await.unwrap();
+    for i in 0..5 {
+        let to = EmailAddress::parse(&format!("m{i}@example.org")).unwrap();
+        let job = JobId::test(1, 1, "m", &to).unwrap();
+        deliveries::enqueue(&mut tx, NewDelivery::plain(&job, org, &to))
+            .await
+            .unwrap();
+    }
+    tx.commit().await.unwrap();
+    sqlx::query("update deliveries set created_at = now() - interval '90 seconds', next_attempt_at = now() - interval '90 seconds'")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let app = spawn_app(pool.clone()).await;
+    let scrape = || async {
+        let r = reqwest::get(format!("{}/metrics", app.base)).await.unwrap();
+        assert_eq!(r.status(), 200);
+        r.text().await.unwrap()
+    };
+    let before = scrape().await;
+    assert_eq!(
+        value(&before, r#"mailroom_deliveries{status="queued"}"#),
+        5.0
+    );
+    assert_eq!(
+        value(&before, r#"mailroom_delivery_queue_depth{kind="test"}"#),
+        5.0
+    );
+    assert_eq!(
+        value(&before, r#"mailroom_delivery_queue_depth{kind="campaign"}"#),
+        0.0
+    );
+    assert!(value(&before, "mailroom_delivery_oldest_queued_seconds") >= 89.0);
+    assert_eq!(value(&before, "mailroom_leader_epoch"), 0.0);
+
+    app::db::leader::acquire(&pool, "leader", "me", 30.0)
+        .await
+        .unwrap();
+    let sink = SmtpSink::start();
+    let mut worker = Worker::new(pool.clone(), crate::delivery_worker::config(&sink), "m");
+    let sent_before = value(&before, "mailroom_smtp_latency_seconds_count");
+    while worker.round().await.unwrap() > 0 {}
+    let after = scrape().await;
+    assert_eq!(
+        value(&after, r#"mailroom_deliveries{status="delivered"}"#),
+        5.0
+    );
+    assert_eq!(
+        value(&after, r#"mailroom_delivery_queue_depth{kind="test"}"#),
+        0.0
+    );
+    assert_eq!(
+        value(&after, "mailroom_delivery_oldest_queued_seconds"),
+        0.0
+    );
+    assert_eq!(value(&after, "mailroom_leader_epoch"), 1.0);
+    // Other tests in this process send mail too: at least our five were timed.
+    assert!(value(&after, "mailroom_smtp_latency_seconds_count") >= sent_before + 5.0);
+}
