@@ -188,7 +188,10 @@ pub(crate) fn progress_slot() -> i16 {
 /// for the group: the caller group-commits the marks of all its connections). From then on a
 /// crash makes the delivery `unknown`, never a silent resend. Returns the job ids marked: a
 /// missing one lost its claim (reaped) and must not be sent.
-pub async fn mark_body_started(pool: &PgPool, held: &[(String, i32)]) -> sqlx::Result<Vec<String>> {
+pub async fn mark_body_started(
+    conn: &mut PgConnection,
+    held: &[(String, i32)],
+) -> sqlx::Result<Vec<String>> {
     let (jobs, attempts): (Vec<&str>, Vec<i32>) =
         held.iter().map(|(j, a)| (j.as_str(), *a)).unzip();
     sqlx::query_scalar(
@@ -199,7 +202,7 @@ pub async fn mark_body_started(pool: &PgPool, held: &[(String, i32)]) -> sqlx::R
     )
     .bind(&jobs)
     .bind(&attempts)
-    .fetch_all(pool)
+    .fetch_all(conn)
     .await
 }
 

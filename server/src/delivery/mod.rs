@@ -87,8 +87,10 @@ impl Worker {
         }
     }
 
-    /// Runs rounds until shutdown, then closes its connections.
-    pub async fn run(mut self, shutdown: Shutdown) {
+    /// Runs until shutdown: one lane per connection, each claiming its own share of the batch
+    /// and sending it, so a slow connection never holds the others back (no round barrier).
+    /// Every lane shares the ledger, whose group commits cover all of them.
+    pub async fn run(self, shutdown: Shutdown) {
         if let Some(rate) = self.cfg.rate_per_second {
             // A one-second burst; every replica configures the same bucket.
             if let Err(e) =
@@ -99,70 +101,16 @@ impl Worker {
                 return;
             }
         }
-        while !shutdown.is_requested() {
-            let claimed = match self.round().await {
-                Ok(n) => n,
-                Err(e) => {
-                    tracing::warn!(error = %format!("{e:#}"), "delivery round failed; retrying");
-                    0
-                }
-            };
-            if claimed == 0 {
-                tokio::select! {
-                    _ = shutdown.requested() => break,
-                    _ = tokio::time::sleep(self.cfg.idle) => {}
-                }
-            }
-        }
-        self.close().await;
+        let share = (self.cfg.batch / self.connections.len() as i64).max(1);
+        let lanes = (0..self.connections.len()).map(|_| lane(&self, share, shutdown.clone()));
+        futures::future::join_all(lanes).await;
     }
 
-    /// One round: take from the rate limit, claim a batch, send it, record the outcomes.
-    /// Returns how many deliveries were claimed.
+    /// One round over every connection: claim a batch, send it, record the outcomes. Returns
+    /// how many deliveries were claimed.
     pub async fn round(&mut self) -> anyhow::Result<usize> {
-        let allowed = match self.cfg.rate_per_second {
-            Some(_) => {
-                app::db::rate_limit::take(&self.pool, &self.cfg.bucket(), self.cfg.batch as i32)
-                    .await? as i64
-            }
-            None => self.cfg.batch,
-        };
-        if allowed == 0 {
-            return Ok(0);
-        }
-        let batch = deliveries::claim(&self.pool, allowed, self.cfg.lease_seconds, &self.holder)
-            .await
-            .context("claiming deliveries")?;
-        if batch.is_empty() {
-            // Nothing to send: do not hold idle connections open on the server.
-            self.close().await;
-            return Ok(0);
-        }
-        // What the renderers read, once per batch: each org's sender, each campaign's content.
-        let mut senders = HashMap::new();
-        let mut campaigns = HashMap::new();
-        for c in &batch {
-            if let std::collections::hash_map::Entry::Vacant(slot) = senders.entry(c.org_id) {
-                slot.insert(deliveries::sender(&self.pool, c.org_id).await?);
-            }
-            if let Some(id) = c.campaign_id {
-                if let std::collections::hash_map::Entry::Vacant(slot) = campaigns.entry(id) {
-                    let mut conn = self.pool.acquire().await?;
-                    slot.insert(app::db::campaigns::content(&mut conn, c.org_id, id).await?);
-                }
-            }
-        }
-        let per_connection = batch.len().div_ceil(self.connections.len());
-        let (cfg, ledger) = (&self.cfg, &self.ledger);
-        let chunks = batch
-            .chunks(per_connection)
-            .zip(self.connections.iter_mut())
-            .map(|(chunk, conn)| send_chunk(cfg, ledger, &senders, &campaigns, chunk, conn));
-        // Every chunk runs concurrently on its own connection and records its own outcomes.
-        for done in futures::future::join_all(chunks).await {
-            done?;
-        }
-        Ok(batch.len())
+        let (pool, cfg, holder, ledger) = (&self.pool, &self.cfg, &self.holder, &self.ledger);
+        claim_and_send(pool, cfg, holder, ledger, cfg.batch, &mut self.connections).await
     }
 
     /// Says goodbye on every open connection.
@@ -170,6 +118,80 @@ impl Worker {
         let open = self.connections.iter_mut().filter_map(Option::take);
         futures::future::join_all(open.map(Connection::quit)).await;
     }
+}
+
+/// One connection's loop: claim `share`, send, record; pause when there is nothing to send.
+async fn lane(w: &Worker, share: i64, shutdown: Shutdown) {
+    let mut conn = [None];
+    while !shutdown.is_requested() {
+        let claimed = claim_and_send(&w.pool, &w.cfg, &w.holder, &w.ledger, share, &mut conn)
+            .await
+            .unwrap_or_else(|e| {
+                tracing::warn!(error = %format!("{e:#}"), "delivery round failed; retrying");
+                0
+            });
+        if claimed == 0 {
+            tokio::select! {
+                _ = shutdown.requested() => break,
+                _ = tokio::time::sleep(w.cfg.idle) => {}
+            }
+        }
+    }
+    if let Some(open) = conn[0].take() {
+        open.quit().await;
+    }
+}
+
+/// Takes from the rate limit, claims up to `limit`, and sends the batch spread over
+/// `connections` (each chunk concurrently, in order on its connection).
+async fn claim_and_send(
+    pool: &PgPool,
+    cfg: &Config,
+    holder: &str,
+    ledger: &Ledger,
+    limit: i64,
+    connections: &mut [Option<Connection>],
+) -> anyhow::Result<usize> {
+    let allowed = match cfg.rate_per_second {
+        Some(_) => app::db::rate_limit::take(pool, &cfg.bucket(), limit as i32).await? as i64,
+        None => limit,
+    };
+    if allowed == 0 {
+        return Ok(0);
+    }
+    let batch = deliveries::claim(pool, allowed, cfg.lease_seconds, holder)
+        .await
+        .context("claiming deliveries")?;
+    if batch.is_empty() {
+        // Nothing to send: do not hold idle connections open on the server.
+        let open = connections.iter_mut().filter_map(Option::take);
+        futures::future::join_all(open.map(Connection::quit)).await;
+        return Ok(0);
+    }
+    // What the renderers read, once per batch: each org's sender, each campaign's content.
+    let mut senders = HashMap::new();
+    let mut campaigns = HashMap::new();
+    for c in &batch {
+        if let std::collections::hash_map::Entry::Vacant(slot) = senders.entry(c.org_id) {
+            slot.insert(deliveries::sender(pool, c.org_id).await?);
+        }
+        if let Some(id) = c.campaign_id {
+            if let std::collections::hash_map::Entry::Vacant(slot) = campaigns.entry(id) {
+                let mut conn = pool.acquire().await?;
+                slot.insert(app::db::campaigns::content(&mut conn, c.org_id, id).await?);
+            }
+        }
+    }
+    let per_connection = batch.len().div_ceil(connections.len().max(1));
+    let chunks = batch
+        .chunks(per_connection)
+        .zip(connections.iter_mut())
+        .map(|(chunk, conn)| send_chunk(cfg, ledger, &senders, &campaigns, chunk, conn));
+    // Every chunk runs concurrently on its own connection; outcomes are group-committed.
+    for done in futures::future::join_all(chunks).await {
+        done?;
+    }
+    Ok(batch.len())
 }
 
 /// Sends a chunk in order over one connection (reconnecting after a broken one), handing each

@@ -285,10 +285,13 @@ async fn the_reaper_requeues_unstarted_mail_and_marks_started_mail_unknown() {
     let held = deliveries::claim(&pool, 2, 60.0, "t").await.unwrap();
     let started = &held[0];
     assert_eq!(
-        deliveries::mark_body_started(&pool, &[(started.job_id.clone(), started.attempt)])
-            .await
-            .unwrap()
-            .len(),
+        deliveries::mark_body_started(
+            &mut pool.acquire().await.unwrap(),
+            &[(started.job_id.clone(), started.attempt)]
+        )
+        .await
+        .unwrap()
+        .len(),
         1
     );
     assert_eq!(
@@ -447,9 +450,12 @@ async fn progress_slots_move_in_the_same_statement_as_each_result() {
         0
     );
     // The reaper's verdict counts too: the last one's body had started.
-    deliveries::mark_body_started(&pool, &[(held[3].job_id.clone(), held[3].attempt)])
-        .await
-        .unwrap();
+    deliveries::mark_body_started(
+        &mut pool.acquire().await.unwrap(),
+        &[(held[3].job_id.clone(), held[3].attempt)],
+    )
+    .await
+    .unwrap();
     expire_leases(&pool).await;
     assert_eq!(
         deliveries::reap_expired(&pool, &lead(&pool).await)
@@ -498,9 +504,12 @@ async fn a_stopping_process_releases_exactly_its_own_claims() {
     enqueue_test_mail(&pool, org, 4).await;
     let mine = deliveries::claim(&pool, 2, 60.0, "me").await.unwrap();
     let theirs = deliveries::claim(&pool, 2, 60.0, "them").await.unwrap();
-    deliveries::mark_body_started(&pool, &[(mine[0].job_id.clone(), mine[0].attempt)])
-        .await
-        .unwrap();
+    deliveries::mark_body_started(
+        &mut pool.acquire().await.unwrap(),
+        &[(mine[0].job_id.clone(), mine[0].attempt)],
+    )
+    .await
+    .unwrap();
     assert_eq!(deliveries::release_held(&pool, "me").await.unwrap(), (1, 1));
     assert_eq!(
         status_of(&pool, &mine[0].job_id).await,
