@@ -146,8 +146,14 @@ async fn main() -> anyhow::Result<()> {
         ])
         .args(["--smtp-connections", &connections.to_string()])
         .args(["--delivery-batch", &batch.to_string()])
-        .env("RUST_LOG", "warn")
+        // BENCH_WORKER_LOG=mailroom::delivery=debug logs each claim and ledger group with
+        // its duration (to /tmp/bench-worker.log).
+        .env(
+            "RUST_LOG",
+            std::env::var("BENCH_WORKER_LOG").unwrap_or("warn".into()),
+        )
         .stdout(Stdio::null())
+        .stderr(Stdio::from(std::fs::File::create("/tmp/bench-worker.log")?))
         .spawn()?;
     let mut peak = 0;
     loop {

@@ -3,8 +3,12 @@
 //! `unknown`, never as a silent resend) and should record each outcome as soon as it has it (so
 //! a crash or a stuck connection turns as few accepted messages as possible into `unknown`). One
 //! statement per message would cap the engine at the database's commit rate, so requests from
-//! all connections queue here and are written together: while one commit is in flight, the next
+//! all connections queue here and are written together: while one write is in flight, the next
 //! group gathers.
+//!
+//! Marks and outcomes have a committer each. A mark is on every message's critical path (the
+//! body waits for it), so it is one autocommitted statement that never queues behind an outcome
+//! transaction; outcomes are off the critical path.
 
 use std::collections::HashSet;
 
@@ -26,17 +30,13 @@ pub struct Result {
     pub outcome: Outcome,
 }
 
-type MarkReply = oneshot::Sender<std::result::Result<bool, String>>;
+type Reply<T> = oneshot::Sender<std::result::Result<T, String>>;
 
-enum Request {
-    Mark(String, i32, MarkReply),
-    Record(Result, oneshot::Sender<std::result::Result<(), String>>),
-}
-
-/// A handle to the committer task; cheap to clone.
+/// A handle to the committer tasks; cheap to clone.
 #[derive(Clone)]
 pub struct Ledger {
-    queue: mpsc::UnboundedSender<Request>,
+    marks: mpsc::UnboundedSender<((String, i32), Reply<bool>)>,
+    results: mpsc::UnboundedSender<(Result, Reply<()>)>,
 }
 
 /// Resolves when an outcome is committed.
@@ -45,19 +45,21 @@ pub type Recorded = oneshot::Receiver<std::result::Result<(), String>>;
 const STOPPED: &str = "the delivery ledger committer stopped";
 
 impl Ledger {
-    /// Starts the committer; it ends when every handle is dropped.
+    /// Starts the committers; they end when every handle is dropped.
     pub fn start(pool: PgPool) -> Self {
-        let (queue, rx) = mpsc::unbounded_channel();
-        tokio::spawn(commit_loop(pool, rx));
-        Ledger { queue }
+        let (marks, mark_rx) = mpsc::unbounded_channel();
+        let (results, result_rx) = mpsc::unbounded_channel();
+        tokio::spawn(group_commit(pool.clone(), mark_rx, write_marks));
+        tokio::spawn(group_commit(pool, result_rx, write_results));
+        Ledger { marks, results }
     }
 
     /// Records that this attempt's body is about to be written. `Ok(false)`: the claim was lost
     /// (reaped meanwhile) and the body must not be sent; `Err`: the mark could not be written.
     pub async fn mark(&self, job_id: &str, attempt: i32) -> std::result::Result<bool, String> {
         let (tx, rx) = oneshot::channel();
-        self.queue
-            .send(Request::Mark(job_id.to_string(), attempt, tx))
+        self.marks
+            .send(((job_id.to_string(), attempt), tx))
             .map_err(|_| STOPPED.to_string())?;
         rx.await.map_err(|_| STOPPED.to_string())?
     }
@@ -65,45 +67,42 @@ impl Ledger {
     /// Queues an outcome for the next group commit; await the receiver to know it is written.
     pub fn record(&self, result: Result) -> Recorded {
         let (tx, rx) = oneshot::channel();
-        if let Err(mpsc::error::SendError(Request::Record(_, tx))) =
-            self.queue.send(Request::Record(result, tx))
-        {
+        if let Err(mpsc::error::SendError((_, tx))) = self.results.send((result, tx)) {
             let _ = tx.send(Err(STOPPED.to_string()));
         }
         rx
     }
 }
 
-async fn commit_loop(pool: PgPool, mut rx: mpsc::UnboundedReceiver<Request>) {
+/// Takes whatever is queued, writes it with one call of `write` (which answers per item), and
+/// repeats; a failed write fails every item of its group.
+async fn group_commit<I, T, F, Fut>(
+    pool: PgPool,
+    mut rx: mpsc::UnboundedReceiver<(I, Reply<T>)>,
+    write: F,
+) where
+    T: Clone,
+    F: Fn(PgPool, Vec<I>) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<Vec<T>>>,
+{
     while let Some(first) = rx.recv().await {
-        let mut marks = Vec::new();
-        let mut results = Vec::new();
-        let mut next = Some(first);
-        while let Some(request) = next.take().or_else(|| rx.try_recv().ok()) {
-            match request {
-                Request::Mark(job, attempt, reply) => marks.push((job, attempt, reply)),
-                Request::Record(result, reply) => results.push((result, reply)),
-            }
+        let mut group = vec![first];
+        while let Ok(next) = rx.try_recv() {
+            group.push(next);
         }
-        // One transaction, one commit, for everything gathered: fewer round trips and WAL
-        // flushes per message, which is what bounds the engine.
-        let (batch, replies): (Vec<Result>, Vec<_>) = results.into_iter().unzip();
-        let held: Vec<(String, i32)> = marks.iter().map(|(j, a, _)| (j.clone(), *a)).collect();
-        match write(&pool, &held, batch).await {
-            Ok(marked) => {
-                let marked: HashSet<String> = marked.into_iter().collect();
-                for (job, _, reply) in marks {
-                    let _ = reply.send(Ok(marked.contains(&job)));
-                }
-                for reply in replies {
-                    let _ = reply.send(Ok(()));
+        let (items, replies): (Vec<I>, Vec<Reply<T>>) = group.into_iter().unzip();
+        let t = std::time::Instant::now();
+        let n = items.len();
+        let written = write(pool.clone(), items).await;
+        tracing::debug!(n, us = t.elapsed().as_micros() as u64, "ledger group");
+        match written {
+            Ok(answers) => {
+                for (reply, answer) in replies.into_iter().zip(answers) {
+                    let _ = reply.send(Ok(answer));
                 }
             }
             Err(e) => {
                 let error = format!("could not write to the delivery ledger: {e:#}");
-                for (_, _, reply) in marks {
-                    let _ = reply.send(Err(error.clone()));
-                }
                 for reply in replies {
                     let _ = reply.send(Err(error.clone()));
                 }
@@ -112,19 +111,20 @@ async fn commit_loop(pool: PgPool, mut rx: mpsc::UnboundedReceiver<Request>) {
     }
 }
 
-/// Body-start marks, outcomes (fenced, one statement, progress slots in the same statement)
-/// and the suppressions of hard bounces, in one transaction. Returns the jobs marked.
-async fn write(
-    pool: &PgPool,
-    marks: &[(String, i32)],
-    batch: Vec<Result>,
-) -> anyhow::Result<Vec<String>> {
+/// One statement for the group; answers, per mark, whether the claim still held.
+async fn write_marks(pool: PgPool, held: Vec<(String, i32)>) -> anyhow::Result<Vec<bool>> {
+    let mut conn = pool.acquire().await?;
+    let marked: HashSet<String> = deliveries::mark_body_started(&mut conn, &held)
+        .await?
+        .into_iter()
+        .collect();
+    Ok(held.iter().map(|(job, _)| marked.contains(job)).collect())
+}
+
+/// Outcomes (fenced, one statement, progress slots in the same statement) and the
+/// suppressions of hard bounces, in one transaction.
+async fn write_results(pool: PgPool, batch: Vec<Result>) -> anyhow::Result<Vec<()>> {
     let mut tx = pool.begin().await?;
-    let marked = if marks.is_empty() {
-        Vec::new()
-    } else {
-        deliveries::mark_body_started(&mut tx, marks).await?
-    };
     for r in &batch {
         let hard_bounce =
             matches!(&r.outcome, Outcome::Failed { reply } if reply.starts_with(HARD_BOUNCE));
@@ -133,15 +133,12 @@ async fn write(
             app::db::audience::suppress(&mut tx, r.org_id, &email, "hard_bounce", &source).await?;
         }
     }
+    let n = batch.len();
     let rows: Vec<(String, i32, Outcome)> = batch
         .into_iter()
         .map(|r| (r.job_id, r.attempt, r.outcome))
         .collect();
-    if !rows.is_empty() {
-        deliveries::record(&mut tx, &rows).await?;
-    }
-    tx.commit()
-        .await
-        .context("committing to the delivery ledger")?;
-    Ok(marked)
+    deliveries::record(&mut tx, &rows).await?;
+    tx.commit().await.context("recording delivery outcomes")?;
+    Ok(vec![(); n])
 }

@@ -159,9 +159,15 @@ async fn claim_and_send(
     if allowed == 0 {
         return Ok(0);
     }
+    let t = std::time::Instant::now();
     let batch = deliveries::claim(pool, allowed, cfg.lease_seconds, holder)
         .await
         .context("claiming deliveries")?;
+    tracing::debug!(
+        n = batch.len(),
+        us = t.elapsed().as_micros() as u64,
+        "claim"
+    );
     if batch.is_empty() {
         // Nothing to send: do not hold idle connections open on the server.
         let open = connections.iter_mut().filter_map(Option::take);
