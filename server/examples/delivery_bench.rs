@@ -52,12 +52,7 @@ fn start_sink() -> anyhow::Result<Sink> {
 
 /// The raw ceiling: `connections` tasks, each its own connection, `messages` in all.
 async fn raw(port: u16, connections: usize, messages: usize) -> anyhow::Result<f64> {
-    let target = Target {
-        host: "127.0.0.1".into(),
-        port,
-        hello_name: "bench.local".into(),
-        timeout: Duration::from_secs(30),
-    };
+    let target = Target::plain("127.0.0.1", port, "bench.local", Duration::from_secs(30));
     let from: Address = "news@bench.example".parse()?;
     let started = Instant::now();
     let per = messages / connections;

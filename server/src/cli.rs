@@ -105,6 +105,15 @@ pub struct WorkerArgs {
     #[arg(long, env = "MAILROOM_SMTP_PORT", default_value_t = 25)]
     pub smtp_port: u16,
 
+    /// The SMTP server as one URL, instead of --smtp-host/--smtp-port:
+    /// `smtp://user:pass@host:587?tls=starttls`, `smtps://user:pass@host:465`, `smtp://host:25`.
+    #[arg(long, env = "MAILROOM_SMTP_URL", hide_env_values = true)]
+    pub smtp_url: Option<String>,
+
+    /// Extra CA certificate (PEM) to trust for the SMTP server's TLS, besides the system's.
+    #[arg(long, env = "MAILROOM_SMTP_CA_FILE")]
+    pub smtp_ca_file: Option<PathBuf>,
+
     /// Parallel SMTP connections of this process.
     #[arg(long, env = "MAILROOM_SMTP_CONNECTIONS", default_value_t = 4)]
     pub smtp_connections: usize,
@@ -167,22 +176,35 @@ pub struct WorkerArgs {
 }
 
 impl WorkerArgs {
-    /// The delivery worker's configuration: SMTP when a server is configured, else capture
-    /// into `captured_dir`.
+    /// Where the delivery worker sends: `--smtp-url`, else `--smtp-host`, else capture into
+    /// `captured_dir`. Checked before anything starts, so a bad setting is one clear error.
+    pub fn transport(&self, captured_dir: PathBuf) -> anyhow::Result<crate::delivery::Transport> {
+        let hello = &self.smtp_hello_name;
+        let timeout = std::time::Duration::from_secs(self.smtp_timeout_seconds.max(1));
+        let mut target = match (&self.smtp_url, &self.smtp_host) {
+            (Some(url), _) => {
+                crate::smtp::Target::from_url(url, hello, timeout).map_err(anyhow::Error::msg)?
+            }
+            (None, Some(host)) => {
+                crate::smtp::Target::plain(host.clone(), self.smtp_port, hello, timeout)
+            }
+            (None, None) => return Ok(crate::delivery::Transport::Capture(captured_dir)),
+        };
+        if let Some(path) = &self.smtp_ca_file {
+            let pem = std::fs::read(path).map_err(|e| {
+                anyhow::anyhow!("cannot read the SMTP CA file {} ({e}): fix --smtp-ca-file / MAILROOM_SMTP_CA_FILE", path.display())
+            })?;
+            target.ca_pem = Some(pem);
+        }
+        Ok(crate::delivery::Transport::Smtp(target))
+    }
+
+    /// The delivery worker's configuration.
     pub fn delivery(
         &self,
-        captured_dir: PathBuf,
+        transport: crate::delivery::Transport,
         keys: app::unsubscribe::Keys,
     ) -> crate::delivery::Config {
-        let transport = match &self.smtp_host {
-            Some(host) => crate::delivery::Transport::Smtp(crate::smtp::Target {
-                host: host.clone(),
-                port: self.smtp_port,
-                hello_name: self.smtp_hello_name.clone(),
-                timeout: std::time::Duration::from_secs(self.smtp_timeout_seconds.max(1)),
-            }),
-            None => crate::delivery::Transport::Capture(captured_dir),
-        };
         crate::delivery::Config {
             transport,
             connections: self.smtp_connections.max(1),

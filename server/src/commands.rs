@@ -14,6 +14,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Serve(args) => serve(&cli, args).await,
         Command::Worker(args) => {
             let shutdown = Shutdown::on_signals()?;
+            let transport = args.transport(cli.captured_dir())?;
             let db = Database::open(&cli, Migrations::Tolerant).await?;
             let keys = match unsubscribe_keys(&db, args).await {
                 Ok(keys) => keys,
@@ -22,8 +23,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             worker::run(
                 db.pool.clone(),
                 args.clone(),
+                args.delivery(transport, keys),
                 cli.captured_dir(),
-                keys,
                 worker::Mode::Worker,
                 shutdown,
             )
@@ -83,6 +84,7 @@ async fn serve(cli: &Cli, args: &ServeArgs) -> anyhow::Result<()> {
         })?;
     let addr = listener.local_addr()?;
     let site_root = site_root(args.site_root.clone())?;
+    let transport = args.worker.transport(cli.captured_dir())?;
     let db = Database::open(cli, Migrations::Tolerant).await?;
     let options = LeptosOptions::builder()
         .output_name("mailroom")
@@ -116,8 +118,8 @@ async fn serve(cli: &Cli, args: &ServeArgs) -> anyhow::Result<()> {
     let workers = tokio::spawn(worker::run(
         db.pool.clone(),
         args.worker.clone(),
+        args.worker.delivery(transport, keys),
         cli.captured_dir(),
-        keys,
         worker::Mode::Serve,
         shutdown.clone(),
     ));

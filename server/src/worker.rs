@@ -46,8 +46,8 @@ fn hostname() -> String {
 pub async fn run(
     pool: PgPool,
     args: WorkerArgs,
+    cfg: crate::delivery::Config,
     captured_dir: PathBuf,
-    keys: app::unsubscribe::Keys,
     mode: Mode,
     shutdown: Shutdown,
 ) {
@@ -56,7 +56,6 @@ pub async fn run(
     let pid = std::process::id() as i32;
     let version = env!("CARGO_PKG_VERSION");
     let mut tick = tokio::time::interval(Duration::from_secs(args.heartbeat_seconds.max(1)));
-    let cfg = args.delivery(captured_dir.clone(), keys);
     match &cfg.transport {
         Transport::Smtp(t) => {
             tracing::info!(smtp = %format!("{}:{}", t.host, t.port), connections = cfg.connections, "delivery worker started")

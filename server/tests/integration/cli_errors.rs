@@ -152,3 +152,36 @@ fn a_failed_first_initdb_leaves_nothing_that_breaks_the_next_start() {
     assert!(stdout.contains("migrations are up to date"));
     crate::procs::wait_postmaster_gone(dir.path(), 30);
 }
+
+#[test]
+fn a_bad_smtp_url_is_named_without_echoing_the_password_before_anything_starts() {
+    let dir = data_dir();
+    let d = dir.path().to_string_lossy().into_owned();
+    for (url, says) in [
+        ("http://ann:hunter2@relay.example", "smtp:// or smtps://"),
+        (
+            "smtp://ann:hunter2@relay.example?tls=sometimes",
+            "tls=sometimes",
+        ),
+    ] {
+        let (status, _, stderr) = run(&["worker", "--data-dir", &d], &[("MAILROOM_SMTP_URL", url)]);
+        assert!(!status.success());
+        one_line_naming(&stderr, &["MAILROOM_SMTP_URL", says]);
+        assert!(!stderr.contains("hunter2"), "{stderr}");
+    }
+    let (status, _, stderr) = run(
+        &[
+            "worker",
+            "--data-dir",
+            &d,
+            "--smtp-host",
+            "relay.example",
+            "--smtp-ca-file",
+            "/nonexistent/ca.pem",
+        ],
+        &[],
+    );
+    assert!(!status.success());
+    one_line_naming(&stderr, &["/nonexistent/ca.pem", "--smtp-ca-file"]);
+    assert!(cluster_leftovers(dir.path()).is_empty(), "nothing started");
+}

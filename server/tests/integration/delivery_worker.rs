@@ -13,12 +13,12 @@ use crate::smtp_sink::SmtpSink;
 
 pub(crate) fn config(sink: &SmtpSink) -> Config {
     Config {
-        transport: Transport::Smtp(Target {
-            host: sink.addr.ip().to_string(),
-            port: sink.addr.port(),
-            hello_name: "mailroom.test".into(),
-            timeout: Duration::from_secs(5),
-        }),
+        transport: Transport::Smtp(Target::plain(
+            sink.addr.ip().to_string(),
+            sink.addr.port(),
+            "mailroom.test",
+            Duration::from_secs(5),
+        )),
         connections: 4,
         batch: 20,
         lease_seconds: 60.0,
@@ -285,12 +285,12 @@ async fn every_smtp_fault_ends_in_the_right_state_attempt_and_reply() {
     enqueue_to(&pool, org, "fault", &refs).await;
     let sink = FaultSink::start().await;
     let cfg = Config {
-        transport: Transport::Smtp(Target {
-            host: sink.addr.ip().to_string(),
-            port: sink.addr.port(),
-            hello_name: "mailroom.test".into(),
-            timeout: Duration::from_secs(5),
-        }),
+        transport: Transport::Smtp(Target::plain(
+            sink.addr.ip().to_string(),
+            sink.addr.port(),
+            "mailroom.test",
+            Duration::from_secs(5),
+        )),
         connections: 1, // one connection carries every case in turn, reconnecting after drops
         ..config_for_capture(std::path::PathBuf::new())
     };

@@ -12,7 +12,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 #[derive(Clone)]
 pub struct FaultSink {
     pub addr: SocketAddr,
-    accepted: Arc<Mutex<Vec<String>>>,
+    pub accepted_log: Arc<Mutex<Vec<String>>>,
 }
 
 impl FaultSink {
@@ -26,17 +26,24 @@ impl FaultSink {
                 tokio::spawn(session(sock, record.clone()));
             }
         });
-        FaultSink { addr, accepted }
+        FaultSink {
+            addr,
+            accepted_log: accepted,
+        }
     }
 
     /// Recipients whose body was accepted, in order.
     pub fn accepted(&self) -> Vec<String> {
-        self.accepted.lock().unwrap().clone()
+        self.accepted_log.lock().unwrap().clone()
     }
 }
 
-async fn session(sock: tokio::net::TcpStream, accepted: Arc<Mutex<Vec<String>>>) {
-    let (r, mut w) = sock.into_split();
+/// One SMTP session on any byte stream (plain TCP, or TLS in the TLS tests).
+pub async fn session<S>(sock: S, accepted: Arc<Mutex<Vec<String>>>)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static,
+{
+    let (r, mut w) = tokio::io::split(sock);
     let mut lines = BufReader::new(r).lines();
     if w.write_all(b"220 fault.test ESMTP\r\n").await.is_err() {
         return;

@@ -17,6 +17,7 @@ mod procs;
 mod rate_limit;
 mod schema;
 mod smtp_sink;
+mod smtp_tls;
 mod test_app;
 mod unsubscribe;
 mod user_commands;

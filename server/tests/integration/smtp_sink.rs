@@ -146,12 +146,12 @@ mod staged {
     use super::SmtpSink;
 
     fn target(addr: std::net::SocketAddr) -> Target {
-        Target {
-            host: addr.ip().to_string(),
-            port: addr.port(),
-            hello_name: "mailroom.test".into(),
-            timeout: Duration::from_secs(2),
-        }
+        Target::plain(
+            addr.ip().to_string(),
+            addr.port(),
+            "mailroom.test",
+            Duration::from_secs(2),
+        )
     }
 
     fn addr(s: &str) -> Address {

@@ -6,22 +6,19 @@
 //! Sockets are our own with TCP_NODELAY: lettre writes the end-of-data marker as a separate
 //! small write, which Nagle's algorithm and delayed ACKs turn into ~40 ms per message.
 
+mod target;
+mod tls;
+
 use std::time::Duration;
 
 use lettre::address::Address;
-use lettre::transport::smtp::client::AsyncSmtpConnection;
+use lettre::transport::smtp::authentication::{Credentials, Mechanism};
+use lettre::transport::smtp::client::{AsyncSmtpConnection, AsyncTokioStream};
 use lettre::transport::smtp::commands::{Data, Mail, Rcpt, Rset};
 use lettre::transport::smtp::extension::ClientId;
 use lettre::transport::smtp::response::Severity;
 
-/// Where to send, and how long any one step may take.
-#[derive(Clone, Debug)]
-pub struct Target {
-    pub host: String,
-    pub port: u16,
-    pub hello_name: String,
-    pub timeout: Duration,
-}
+pub use target::{Security, Target};
 
 /// A refusal before the body: the message was not delivered.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -117,11 +114,37 @@ impl Connection {
             .set_nodelay(true)
             .map_err(|e| not_reached(e.to_string()))?;
         let hello = ClientId::Domain(target.hello_name.clone());
-        let greet = AsyncSmtpConnection::connect_with_transport(Box::new(stream), &hello);
-        let inner = tokio::time::timeout(target.timeout, greet)
+        // Everything here is about the server or our configuration, never about one message:
+        // every failure is "not delivered, try again later".
+        let setup = async {
+            let socket: Box<dyn AsyncTokioStream> = match target.security {
+                Security::Tls => Box::new(tls::connect(stream, target).await?),
+                Security::Plain | Security::StartTls => Box::new(stream),
+            };
+            let mut inner = AsyncSmtpConnection::connect_with_transport(socket, &hello)
+                .await
+                .map_err(|e| format!("greeting: {e}"))?;
+            if target.security == Security::StartTls {
+                // lettre refuses when the server does not offer STARTTLS: never send in clear.
+                let params = tls::starttls_parameters(target)?;
+                inner
+                    .starttls(params, &hello)
+                    .await
+                    .map_err(|e| format!("STARTTLS: {e}"))?;
+            }
+            if let Some((user, password)) = &target.credentials {
+                let credentials = Credentials::new(user.clone(), password.clone());
+                inner
+                    .auth(&[Mechanism::Plain, Mechanism::Login], &credentials)
+                    .await
+                    .map_err(|e| format!("authentication as {user}: {e}"))?;
+            }
+            Ok::<_, String>(inner)
+        };
+        let inner = tokio::time::timeout(target.timeout, setup)
             .await
             .map_err(|_| not_reached("the server did not greet in time".into()))?
-            .map_err(|e| Refusal::from_error(&e))?;
+            .map_err(not_reached)?;
         Ok(Connection {
             inner,
             timeout: target.timeout,

@@ -1,0 +1,191 @@
+//! A real relay is one setting: STARTTLS and implicit TLS on our own TCP_NODELAY socket, AUTH,
+//! an operator-supplied CA, and never a message in clear when TLS was asked for.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use lettre::Address;
+use mailin_embedded::{response, AuthMechanism, Handler, Response, Server, SslConfig};
+use mailroom::smtp::{BodyOutcome, Connection, Security, Target};
+
+use crate::smtp_sink::SmtpSink;
+
+/// A self-signed certificate for `localhost`: (certificate PEM, key PEM) files in `dir`.
+fn self_signed(dir: &Path) -> (String, String) {
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    let status = std::process::Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=localhost",
+        ])
+        .args(["-addext", "subjectAltName=DNS:localhost"])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .stderr(std::process::Stdio::null())
+        .status()
+        .expect("openssl");
+    assert!(status.success());
+    (cert.to_string_lossy().into(), key.to_string_lossy().into())
+}
+
+#[derive(Clone)]
+struct Relay {
+    received: Arc<Mutex<Vec<String>>>,
+}
+
+impl Handler for Relay {
+    fn auth_plain(&mut self, _authz: &str, user: &str, password: &str) -> Response {
+        if (user, password) == ("ann", "s3cret") {
+            response::AUTH_OK
+        } else {
+            response::INVALID_CREDENTIALS
+        }
+    }
+
+    fn data(&mut self, buf: &[u8]) -> std::io::Result<()> {
+        self.received
+            .lock()
+            .unwrap()
+            .push(String::from_utf8_lossy(buf).into());
+        Ok(())
+    }
+}
+
+/// mailin with STARTTLS (self-signed) and AUTH PLAIN, like a submission port.
+fn starttls_relay(cert: &str, key: &str) -> (u16, Arc<Mutex<Vec<String>>>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let received = Arc::new(Mutex::new(Vec::new()));
+    let mut server = Server::new(Relay {
+        received: received.clone(),
+    });
+    server
+        .with_name("relay.test")
+        .with_ssl(SslConfig::SelfSigned {
+            cert_path: cert.into(),
+            key_path: key.into(),
+        })
+        .unwrap()
+        .with_auth(AuthMechanism::Plain)
+        .with_tcp_listener(listener);
+    std::thread::spawn(move || {
+        let _ = server.serve();
+    });
+    (port, received)
+}
+
+fn target(port: u16, security: Security, password: &str, ca: Option<&str>) -> Target {
+    let mut t = Target::plain("localhost", port, "mailroom.test", Duration::from_secs(5));
+    t.security = security;
+    t.credentials = Some(("ann".into(), password.into()));
+    t.ca_pem = ca.map(|c| std::fs::read(c).unwrap());
+    t
+}
+
+const BODY: &[u8] = b"Subject: hi\r\nMessage-ID: <tls.1@x.org>\r\n\r\nHello over TLS\r\n";
+
+async fn send_one(t: &Target) -> Result<BodyOutcome, String> {
+    let mut c = Connection::open(t).await.map_err(|r| {
+        assert!(
+            !r.permanent,
+            "a setup failure is never final for the message: {r:?}"
+        );
+        r.reply
+    })?;
+    let from: Address = "news@acme.example".parse().unwrap();
+    c.prepare(&from, &"bob@example.org".parse().unwrap())
+        .await
+        .map_err(|r| r.reply)?;
+    let outcome = c.body(BODY).await;
+    c.quit().await;
+    Ok(outcome)
+}
+
+#[tokio::test]
+async fn starttls_with_auth_delivers_and_refuses_wrong_passwords_and_untrusted_servers() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = self_signed(dir.path());
+    let (port, received) = starttls_relay(&cert, &key);
+
+    let ok = send_one(&target(port, Security::StartTls, "s3cret", Some(&cert))).await;
+    assert!(matches!(ok, Ok(BodyOutcome::Accepted(_))), "{ok:?}");
+    assert!(received.lock().unwrap().concat().contains("Hello over TLS"));
+
+    let wrong = send_one(&target(port, Security::StartTls, "wrong-pw", Some(&cert)))
+        .await
+        .unwrap_err();
+    assert!(wrong.contains("authentication as ann"), "{wrong}");
+    assert!(
+        !wrong.contains("wrong-pw"),
+        "the password is never shown: {wrong}"
+    );
+
+    // Without the operator's CA the self-signed certificate is not trusted: nothing is sent.
+    let untrusted = send_one(&target(port, Security::StartTls, "s3cret", None))
+        .await
+        .unwrap_err();
+    assert!(untrusted.contains("STARTTLS"), "{untrusted}");
+    let all = received.lock().unwrap().concat();
+    assert_eq!(
+        all.matches("Hello over TLS").count(),
+        1,
+        "only the first message got through"
+    );
+}
+
+#[tokio::test]
+async fn starttls_required_but_not_offered_sends_nothing_in_clear() {
+    let sink = SmtpSink::start();
+    let mut t = Target::plain(
+        "127.0.0.1",
+        sink.addr.port(),
+        "mailroom.test",
+        Duration::from_secs(5),
+    );
+    t.security = Security::StartTls;
+    let e = Connection::open(&t).await.err().expect("refused");
+    assert!(!e.permanent && e.reply.contains("STARTTLS"), "{e:?}");
+    assert!(sink.messages().is_empty());
+}
+
+#[tokio::test]
+async fn implicit_tls_delivers_over_our_own_socket() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = self_signed(dir.path());
+    let identity = native_tls::Identity::from_pkcs8(
+        &std::fs::read(&cert).unwrap(),
+        &std::fs::read(&key).unwrap(),
+    )
+    .unwrap();
+    let acceptor =
+        tokio_native_tls::TlsAcceptor::from(native_tls::TlsAcceptor::new(identity).unwrap());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let accepted = Arc::new(Mutex::new(Vec::new()));
+    let log = accepted.clone();
+    tokio::spawn(async move {
+        while let Ok((sock, _)) = listener.accept().await {
+            if let Ok(tls) = acceptor.accept(sock).await {
+                tokio::spawn(crate::fault_sink::session(tls, log.clone()));
+            }
+        }
+    });
+    let mut t = target(port, Security::Tls, "unused", Some(&cert));
+    t.credentials = None;
+    let ok = send_one(&t).await;
+    assert!(matches!(ok, Ok(BodyOutcome::Accepted(_))), "{ok:?}");
+    assert_eq!(
+        *accepted.lock().unwrap(),
+        vec!["bob@example.org".to_string()]
+    );
+}
