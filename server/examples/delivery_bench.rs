@@ -81,6 +81,35 @@ async fn raw(port: u16, connections: usize, messages: usize) -> anyhow::Result<f
     Ok((per * connections) as f64 / started.elapsed().as_secs_f64())
 }
 
+/// CPU seconds (user + system) a process has used so far.
+fn cpu_seconds(pid: u32) -> f64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return 0.0;
+    };
+    // Fields after the parenthesised command name; utime and stime are the 12th and 13th.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<f64> = rest
+        .split_whitespace()
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    (f.get(11).unwrap_or(&0.0) + f.get(12).unwrap_or(&0.0)) / 100.0
+}
+
+/// CPU seconds used so far by every `postgres` process on the machine (the bench's cluster).
+fn postgres_cpu_seconds() -> f64 {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .is_ok_and(|c| c.trim() == "postgres")
+        })
+        .map(cpu_seconds)
+        .sum()
+}
+
 fn peak_rss_kib(pid: u32) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
@@ -99,8 +128,13 @@ async fn main() -> anyhow::Result<()> {
     let sink = start_sink()?;
     println!("messages={messages} connections={connections} batch={batch} sink=postfix smtp-sink 127.0.0.1:{}", sink.1);
 
+    let sink_cpu = cpu_seconds(sink.0.id());
     let raw_rate = raw(sink.1, connections, messages).await?;
     println!("raw ceiling (SMTP client alone, no database): {raw_rate:.0} msg/s");
+    println!(
+        "  CPU per message: smtp-sink {:.0} us",
+        (cpu_seconds(sink.0.id()) - sink_cpu) * 1e6 / messages as f64
+    );
 
     let data = tempfile::Builder::new()
         .prefix("mrbench")
@@ -129,6 +163,7 @@ async fn main() -> anyhow::Result<()> {
         t0.elapsed().as_secs_f64()
     );
 
+    let (sink_cpu, pg_cpu) = (cpu_seconds(sink.0.id()), postgres_cpu_seconds());
     let started = Instant::now();
     let mut worker = Command::new(bin)
         .args(["worker", "--data-dir"])
@@ -159,6 +194,13 @@ async fn main() -> anyhow::Result<()> {
         .await?;
         peak = peak.max(peak_rss_kib(worker.id()).unwrap_or(0));
         if open == 0 {
+            let per = |cpu: f64| cpu * 1e6 / messages as f64;
+            println!(
+                "  CPU per message: worker {:.0} us, PostgreSQL {:.0} us, smtp-sink {:.0} us",
+                per(cpu_seconds(worker.id())),
+                per(postgres_cpu_seconds() - pg_cpu),
+                per(cpu_seconds(sink.0.id()) - sink_cpu)
+            );
             break;
         }
         if let Some(status) = worker.try_wait()? {

@@ -193,7 +193,33 @@ async fn suppression_is_rechecked_at_claim_with_the_per_kind_rule() {
     let campaign = campaign_delivery(&pool, org, users[0].0, "sending", "Gone@Example.org").await;
     let tests = enqueue_test_mail(&pool, org, 2).await; // r0@, r1@
     let mut conn = pool.acquire().await.unwrap();
+    // A digest to an admin who also unsubscribed from the newsletter.
+    let (digest_send,): (i64,) = sqlx::query_as(
+        "insert into digest_sends (org_id, week_key, kind, covers_week, scheduled_at, period_start, period_end)
+         values ($1, '2026-W48', 'scheduled', '2026-W48', now(), now() - interval '7 days', now()) returning id",
+    )
+    .bind(org)
+    .fetch_one(&mut *conn)
+    .await
+    .unwrap();
+    let admin = EmailAddress::parse("admin@example.org").unwrap();
+    let digest = JobId::Digest {
+        org_id: org,
+        week_key: "2026-W48".parse().unwrap(),
+        user_id: users[0].0,
+    };
+    deliveries::enqueue(
+        &mut conn,
+        NewDelivery {
+            digest_send_id: Some(digest_send),
+            user_id: Some(users[0].0),
+            ..NewDelivery::plain(&digest, org, &admin)
+        },
+    )
+    .await
+    .unwrap();
     for (email, reason) in [
+        ("admin@example.org", "unsubscribed"),
         ("gone@example.org", "unsubscribed"),
         ("R0@example.org", "unsubscribed"),
         ("r1@example.org", "hard_bounce"),
@@ -208,16 +234,17 @@ async fn suppression_is_rechecked_at_claim_with_the_per_kind_rule() {
         .await
         .unwrap();
     }
-    let claimed: Vec<String> = deliveries::claim(&pool, 10, 60.0, "t")
+    let mut claimed: Vec<String> = deliveries::claim(&pool, 10, 60.0, "t")
         .await
         .unwrap()
         .into_iter()
         .map(|c| c.job_id)
         .collect();
+    claimed.sort();
     assert_eq!(
         claimed,
-        vec![tests[0].clone()],
-        "an unsubscribe does not block test mail; a hard bounce does"
+        vec![digest.to_string(), tests[0].clone()],
+        "an unsubscribe blocks neither test nor digest mail; a hard bounce does"
     );
     assert_eq!(
         status_of(&pool, &campaign).await.0,

@@ -71,6 +71,20 @@ async fn retry_audits(pool: &PgPool, job: &str) -> i64 {
 
 const REJECTED: &str = "550 5.1.1 <x@a.example>: Recipient address rejected";
 
+/// One failed (ben) and one unknown (cy) delivery: the two retryable states.
+async fn seed_failed_and_unknown(pool: &PgPool, org: i64) -> Vec<String> {
+    seed(
+        pool,
+        org,
+        "a.example",
+        &[
+            ("ben", DeliveryStatus::Failed, Some(REJECTED)),
+            ("cy", DeliveryStatus::Unknown, None),
+        ],
+    )
+    .await
+}
+
 #[tokio::test]
 async fn counts_list_retry_and_messages_are_scoped_to_the_org() {
     let pool = test_db().await;
@@ -312,16 +326,7 @@ async fn the_list_pages_over_http_with_the_cursor_it_hands_out() {
 async fn retry_requeues_failed_and_unknown_with_an_audit_row_naming_the_actor() {
     let pool = test_db().await;
     let (org, users) = org_with_users(&pool, "alpha", &[Role::Admin]).await;
-    let jobs = seed(
-        &pool,
-        org,
-        "a.example",
-        &[
-            ("ben", DeliveryStatus::Failed, Some(REJECTED)),
-            ("cy", DeliveryStatus::Unknown, None),
-        ],
-    )
-    .await;
+    let jobs = seed_failed_and_unknown(&pool, org).await;
     sqlx::query("update deliveries set attempt = 3, lease_until = now()")
         .execute(&pool)
         .await
@@ -403,16 +408,7 @@ async fn retry_of_a_row_in_another_state_is_refused_naming_it_and_changes_nothin
 async fn a_second_retry_is_refused_even_when_both_race() {
     let pool = test_db().await;
     let (org, users) = org_with_users(&pool, "alpha", &[Role::Owner, Role::Admin]).await;
-    let jobs = seed(
-        &pool,
-        org,
-        "a.example",
-        &[
-            ("ben", DeliveryStatus::Failed, Some(REJECTED)),
-            ("cy", DeliveryStatus::Unknown, None),
-        ],
-    )
-    .await;
+    let jobs = seed_failed_and_unknown(&pool, org).await;
     let app = spawn_app(pool.clone()).await;
     let owner = signed_in(&app, &users[0].1, &users[0].2).await;
     let admin = signed_in(&app, &users[1].1, &users[1].2).await;

@@ -11,6 +11,7 @@ use mailroom::smtp::Target;
 use crate::helpers::{org_with_users, test_db};
 use crate::smtp_sink::SmtpSink;
 
+/// The test configuration, sending to `sink`.
 pub(crate) fn config(sink: &SmtpSink) -> Config {
     Config {
         transport: Transport::Smtp(Target::plain(
@@ -21,15 +22,7 @@ pub(crate) fn config(sink: &SmtpSink) -> Config {
         )),
         connections: 4,
         batch: 20,
-        lease_seconds: 60.0,
-        idle: Duration::from_millis(20),
-        backoff: Backoff::default(),
-        message_id_domain: "acme.example".into(),
-        rate_per_second: None,
-        links: Links {
-            public_url: "http://mailroom.test".into(),
-            keys: crate::helpers::test_keys(),
-        },
+        ..config_for_capture(std::path::PathBuf::new())
     }
 }
 
@@ -221,6 +214,20 @@ fn sigkill_mid_send_never_duplicates_and_loses_nothing() {
         "sink {} vs delivered {delivered} + unknown {unknown}",
         got.len()
     );
+    // Reconcile: every `delivered` job arrived (exactly once, by the check above).
+    let delivered_jobs: Vec<String> = rt
+        .block_on(
+            sqlx::query_scalar("select job_id from deliveries where status = 'delivered'")
+                .fetch_all(&pool),
+        )
+        .unwrap();
+    for job in &delivered_jobs {
+        let id = job.parse::<JobId>().unwrap().message_id("mailroom.invalid");
+        assert!(
+            ids.contains(&format!("Message-ID: {id}")),
+            "{job} is delivered but never arrived"
+        );
+    }
     eprintln!("sigkill tally: {TOTAL} messages, {delivered} delivered, {unknown} unknown, {} at the sink, 0 duplicates", got.len());
 }
 
@@ -481,5 +488,81 @@ fn sigterm_finishes_or_releases_the_batch_in_hand_within_the_timeout() {
         sink.accepted().len(),
         delivered,
         "the database agrees with the server"
+    );
+}
+
+#[test]
+fn two_worker_processes_share_one_rate_limit_measured_at_the_sink() {
+    use crate::procs::Proc;
+    use nix::sys::signal::Signal;
+
+    const RATE: f64 = 20.0;
+    const TOTAL: usize = 90;
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (pool, url) = rt.block_on(crate::helpers::empty_db_with_url());
+    rt.block_on(async {
+        app::db::migrate::run(&pool, true).await.unwrap();
+        let (org, _) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+        let addresses: Vec<String> = (0..TOTAL).map(|i| format!("rl{i}@example.org")).collect();
+        let refs: Vec<&str> = addresses.iter().map(String::as_str).collect();
+        enqueue_to(&pool, org, "rate", &refs).await;
+    });
+    let sink = SmtpSink::start();
+    let dir = crate::helpers::data_dir();
+    let port = sink.addr.port().to_string();
+    let rate = RATE.to_string();
+    let args = [
+        "worker",
+        "--smtp-host",
+        "127.0.0.1",
+        "--smtp-port",
+        &port,
+        "--smtp-rate-per-second",
+        &rate,
+        "--smtp-connections",
+        "4",
+        "--delivery-batch",
+        "10",
+    ];
+    let env = [("DATABASE_URL", url.as_str())];
+    let mut procs: Vec<Proc> = (0..2)
+        .map(|i| Proc::start_with_env(&format!("rl{i}"), dir.path(), &args, &env))
+        .collect();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while sink.messages().len() < TOTAL {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{}",
+            procs[0].log_text()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for p in procs.iter_mut() {
+        p.signal(Signal::SIGTERM);
+        assert!(p.wait_exit(30).success(), "{}", p.log_text());
+    }
+    let mut at: Vec<std::time::Instant> = sink.messages().iter().map(|m| m.at).collect();
+    at.sort();
+    // Token bucket: in any window of w seconds at most capacity (= one second's worth) + R·w
+    // messages *start*, whichever process sends them. Arrivals can bunch by what was already
+    // in flight (2 processes × 4 connections), plus 1 for the window's edges.
+    let in_flight = 2.0 * 4.0 + 1.0;
+    for i in 0..at.len() {
+        for j in i..at.len() {
+            let w = (at[j] - at[i]).as_secs_f64();
+            let n = (j - i + 1) as f64;
+            assert!(
+                n <= RATE + RATE * w + in_flight,
+                "{n} messages within {w:.2}s exceed the {RATE}/s limit"
+            );
+        }
+    }
+    let span = (at[at.len() - 1] - at[0]).as_secs_f64();
+    let sustained = (TOTAL as f64 - RATE) / span;
+    eprintln!("rate limit: {TOTAL} messages over {span:.2}s from 2 processes; sustained {sustained:.1}/s (limit {RATE}/s)");
+    assert!(sustained <= RATE * 1.05, "sustained {sustained:.1}/s");
+    assert!(
+        span >= (TOTAL as f64 - 2.0 * RATE) / RATE,
+        "the limit was actually applied"
     );
 }

@@ -11,6 +11,8 @@ pub struct Received {
     pub from: String,
     pub to: Vec<String>,
     pub data: String,
+    /// When the body was accepted.
+    pub at: std::time::Instant,
 }
 
 impl Received {
@@ -54,6 +56,7 @@ impl Handler for Recorder {
             from: from.to_owned(),
             to: to.to_vec(),
             data: String::new(),
+            at: std::time::Instant::now(),
         });
         response::OK
     }
@@ -70,7 +73,8 @@ impl Handler for Recorder {
             Some(m) if m.to.iter().any(|t| t.starts_with("spam@")) => {
                 Response::custom(554, "5.7.1 message rejected as spam".into())
             }
-            Some(m) => {
+            Some(mut m) => {
+                m.at = std::time::Instant::now();
                 self.received.lock().unwrap().push(m);
                 response::OK
             }
