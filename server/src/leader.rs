@@ -169,7 +169,7 @@ async fn log(pool: &PgPool, lease: &Lease, action: &str, detail: &str) {
 
 /// Removes captured `.eml` files older than the retention (their ledger rows stay). File ages
 /// come from the local clock: this touches local files only, never shared state.
-async fn trim_captured(dir: &Path, days: f64) -> u64 {
+pub async fn trim_captured(dir: &Path, days: f64) -> u64 {
     let dir = dir.to_path_buf();
     let max_age = Duration::from_secs_f64(days * 86_400.0);
     tokio::task::spawn_blocking(move || {

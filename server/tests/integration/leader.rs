@@ -200,3 +200,84 @@ fn a_sigstopped_leader_is_replaced_and_never_acts_again_on_its_old_epoch() {
             .collect::<std::collections::BTreeSet<_>>()
     );
 }
+
+#[tokio::test]
+async fn retention_clears_old_details_and_files_but_keeps_the_ledger_rows() {
+    let pool = test_db().await;
+    let org = crate::helpers::org_with_users(&pool, "acme", &[app::domain::Role::Owner])
+        .await
+        .0;
+    let mut conn = pool.acquire().await.unwrap();
+    for name in ["old", "new"] {
+        let to = app::domain::EmailAddress::parse(&format!("{name}@example.org")).unwrap();
+        let job = app::domain::JobId::test(1, 1, name, &to).unwrap();
+        app::db::deliveries::enqueue(
+            &mut conn,
+            app::db::deliveries::NewDelivery::plain(&job, org, &to),
+        )
+        .await
+        .unwrap();
+    }
+    sqlx::query(
+        "update deliveries set status = 'delivered', smtp_reply = '250 ok', last_error = 'x',
+                finished_at = now() - case when recipient like 'old@%' then interval '40 days' else interval '1 day' end",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let lease = leader::acquire(&pool, "leader", "me", 30.0)
+        .await
+        .unwrap()
+        .unwrap();
+    let stale = leader::Lease {
+        epoch: lease.epoch - 1,
+        ..lease.clone()
+    };
+    assert_eq!(
+        app::db::deliveries::trim_details(&pool, &stale, 30.0, 100)
+            .await
+            .unwrap(),
+        0,
+        "fenced"
+    );
+    assert_eq!(
+        app::db::deliveries::trim_details(&pool, &lease, 30.0, 100)
+            .await
+            .unwrap(),
+        1
+    );
+    let rows: Vec<(String, String, Option<String>)> =
+        sqlx::query_as("select recipient, status, smtp_reply from deliveries order by recipient")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        rows,
+        vec![
+            (
+                "new@example.org".into(),
+                "delivered".into(),
+                Some("250 ok".into())
+            ),
+            ("old@example.org".into(), "delivered".into(), None),
+        ],
+        "the old row keeps its job id, state and times; only its details go"
+    );
+
+    // Captured files older than the retention go; newer ones stay.
+    let dir = tempfile::tempdir().unwrap();
+    let org_dir = dir.path().join(org.to_string());
+    std::fs::create_dir_all(&org_dir).unwrap();
+    let (old, new) = (org_dir.join("old.eml"), org_dir.join("new.eml"));
+    std::fs::write(&old, "x").unwrap();
+    std::fs::write(&new, "x").unwrap();
+    let forty_days_ago = std::time::SystemTime::now() - Duration::from_secs(40 * 86_400);
+    std::fs::File::options()
+        .write(true)
+        .open(&old)
+        .unwrap()
+        .set_modified(forty_days_ago)
+        .unwrap();
+    assert_eq!(mailroom::leader::trim_captured(dir.path(), 30.0).await, 1);
+    assert!(!old.exists() && new.exists());
+}
