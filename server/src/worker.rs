@@ -56,6 +56,12 @@ pub async fn run(
     let pid = std::process::id() as i32;
     let version = env!("CARGO_PKG_VERSION");
     let mut tick = tokio::time::interval(Duration::from_secs(args.heartbeat_seconds.max(1)));
+    let lease_seconds = cfg.lease_seconds;
+    let mut renew = tokio::time::interval(Duration::from_secs_f64(lease_seconds / 3.0));
+    if matches!(cfg.transport, Transport::Smtp(_)) && cfg.links.public_url.contains("://localhost")
+    {
+        tracing::warn!(public_url = %cfg.links.public_url, "unsubscribe links in real mail will point at localhost: set --public-url / MAILROOM_PUBLIC_URL");
+    }
     match &cfg.transport {
         Transport::Smtp(t) => {
             tracing::info!(smtp = %format!("{}:{}", t.host, t.port), connections = cfg.connections, "delivery worker started")
@@ -78,6 +84,12 @@ pub async fn run(
     loop {
         tokio::select! {
             _ = shutdown.requested() => break,
+            _ = renew.tick() => {
+                // While this process lives, its claims do not expire under a slow SMTP server.
+                if let Err(e) = app::db::deliveries::extend_leases(&pool, &id, lease_seconds).await {
+                    tracing::warn!(error = %e, "could not extend delivery leases; will retry");
+                }
+            }
             _ = tick.tick() => {
                 if let Err(e) = app::db::heartbeat::beat(&pool, &id, &host, pid, mode.as_str(), version).await {
                     tracing::warn!(error = %e, "heartbeat failed; will retry");

@@ -54,7 +54,10 @@ pub async fn add_members(
     .rows_affected())
 }
 
-/// Records an opt-out (the one source of truth); an address already suppressed keeps its reason.
+/// Records an opt-out (the one source of truth). An address already suppressed keeps its
+/// reason, except that a hard bounce or complaint replaces a weaker one (an unsubscribe, a
+/// manual entry): those are the reasons that also stop digest and test mail. Returns whether a
+/// row was written.
 pub async fn suppress(
     conn: &mut PgConnection,
     org_id: i64,
@@ -63,8 +66,11 @@ pub async fn suppress(
     source: &str,
 ) -> sqlx::Result<bool> {
     Ok(sqlx::query(
-        "insert into suppressions (org_id, email_lower, reason, source) values ($1, $2, $3, $4)
-         on conflict (org_id, email_lower) do nothing",
+        "insert into suppressions as s (org_id, email_lower, reason, source) values ($1, $2, $3, $4)
+         on conflict (org_id, email_lower) do update
+         set reason = excluded.reason, source = excluded.source, created_at = now()
+         where excluded.reason in ('hard_bounce', 'complaint')
+           and s.reason not in ('hard_bounce', 'complaint')",
     )
     .bind(org_id)
     .bind(email.lower())

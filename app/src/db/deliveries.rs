@@ -79,10 +79,10 @@ pub struct Claimed {
 /// them `sending` for `holder` with a lease and the next attempt number.
 ///
 /// Fairness: the distinct (priority, org, campaign) groups of due mail are found by a loose index
-/// scan (test > digest > campaign first, at most 32 groups), campaign groups only while their
-/// campaign is `sending` (or `sent`, for a retry an admin asked for), and each group gets an equal share of the batch, so one big campaign
-/// cannot starve another org or another campaign. Rows other workers hold are skipped, never
-/// waited for.
+/// scan, campaign groups only while their campaign is `sending` (or `sent`, for a retry an admin
+/// asked for). Priority is strict (test > digest > campaign); campaign groups each get an equal
+/// share and the batch is filled round-robin, so one big campaign cannot starve another org or
+/// another campaign. Rows other workers hold are skipped, never waited for.
 ///
 /// Suppression is re-checked here, before any network call: campaign mail is blocked by any
 /// suppression, digest and test mail only by a hard bounce or complaint. Those become
@@ -106,17 +106,22 @@ pub async fn claim(
                    and (priority, org_id, coalesce(campaign_id, 0)) > (w.priority, w.org_id, w.campaign_key)
                  order by priority, org_id, coalesce(campaign_id, 0) limit 1) n
          ),
-         groups as (
+         eligible as (
              select w.* from walk w
              left join campaigns c on c.org_id = w.org_id and c.id = w.campaign_key
              -- `sent`: a delivery an admin retried after the campaign finished.
              where w.campaign_key = 0 or c.status in ('sending', 'sent')
-             order by w.priority, w.org_id, w.campaign_key
-             limit 32
+             limit 256
          ),
-         share as (select greatest(1, ceil($1::float8 / greatest(count(*), 1)))::int as n from groups),
-         due as (
-             select picked.* from groups g cross join share
+         -- Strict priority; within one priority a random pick, so that no org or campaign is
+         -- starved when there are more groups than the batch has room for.
+         chosen as (select * from eligible order by priority, random() limit $1),
+         share as (
+             select greatest(1, ceil($1::float8 / greatest(count(*) filter (where priority = 2), 1)))::int as n
+             from chosen
+         ),
+         picked as (
+             select p.*, g.org_id as g_org, g.campaign_key as g_campaign from chosen g cross join share
              cross join lateral (
                  select d.job_id, d.org_id, d.kind, d.email_lower, d.campaign_id, d.priority, d.next_attempt_at
                  from deliveries d
@@ -124,9 +129,16 @@ pub async fn claim(
                    and d.priority = g.priority and d.org_id = g.org_id
                    and coalesce(d.campaign_id, 0) = g.campaign_key
                  order by d.next_attempt_at
-                 limit share.n
-                 for update of d skip locked) picked
-             order by picked.priority, picked.next_attempt_at
+                 -- test and digest mail (small, urgent) as much as fits; campaigns a fair share
+                 limit case when g.priority < 2 then $1 else share.n end
+                 for update of d skip locked) p
+         ),
+         -- Round-robin: each group's first row, then each group's second, …
+         due as (
+             select * from (
+                 select picked.*, row_number() over (partition by priority, g_org, g_campaign order by next_attempt_at) as turn
+                 from picked) ranked
+             order by priority, turn
              limit $1
          ),
          blocked as (
@@ -310,14 +322,15 @@ pub async fn reap_expired(pool: &PgPool, lease: &Lease) -> sqlx::Result<(i64, i6
 }
 
 /// A stopping process gives back what it holds: claims whose body had not started go back to
-/// the queue at once (same attempt count: they were never tried); ones in flight become
-/// `unknown`, since their reply will never be read. Returns (requeued, unknown).
+/// the queue at once; ones in flight become `unknown`, since their reply will never be read.
+/// The attempt number is kept, never taken back: the fence relies on an attempt number never
+/// naming two claims, and a late write of this process must not match the next claim.
+/// Returns (requeued, unknown).
 pub async fn release_held(pool: &PgPool, holder: &str) -> sqlx::Result<(i64, i64)> {
     let sql = format!(
         "with changed as (
              update deliveries
              set status = case when body_started_at is null then 'queued' else 'unknown' end,
-                 attempt = case when body_started_at is null then attempt - 1 else attempt end,
                  last_error = case when body_started_at is null then 'released at shutdown before sending'
                                    else 'shutdown while the body was in flight' end,
                  finished_at = case when body_started_at is null then null else now() end,
@@ -334,6 +347,21 @@ pub async fn release_held(pool: &PgPool, holder: &str) -> sqlx::Result<(i64, i64
         .bind(progress_slot())
         .fetch_one(pool)
         .await
+}
+
+/// Extends the leases of every delivery `holder` is still sending: a live process keeps its
+/// claims however slow its SMTP server (each step is bounded by the SMTP timeout), and only a
+/// dead or stopped one's leases run out. Returns the rows extended.
+pub async fn extend_leases(pool: &PgPool, holder: &str, lease_seconds: f64) -> sqlx::Result<u64> {
+    Ok(sqlx::query(
+        "update deliveries set lease_until = now() + make_interval(secs => $2)
+         where claimed_by = $1 and status = 'sending'",
+    )
+    .bind(holder)
+    .bind(lease_seconds)
+    .execute(pool)
+    .await?
+    .rows_affected())
 }
 
 /// Retention (a leader job): message details (SMTP replies, errors) of deliveries finished more

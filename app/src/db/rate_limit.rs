@@ -46,3 +46,14 @@ pub async fn take(pool: &PgPool, server: &str, want: i32) -> sqlx::Result<i32> {
     .await?;
     Ok(granted.unwrap_or(0))
 }
+
+/// Returns tokens taken but not used (the claim found less mail than the bucket allowed), so a
+/// short queue does not lower the real rate below the configured one.
+pub async fn give_back(pool: &PgPool, server: &str, unused: i32) -> sqlx::Result<()> {
+    sqlx::query("update rate_buckets set tokens = least(capacity, tokens + $2) where server = $1")
+        .bind(server)
+        .bind(unused as f64)
+        .execute(pool)
+        .await?;
+    Ok(())
+}

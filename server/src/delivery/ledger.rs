@@ -22,6 +22,7 @@ use app::domain::EmailAddress;
 use super::send::HARD_BOUNCE;
 
 /// One outcome to record.
+#[derive(Clone)]
 pub struct Result {
     pub job_id: String,
     pub attempt: i32,
@@ -74,13 +75,22 @@ impl Ledger {
     }
 }
 
+/// Pauses before the retries of a failed group write (a dropped connection, a failover, a
+/// deadlock): every write is fenced and idempotent, so repeating one is safe.
+const RETRY_AFTER: [std::time::Duration; 3] = [
+    std::time::Duration::from_millis(100),
+    std::time::Duration::from_millis(500),
+    std::time::Duration::from_secs(2),
+];
+
 /// Takes whatever is queued, writes it with one call of `write` (which answers per item), and
-/// repeats; a failed write fails every item of its group.
+/// repeats; a write that still fails after the retries fails every item of its group.
 async fn group_commit<I, T, F, Fut>(
     pool: PgPool,
     mut rx: mpsc::UnboundedReceiver<(I, Reply<T>)>,
     write: F,
 ) where
+    I: Clone,
     T: Clone,
     F: Fn(PgPool, Vec<I>) -> Fut,
     Fut: std::future::Future<Output = anyhow::Result<Vec<T>>>,
@@ -93,7 +103,13 @@ async fn group_commit<I, T, F, Fut>(
         let (items, replies): (Vec<I>, Vec<Reply<T>>) = group.into_iter().unzip();
         let t = std::time::Instant::now();
         let n = items.len();
-        let written = write(pool.clone(), items).await;
+        let mut written = write(pool.clone(), items.clone()).await;
+        for pause in RETRY_AFTER {
+            let Err(e) = &written else { break };
+            tracing::warn!(error = %format!("{e:#}"), "delivery ledger write failed; retrying");
+            tokio::time::sleep(pause).await;
+            written = write(pool.clone(), items.clone()).await;
+        }
         tracing::debug!(n, us = t.elapsed().as_micros() as u64, "ledger group");
         match written {
             Ok(answers) => {

@@ -92,13 +92,17 @@ impl Worker {
     /// Every lane shares the ledger, whose group commits cover all of them.
     pub async fn run(self, shutdown: Shutdown) {
         if let Some(rate) = self.cfg.rate_per_second {
-            // A one-second burst; every replica configures the same bucket.
-            if let Err(e) =
+            // A one-second burst; every replica configures the same bucket. Retried: a database
+            // blip at start must not leave this process without a delivery worker.
+            while let Err(e) =
                 app::db::rate_limit::configure(&self.pool, &self.cfg.bucket(), rate.max(1.0), rate)
                     .await
             {
-                tracing::error!(error = %e, "cannot set up the SMTP rate limit; delivery worker not started");
-                return;
+                tracing::warn!(error = %e, "cannot set up the SMTP rate limit yet; retrying");
+                tokio::select! {
+                    _ = shutdown.requested() => return,
+                    _ = tokio::time::sleep(std::time::Duration::from_secs(2)) => {}
+                }
             }
         }
         let share = (self.cfg.batch / self.connections.len() as i64).max(1);

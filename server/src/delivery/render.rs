@@ -64,6 +64,14 @@ pub fn render(cx: &Inputs<'_>, c: &Claimed) -> anyhow::Result<Rendered> {
                 .campaign
                 .filter(|k| k.id == *campaign_id)
                 .context("the campaign's content was not loaded")?;
+            // Content is frozen at approval; a delivery for another version must not go out
+            // with text nobody approved.
+            anyhow::ensure!(
+                c.content_version == Some(content.content_version),
+                "the campaign's content is version {}, this delivery was made for {:?}",
+                content.content_version,
+                c.content_version
+            );
             let link = crate::unsubscribe::link(
                 &cx.links.public_url,
                 &cx.links.keys,

@@ -24,7 +24,12 @@ pub async fn send_one(
 ) -> Outcome {
     let rendered = match render(cx, c) {
         Ok(r) => r,
-        Err(e) => return retry_or_fail(cfg, c.attempt, format!("cannot render: {e:#}")),
+        // Nothing a later attempt would change (a bad address, no content): final, with why.
+        Err(e) => {
+            return Outcome::Failed {
+                reply: format!("cannot render: {e:#}"),
+            }
+        }
     };
     match &cfg.transport {
         Transport::Capture(dir) => capture(cfg, marks, dir, c, &rendered).await,

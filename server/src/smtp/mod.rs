@@ -67,11 +67,19 @@ impl Refusal {
     }
 }
 
-/// An enhanced status code 5.1.x (RFC 3463: addressing status) anywhere in a permanent reply.
+/// A reply whose enhanced status code (RFC 3463, right after the basic code) says the
+/// recipient's address is bad: 5.1.1 mailbox, 5.1.2 system, 5.1.3 syntax, 5.1.6 moved, 5.1.10
+/// null MX. Not 5.1.7/5.1.8 (the *sender's* address) and not a number elsewhere in the text.
 fn is_bad_mailbox(reply: &str) -> bool {
-    reply
-        .split(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .any(|token| token.starts_with("5.1.") && token.len() > 4)
+    let mut words = reply.split_whitespace();
+    let (Some(code), Some(enhanced)) = (words.next(), words.next()) else {
+        return false;
+    };
+    code.starts_with('5')
+        && matches!(
+            enhanced.trim_end_matches([',', ';', ':']),
+            "5.1.1" | "5.1.2" | "5.1.3" | "5.1.6" | "5.1.10"
+        )
 }
 
 /// One open SMTP connection.
@@ -156,9 +164,16 @@ impl Connection {
     /// MAIL, RCPT and DATA: on `Ok` the server waits for the body. Any error here means the
     /// message was not delivered.
     pub async fn prepare(&mut self, from: &Address, to: &Address) -> Result<(), Refusal> {
-        self.step(Mail::new(Some(from.clone()), vec![])).await?;
+        // Only a refusal of the recipient says the recipient's address is bad.
+        let not_the_recipient = |mut r: Refusal| {
+            r.hard_bounce = false;
+            r
+        };
+        self.step(Mail::new(Some(from.clone()), vec![]))
+            .await
+            .map_err(not_the_recipient)?;
         let rest = match self.step(Rcpt::new(to.clone(), vec![])).await {
-            Ok(()) => self.step(Data).await,
+            Ok(()) => self.step(Data).await.map_err(not_the_recipient),
             Err(e) => Err(e),
         };
         if rest.is_err() && !self.lost && !self.inner.has_broken() {
@@ -227,19 +242,17 @@ mod tests {
     use super::is_bad_mailbox;
 
     #[test]
-    fn hard_bounces_are_enhanced_status_5_1_x() {
+    fn hard_bounces_are_bad_recipient_enhanced_codes_in_place() {
         assert!(is_bad_mailbox(
-            "permanent error (550): 5.1.1 <x@y.org>: Recipient address rejected"
+            "550 5.1.1 <x@y.org>: Recipient address rejected"
         ));
         assert!(is_bad_mailbox("550 5.1.10 RESOLVER.ADR.RecipientNotFound"));
-        assert!(!is_bad_mailbox(
-            "permanent error (554): 5.7.1 spam detected"
-        ));
-        assert!(!is_bad_mailbox(
-            "permanent error (552): message too large 5.3.4"
-        ));
-        assert!(!is_bad_mailbox(
-            "permanent error (550): mailbox unavailable"
-        ));
+        assert!(is_bad_mailbox("553 5.1.3 bad address syntax"));
+        assert!(!is_bad_mailbox("554 5.7.1 spam detected"));
+        assert!(!is_bad_mailbox("552 message too large 5.3.4"));
+        assert!(!is_bad_mailbox("550 mailbox unavailable"));
+        assert!(!is_bad_mailbox("553 5.1.8 sender domain does not exist"));
+        assert!(!is_bad_mailbox("550 5.7.1 blocked [5.1.2.3]"));
+        assert!(!is_bad_mailbox("450 5.1.1 try later"), "not permanent");
     }
 }

@@ -68,7 +68,9 @@ impl Target {
                 ))
             }
         };
-        let security = match url.query_pairs().find(|(k, _)| k == "tls") {
+        let tls_param = url.query_pairs().find(|(k, _)| k == "tls");
+        let clear_text_allowed = tls_param.as_ref().is_some_and(|(_, v)| v == "none");
+        let security = match tls_param {
             None => security,
             Some((_, v)) => match (security, v.as_ref()) {
                 (Security::Plain, "starttls") => Security::StartTls,
@@ -105,6 +107,9 @@ impl Target {
                 )
             }
         };
+        if credentials.is_some() && security == Security::Plain && !clear_text_allowed {
+            return Err("MAILROOM_SMTP_URL would send the password in clear text: add ?tls=starttls, use smtps://, or say ?tls=none to allow it".into());
+        }
         Ok(Target {
             host,
             port: url.port().unwrap_or(default_port),
@@ -125,6 +130,12 @@ mod tests {
 
     #[test]
     fn urls_give_security_port_and_decoded_credentials() {
+        let t = Target::from_url("smtp://u:pw@relay.example.com?tls=none", "me", T).unwrap();
+        assert_eq!(
+            t.security,
+            Security::Plain,
+            "clear text only when asked for"
+        );
         let t = Target::from_url("smtp://relay.example.com", "me", T).unwrap();
         assert_eq!(
             (t.host.as_str(), t.port, t.security),
@@ -153,6 +164,7 @@ mod tests {
             ("smtp://u:hunter2@x?tls=maybe", "tls=maybe"),
             ("smtps://u:hunter2@x?tls=starttls", "tls=starttls"),
             ("smtp://user@x", "no password"),
+            ("smtp://u:hunter2@x", "in clear text"),
             ("smtp://", "no host"),
             ("not a url hunter2", "not a valid URL"),
         ] {
