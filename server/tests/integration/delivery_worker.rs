@@ -108,7 +108,8 @@ async fn racing_workers_deliver_each_message_exactly_once_and_classify_refusals(
     );
 }
 
-/// Three `mailroom worker` processes share one queue; two are SIGKILLed mid-send and restarted.
+/// Three `mailroom worker` processes share one queue; three times, two are SIGKILLed mid-send
+/// and replaced.
 /// Every message ends delivered or unknown, and none reaches the SMTP server twice.
 #[test]
 fn sigkill_mid_send_never_duplicates_and_loses_nothing() {
@@ -166,16 +167,21 @@ fn sigkill_mid_send_never_duplicates_and_loses_nothing() {
             std::thread::sleep(Duration::from_millis(20));
         }
     };
-    wait_until("a third of the mail", 60, &|| {
-        sink.messages().len() as i64 >= TOTAL / 3
-    });
-    for p in procs.iter_mut().take(2) {
-        p.signal(Signal::SIGKILL);
-        p.wait_exit(10);
+    // Three rounds of killing: each time two of the three running workers die mid-batch and
+    // two new ones take their place.
+    for round in 1..=3 {
+        wait_until("more of the mail", 60, &|| {
+            sink.messages().len() as i64 >= TOTAL * round / 4
+        });
+        for p in procs.iter_mut().take(2) {
+            p.signal(Signal::SIGKILL);
+            p.wait_exit(10);
+        }
+        procs.drain(..2);
+        procs.extend(
+            (0..2).map(|i| Proc::start_with_env(&format!("r{round}x{i}"), dir.path(), &args, &env)),
+        );
     }
-    let restarted: Vec<Proc> = (0..2)
-        .map(|i| Proc::start_with_env(&format!("r{i}"), dir.path(), &args, &env))
-        .collect();
     let open = || -> i64 {
         rt.block_on(
             sqlx::query_scalar(
@@ -186,7 +192,7 @@ fn sigkill_mid_send_never_duplicates_and_loses_nothing() {
         .unwrap()
     };
     wait_until("the queue to drain", 120, &|| open() == 0);
-    for mut p in restarted.into_iter().chain(procs.into_iter().skip(2)) {
+    for mut p in procs {
         p.signal(Signal::SIGTERM);
         assert!(p.wait_exit(60).success(), "{}", p.log_text());
     }
