@@ -86,3 +86,18 @@ test('the filter form works without JavaScript', async ({ page, browser }) => {
     await context.close();
   }
 });
+
+test('mail captured by the worker (no SMTP configured) can be opened and read', async ({ page }) => {
+  await signIn(page);
+  // The demo queues a few test messages; the server's delivery worker captures them to files.
+  await expect(async () => {
+    await page.goto('/deliveries?status=delivered');
+    await expect(page.locator('[data-test=open-message]').first()).toBeVisible({ timeout: 1_000 });
+  }).toPass({ timeout: 30_000 });
+  await hydrated(page);
+  await page.locator('[data-test=open-message]').first().click();
+  await expect(page).toHaveURL(/\/deliveries\/message\?job=/);
+  const message = page.locator('#captured-message');
+  await expect(message).toContainText('Message-ID: <test.');
+  await expect(message).toContainText('Subject: Mailroom test message');
+});
