@@ -293,9 +293,18 @@ async fn every_smtp_fault_ends_in_the_right_state_attempt_and_reply() {
         "dropearly",
         "droplate",
     ];
-    let addresses: Vec<String> = cases.iter().map(|c| format!("{c}@example.org")).collect();
+    let mut addresses: Vec<String> = cases.iter().map(|c| format!("{c}@example.org")).collect();
+    // The same 4xx on a delivery that has used up its retries: it gives up, with the reason.
+    addresses.push("rcpt4xx@last-try.example".into());
     let refs: Vec<&str> = addresses.iter().map(String::as_str).collect();
     enqueue_to(&pool, org, "fault", &refs).await;
+    sqlx::query(
+        "update deliveries set attempt = $1 - 1 where recipient = 'rcpt4xx@last-try.example'",
+    )
+    .bind(Backoff::default().max_attempts)
+    .execute(&pool)
+    .await
+    .unwrap();
     let sink = FaultSink::start().await;
     let cfg = Config {
         transport: Transport::Smtp(Target::plain(
@@ -308,7 +317,7 @@ async fn every_smtp_fault_ends_in_the_right_state_attempt_and_reply() {
         ..config_for_capture(std::path::PathBuf::new())
     };
     let mut worker = Worker::new(pool.clone(), cfg, "faults");
-    assert_eq!(worker.round().await.unwrap(), cases.len());
+    assert_eq!(worker.round().await.unwrap(), cases.len() + 1);
     worker.close().await;
 
     type Row = (String, String, i32, Option<String>, Option<String>);
@@ -345,6 +354,20 @@ async fn every_smtp_fault_ends_in_the_right_state_attempt_and_reply() {
     expect("dropearly", "queued", "");
     expect("droplate", "unknown", "no reply after the body");
     assert_eq!(sink.accepted(), vec!["ok@example.org".to_string()]);
+    let (_, status, attempt, reply, _) = rows
+        .iter()
+        .find(|r| r.0 == "rcpt4xx@last-try.example")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        (status.as_str(), attempt),
+        ("failed", Backoff::default().max_attempts)
+    );
+    let reply = reply.unwrap_or_default();
+    assert!(
+        reply.starts_with("gave up after 8 attempts: 451"),
+        "{reply}"
+    );
 
     // The hard bounce suppressed its address; the 5.7.1 refusal did not.
     let suppressed: Vec<(String, String)> =
