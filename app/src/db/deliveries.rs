@@ -299,21 +299,11 @@ pub async fn record(
 /// A leader job, fenced by its lease; idempotent, so an overlapping leader does no harm.
 /// Returns (requeued, unknown).
 pub async fn reap_expired(pool: &PgPool, lease: &Lease) -> sqlx::Result<(i64, i64)> {
-    let sql = format!(
-        "with changed as (
-             update deliveries
-             set status = case when body_started_at is null then 'queued' else 'unknown' end,
-                 last_error = case when body_started_at is null then 'worker lost before sending; requeued'
-                                   else 'worker lost while the body was in flight' end,
-                 finished_at = case when body_started_at is null then null else now() end,
-                 lease_until = null, claimed_by = null, updated_at = now()
-             where status = 'sending' and lease_until < now() and {fence}
-             returning org_id, campaign_id, status
-         ),
-         {bump}
-         select count(*) filter (where status = 'queued'), count(*) filter (where status = 'unknown') from changed",
-        fence = leader::fence(1),
-        bump = bump_progress(4)
+    let sql = give_back(
+        &format!("lease_until < now() and {}", leader::fence(1)),
+        "worker lost before sending; requeued",
+        "worker lost while the body was in flight",
+        4,
     );
     leader::bind_fence(sqlx::query_as(&sql), lease)
         .bind(progress_slot())
@@ -327,26 +317,38 @@ pub async fn reap_expired(pool: &PgPool, lease: &Lease) -> sqlx::Result<(i64, i6
 /// naming two claims, and a late write of this process must not match the next claim.
 /// Returns (requeued, unknown).
 pub async fn release_held(pool: &PgPool, holder: &str) -> sqlx::Result<(i64, i64)> {
-    let sql = format!(
-        "with changed as (
-             update deliveries
-             set status = case when body_started_at is null then 'queued' else 'unknown' end,
-                 last_error = case when body_started_at is null then 'released at shutdown before sending'
-                                   else 'shutdown while the body was in flight' end,
-                 finished_at = case when body_started_at is null then null else now() end,
-                 lease_until = null, claimed_by = null, updated_at = now()
-             where status = 'sending' and claimed_by = $1
-             returning org_id, campaign_id, status
-         ),
-         {bump}
-         select count(*) filter (where status = 'queued'), count(*) filter (where status = 'unknown') from changed",
-        bump = bump_progress(2)
+    let sql = give_back(
+        "claimed_by = $1",
+        "released at shutdown before sending",
+        "shutdown while the body was in flight",
+        2,
     );
     sqlx::query_as(&sql)
         .bind(holder)
         .bind(progress_slot())
         .fetch_one(pool)
         .await
+}
+
+/// The one rule for taking claims back (reaper, shutdown): `sending` rows matching `filter`
+/// whose body had not started return to the queue, the others become `unknown`; counted in
+/// the campaigns' progress slots (`$slot`). Returns (requeued, unknown). The texts are
+/// constants of this module, never input.
+fn give_back(filter: &str, requeued: &str, in_flight: &str, slot: usize) -> String {
+    format!(
+        "with changed as (
+             update deliveries
+             set status = case when body_started_at is null then 'queued' else 'unknown' end,
+                 last_error = case when body_started_at is null then '{requeued}' else '{in_flight}' end,
+                 finished_at = case when body_started_at is null then null else now() end,
+                 lease_until = null, claimed_by = null, updated_at = now()
+             where status = 'sending' and {filter}
+             returning org_id, campaign_id, status
+         ),
+         {bump}
+         select count(*) filter (where status = 'queued'), count(*) filter (where status = 'unknown') from changed",
+        bump = bump_progress(slot)
+    )
 }
 
 /// Extends the leases of every delivery `holder` is still sending: a live process keeps its
