@@ -51,11 +51,19 @@ pub async fn send_one(
             if let Err(refusal) = smtp.prepare(&rendered.from, &rendered.to).await {
                 return refused(cfg, c.attempt, refusal);
             }
+            let prepared = started.elapsed();
             if let Err(outcome) = body_may_start(cfg, marks, c).await {
                 *conn = None; // abandon the open transaction
                 return outcome;
             }
+            let marked = started.elapsed();
             let outcome = smtp.body(&rendered.bytes).await;
+            tracing::debug!(
+                prepare_us = prepared.as_micros() as u64,
+                mark_us = (marked - prepared).as_micros() as u64,
+                body_us = (started.elapsed() - marked).as_micros() as u64,
+                "sent"
+            );
             crate::metrics::SMTP_LATENCY.observe(started.elapsed().as_secs_f64());
             match outcome {
                 BodyOutcome::Accepted(reply) => Outcome::Delivered { reply },
