@@ -9,6 +9,7 @@ pub mod cluster;
 pub mod deliveries;
 pub mod delivery_admin;
 pub mod demo;
+pub mod digests;
 pub mod health;
 pub mod heartbeat;
 pub mod leader;

@@ -1,0 +1,220 @@
+//! The digest arbiter (guarantee 1): one scheduled digest per org per local ISO week, decided by
+//! `UNIQUE (org_id, week_key)`, with due-ness computed in SQL from an injected clock.
+
+use std::collections::BTreeMap;
+
+use app::db::digests::{claim_due_weeks, org_chunk};
+use app::db::orgs::NewOrg;
+use chrono::{DateTime, Datelike, Duration, TimeZone, Utc};
+use sqlx::PgPool;
+
+use crate::helpers::test_db;
+
+async fn org(pool: &PgPool, slug: &str, tz: &str, weekday: i16, hour: i16) -> i64 {
+    let mut conn = pool.acquire().await.unwrap();
+    let id = app::db::orgs::create(
+        &mut conn,
+        NewOrg {
+            name: slug,
+            slug,
+            timezone: tz,
+            from_name: slug,
+            from_address: "news@example.org",
+        },
+    )
+    .await
+    .unwrap();
+    sqlx::query("update orgs set digest_weekday = $2, digest_hour = $3 where id = $1")
+        .bind(id)
+        .bind(weekday)
+        .bind(hour)
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    id
+}
+
+async fn claim_all(pool: &PgPool, now: DateTime<Utc>) -> usize {
+    let mut conn = pool.acquire().await.unwrap();
+    claim_due_weeks(&mut conn, Some(now), i64::MIN, i64::MAX)
+        .await
+        .unwrap()
+        .len()
+}
+
+#[tokio::test]
+async fn the_arbiter_is_a_unique_index_and_a_racing_claim_waits_then_sends_nothing() {
+    let pool = test_db().await;
+    let (unique,): (bool,) = sqlx::query_as(
+        "select i.indisunique from pg_index i join pg_class t on t.oid = i.indrelid
+         where t.relname = 'digest_sends'
+           and (select array_agg(a.attname order by k.n) from unnest(i.indkey) with ordinality k(attnum, n)
+                join pg_attribute a on a.attrelid = t.oid and a.attnum = k.attnum) = array['org_id', 'week_key']::name[]",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert!(unique);
+
+    let id = org(&pool, "acme", "Europe/Paris", 1, 9).await;
+    let monday_ten = Utc.with_ymd_and_hms(2026, 11, 30, 9, 0, 0).unwrap(); // 10:00 in Paris
+    let mut first = pool.begin().await.unwrap();
+    let claimed = claim_due_weeks(&mut first, Some(monday_ten), id, id)
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 1);
+    assert_eq!(
+        (claimed[0].week_key.as_str(), claimed[0].kind.as_str()),
+        ("2026-W49", "scheduled")
+    );
+    // A second tick while the first claim is uncommitted waits on the unique index ...
+    let racer = {
+        let pool = pool.clone();
+        tokio::spawn(async move {
+            let mut conn = pool.acquire().await.unwrap();
+            claim_due_weeks(&mut conn, Some(monday_ten), id, id)
+                .await
+                .unwrap()
+        })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert!(!racer.is_finished(), "the second claim waits for the first");
+    first.commit().await.unwrap();
+    // ... and once the first commits, it claims nothing.
+    assert!(racer.await.unwrap().is_empty());
+    assert_eq!(claim_all(&pool, monday_ten + Duration::hours(1)).await, 0);
+}
+
+#[tokio::test]
+async fn a_window_missed_by_more_than_a_day_is_recorded_as_skipped_never_sent_late() {
+    let pool = test_db().await;
+    org(&pool, "acme", "UTC", 1, 9).await;
+    let wednesday = Utc.with_ymd_and_hms(2026, 12, 2, 12, 0, 0).unwrap();
+    let mut conn = pool.acquire().await.unwrap();
+    let got = claim_due_weeks(&mut conn, Some(wednesday), i64::MIN, i64::MAX)
+        .await
+        .unwrap();
+    assert_eq!(got.len(), 1);
+    assert_eq!(
+        (got[0].week_key.as_str(), got[0].kind.as_str()),
+        ("2026-W49", "skipped")
+    );
+    // Before Monday's slot the next week is not due; at it, it is.
+    let sunday = Utc.with_ymd_and_hms(2026, 12, 6, 23, 0, 0).unwrap();
+    assert_eq!(claim_all(&pool, sunday).await, 0);
+    assert_eq!(claim_all(&pool, sunday + Duration::hours(10)).await, 1);
+}
+
+#[tokio::test]
+async fn racing_claimers_claim_each_due_org_once() {
+    let pool = test_db().await;
+    for i in 0..1000 {
+        org(&pool, &format!("o{i}"), "UTC", 1, 9).await;
+    }
+    let monday = Utc.with_ymd_and_hms(2026, 11, 30, 9, 30, 0).unwrap();
+    let mut conn = pool.acquire().await.unwrap();
+    let ids = org_chunk(&mut conn, i64::MIN, 10_000).await.unwrap();
+    drop(conn);
+    let racers = (0..10).map(|_| {
+        let (pool, ids) = (pool.clone(), ids.clone());
+        tokio::spawn(async move {
+            let mut n = 0;
+            for chunk in ids.chunks(100) {
+                let mut tx = pool.begin().await.unwrap();
+                n += claim_due_weeks(&mut tx, Some(monday), chunk[0], chunk[chunk.len() - 1])
+                    .await
+                    .unwrap()
+                    .len();
+                tx.commit().await.unwrap();
+            }
+            n
+        })
+    });
+    let total: usize = futures::future::join_all(racers)
+        .await
+        .into_iter()
+        .map(|r| r.unwrap())
+        .sum();
+    assert_eq!(total, 1000);
+    assert_eq!(
+        claim_all(&pool, monday).await,
+        0,
+        "a repeated tick claims nothing"
+    );
+}
+
+/// Hourly ticks from 2020 to 2030 in zones with odd offsets and DST rules: every local ISO week
+/// gets exactly one scheduled digest, none twice, none skipped.
+#[tokio::test]
+async fn an_hourly_sweep_over_ten_years_sends_one_digest_per_local_week() {
+    let pool = test_db().await;
+    let zones = [
+        ("auckland", "Pacific/Auckland", 1, 9),
+        ("stjohns", "America/St_Johns", 3, 2),
+        ("chatham", "Pacific/Chatham", 5, 23),
+        ("kathmandu", "Asia/Kathmandu", 7, 0),
+        // Cuba changes to and from summer time at midnight: a Sunday-00:00 slot falls into
+        // the gap once a year.
+        ("havana", "America/Havana", 7, 0),
+    ];
+    let mut ids = BTreeMap::new();
+    for (slug, tz, day, hour) in zones {
+        ids.insert(org(&pool, slug, tz, day, hour).await, slug);
+    }
+    let start = Utc.with_ymd_and_hms(2020, 1, 1, 0, 0, 0).unwrap();
+    let end_year = std::env::var("SWEEP_END")
+        .ok()
+        .and_then(|y| y.parse().ok())
+        .unwrap_or(2030);
+    let end = Utc.with_ymd_and_hms(end_year, 1, 1, 0, 0, 0).unwrap();
+    // One ticker per org, in parallel (each tick is the real claim statement, run hourly).
+    let sweeps = ids.keys().map(|&id| {
+        let pool = pool.clone();
+        tokio::spawn(async move {
+            let mut conn = pool.acquire().await.unwrap();
+            let mut now = start;
+            while now < end {
+                claim_due_weeks(&mut conn, Some(now), id, id).await.unwrap();
+                now += Duration::hours(1);
+            }
+        })
+    });
+    for s in futures::future::join_all(sweeps).await {
+        s.unwrap();
+    }
+    // The sweep starts mid-week: a slot more than a day before the start was truly missed.
+    let rows: Vec<(i64, String, String)> = sqlx::query_as(
+        "select org_id, week_key, kind from digest_sends
+         where scheduled_at + interval '1 day' > $1 order by org_id, scheduled_at",
+    )
+    .bind(start)
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    for (id, slug) in &ids {
+        let weeks: Vec<&(i64, String, String)> = rows.iter().filter(|r| r.0 == *id).collect();
+        let skipped: Vec<_> = weeks.iter().filter(|w| w.2 != "scheduled").collect();
+        assert!(skipped.is_empty(), "{slug}: skipped {skipped:?}");
+        // Consecutive ISO weeks, each once: the year-week pairs step by exactly one week.
+        let keys: Vec<(i32, u32)> = weeks
+            .iter()
+            .map(|w| {
+                let (y, wk) = w.1.split_once("-W").unwrap();
+                (y.parse().unwrap(), wk.parse().unwrap())
+            })
+            .collect();
+        for pair in keys.windows(2) {
+            let next =
+                chrono::NaiveDate::from_isoywd_opt(pair[0].0, pair[0].1, chrono::Weekday::Mon)
+                    .unwrap()
+                    + Duration::days(7);
+            let expected = (next.iso_week().year(), next.iso_week().week());
+            assert_eq!(pair[1], expected, "{slug}: after {:?}", pair[0]);
+        }
+        assert!(
+            keys.len() >= 52 * (end_year - 2020) as usize,
+            "{slug}: {} weeks",
+            keys.len()
+        );
+    }
+}
