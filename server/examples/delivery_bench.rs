@@ -6,7 +6,7 @@
 //! Prints messages/s of both, the ratio, and the worker's peak RSS.
 //!
 //! Run through `bench/delivery.sh` (builds release, then runs this).
-//! Usage: delivery_bench <mailroom binary> [messages=100000] [connections=8] [batch=200]
+//! Usage: delivery_bench <mailroom binary> [messages=100000] [connections=8] [batch=200] [orgs=1]
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -119,14 +119,15 @@ fn peak_rss_kib(pid: u32) -> Option<u64> {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().collect();
-    let bin = args
-        .get(1)
-        .context("usage: delivery_bench <mailroom binary> [messages] [connections] [batch]")?;
+    let bin = args.get(1).context(
+        "usage: delivery_bench <mailroom binary> [messages] [connections] [batch] [orgs]",
+    )?;
     let messages: usize = args.get(2).map_or(Ok(100_000), |s| s.parse())?;
     let connections: usize = args.get(3).map_or(Ok(8), |s| s.parse())?;
     let batch: usize = args.get(4).map_or(Ok(200), |s| s.parse())?;
+    let orgs: usize = args.get(5).map_or(Ok(1), |s| s.parse())?;
     let sink = start_sink()?;
-    println!("messages={messages} connections={connections} batch={batch} sink=postfix smtp-sink 127.0.0.1:{}", sink.1);
+    println!("messages={messages} connections={connections} batch={batch} orgs={orgs} sink=postfix smtp-sink 127.0.0.1:{}", sink.1);
 
     let sink_cpu = cpu_seconds(sink.0.id());
     let raw_rate = raw(sink.1, connections, messages).await?;
@@ -142,17 +143,23 @@ async fn main() -> anyhow::Result<()> {
     let pg = EmbeddedPg::open(data.path(), embedded_pg::Options::default()).await?;
     let pool = mailroom::database::connect(pg.connect_options(embedded_pg::DATABASE)).await?;
     app::db::migrate::run(&pool, true).await?;
-    let new_org = app::db::orgs::NewOrg {
-        name: "Bench",
-        slug: "bench",
-        timezone: "UTC",
-        from_name: "Bench",
-        from_address: "news@bench.example",
-    };
-    let org = app::db::orgs::create(&mut *pool.acquire().await?, new_org).await?;
+    // The queue is spread over `orgs` organisations (one claim group each).
+    let mut org_ids = Vec::new();
+    for i in 0..orgs {
+        let slug = format!("bench{i}");
+        let new_org = app::db::orgs::NewOrg {
+            name: &slug,
+            slug: &slug,
+            timezone: "UTC",
+            from_name: "Bench",
+            from_address: "news@bench.example",
+        };
+        org_ids.push(app::db::orgs::create(&mut *pool.acquire().await?, new_org).await?);
+    }
     let t0 = Instant::now();
     let mut tx = pool.begin().await?;
     for i in 0..messages {
+        let org = org_ids[i % org_ids.len()];
         let to = EmailAddress::parse(&format!("e{i}@example.org"))?;
         let job = JobId::test(org, 1, "bench", &to)?;
         deliveries::enqueue(&mut tx, NewDelivery::plain(&job, org, &to)).await?;

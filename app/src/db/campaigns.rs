@@ -70,12 +70,17 @@ pub struct Content {
     pub content_version: i32,
 }
 
-pub async fn content(conn: &mut PgConnection, org_id: i64, id: i64) -> sqlx::Result<Content> {
+/// The content of every campaign of a batch, in one query; each id is looked up within its
+/// own org.
+pub async fn contents(conn: &mut PgConnection, refs: &[(i64, i64)]) -> sqlx::Result<Vec<Content>> {
+    let (orgs, ids): (Vec<i64>, Vec<i64>) = refs.iter().copied().unzip();
     sqlx::query_as(
-        "select id, subject, body, body_format, content_version from campaigns where org_id = $1 and id = $2",
+        "select c.id, c.subject, c.body, c.body_format, c.content_version
+         from campaigns c join unnest($1::bigint[], $2::bigint[]) as r(org_id, id)
+           on c.org_id = r.org_id and c.id = r.id",
     )
-    .bind(org_id)
-    .bind(id)
-    .fetch_one(conn)
+    .bind(&orgs)
+    .bind(&ids)
+    .fetch_all(conn)
     .await
 }

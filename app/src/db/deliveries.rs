@@ -116,12 +116,14 @@ pub async fn claim(
          -- Strict priority; within one priority a random pick, so that no org or campaign is
          -- starved when there are more groups than the batch has room for.
          chosen as (select * from eligible order by priority, random() limit $1),
+         -- Each priority's groups share the whole batch equally: at most 3 × the batch is locked.
          share as (
-             select greatest(1, ceil($1::float8 / greatest(count(*) filter (where priority = 2), 1)))::int as n
-             from chosen
+             select priority, greatest(1, ceil($1::float8 / count(*)))::int as n
+             from chosen group by priority
          ),
          picked as (
-             select p.*, g.org_id as g_org, g.campaign_key as g_campaign from chosen g cross join share
+             select p.*, g.org_id as g_org, g.campaign_key as g_campaign
+             from chosen g join share on share.priority = g.priority
              cross join lateral (
                  select d.job_id, d.org_id, d.kind, d.email_lower, d.campaign_id, d.priority, d.next_attempt_at
                  from deliveries d
@@ -129,8 +131,7 @@ pub async fn claim(
                    and d.priority = g.priority and d.org_id = g.org_id
                    and coalesce(d.campaign_id, 0) = g.campaign_key
                  order by d.next_attempt_at
-                 -- test and digest mail (small, urgent) as much as fits; campaigns a fair share
-                 limit case when g.priority < 2 then $1 else share.n end
+                 limit share.n
                  for update of d skip locked) p
          ),
          -- Round-robin: each group's first row, then each group's second, …
@@ -397,14 +398,18 @@ pub async fn trim_details(
 /// The sender identity of an organisation (From and Reply-To), for rendering.
 #[derive(sqlx::FromRow, Clone, Debug)]
 pub struct Sender {
+    pub org_id: i64,
     pub from_name: String,
     pub from_address: String,
     pub reply_to: Option<String>,
 }
 
-pub async fn sender(pool: &PgPool, org_id: i64) -> sqlx::Result<Sender> {
-    sqlx::query_as("select from_name, from_address, reply_to from orgs where id = $1")
-        .bind(org_id)
-        .fetch_one(pool)
-        .await
+/// The sender identities of every org of a batch, in one query.
+pub async fn senders(pool: &PgPool, org_ids: &[i64]) -> sqlx::Result<Vec<Sender>> {
+    sqlx::query_as(
+        "select id as org_id, from_name, from_address, reply_to from orgs where id = any($1)",
+    )
+    .bind(org_ids)
+    .fetch_all(pool)
+    .await
 }

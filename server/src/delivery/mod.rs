@@ -178,20 +178,32 @@ async fn claim_and_send(
         futures::future::join_all(open.map(Connection::quit)).await;
         return Ok(0);
     }
-    // What the renderers read, once per batch: each org's sender, each campaign's content.
-    let mut senders = HashMap::new();
-    let mut campaigns = HashMap::new();
-    for c in &batch {
-        if let std::collections::hash_map::Entry::Vacant(slot) = senders.entry(c.org_id) {
-            slot.insert(deliveries::sender(pool, c.org_id).await?);
-        }
-        if let Some(id) = c.campaign_id {
-            if let std::collections::hash_map::Entry::Vacant(slot) = campaigns.entry(id) {
-                let mut conn = pool.acquire().await?;
-                slot.insert(app::db::campaigns::content(&mut conn, c.org_id, id).await?);
-            }
-        }
-    }
+    // What the renderers read, once per batch and in two queries: each org's sender, each
+    // campaign's content.
+    let mut org_ids: Vec<i64> = batch.iter().map(|c| c.org_id).collect();
+    org_ids.sort_unstable();
+    org_ids.dedup();
+    let senders: HashMap<i64, Sender> = deliveries::senders(pool, &org_ids)
+        .await?
+        .into_iter()
+        .map(|s| (s.org_id, s))
+        .collect();
+    let mut refs: Vec<(i64, i64)> = batch
+        .iter()
+        .filter_map(|c| Some((c.org_id, c.campaign_id?)))
+        .collect();
+    refs.sort_unstable();
+    refs.dedup();
+    let campaigns: HashMap<i64, Content> = if refs.is_empty() {
+        HashMap::new()
+    } else {
+        let mut conn = pool.acquire().await?;
+        app::db::campaigns::contents(&mut conn, &refs)
+            .await?
+            .into_iter()
+            .map(|k| (k.id, k))
+            .collect()
+    };
     let per_connection = batch.len().div_ceil(connections.len().max(1));
     let chunks = batch
         .chunks(per_connection)
