@@ -119,9 +119,14 @@ impl Worker {
 
     /// Says goodbye on every open connection.
     pub async fn close(&mut self) {
-        let open = self.connections.iter_mut().filter_map(Option::take);
-        futures::future::join_all(open.map(Connection::quit)).await;
+        quit_all(&mut self.connections).await;
     }
+}
+
+/// QUIT on every open connection of `connections`, concurrently; leaves them all closed.
+async fn quit_all(connections: &mut [Option<Connection>]) {
+    let open = connections.iter_mut().filter_map(Option::take);
+    futures::future::join_all(open.map(Connection::quit)).await;
 }
 
 /// One connection's loop: claim `share`, send, record; pause when there is nothing to send.
@@ -141,9 +146,7 @@ async fn lane(w: &Worker, share: i64, shutdown: Shutdown) {
             }
         }
     }
-    if let Some(open) = conn[0].take() {
-        open.quit().await;
-    }
+    quit_all(&mut conn).await;
 }
 
 /// Takes from the rate limit, claims up to `limit`, and sends the batch spread over
@@ -174,8 +177,7 @@ async fn claim_and_send(
     );
     if batch.is_empty() {
         // Nothing to send: do not hold idle connections open on the server.
-        let open = connections.iter_mut().filter_map(Option::take);
-        futures::future::join_all(open.map(Connection::quit)).await;
+        quit_all(connections).await;
         return Ok(0);
     }
     // What the renderers read, once per batch and in two queries: each org's sender, each

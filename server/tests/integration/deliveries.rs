@@ -9,17 +9,8 @@ use sqlx::PgPool;
 use crate::helpers::{org_with_users, test_db};
 
 async fn enqueue_test_mail(pool: &PgPool, org: i64, n: usize) -> Vec<String> {
-    let mut tx = pool.begin().await.unwrap();
-    let mut ids = Vec::new();
-    for i in 0..n {
-        let to = EmailAddress::parse(&format!("r{i}@example.org")).unwrap();
-        let job = JobId::test(1, 1, "dlg", &to).unwrap();
-        let d = NewDelivery::plain(&job, org, &to);
-        assert!(deliveries::enqueue(&mut tx, d).await.unwrap());
-        ids.push(job.to_string());
-    }
-    tx.commit().await.unwrap();
-    ids
+    let addresses: Vec<String> = (0..n).map(|i| format!("r{i}@example.org")).collect();
+    crate::helpers::enqueue_test_mail_to(pool, org, "dlg", &addresses).await
 }
 
 /// A campaign in `status` with one subscriber, and its queued delivery.

@@ -3,12 +3,12 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use app::db::deliveries::{self, NewDelivery};
-use app::domain::{Backoff, EmailAddress, JobId, Role};
+use app::domain::{Backoff, JobId, Role};
 use mailroom::delivery::{Config, Links, Transport, Worker};
 use mailroom::smtp::Target;
 
-use crate::helpers::{org_with_users, test_db};
+use crate::helpers::{enqueue_test_mail_to, org_with_users, test_db};
+use crate::procs::wait_until;
 use crate::smtp_sink::SmtpSink;
 
 /// The test configuration, sending to `sink`.
@@ -30,20 +30,12 @@ pub(crate) fn config(sink: &SmtpSink) -> Config {
 async fn racing_workers_deliver_each_message_exactly_once_and_classify_refusals() {
     let pool = test_db().await;
     let (org, _) = org_with_users(&pool, "acme", &[Role::Owner]).await;
-    let mut tx = pool.begin().await.unwrap();
     let mut addresses: Vec<String> = (0..150).map(|i| format!("r{i}@example.org")).collect();
     addresses.extend([
         "bounce@example.org".to_string(),
         "later@example.org".to_string(),
     ]);
-    for a in &addresses {
-        let to = EmailAddress::parse(a).unwrap();
-        let job = JobId::test(1, 1, "w", &to).unwrap();
-        deliveries::enqueue(&mut tx, NewDelivery::plain(&job, org, &to))
-            .await
-            .unwrap();
-    }
-    tx.commit().await.unwrap();
+    enqueue_test_mail_to(&pool, org, "w", &addresses).await;
 
     let sink = SmtpSink::start();
     let workers: Vec<_> = (0..3)
@@ -118,19 +110,11 @@ fn sigkill_mid_send_never_duplicates_and_loses_nothing() {
 
     const TOTAL: i64 = 1500;
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let (pool, url) = rt.block_on(crate::helpers::empty_db_with_url());
+    let (pool, url) = rt.block_on(crate::helpers::migrated_db_with_url());
     rt.block_on(async {
-        app::db::migrate::run(&pool, true).await.unwrap();
         let (org, _) = org_with_users(&pool, "acme", &[Role::Owner]).await;
-        let mut tx = pool.begin().await.unwrap();
-        for i in 0..TOTAL {
-            let to = EmailAddress::parse(&format!("k{i}@example.org")).unwrap();
-            let job = JobId::test(1, 1, "kill", &to).unwrap();
-            deliveries::enqueue(&mut tx, NewDelivery::plain(&job, org, &to))
-                .await
-                .unwrap();
-        }
-        tx.commit().await.unwrap();
+        let addresses: Vec<String> = (0..TOTAL).map(|i| format!("k{i}@example.org")).collect();
+        enqueue_test_mail_to(&pool, org, "kill", &addresses).await;
     });
     let sink = SmtpSink::start();
     let dir = crate::helpers::data_dir();
@@ -157,20 +141,10 @@ fn sigkill_mid_send_never_duplicates_and_loses_nothing() {
         .map(|i| Proc::start_with_env(&format!("w{i}"), dir.path(), &args, &env))
         .collect();
 
-    let wait_until = |what: &str, secs: u64, done: &dyn Fn() -> bool| {
-        let deadline = std::time::Instant::now() + Duration::from_secs(secs);
-        while !done() {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "timed out waiting for {what}"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    };
     // Three rounds of killing: each time two of the three running workers die mid-batch and
     // two new ones take their place.
     for round in 1..=3 {
-        wait_until("more of the mail", 60, &|| {
+        wait_until("more of the mail", 60, || {
             sink.messages().len() as i64 >= TOTAL * round / 4
         });
         for p in procs.iter_mut().take(2) {
@@ -191,7 +165,7 @@ fn sigkill_mid_send_never_duplicates_and_loses_nothing() {
         )
         .unwrap()
     };
-    wait_until("the queue to drain", 120, &|| open() == 0);
+    wait_until("the queue to drain", 120, || open() == 0);
     for mut p in procs {
         p.signal(Signal::SIGTERM);
         assert!(p.wait_exit(60).success(), "{}", p.log_text());
@@ -241,15 +215,8 @@ fn sigkill_mid_send_never_duplicates_and_loses_nothing() {
 async fn the_global_rate_limit_caps_what_a_round_claims() {
     let pool = test_db().await;
     let (org, _) = org_with_users(&pool, "acme", &[Role::Owner]).await;
-    let mut tx = pool.begin().await.unwrap();
-    for i in 0..30 {
-        let to = EmailAddress::parse(&format!("q{i}@example.org")).unwrap();
-        let job = JobId::test(1, 1, "rate", &to).unwrap();
-        deliveries::enqueue(&mut tx, NewDelivery::plain(&job, org, &to))
-            .await
-            .unwrap();
-    }
-    tx.commit().await.unwrap();
+    let addresses: Vec<String> = (0..30).map(|i| format!("q{i}@example.org")).collect();
+    enqueue_test_mail_to(&pool, org, "rate", &addresses).await;
     let sink = SmtpSink::start();
     let mut cfg = config(&sink);
     cfg.rate_per_second = Some(0.001);
@@ -265,18 +232,6 @@ async fn the_global_rate_limit_caps_what_a_round_claims() {
     assert_eq!(a.unwrap() + b.unwrap(), 12);
     assert_eq!(one.round().await.unwrap(), 0, "no tokens left");
     assert_eq!(sink.messages().len(), 12);
-}
-
-async fn enqueue_to(pool: &sqlx::PgPool, org: i64, dialog: &str, addresses: &[&str]) {
-    let mut tx = pool.begin().await.unwrap();
-    for a in addresses {
-        let to = EmailAddress::parse(a).unwrap();
-        let job = JobId::test(1, 1, dialog, &to).unwrap();
-        deliveries::enqueue(&mut tx, NewDelivery::plain(&job, org, &to))
-            .await
-            .unwrap();
-    }
-    tx.commit().await.unwrap();
 }
 
 #[tokio::test]
@@ -296,8 +251,7 @@ async fn every_smtp_fault_ends_in_the_right_state_attempt_and_reply() {
     let mut addresses: Vec<String> = cases.iter().map(|c| format!("{c}@example.org")).collect();
     // The same 4xx on a delivery that has used up its retries: it gives up, with the reason.
     addresses.push("rcpt4xx@last-try.example".into());
-    let refs: Vec<&str> = addresses.iter().map(String::as_str).collect();
-    enqueue_to(&pool, org, "fault", &refs).await;
+    enqueue_test_mail_to(&pool, org, "fault", &addresses).await;
     sqlx::query(
         "update deliveries set attempt = $1 - 1 where recipient = 'rcpt4xx@last-try.example'",
     )
@@ -412,8 +366,7 @@ async fn without_smtp_mail_is_captured_to_files_the_dashboard_can_read() {
     let pool = test_db().await;
     let (org, _) = org_with_users(&pool, "acme", &[Role::Owner]).await;
     let addresses: Vec<String> = (0..25).map(|i| format!("cap{i}@example.org")).collect();
-    let refs: Vec<&str> = addresses.iter().map(String::as_str).collect();
-    enqueue_to(&pool, org, "cap", &refs).await;
+    enqueue_test_mail_to(&pool, org, "cap", &addresses).await;
     let dir = tempfile::tempdir().unwrap();
     let mut worker = Worker::new(pool.clone(), config_for_capture(dir.path().into()), "cap");
     while worker.round().await.unwrap() > 0 {}
@@ -447,17 +400,13 @@ fn sigterm_finishes_or_releases_the_batch_in_hand_within_the_timeout() {
     use nix::sys::signal::Signal;
 
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let (pool, url) = rt.block_on(crate::helpers::empty_db_with_url());
-    let org = rt.block_on(async {
-        app::db::migrate::run(&pool, true).await.unwrap();
+    let (pool, url) = rt.block_on(crate::helpers::migrated_db_with_url());
+    rt.block_on(async {
         let (org, _) = org_with_users(&pool, "acme", &[Role::Owner]).await;
         let mut many: Vec<String> = (0..8).map(|i| format!("ok{i}@example.org")).collect();
         many.push("hang@example.org".into());
-        let refs: Vec<&str> = many.iter().map(String::as_str).collect();
-        enqueue_to(&pool, org, "term", &refs).await;
-        org
+        enqueue_test_mail_to(&pool, org, "term", &many).await;
     });
-    let _ = org;
     // The server takes `hang@`'s body and never answers: without the shutdown timeout the
     // process would wait for the 60 s SMTP timeout.
     let sink = rt.block_on(crate::fault_sink::FaultSink::start());
@@ -530,13 +479,11 @@ fn two_worker_processes_share_one_rate_limit_measured_at_the_sink() {
     const RATE: f64 = 20.0;
     const TOTAL: usize = 90;
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let (pool, url) = rt.block_on(crate::helpers::empty_db_with_url());
+    let (pool, url) = rt.block_on(crate::helpers::migrated_db_with_url());
     rt.block_on(async {
-        app::db::migrate::run(&pool, true).await.unwrap();
         let (org, _) = org_with_users(&pool, "acme", &[Role::Owner]).await;
         let addresses: Vec<String> = (0..TOTAL).map(|i| format!("rl{i}@example.org")).collect();
-        let refs: Vec<&str> = addresses.iter().map(String::as_str).collect();
-        enqueue_to(&pool, org, "rate", &refs).await;
+        enqueue_test_mail_to(&pool, org, "rate", &addresses).await;
     });
     let sink = SmtpSink::start();
     let dir = crate::helpers::data_dir();

@@ -109,6 +109,37 @@ pub async fn test_db() -> PgPool {
         .unwrap()
 }
 
+/// A migrated database and a URL that reaches it, for tests that start `mailroom` processes.
+pub async fn migrated_db_with_url() -> (PgPool, String) {
+    let (pool, url) = empty_db_with_url().await;
+    app::db::migrate::run(&pool, true).await.unwrap();
+    (pool, url)
+}
+
+/// Queues one test mail per address (job `test:1:1:<dialog>:<address>`) in one transaction;
+/// returns the job ids in order.
+pub async fn enqueue_test_mail_to(
+    pool: &PgPool,
+    org: i64,
+    dialog: &str,
+    addresses: &[String],
+) -> Vec<String> {
+    use app::db::deliveries::{enqueue, NewDelivery};
+    use app::domain::{EmailAddress, JobId};
+    let mut tx = pool.begin().await.unwrap();
+    let mut jobs = Vec::with_capacity(addresses.len());
+    for a in addresses {
+        let to = EmailAddress::parse(a).unwrap();
+        let job = JobId::test(1, 1, dialog, &to).unwrap();
+        assert!(enqueue(&mut tx, NewDelivery::plain(&job, org, &to))
+            .await
+            .unwrap());
+        jobs.push(job.to_string());
+    }
+    tx.commit().await.unwrap();
+    jobs
+}
+
 /// An empty database (no migrations) for migration tests.
 pub async fn empty_db() -> PgPool {
     let (pool, _) = empty_db_with_url().await;

@@ -1,14 +1,14 @@
 //! Leadership (guarantee 11): one leader at a time, and an epoch fence that rejects a stalled
 //! leader's writes after another replica took over.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use app::db::leader;
 use nix::sys::signal::Signal;
 use sqlx::PgPool;
 
 use crate::helpers::test_db;
-use crate::procs::Proc;
+use crate::procs::{wait_until, Proc};
 
 async fn expire_lease(pool: &PgPool) {
     sqlx::query("update leader_lease set expires_at = now() - interval '1 second'")
@@ -113,8 +113,7 @@ fn holder_pid(holder: &str) -> i32 {
 #[test]
 fn a_sigstopped_leader_is_replaced_and_never_acts_again_on_its_old_epoch() {
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let (pool, url) = rt.block_on(crate::helpers::empty_db_with_url());
-    rt.block_on(app::db::migrate::run(&pool, true)).unwrap();
+    let (pool, url) = rt.block_on(crate::helpers::migrated_db_with_url());
     let dir = crate::helpers::data_dir();
     let args = [
         "worker",
@@ -134,14 +133,7 @@ fn a_sigstopped_leader_is_replaced_and_never_acts_again_on_its_old_epoch() {
         )
         .unwrap()
     };
-    let wait_for = |what: &str, secs: u64, f: &dyn Fn() -> bool| {
-        let deadline = Instant::now() + Duration::from_secs(secs);
-        while !f() {
-            assert!(Instant::now() < deadline, "timed out waiting for {what}");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    };
-    wait_for("a leader", 30, &|| lease_holder().is_some());
+    wait_until("a leader", 30, || lease_holder().is_some());
     let (first, first_epoch) = lease_holder().unwrap();
     let stopped = procs
         .iter()
@@ -149,13 +141,13 @@ fn a_sigstopped_leader_is_replaced_and_never_acts_again_on_its_old_epoch() {
         .expect("the leader is one of ours");
     std::thread::sleep(Duration::from_millis(800)); // let it act at least once
     procs[stopped].signal(Signal::SIGSTOP);
-    wait_for("another replica to take over", 30, &|| {
+    wait_until("another replica to take over", 30, || {
         lease_holder().is_some_and(|(h, _)| h != first)
     });
     std::thread::sleep(Duration::from_millis(1500)); // the new leader acts
     procs[stopped].signal(Signal::SIGCONT);
     let woken = &procs[stopped];
-    wait_for("the woken leader to step down", 10, &|| {
+    wait_until("the woken leader to step down", 10, || {
         let log = woken.log_text();
         log.contains("lost leadership") || log.contains("stepping down")
     });

@@ -1,7 +1,6 @@
 //! `/metrics`: Prometheus text with the figures an operator alerts on.
 
-use app::db::deliveries::{self, NewDelivery};
-use app::domain::{EmailAddress, JobId, Role};
+use app::domain::Role;
 use mailroom::delivery::Worker;
 
 use crate::helpers::{org_with_users, test_db};
@@ -23,15 +22,8 @@ fn value(text: &str, series: &str) -> f64 {
 async fn metrics_report_deliveries_queue_depth_age_latency_and_leader_epoch() {
     let pool = test_db().await;
     let (org, _) = org_with_users(&pool, "acme", &[Role::Owner]).await;
-    let mut tx = pool.begin().await.unwrap();
-    for i in 0..5 {
-        let to = EmailAddress::parse(&format!("m{i}@example.org")).unwrap();
-        let job = JobId::test(1, 1, "m", &to).unwrap();
-        deliveries::enqueue(&mut tx, NewDelivery::plain(&job, org, &to))
-            .await
-            .unwrap();
-    }
-    tx.commit().await.unwrap();
+    let addresses: Vec<String> = (0..5).map(|i| format!("m{i}@example.org")).collect();
+    crate::helpers::enqueue_test_mail_to(&pool, org, "m", &addresses).await;
     sqlx::query("update deliveries set created_at = now() - interval '90 seconds', next_attempt_at = now() - interval '90 seconds'")
         .execute(&pool)
         .await

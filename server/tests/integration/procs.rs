@@ -89,6 +89,15 @@ impl Drop for Proc {
     }
 }
 
+/// Polls `done` until it holds; panics naming `what` after `secs`.
+pub fn wait_until(what: &str, secs: u64, done: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// Runs `mailroom <args>` to completion with extra environment; returns (status, stdout, stderr).
 pub fn run(args: &[&str], env: &[(&str, &str)]) -> (ExitStatus, String, String) {
     let mut cmd = Command::new(mailroom_bin());
