@@ -12,6 +12,9 @@ pub mod capture;
 /// Every SQL statement (server only).
 #[cfg(feature = "ssr")]
 pub mod db;
+/// The weekly digest: ticker chunks, forced resends, content (server only).
+#[cfg(feature = "ssr")]
+pub mod digest;
 /// Domain types: `EmailAddress`, `JobId`, `WeekKey`, `Role` — parsed once at the edge.
 pub mod domain;
 /// The error type of every server function.

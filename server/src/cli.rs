@@ -70,6 +70,19 @@ pub enum Command {
     /// Manage dashboard users.
     #[command(subcommand)]
     User(UserCommand),
+    /// Run one digest tick now and print what it did (the workers tick by themselves).
+    DigestTick(DigestTickArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct DigestTickArgs {
+    /// Tick as if the database clock read this instant (RFC 3339), for tests and catch-up.
+    #[arg(long, hide = true)]
+    pub now: Option<chrono::DateTime<chrono::Utc>>,
+
+    /// Orgs per chunk (one transaction each).
+    #[arg(long, default_value_t = app::digest::CHUNK)]
+    pub chunk: i64,
 }
 
 #[derive(Debug, Args)]
@@ -169,6 +182,10 @@ pub struct WorkerArgs {
     /// Days message details (SMTP replies, captured files) are kept; ledger rows stay.
     #[arg(long, env = "MAILROOM_RETENTION_DAYS", default_value_t = 30.0)]
     pub retention_days: f64,
+
+    /// Seconds between digest ticks (each claims the orgs whose digest is due).
+    #[arg(long, env = "MAILROOM_DIGEST_TICK_SECONDS", default_value_t = 60)]
+    pub digest_tick_seconds: u64,
 
     /// Seconds a stopping process waits for the batch in hand before it releases it.
     #[arg(long, env = "MAILROOM_SHUTDOWN_TIMEOUT_SECONDS", default_value_t = 20)]

@@ -52,6 +52,31 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             db.close().await?;
             result
         }
+        Command::DigestTick(args) => {
+            let db = Database::open(&cli, Migrations::Tolerant).await?;
+            let started = std::time::Instant::now();
+            let result = app::digest::tick(
+                &db.pool,
+                args.now,
+                args.chunk.max(1),
+                app::digest::Templates::builtin(),
+            )
+            .await;
+            db.close().await?;
+            let r = result?;
+            println!(
+                "{}",
+                serde_json::json!({
+                    "claimed": r.claimed,
+                    "skipped": r.skipped,
+                    "recipients": r.recipients,
+                    "failed_orgs": r.failed_orgs,
+                    "failed_chunks": r.failed_chunks,
+                    "seconds": started.elapsed().as_secs_f64(),
+                })
+            );
+            Ok(())
+        }
         Command::User(UserCommand::Password(args)) => {
             let db = Database::open(&cli, Migrations::Tolerant).await?;
             let result = user_password(&db, args).await;

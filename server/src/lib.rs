@@ -11,6 +11,8 @@ pub mod database;
 pub mod delivery;
 /// Demo organisations for a first look.
 pub mod demo;
+/// The digest ticker (every replica).
+pub mod digest;
 /// A private PostgreSQL cluster under the data directory.
 pub mod embedded_pg;
 /// The axum router: dashboard, server functions, health, CSRF guard.

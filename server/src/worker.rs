@@ -42,7 +42,7 @@ fn hostname() -> String {
 
 /// Runs the worker host until shutdown: a heartbeat every few seconds (database clock), session
 /// housekeeping, the leader elector and the delivery worker (SMTP, or capture into
-/// `captured_dir`). The digest and campaign workers join here in later issues.
+/// `captured_dir`) and the digest ticker. The campaign worker joins here in a later issue.
 pub async fn run(
     pool: PgPool,
     args: WorkerArgs,
@@ -78,6 +78,11 @@ pub async fn run(
         args.leader(),
         id.clone(),
         captured_dir,
+        shutdown.clone(),
+    ));
+    let digests = tokio::spawn(crate::digest::run(
+        pool.clone(),
+        Duration::from_secs(args.digest_tick_seconds),
         shutdown.clone(),
     ));
     tracing::info!(process = %id, mode = mode.as_str(), "worker host started");
@@ -119,6 +124,7 @@ pub async fn run(
         }
     }
     let _ = leader.await;
+    let _ = digests.await;
     if let Err(e) = app::db::heartbeat::remove(&pool, &id).await {
         tracing::warn!(error = %e, "could not remove the heartbeat row");
     }

@@ -1,23 +1,23 @@
-//! The weekly digest's arbiter (guarantees 1 and 3): claiming an org's week *is* inserting its
+//! The weekly digest's arbiter (guarantees 1–3): claiming an org's week *is* inserting its
 //! `digest_sends` row; `UNIQUE (org_id, week_key)` decides, the `NOT EXISTS` only avoids needless
 //! conflicts. Due-ness and the week key are computed here, in SQL, from the database clock (or
-//! an injected `now` in tests) in each org's time zone.
-//!
-//! Not wired into the worker yet (issue 4 is under way): the ticker, the digest content and the
-//! digest renderer come next.
+//! an injected `now` in tests) in each org's time zone. The claim, the stored content and the
+//! enqueued deliveries commit in the caller's one transaction.
 
 use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
 
-/// A week claimed by this tick.
+/// A week (or a forced resend) claimed in this transaction.
 #[derive(sqlx::FromRow, Debug, Clone, PartialEq, Eq)]
 pub struct ClaimedWeek {
     pub id: i64,
     pub org_id: i64,
     pub week_key: String,
-    /// `scheduled`, or `skipped` when the 24-hour window had already passed.
+    /// `scheduled`, `manual`, or `skipped` when the 24-hour window had already passed.
     pub kind: String,
     pub scheduled_at: DateTime<Utc>,
+    pub period_start: DateTime<Utc>,
+    pub period_end: DateTime<Utc>,
 }
 
 /// The ids of up to `limit` orgs after `after`, in order: one chunk of a tick.
@@ -29,17 +29,15 @@ pub async fn org_chunk(conn: &mut PgConnection, after: i64, limit: i64) -> sqlx:
         .await
 }
 
-/// Claims, for the orgs with ids in `first..=last`, the week whose scheduled time has come:
-/// the org's digest weekday and hour in its own time zone, this ISO week's slot once it has
-/// passed, else last week's. Within 24 hours of the slot the week is claimed as `scheduled`;
-/// later it is recorded as `skipped` (never sent days late). A week already claimed (by any
-/// replica, any tick) is not returned again. Runs in the caller's transaction, which also builds
-/// and enqueues the digests, so a crash before commit claims nothing.
+/// Claims, for the orgs in `org_ids`, the week whose scheduled time has come: the org's digest
+/// weekday and hour in its own time zone, this ISO week's slot once it has passed, else last
+/// week's. Within 24 hours of the slot the week is claimed as `scheduled`; later it is recorded
+/// as `skipped` (never sent days late). A week already claimed (by any replica, any tick) is not
+/// returned again. The period covered is the 7 local days before the slot.
 pub async fn claim_due_weeks(
     conn: &mut PgConnection,
     now: Option<DateTime<Utc>>,
-    first: i64,
-    last: i64,
+    org_ids: &[i64],
 ) -> sqlx::Result<Vec<ClaimedWeek>> {
     sqlx::query_as(
         "with clock as (select coalesce($1::timestamptz, now()) as now),
@@ -49,7 +47,7 @@ pub async fn claim_due_weeks(
                     date_trunc('week', c.now at time zone o.timezone)
                       + (o.digest_weekday - 1) * interval '1 day' + o.digest_hour * interval '1 hour' as this_slot
              from orgs o, clock c
-             where o.id between $2 and $3
+             where o.id = any($2)
          ),
          due as (
              select org_id, now, timezone, slot,
@@ -69,11 +67,206 @@ pub async fn claim_due_weeks(
            and not exists (select 1 from digest_sends s where s.org_id = d.org_id and s.week_key = d.week_key)
          order by d.org_id
          on conflict (org_id, week_key) do nothing
-         returning id, org_id, week_key, kind, scheduled_at",
+         returning id, org_id, week_key, kind, scheduled_at, period_start, period_end",
     )
     .bind(now)
-    .bind(first)
-    .bind(last)
+    .bind(org_ids)
     .fetch_all(conn)
     .await
+}
+
+/// What a forced-resend claim found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ManualClaim {
+    Claimed(ClaimedWeek),
+    /// This dialog's key was already used: the resend it asked for exists.
+    AlreadySent {
+        id: i64,
+    },
+    /// The key is more than `max_age_seconds` old, or in the future, by the database clock.
+    Stale,
+}
+
+/// Claims a forced resend under `manual-<key>` (the key the server issued when it rendered the
+/// dialog). It covers the 7 days up to now and records the org's current local ISO week, so it
+/// can neither collide with nor block any scheduled week.
+pub async fn claim_manual(
+    conn: &mut PgConnection,
+    org_id: i64,
+    key: i64,
+    max_age_seconds: i64,
+    triggered_by: i64,
+    only_me: bool,
+) -> sqlx::Result<ManualClaim> {
+    let claimed: Option<ClaimedWeek> = sqlx::query_as(
+        "insert into digest_sends (org_id, week_key, kind, covers_week, triggered_by, only_me,
+                                   scheduled_at, period_start, period_end)
+         select o.id, 'manual-' || $2, 'manual', to_char(now() at time zone o.timezone, 'IYYY-\"W\"IW'),
+                $4, $5, now(), now() - interval '7 days', now()
+         from orgs o
+         where o.id = $1
+           and $2 <= extract(epoch from now())
+           and $2 >= extract(epoch from now()) - $3
+         on conflict (org_id, week_key) do nothing
+         returning id, org_id, week_key, kind, scheduled_at, period_start, period_end",
+    )
+    .bind(org_id)
+    .bind(key)
+    .bind(max_age_seconds)
+    .bind(triggered_by)
+    .bind(only_me)
+    .fetch_optional(&mut *conn)
+    .await?;
+    if let Some(c) = claimed {
+        return Ok(ManualClaim::Claimed(c));
+    }
+    let existing: Option<i64> = sqlx::query_scalar(
+        "select id from digest_sends where org_id = $1 and week_key = 'manual-' || $2",
+    )
+    .bind(org_id)
+    .bind(key)
+    .fetch_optional(conn)
+    .await?;
+    Ok(match existing {
+        Some(id) => ManualClaim::AlreadySent { id },
+        None => ManualClaim::Stale,
+    })
+}
+
+/// A digest's rendered content, as stored on its row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredContent {
+    pub id: i64,
+    pub subject: String,
+    pub html: String,
+    pub text: String,
+}
+
+/// Stores each claimed digest's content on its row: one statement for the chunk.
+pub async fn store_contents(
+    conn: &mut PgConnection,
+    contents: &[StoredContent],
+) -> sqlx::Result<()> {
+    if contents.is_empty() {
+        return Ok(());
+    }
+    let ids: Vec<i64> = contents.iter().map(|c| c.id).collect();
+    let subjects: Vec<&str> = contents.iter().map(|c| c.subject.as_str()).collect();
+    let htmls: Vec<&str> = contents.iter().map(|c| c.html.as_str()).collect();
+    let texts: Vec<&str> = contents.iter().map(|c| c.text.as_str()).collect();
+    sqlx::query(
+        "update digest_sends d set subject = c.subject, content_html = c.html, content_text = c.text
+         from unnest($1::bigint[], $2::text[], $3::text[], $4::text[]) as c(id, subject, html, text)
+         where d.id = c.id",
+    )
+    .bind(&ids)
+    .bind(&subjects)
+    .bind(&htmls)
+    .bind(&texts)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Enqueues one delivery per recipient of each digest in `ids` and records the count on its
+/// row, in one statement. The opt-out filter is the recipient query's own `WHERE` (guarantee
+/// 3): opted-in, enabled owners and admins; for an "only me" resend, just the admin who asked.
+/// The job id is `digest:<org>:<week key>:<user>` (`JobId::Digest`); enqueueing is
+/// `ON CONFLICT DO NOTHING` like every enqueue. Returns the number of deliveries queued.
+pub async fn enqueue_recipients(conn: &mut PgConnection, ids: &[i64]) -> sqlx::Result<i64> {
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    sqlx::query_scalar(
+        "with recipients as (
+             select ds.id as digest_send_id, ds.org_id, ds.week_key, u.id as user_id, u.email, u.email_lower
+             from digest_sends ds
+             join users u on u.org_id = ds.org_id
+             where ds.id = any($1)
+               and not u.disabled
+               and case when ds.only_me then u.id = ds.triggered_by
+                        else u.weekly_digest and u.role in ('owner', 'admin') end
+         ),
+         queued as (
+             insert into deliveries (job_id, org_id, kind, priority, recipient, email_lower, digest_send_id, user_id)
+             select 'digest:' || org_id || ':' || week_key || ':' || user_id, org_id, 'digest', 1,
+                    email, email_lower, digest_send_id, user_id
+             from recipients
+             on conflict (job_id) do nothing
+             returning digest_send_id
+         ),
+         counted as (
+             update digest_sends d set recipient_count = n.n
+             from (select digest_send_id, count(*) as n from queued group by digest_send_id) n
+             where d.id = n.digest_send_id
+             returning n.n
+         )
+         select coalesce(sum(n), 0)::bigint from counted",
+    )
+    .bind(ids)
+    .fetch_one(conn)
+    .await
+}
+
+/// The content the delivery worker wraps into each digest message, for a batch.
+#[derive(sqlx::FromRow, Debug, Clone)]
+pub struct Content {
+    pub id: i64,
+    pub subject: String,
+    pub content_html: String,
+    pub content_text: String,
+}
+
+/// The stored content of the digests `refs` (org id, digest send id), in one query.
+pub async fn contents(conn: &mut PgConnection, refs: &[(i64, i64)]) -> sqlx::Result<Vec<Content>> {
+    let (orgs, ids): (Vec<i64>, Vec<i64>) = refs.iter().copied().unzip();
+    sqlx::query_as(
+        "select d.id, d.subject, d.content_html, d.content_text
+         from digest_sends d join unnest($1::bigint[], $2::bigint[]) as r(org_id, id)
+           on d.org_id = r.org_id and d.id = r.id
+         where d.subject is not null and d.content_html is not null and d.content_text is not null",
+    )
+    .bind(&orgs)
+    .bind(&ids)
+    .fetch_all(conn)
+    .await
+}
+
+/// This week's scheduled digest of an org, as the dashboard shows it: the slot, the period it
+/// covers, and whether it was claimed (`scheduled`, `skipped`) or not yet (`None`).
+#[derive(sqlx::FromRow, Debug, Clone, PartialEq, Eq)]
+pub struct ThisWeek {
+    pub week_key: String,
+    pub scheduled_at: DateTime<Utc>,
+    pub period_start: DateTime<Utc>,
+    pub period_end: DateTime<Utc>,
+    pub claimed_as: Option<String>,
+}
+
+pub async fn this_week(conn: &mut PgConnection, org_id: i64) -> sqlx::Result<Option<ThisWeek>> {
+    sqlx::query_as(
+        "with s as (
+             select o.id, o.timezone,
+                    date_trunc('week', now() at time zone o.timezone)
+                      + (o.digest_weekday - 1) * interval '1 day' + o.digest_hour * interval '1 hour' as slot
+             from orgs o where o.id = $1
+         )
+         select to_char(s.slot, 'IYYY-\"W\"IW') as week_key,
+                s.slot at time zone s.timezone as scheduled_at,
+                (s.slot - interval '7 days') at time zone s.timezone as period_start,
+                s.slot at time zone s.timezone as period_end,
+                (select d.kind from digest_sends d
+                  where d.org_id = s.id and d.week_key = to_char(s.slot, 'IYYY-\"W\"IW')) as claimed_as
+         from s",
+    )
+    .bind(org_id)
+    .fetch_optional(conn)
+    .await
+}
+
+/// A forced-resend key: the database clock's unix seconds when the dialog is rendered.
+pub async fn issue_manual_key(conn: &mut PgConnection) -> sqlx::Result<i64> {
+    sqlx::query_scalar("select floor(extract(epoch from now()))::bigint")
+        .fetch_one(conn)
+        .await
 }

@@ -9,6 +9,8 @@ pub mod cluster;
 pub mod deliveries;
 pub mod delivery_admin;
 pub mod demo;
+pub mod digest_admin;
+pub mod digest_figures;
 pub mod digests;
 pub mod health;
 pub mod heartbeat;

@@ -16,6 +16,7 @@ use sqlx::PgPool;
 
 use app::db::campaigns::Content;
 use app::db::deliveries::{self, Claimed, Sender};
+use app::db::digests::Content as DigestContent;
 use app::domain::Backoff;
 
 use crate::shutdown::Shutdown;
@@ -206,11 +207,32 @@ async fn claim_and_send(
             .map(|k| (k.id, k))
             .collect()
     };
+    let mut digest_refs: Vec<(i64, i64)> = batch
+        .iter()
+        .filter_map(|c| Some((c.org_id, c.digest_send_id?)))
+        .collect();
+    digest_refs.sort_unstable();
+    digest_refs.dedup();
+    let digests: HashMap<i64, DigestContent> = if digest_refs.is_empty() {
+        HashMap::new()
+    } else {
+        let mut conn = pool.acquire().await?;
+        app::db::digests::contents(&mut conn, &digest_refs)
+            .await?
+            .into_iter()
+            .map(|d| (d.id, d))
+            .collect()
+    };
+    let looked_up = Lookups {
+        senders: &senders,
+        campaigns: &campaigns,
+        digests: &digests,
+    };
     let per_connection = batch.len().div_ceil(connections.len().max(1));
     let chunks = batch
         .chunks(per_connection)
         .zip(connections.iter_mut())
-        .map(|(chunk, conn)| send_chunk(cfg, ledger, &senders, &campaigns, chunk, conn));
+        .map(|(chunk, conn)| send_chunk(cfg, ledger, &looked_up, chunk, conn));
     // Every chunk runs concurrently on its own connection; outcomes are group-committed.
     for done in futures::future::join_all(chunks).await {
         done?;
@@ -218,13 +240,19 @@ async fn claim_and_send(
     Ok(batch.len())
 }
 
+/// What the renderers read, loaded once per batch.
+struct Lookups<'a> {
+    senders: &'a HashMap<i64, Sender>,
+    campaigns: &'a HashMap<i64, Content>,
+    digests: &'a HashMap<i64, DigestContent>,
+}
+
 /// Sends a chunk in order over one connection (reconnecting after a broken one), handing each
 /// outcome to the ledger as soon as it is known; returns once all of them are committed.
 async fn send_chunk(
     cfg: &Config,
     ledger: &Ledger,
-    senders: &HashMap<i64, Sender>,
-    campaigns: &HashMap<i64, Content>,
+    looked_up: &Lookups<'_>,
     chunk: &[Claimed],
     conn: &mut Option<Connection>,
 ) -> anyhow::Result<()> {
@@ -233,8 +261,9 @@ async fn send_chunk(
         let cx = Inputs {
             message_id_domain: &cfg.message_id_domain,
             links: &cfg.links,
-            sender: senders.get(&c.org_id),
-            campaign: c.campaign_id.and_then(|id| campaigns.get(&id)),
+            sender: looked_up.senders.get(&c.org_id),
+            campaign: c.campaign_id.and_then(|id| looked_up.campaigns.get(&id)),
+            digest: c.digest_send_id.and_then(|id| looked_up.digests.get(&id)),
         };
         let outcome = send_one(cfg, ledger, &cx, c, conn).await;
         recorded.push(ledger.record(ledger::Result {

@@ -1,14 +1,16 @@
 //! One renderer per kind builds each message at send time from the delivery's typed references
 //! (deliveries never carry bodies): test mail, and campaign mail with its RFC 8058 one-click
-//! unsubscribe headers. The digest renderer arrives with the digest engine.
+//! unsubscribe headers, and the weekly digest (its content was rendered once, when its week was
+//! claimed, and is wrapped here per recipient).
 
 use anyhow::Context;
 use lettre::message::header::{ContentType, HeaderName, HeaderValue};
-use lettre::message::{Mailbox, Message};
+use lettre::message::{Mailbox, Message, MultiPart};
 use lettre::Address;
 
 use app::db::campaigns::Content;
 use app::db::deliveries::{Claimed, Sender};
+use app::db::digests::Content as DigestContent;
 use app::domain::JobId;
 use app::unsubscribe::{Claim, Keys};
 
@@ -31,6 +33,7 @@ pub struct Inputs<'a> {
     pub links: &'a Links,
     pub sender: Option<&'a Sender>,
     pub campaign: Option<&'a Content>,
+    pub digest: Option<&'a DigestContent>,
 }
 
 const LIST_UNSUBSCRIBE: HeaderName = HeaderName::new_from_ascii_str("List-Unsubscribe");
@@ -46,8 +49,7 @@ pub fn render(cx: &Inputs<'_>, c: &Claimed) -> anyhow::Result<Rendered> {
     let mut builder = Message::builder()
         .from(Mailbox::new(Some(sender.from_name.clone()), from.clone()))
         .to(Mailbox::new(None, to.clone()))
-        .message_id(Some(job.message_id(cx.message_id_domain)))
-        .header(ContentType::TEXT_PLAIN);
+        .message_id(Some(job.message_id(cx.message_id_domain)));
     if let Some(reply_to) = &sender.reply_to {
         builder = builder.reply_to(reply_to.parse()?);
     }
@@ -94,11 +96,31 @@ pub fn render(cx: &Inputs<'_>, c: &Claimed) -> anyhow::Result<Rendered> {
                 format!("{}\n\n--\nUnsubscribe: {link}\n", content.body),
             )
         }
-        other => anyhow::bail!("no renderer for {} mail yet", other.kind()),
+        JobId::Digest { .. } => {
+            let digest = cx
+                .digest
+                .filter(|d| Some(d.id) == c.digest_send_id)
+                .context("the digest's content was not loaded (or was never stored)")?;
+            let message = builder.subject(digest.subject.clone()).multipart(
+                MultiPart::alternative_plain_html(
+                    digest.content_text.clone(),
+                    digest.content_html.clone(),
+                ),
+            )?;
+            return Ok(Rendered {
+                from,
+                to,
+                bytes: message.formatted(),
+            });
+        }
     };
     Ok(Rendered {
         from,
         to,
-        bytes: builder.subject(subject).body(body)?.formatted(),
+        bytes: builder
+            .header(ContentType::TEXT_PLAIN)
+            .subject(subject)
+            .body(body)?
+            .formatted(),
     })
 }

@@ -1,0 +1,204 @@
+//! Building claimed digests inside the claim's transaction: figures, content, deliveries. A tick
+//! claims due orgs chunk by chunk; a forced resend claims its own key. Either way the claim, the
+//! stored content and the enqueued deliveries commit together or not at all.
+
+use chrono::{DateTime, Utc};
+use sqlx::{PgConnection, PgPool};
+
+use super::Templates;
+use crate::db::audit;
+use crate::db::digest_figures::{self, Period};
+use crate::db::digests::{self, ClaimedWeek, ManualClaim};
+
+/// Orgs per chunk of a tick (one transaction each).
+pub const CHUNK: i64 = 1000;
+/// A forced resend's dialog stays valid this long (guarantee 2).
+pub const MANUAL_KEY_MAX_AGE_SECONDS: i64 = 15 * 60;
+
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    #[error(transparent)]
+    Db(#[from] sqlx::Error),
+    #[error("rendering the digest of org {org_id} failed: {source}")]
+    Render {
+        org_id: i64,
+        #[source]
+        source: minijinja::Error,
+    },
+}
+
+/// What one tick did, over every chunk.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct TickReport {
+    /// Weeks claimed and built (scheduled digests).
+    pub claimed: u64,
+    /// Weeks recorded as skipped (the 24-hour window was missed).
+    pub skipped: u64,
+    /// Deliveries enqueued.
+    pub recipients: i64,
+    /// Orgs whose digest could not be built this tick (logged; the next tick tries again).
+    pub failed_orgs: Vec<i64>,
+    /// Chunks that failed as a whole (a database error; logged; the next tick tries again).
+    pub failed_chunks: u64,
+}
+
+/// Renders, stores and enqueues the digests just claimed (skipped weeks excepted) in the
+/// caller's transaction. Returns the number of deliveries enqueued.
+pub async fn build(
+    conn: &mut PgConnection,
+    claims: &[ClaimedWeek],
+    templates: &Templates,
+) -> Result<i64, BuildError> {
+    let to_build: Vec<&ClaimedWeek> = claims.iter().filter(|c| c.kind != "skipped").collect();
+    if to_build.is_empty() {
+        return Ok(0);
+    }
+    let periods: Vec<Period> = to_build
+        .iter()
+        .map(|c| Period {
+            key: c.id,
+            org_id: c.org_id,
+            start: c.period_start,
+            end: c.period_end,
+        })
+        .collect();
+    let figures = digest_figures::figures(&mut *conn, &periods).await?;
+    let contents = figures
+        .iter()
+        .map(|f| {
+            templates
+                .render(f.key, f)
+                .map_err(|source| BuildError::Render {
+                    org_id: f.org_id,
+                    source,
+                })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    digests::store_contents(&mut *conn, &contents).await?;
+    let ids: Vec<i64> = to_build.iter().map(|c| c.id).collect();
+    Ok(digests::enqueue_recipients(conn, &ids).await?)
+}
+
+/// One chunk in one transaction: claim the due weeks of `org_ids`, build them, commit.
+async fn run_chunk(
+    pool: &PgPool,
+    now: Option<DateTime<Utc>>,
+    org_ids: &[i64],
+    templates: &Templates,
+) -> Result<(u64, u64, i64), BuildError> {
+    let mut tx = pool.begin().await?;
+    let claims = digests::claim_due_weeks(&mut tx, now, org_ids).await?;
+    let recipients = build(&mut tx, &claims, templates).await?;
+    tx.commit().await?;
+    let skipped = claims.iter().filter(|c| c.kind == "skipped").count() as u64;
+    Ok((claims.len() as u64 - skipped, skipped, recipients))
+}
+
+/// One tick of the digest ticker: every org, chunk by chunk in id order. `now` replaces the
+/// database clock in tests. An org whose digest cannot be built is left out of its chunk
+/// (which is retried without it) and logged; a chunk that fails on the database is logged and
+/// the tick goes on with the next one.
+pub async fn tick(
+    pool: &PgPool,
+    now: Option<DateTime<Utc>>,
+    chunk: i64,
+    templates: &Templates,
+) -> sqlx::Result<TickReport> {
+    let mut report = TickReport::default();
+    let mut after = i64::MIN;
+    loop {
+        let mut ids = {
+            let mut conn = pool.acquire().await?;
+            digests::org_chunk(&mut conn, after, chunk).await?
+        };
+        let Some(&last) = ids.last() else {
+            return Ok(report);
+        };
+        after = last;
+        while !ids.is_empty() {
+            match run_chunk(pool, now, &ids, templates).await {
+                Ok((claimed, skipped, recipients)) => {
+                    report.claimed += claimed;
+                    report.skipped += skipped;
+                    report.recipients += recipients;
+                    break;
+                }
+                Err(BuildError::Render { org_id, source }) => {
+                    tracing::error!(org_id, error = %source, "cannot build this org's digest; the rest of its chunk goes on");
+                    report.failed_orgs.push(org_id);
+                    ids.retain(|&id| id != org_id);
+                }
+                Err(BuildError::Db(e)) => {
+                    tracing::error!(error = %e, first = ids[0], last, "a digest chunk failed; the next tick retries it");
+                    report.failed_chunks += 1;
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// What a forced resend did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Resent {
+    Sent {
+        id: i64,
+        recipients: i64,
+    },
+    /// The same dialog was submitted before: nothing new was sent.
+    AlreadySent {
+        id: i64,
+    },
+    /// The dialog's key is older than 15 minutes or in the future.
+    Stale,
+}
+
+/// A forced resend by `user_id`: claims `manual-<key>`, builds it, records it in the audit log,
+/// in one transaction.
+pub async fn resend(
+    pool: &PgPool,
+    org_id: i64,
+    user_id: i64,
+    key: i64,
+    only_me: bool,
+    templates: &Templates,
+) -> Result<Resent, BuildError> {
+    let mut tx = pool.begin().await?;
+    let claimed = match digests::claim_manual(
+        &mut tx,
+        org_id,
+        key,
+        MANUAL_KEY_MAX_AGE_SECONDS,
+        user_id,
+        only_me,
+    )
+    .await?
+    {
+        ManualClaim::Claimed(c) => c,
+        ManualClaim::AlreadySent { id } => return Ok(Resent::AlreadySent { id }),
+        ManualClaim::Stale => return Ok(Resent::Stale),
+    };
+    let recipients = build(&mut tx, std::slice::from_ref(&claimed), templates).await?;
+    audit::record(
+        &mut tx,
+        audit::Entry {
+            org_id,
+            actor_id: Some(user_id),
+            action: "digest.resend",
+            object_type: "digest_send",
+            object_id: Some(claimed.id.to_string()),
+            before: None,
+            after: Some(serde_json::json!({
+                "week_key": claimed.week_key,
+                "only_me": only_me,
+                "recipients": recipients,
+            })),
+        },
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(Resent::Sent {
+        id: claimed.id,
+        recipients,
+    })
+}
