@@ -6,6 +6,7 @@ mod cli_errors;
 mod deliveries;
 mod deliveries_page;
 mod delivery_worker;
+mod digest_processes;
 mod digest_tick;
 mod digests;
 mod embedded_cluster;

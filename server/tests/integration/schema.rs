@@ -55,6 +55,23 @@ async fn time_zones_are_checked_against_postgresql() {
     .await
     .unwrap_err();
     assert!(err.to_string().contains("Mars/Olympus_Mons"), "{err}");
+    // Changing a zone is checked too (the check runs once per statement, on changed zones).
+    let (org, _) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let set = |tz: &'static str| {
+        sqlx::query("update orgs set timezone = $2 where id = $1")
+            .bind(org)
+            .bind(tz)
+    };
+    let err = set("Mars/Olympus_Mons")
+        .execute(&mut *conn)
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("unknown time zone Mars/Olympus_Mons"),
+        "{err}"
+    );
+    set("Asia/Kathmandu").execute(&mut *conn).await.unwrap();
 }
 
 #[tokio::test]
