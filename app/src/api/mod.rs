@@ -4,6 +4,7 @@
 pub mod auth;
 pub mod campaigns;
 pub mod deliveries;
+pub mod digests;
 pub mod overview;
 
 use serde::{Deserialize, Serialize};

@@ -240,6 +240,8 @@ pub struct ThisWeek {
     pub scheduled_at: DateTime<Utc>,
     pub period_start: DateTime<Utc>,
     pub period_end: DateTime<Utc>,
+    /// The slot on the org's wall clock, e.g. `Mon 30 Nov 2026 09:00`.
+    pub scheduled_local: String,
     pub claimed_as: Option<String>,
 }
 
@@ -255,6 +257,7 @@ pub async fn this_week(conn: &mut PgConnection, org_id: i64) -> sqlx::Result<Opt
                 s.slot at time zone s.timezone as scheduled_at,
                 (s.slot - interval '7 days') at time zone s.timezone as period_start,
                 s.slot at time zone s.timezone as period_end,
+                to_char(s.slot, 'Dy FMDD Mon YYYY HH24:MI') as scheduled_local,
                 (select d.kind from digest_sends d
                   where d.org_id = s.id and d.week_key = to_char(s.slot, 'IYYY-\"W\"IW')) as claimed_as
          from s",

@@ -202,3 +202,30 @@ pub async fn resend(
         recipients,
     })
 }
+
+/// This week's digest of an org as it would be sent (the figures of the 7 days before this
+/// week's slot), without claiming anything. `None` for an unknown org.
+pub async fn preview(
+    conn: &mut PgConnection,
+    org_id: i64,
+    templates: &Templates,
+) -> Result<Option<crate::db::digests::StoredContent>, BuildError> {
+    let Some(week) = digests::this_week(&mut *conn, org_id).await? else {
+        return Ok(None);
+    };
+    let period = Period {
+        key: 0,
+        org_id,
+        start: week.period_start,
+        end: week.period_end,
+    };
+    let figures = digest_figures::figures(conn, &[period]).await?;
+    figures
+        .first()
+        .map(|f| {
+            templates
+                .render(0, f)
+                .map_err(|source| BuildError::Render { org_id, source })
+        })
+        .transpose()
+}

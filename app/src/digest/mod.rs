@@ -5,6 +5,6 @@ mod build;
 mod content;
 
 pub use build::{
-    build, resend, tick, BuildError, Resent, TickReport, CHUNK, MANUAL_KEY_MAX_AGE_SECONDS,
+    build, preview, resend, tick, BuildError, Resent, TickReport, CHUNK, MANUAL_KEY_MAX_AGE_SECONDS,
 };
 pub use content::Templates;

@@ -24,6 +24,15 @@ impl Role {
     pub fn can_act(self) -> bool {
         matches!(self, Role::Owner | Role::Admin)
     }
+
+    /// Whose weekly-digest opt-in this user may change: an owner anyone's, an admin their own.
+    pub fn may_set_digest_opt_in(self, me: i64, of: i64) -> bool {
+        match self {
+            Role::Owner => true,
+            Role::Admin => me == of,
+            Role::Viewer => false,
+        }
+    }
 }
 
 impl fmt::Display for Role {
@@ -48,6 +57,14 @@ impl FromStr for Role {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn owners_set_anyones_digest_opt_in_admins_only_their_own() {
+        assert!(Role::Owner.may_set_digest_opt_in(1, 2));
+        assert!(Role::Admin.may_set_digest_opt_in(2, 2));
+        assert!(!Role::Admin.may_set_digest_opt_in(1, 2));
+        assert!(!Role::Viewer.may_set_digest_opt_in(3, 3));
+    }
+
     use super::*;
 
     #[test]

@@ -48,7 +48,7 @@ fn given(s: String) -> Option<String> {
     Some(s).filter(|s| !s.is_empty())
 }
 
-fn badge_class(s: DeliveryStatus) -> &'static str {
+pub(super) fn badge_class(s: DeliveryStatus) -> &'static str {
     match s {
         DeliveryStatus::Delivered => "bg-green-100 text-green-800",
         DeliveryStatus::Failed => "bg-red-100 text-red-800",

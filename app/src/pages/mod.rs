@@ -1,5 +1,7 @@
 mod campaigns;
 mod deliveries;
+mod digest_resend;
+mod digests;
 mod layout;
 mod login;
 mod overview;
@@ -46,7 +48,8 @@ pub fn App() -> impl IntoView {
                     <ParentRoute path=path!("") view=layout::Layout>
                         <Route path=path!("") view=overview::OverviewPage/>
                         <Route path=path!("campaigns") view=campaigns::CampaignsPage/>
-                        <Route path=path!("digests") view=|| view! { <placeholder::Placeholder title="Digests" issue=4/> }/>
+                        <Route path=path!("digests") view=digests::DigestsPage ssr=SsrMode::Async/>
+                        <Route path=path!("digests/resend") view=digest_resend::ResendPage ssr=SsrMode::Async/>
                         <Route path=path!("audience") view=|| view! { <placeholder::Placeholder title="Audience" issue=6/> }/>
                         // Async: rendered whole on the server, so the filtered list reads without JavaScript.
                         <Route path=path!("deliveries") view=deliveries::DeliveriesPage ssr=SsrMode::Async/>

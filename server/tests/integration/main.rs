@@ -9,6 +9,7 @@ mod delivery_worker;
 mod digest_processes;
 mod digest_tick;
 mod digests;
+mod digests_page;
 mod embedded_cluster;
 mod fault_sink;
 mod helpers;

@@ -1,0 +1,306 @@
+//! The Digests page's server functions: the schedule, admins' opt-ins, the history with each
+//! recipient's delivery, a preview, and the forced resend. Each is scoped to the signed-in
+//! user's organisation.
+
+use leptos::prelude::*;
+use serde::{Deserialize, Serialize};
+
+use crate::error::AppError;
+
+/// How many digests the history shows.
+pub const HISTORY_ROWS: i64 = 30;
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DigestAdmin {
+    pub user_id: i64,
+    pub name: String,
+    pub email: String,
+    pub role: String,
+    pub weekly_digest: bool,
+    /// The signed-in user may change this admin's opt-in.
+    pub can_toggle: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HistoryEntry {
+    pub id: i64,
+    pub week_key: String,
+    pub kind: String,
+    pub covers_week: String,
+    pub scheduled_at: String,
+    pub created_at: String,
+    pub triggered_by: Option<String>,
+    pub only_me: bool,
+    pub recipient_count: i32,
+    /// (recipient, delivery status)
+    pub recipients: Vec<(String, String)>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DigestsData {
+    pub weekday: i16,
+    pub hour: i16,
+    pub timezone: String,
+    /// Owners and admins edit the schedule and resend.
+    pub can_act: bool,
+    pub me: i64,
+    pub admins: Vec<DigestAdmin>,
+    pub history: Vec<HistoryEntry>,
+    pub this_week: String,
+    pub this_week_at: String,
+    /// `scheduled` or `skipped` once this week's slot was claimed; `None` before.
+    pub this_week_claimed: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Preview {
+    pub subject: String,
+    pub html: String,
+    pub text: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ResendConfirmation {
+    /// `manual-<key>`: unix seconds by the database clock, issued now.
+    pub key: i64,
+    pub this_week: String,
+    pub this_week_at: String,
+    /// This week's scheduled digest has not gone out yet.
+    pub scheduled_pending: bool,
+    /// Opted-in admins who would receive it.
+    pub recipients: usize,
+}
+
+/// Everything the Digests page shows.
+#[server(endpoint = "digests")]
+pub async fn digests_view() -> Result<DigestsData, AppError> {
+    use crate::db::{digest_admin, digests};
+    let me = super::current_user().await?;
+    let mut conn = super::pool()?.acquire().await?;
+    let schedule = digest_admin::schedule(&mut conn, me.org_id).await?;
+    let week = digests::this_week(&mut conn, me.org_id)
+        .await?
+        .ok_or(AppError::NotFound)?;
+    let admins = digest_admin::admins(&mut conn, me.org_id)
+        .await?
+        .into_iter()
+        .map(|a| DigestAdmin {
+            can_toggle: me.role.may_set_digest_opt_in(me.user_id, a.id),
+            user_id: a.id,
+            name: a.name,
+            email: a.email,
+            role: a.role,
+            weekly_digest: a.weekly_digest,
+        })
+        .collect();
+    let rows = digest_admin::history(&mut conn, me.org_id, HISTORY_ROWS).await?;
+    let ids: Vec<i64> = rows.iter().map(|r| r.id).collect();
+    let recipients = digest_admin::recipients(&mut conn, me.org_id, &ids).await?;
+    let history = rows
+        .into_iter()
+        .map(|r| {
+            let mine: Vec<(String, String)> = recipients
+                .iter()
+                .filter(|x| x.digest_send_id == r.id)
+                .map(|x| (x.recipient.clone(), x.status.clone()))
+                .collect();
+            HistoryEntry {
+                id: r.id,
+                week_key: r.week_key,
+                kind: r.kind,
+                covers_week: r.covers_week,
+                scheduled_at: r.scheduled_at,
+                created_at: r.created_at,
+                triggered_by: r.triggered_by,
+                only_me: r.only_me,
+                recipient_count: r.recipient_count,
+                recipients: mine,
+            }
+        })
+        .collect();
+    Ok(DigestsData {
+        weekday: schedule.weekday,
+        hour: schedule.hour,
+        timezone: schedule.timezone,
+        can_act: me.role.can_act(),
+        me: me.user_id,
+        admins,
+        history,
+        this_week: week.week_key,
+        this_week_at: week.scheduled_local,
+        this_week_claimed: week.claimed_as,
+    })
+}
+
+/// Turns one admin's weekly digest on or off (their own; an owner anyone's), with an audit row.
+#[server(endpoint = "digest_opt_in")]
+pub async fn set_digest_opt_in(user_id: i64, enabled: bool) -> Result<String, AppError> {
+    use crate::db::{audit, digest_admin};
+    let me = super::current_user().await?;
+    if !me.role.may_set_digest_opt_in(me.user_id, user_id) {
+        return Err(AppError::Forbidden);
+    }
+    let mut tx = super::pool()?.begin().await?;
+    let before = digest_admin::set_opt_in(&mut tx, me.org_id, user_id, enabled)
+        .await?
+        .ok_or(AppError::NotFound)?;
+    audit::record(
+        &mut tx,
+        audit::Entry {
+            org_id: me.org_id,
+            actor_id: Some(me.user_id),
+            action: "digest.opt_in",
+            object_type: "user",
+            object_id: Some(user_id.to_string()),
+            before: Some(serde_json::json!({ "weekly_digest": before })),
+            after: Some(serde_json::json!({ "weekly_digest": enabled })),
+        },
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(if enabled {
+        "Weekly digest turned on.".into()
+    } else {
+        "Weekly digest turned off.".into()
+    })
+}
+
+/// Saves the org's digest schedule; the time zone must be one of PostgreSQL's.
+#[server(endpoint = "digest_schedule")]
+pub async fn save_digest_schedule(
+    weekday: i16,
+    hour: i16,
+    timezone: String,
+) -> Result<String, AppError> {
+    use crate::db::{audit, digest_admin, orgs};
+    let me = super::current_user().await?;
+    if !me.role.can_act() {
+        return Err(AppError::Forbidden);
+    }
+    if !(1..=7).contains(&weekday) {
+        return Err(AppError::Invalid(format!(
+            "The weekday must be 1 (Monday) to 7 (Sunday), not {weekday}."
+        )));
+    }
+    if !(0..=23).contains(&hour) {
+        return Err(AppError::Invalid(format!(
+            "The hour must be 0 to 23, not {hour}."
+        )));
+    }
+    let timezone = timezone.trim().to_owned();
+    let pool = super::pool()?;
+    if !orgs::is_valid_timezone(&pool, &timezone).await? {
+        return Err(AppError::Invalid(format!(
+            "“{timezone}” is not a time zone PostgreSQL knows; use a name such as Europe/Paris or America/New_York."
+        )));
+    }
+    let new = digest_admin::Schedule {
+        weekday,
+        hour,
+        timezone,
+    };
+    let mut tx = pool.begin().await?;
+    let old = digest_admin::save_schedule(&mut tx, me.org_id, &new).await?;
+    let json = |s: &digest_admin::Schedule| serde_json::json!({ "weekday": s.weekday, "hour": s.hour, "timezone": s.timezone });
+    audit::record(
+        &mut tx,
+        audit::Entry {
+            org_id: me.org_id,
+            actor_id: Some(me.user_id),
+            action: "digest.schedule",
+            object_type: "org",
+            object_id: Some(me.org_id.to_string()),
+            before: Some(json(&old)),
+            after: Some(json(&new)),
+        },
+    )
+    .await?;
+    tx.commit().await?;
+    Ok("Schedule saved.".into())
+}
+
+/// This week's digest as it would be sent.
+#[server(endpoint = "digest_preview")]
+pub async fn digest_preview() -> Result<Preview, AppError> {
+    let me = super::current_user().await?;
+    let mut conn = super::pool()?.acquire().await?;
+    let content = crate::digest::preview(&mut conn, me.org_id, crate::digest::Templates::builtin())
+        .await
+        .map_err(internal)?
+        .ok_or(AppError::NotFound)?;
+    Ok(Preview {
+        subject: content.subject,
+        html: content.html,
+        text: content.text,
+    })
+}
+
+/// Opens the resend confirmation: issues its key from the database clock.
+#[server(endpoint = "digest_resend_dialog")]
+pub async fn resend_dialog() -> Result<ResendConfirmation, AppError> {
+    use crate::db::{digest_admin, digests};
+    let me = super::current_user().await?;
+    if !me.role.can_act() {
+        return Err(AppError::Forbidden);
+    }
+    let mut conn = super::pool()?.acquire().await?;
+    let key = digests::issue_manual_key(&mut conn).await?;
+    let week = digests::this_week(&mut conn, me.org_id)
+        .await?
+        .ok_or(AppError::NotFound)?;
+    let recipients = digest_admin::admins(&mut conn, me.org_id)
+        .await?
+        .iter()
+        .filter(|a| a.weekly_digest)
+        .count();
+    Ok(ResendConfirmation {
+        key,
+        scheduled_pending: week.claimed_as.as_deref() != Some("scheduled"),
+        this_week: week.week_key,
+        this_week_at: week.scheduled_local,
+        recipients,
+    })
+}
+
+/// Sends the digest now under the dialog's key (a second submission of the same dialog sends
+/// nothing more), then returns to the Digests page. `only_me` is a checkbox: present when ticked.
+#[server(endpoint = "digest_resend")]
+pub async fn resend_digest(key: i64, only_me: Option<String>) -> Result<String, AppError> {
+    use crate::digest::{resend, Resent, Templates};
+    let me = super::current_user().await?;
+    if !me.role.can_act() {
+        return Err(AppError::Forbidden);
+    }
+    let outcome = resend(
+        &super::pool()?,
+        me.org_id,
+        me.user_id,
+        key,
+        only_me.is_some(),
+        Templates::builtin(),
+    )
+    .await
+    .map_err(internal)?;
+    let message =
+        match outcome {
+            Resent::Sent { recipients, .. } => format!("Digest sent to {recipients} recipient(s)."),
+            Resent::AlreadySent { .. } => "This digest was already sent from this dialog.".into(),
+            Resent::Stale => return Err(AppError::Conflict(
+                "This confirmation has expired (they last 15 minutes). Open “Resend now” again."
+                    .into(),
+            )),
+        };
+    leptos_axum::redirect("/digests");
+    Ok(message)
+}
+
+#[cfg(feature = "ssr")]
+fn internal(e: crate::digest::BuildError) -> AppError {
+    match e {
+        crate::digest::BuildError::Db(e) => e.into(),
+        other => {
+            tracing::error!(error = %other, "building a digest failed");
+            AppError::Internal
+        }
+    }
+}

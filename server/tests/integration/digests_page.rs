@@ -1,0 +1,221 @@
+//! The Digests page's server functions over real HTTP on a real PostgreSQL: opt-in rights and
+//! tenancy, schedule validation, and the forced resend's dialog key.
+
+use app::domain::Role;
+use serde_json::Value;
+use sqlx::PgPool;
+
+use crate::helpers::{org_with_users, test_db};
+use crate::test_app::{client, spawn_app, TestApp};
+
+async fn signed_in(app: &TestApp, email: &str, password: &str) -> reqwest::Client {
+    let c = client(app);
+    let r = app.login(&c, email, password).await;
+    assert!(r.headers().get("set-cookie").is_some(), "login failed");
+    c
+}
+
+fn json(body: &str) -> Value {
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body}"))
+}
+
+async fn opted_in(pool: &PgPool, user: i64) -> bool {
+    sqlx::query_scalar("select weekly_digest from users where id = $1")
+        .bind(user)
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn admins_change_their_own_opt_in_owners_anyones_and_another_orgs_user_is_not_found() {
+    let pool = test_db().await;
+    let roles = [Role::Owner, Role::Admin, Role::Admin, Role::Viewer];
+    let (_, users) = org_with_users(&pool, "acme", &roles).await;
+    let (_, others) = org_with_users(&pool, "other", &[Role::Owner]).await;
+    let app = spawn_app(pool.clone()).await;
+    let owner = signed_in(&app, &users[0].1, &users[0].2).await;
+    let admin = signed_in(&app, &users[1].1, &users[1].2).await;
+    let viewer = signed_in(&app, &users[3].1, &users[3].2).await;
+    let set = |c: &reqwest::Client, user: i64, on: bool| {
+        let (c, user, on) = (c.clone(), user.to_string(), on.to_string());
+        let app = &app;
+        async move {
+            app.call_with(&c, "digest_opt_in", &[("user_id", &user), ("enabled", &on)])
+                .await
+        }
+    };
+
+    // The page lists owners and admins (not the viewer), with who may toggle whom.
+    let (status, body) = app.call(&admin, "digests").await;
+    assert_eq!(status, 200, "{body}");
+    let admins = json(&body)["admins"].as_array().unwrap().clone();
+    assert_eq!(admins.len(), 3, "{body}");
+    let toggles: Vec<bool> = admins
+        .iter()
+        .map(|a| a["can_toggle"].as_bool().unwrap())
+        .collect();
+    assert_eq!(
+        toggles.iter().filter(|t| **t).count(),
+        1,
+        "an admin toggles only their own"
+    );
+
+    // An admin: their own, yes; another admin's, no.
+    assert_eq!(set(&admin, users[1].0, false).await.0, 200);
+    assert!(!opted_in(&pool, users[1].0).await);
+    let (status, body) = set(&admin, users[2].0, false).await;
+    assert_eq!(
+        (status.as_u16(), json(&body)),
+        (500, Value::from("Forbidden"))
+    );
+    assert!(opted_in(&pool, users[2].0).await);
+    // A viewer changes nothing, not even their own.
+    let (_, body) = set(&viewer, users[3].0, false).await;
+    assert_eq!(json(&body), Value::from("Forbidden"));
+    // An owner: anyone's in the org; another org's user looks missing.
+    assert_eq!(set(&owner, users[2].0, false).await.0, 200);
+    assert!(!opted_in(&pool, users[2].0).await);
+    let (_, body) = set(&owner, others[0].0, false).await;
+    assert_eq!(json(&body), Value::from("NotFound"));
+    assert!(opted_in(&pool, others[0].0).await);
+    // The viewer is no digest recipient, so it cannot be toggled into one either.
+    let (_, body) = set(&owner, users[3].0, true).await;
+    assert_eq!(json(&body), Value::from("NotFound"));
+
+    let audits: i64 =
+        sqlx::query_scalar("select count(*) from audit_log where action = 'digest.opt_in'")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(audits, 2);
+}
+
+#[tokio::test]
+async fn the_schedule_is_validated_and_saved() {
+    let pool = test_db().await;
+    let (org, users) = org_with_users(&pool, "acme", &[Role::Owner, Role::Viewer]).await;
+    let app = spawn_app(pool.clone()).await;
+    let owner = signed_in(&app, &users[0].1, &users[0].2).await;
+    let save = |weekday: &'static str, hour: &'static str, tz: &'static str| {
+        let c = owner.clone();
+        let app = &app;
+        async move {
+            app.call_with(
+                &c,
+                "digest_schedule",
+                &[("weekday", weekday), ("hour", hour), ("timezone", tz)],
+            )
+            .await
+            .1
+        }
+    };
+    assert!(save("1", "9", "Mars/Olympus_Mons")
+        .await
+        .contains("“Mars/Olympus_Mons” is not a time zone"));
+    assert!(save("8", "9", "UTC")
+        .await
+        .contains("The weekday must be 1 (Monday) to 7 (Sunday), not 8"));
+    assert!(save("1", "24", "UTC")
+        .await
+        .contains("The hour must be 0 to 23, not 24"));
+    let saved: (i16, i16, String) =
+        sqlx::query_as("select digest_weekday, digest_hour, timezone from orgs where id = $1")
+            .bind(org)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        saved,
+        (1, 9, "Europe/Berlin".into()),
+        "nothing saved by a refusal"
+    );
+    assert_eq!(
+        json(&save("5", "17", "Asia/Kathmandu").await),
+        Value::from("Schedule saved.")
+    );
+    let saved: (i16, i16, String) =
+        sqlx::query_as("select digest_weekday, digest_hour, timezone from orgs where id = $1")
+            .bind(org)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(saved, (5, 17, "Asia/Kathmandu".into()));
+    let viewer = signed_in(&app, &users[1].1, &users[1].2).await;
+    let (_, body) = app
+        .call_with(
+            &viewer,
+            "digest_schedule",
+            &[("weekday", "2"), ("hour", "3"), ("timezone", "UTC")],
+        )
+        .await;
+    assert_eq!(json(&body), Value::from("Forbidden"));
+}
+
+#[tokio::test]
+async fn a_resend_dialog_submitted_twice_sends_once_and_a_forged_old_key_is_refused() {
+    let pool = test_db().await;
+    let (org, users) =
+        org_with_users(&pool, "acme", &[Role::Owner, Role::Admin, Role::Viewer]).await;
+    let app = spawn_app(pool.clone()).await;
+    let owner = signed_in(&app, &users[0].1, &users[0].2).await;
+
+    let (status, body) = app.call(&owner, "digest_resend_dialog").await;
+    assert_eq!(status, 200, "{body}");
+    let dialog = json(&body);
+    assert_eq!(
+        dialog["scheduled_pending"], true,
+        "nothing went out this week yet: warn"
+    );
+    assert_eq!(dialog["recipients"], 2);
+    let key = dialog["key"].as_i64().unwrap().to_string();
+    for _ in 0..2 {
+        let (status, body) = app
+            .call_with(&owner, "digest_resend", &[("key", &key)])
+            .await;
+        assert!(
+            status.is_success() || status.is_redirection(),
+            "{status}: {body}"
+        );
+    }
+    let (manual, deliveries): (i64, i64) = sqlx::query_as(
+        "select (select count(*) from digest_sends where org_id = $1 and kind = 'manual'),
+                (select count(*) from deliveries where org_id = $1 and kind = 'digest')",
+    )
+    .bind(org)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!((manual, deliveries), (1, 2));
+
+    let old = (key.parse::<i64>().unwrap() - 16 * 60).to_string();
+    let (_, body) = app
+        .call_with(&owner, "digest_resend", &[("key", &old), ("only_me", "on")])
+        .await;
+    assert!(body.contains("This confirmation has expired"), "{body}");
+    let viewer = signed_in(&app, &users[2].1, &users[2].2).await;
+    let (_, body) = app.call(&viewer, "digest_resend_dialog").await;
+    assert_eq!(json(&body), Value::from("Forbidden"));
+    let (_, body) = app
+        .call_with(&viewer, "digest_resend", &[("key", &key)])
+        .await;
+    assert_eq!(json(&body), Value::from("Forbidden"));
+
+    // The page's history shows the resend, who did it, and each recipient's delivery.
+    let (_, body) = app.call(&owner, "digests").await;
+    let history = json(&body)["history"].clone();
+    assert_eq!(history.as_array().unwrap().len(), 1, "{body}");
+    assert_eq!(history[0]["kind"], "manual");
+    assert_eq!(history[0]["triggered_by"], users[0].1.as_str());
+    assert_eq!(history[0]["recipients"].as_array().unwrap().len(), 2);
+
+    let (status, body) = app.call(&owner, "digest_preview").await;
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        json(&body)["text"]
+            .as_str()
+            .unwrap()
+            .contains("Weekly digest for acme"),
+        "{body}"
+    );
+}
