@@ -62,7 +62,9 @@ pub async fn build(
             end: c.period_end,
         })
         .collect();
+    let t = std::time::Instant::now();
     let figures = digest_figures::figures(&mut *conn, &periods).await?;
+    let figures_us = t.elapsed().as_micros() as u64;
     let contents = figures
         .iter()
         .map(|f| {
@@ -74,9 +76,21 @@ pub async fn build(
                 })
         })
         .collect::<Result<Vec<_>, _>>()?;
+    let render_us = t.elapsed().as_micros() as u64 - figures_us;
     digests::store_contents(&mut *conn, &contents).await?;
+    let store_us = t.elapsed().as_micros() as u64 - figures_us - render_us;
     let ids: Vec<i64> = to_build.iter().map(|c| c.id).collect();
-    Ok(digests::enqueue_recipients(conn, &ids).await?)
+    let queued = digests::enqueue_recipients(conn, &ids).await?;
+    tracing::debug!(
+        digests = ids.len(),
+        queued,
+        figures_us,
+        render_us,
+        store_us,
+        enqueue_us = t.elapsed().as_micros() as u64 - figures_us - render_us - store_us,
+        "digests built"
+    );
+    Ok(queued)
 }
 
 /// One chunk in one transaction: claim the due weeks of `org_ids`, build them, commit.
@@ -86,10 +100,19 @@ async fn run_chunk(
     org_ids: &[i64],
     templates: &Templates,
 ) -> Result<(u64, u64, i64), BuildError> {
+    let t = std::time::Instant::now();
     let mut tx = pool.begin().await?;
     let claims = digests::claim_due_weeks(&mut tx, now, org_ids).await?;
+    let claim_us = t.elapsed().as_micros() as u64;
     let recipients = build(&mut tx, &claims, templates).await?;
     tx.commit().await?;
+    tracing::debug!(
+        orgs = org_ids.len(),
+        claims = claims.len(),
+        claim_us,
+        total_us = t.elapsed().as_micros() as u64,
+        "digest chunk committed"
+    );
     let skipped = claims.iter().filter(|c| c.kind == "skipped").count() as u64;
     Ok((claims.len() as u64 - skipped, skipped, recipients))
 }

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# One digest tick over many due orgs: claims and enqueued deliveries per second.
+# Usage: bench/digest.sh [orgs=100000] [admins_per_org=3]
+# A private PostgreSQL 15 cluster (fsync on, defaults otherwise) under /tmp; the release binary.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+orgs=${1:-100000}
+admins=${2:-3}
+export LEPTOS_OUTPUT_NAME=mailroom
+cargo build --release -p mailroom --bin mailroom
+bin=${CARGO_TARGET_DIR:-target}/release/mailroom
+pgbin=/usr/lib/postgresql/15/bin
+dir=$(mktemp -d /tmp/mrbench.XXXXXX)
+[[ $(id -u) == 0 ]] && chown nobody "$dir" && as=(runuser -u nobody --) || as=()
+cleanup() { "${as[@]}" "$pgbin/pg_ctl" -D "$dir/pg" -m fast stop >/dev/null 2>&1 || true; rm -rf "$dir"; }
+trap cleanup EXIT
+"${as[@]}" "$pgbin/initdb" -D "$dir/pg" -U mailroom --auth=trust >/dev/null
+"${as[@]}" "$pgbin/pg_ctl" -D "$dir/pg" -l "$dir/pg.log" -w \
+  -o "-k $dir -c listen_addresses='' -c shared_buffers=256MB" start >/dev/null
+"${as[@]}" "$pgbin/createdb" -h "$dir" -U mailroom bench
+url="postgres://mailroom@localhost/bench?host=$dir"
+psql=(psql -q -h "$dir" -U mailroom -d bench -v ON_ERROR_STOP=1)
+"$bin" --database-url "$url" migrate >/dev/null
+echo "seeding $orgs orgs with $admins opted-in admins each ..."
+"${psql[@]}" <<SQL
+insert into orgs (name, slug, timezone, digest_weekday, digest_hour, from_name, from_address)
+select 'Org ' || i, 'org-' || i, (array['UTC','Europe/Berlin','America/New_York','Asia/Kathmandu'])[1 + i % 4],
+       1, 0, 'Org', 'news@example.org'
+from generate_series(1, $orgs) i;
+insert into users (org_id, email, email_lower, name, role, password_hash)
+select o.id, 'a' || k || '-' || o.id || '@example.org', 'a' || k || '-' || o.id || '@example.org', 'Admin', 'admin', 'x'
+from orgs o, generate_series(1, $admins) k;
+vacuum analyze;
+SQL
+# Monday 2026-11-30 12:00 UTC: every org's Monday-00:00 local slot (UTC-5 … UTC+5:45) has passed,
+# less than 24 hours ago.
+echo "one tick:"
+RUST_LOG=${RUST_LOG:-warn} /usr/bin/time -f '%e s wall, %M KiB max RSS (mailroom process)' \
+  "$bin" --database-url "$url" digest-tick --now 2026-11-30T12:00:00Z | tee "$dir/tick.json"
+python3 - "$dir/tick.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+s = r["seconds"]
+print(f'claimed {r["claimed"]} orgs, enqueued {r["recipients"]} deliveries in {s:.2f} s: '
+      f'{r["claimed"] / s:,.0f} claims/s, {r["recipients"] / s:,.0f} deliveries/s')
+PY
+echo "a second tick (nothing due any more):"
+"$bin" --database-url "$url" digest-tick --now 2026-11-30T12:01:00Z
