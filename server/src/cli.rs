@@ -76,7 +76,9 @@ pub enum Command {
 
 #[derive(Debug, Args)]
 pub struct DigestTickArgs {
-    /// Tick as if the database clock read this instant (RFC 3339), for tests and catch-up.
+    /// Tick as if the database clock read this instant (RFC 3339). For tests and benchmarks
+    /// only, and refused unless MAILROOM_ALLOW_FAKE_CLOCK=1: a wrong clock would send a missed
+    /// week late or claim a week early.
     #[arg(long, hide = true)]
     pub now: Option<chrono::DateTime<chrono::Utc>>,
 

@@ -53,6 +53,11 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             result
         }
         Command::DigestTick(args) => {
+            if args.now.is_some()
+                && std::env::var("MAILROOM_ALLOW_FAKE_CLOCK").as_deref() != Ok("1")
+            {
+                anyhow::bail!("--now replaces the database clock and is for tests only (a wrong clock sends missed weeks late or claims weeks early); set MAILROOM_ALLOW_FAKE_CLOCK=1 to use it");
+            }
             let db = Database::open(&cli, Migrations::Tolerant).await?;
             let started = std::time::Instant::now();
             let result = app::digest::tick(
@@ -71,7 +76,6 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                     "skipped": r.skipped,
                     "recipients": r.recipients,
                     "failed_orgs": r.failed_orgs,
-                    "failed_chunks": r.failed_chunks,
                     "seconds": started.elapsed().as_secs_f64(),
                 })
             );

@@ -65,8 +65,10 @@ pub struct ResendConfirmation {
     pub key: i64,
     pub this_week: String,
     pub this_week_at: String,
-    /// This week's scheduled digest has not gone out yet.
+    /// This week's scheduled digest has not gone out yet (it will, at its time).
     pub scheduled_pending: bool,
+    /// This week's scheduled digest was skipped: its window passed while no replica ran.
+    pub scheduled_skipped: bool,
     /// Opted-in admins who would receive it.
     pub recipients: usize,
 }
@@ -255,7 +257,8 @@ pub async fn resend_dialog() -> Result<ResendConfirmation, AppError> {
         .count();
     Ok(ResendConfirmation {
         key,
-        scheduled_pending: week.claimed_as.as_deref() != Some("scheduled"),
+        scheduled_pending: week.claimed_as.is_none(),
+        scheduled_skipped: week.claimed_as.as_deref() == Some("skipped"),
         this_week: week.week_key,
         this_week_at: week.scheduled_local,
         recipients,
@@ -277,19 +280,26 @@ pub async fn resend_digest(key: i64, only_me: Option<String>) -> Result<String, 
         me.user_id,
         key,
         only_me.is_some(),
+        None,
         Templates::builtin(),
     )
     .await
     .map_err(internal)?;
-    let message =
-        match outcome {
-            Resent::Sent { recipients, .. } => format!("Digest sent to {recipients} recipient(s)."),
-            Resent::AlreadySent { .. } => "This digest was already sent from this dialog.".into(),
-            Resent::Stale => return Err(AppError::Conflict(
-                "This confirmation has expired (they last 15 minutes). Open “Resend now” again."
-                    .into(),
-            )),
-        };
+    let again = |why: &str| {
+        Err(AppError::Conflict(format!(
+            "{why} Open “Resend now” again."
+        )))
+    };
+    let message = match outcome {
+        Resent::Sent { recipients, .. } => format!("Digest sent to {recipients} recipient(s)."),
+        Resent::AlreadySent { .. } => "This digest was already sent from this dialog.".into(),
+        Resent::TakenByAnother => {
+            return again(
+                "Another resend was started in the same second and used this confirmation.",
+            )
+        }
+        Resent::Stale => return again("This confirmation has expired (they last 15 minutes)."),
+    };
     leptos_axum::redirect("/digests");
     Ok(message)
 }

@@ -79,56 +79,71 @@ pub async fn claim_due_weeks(
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ManualClaim {
     Claimed(ClaimedWeek),
-    /// This dialog's key was already used: the resend it asked for exists.
+    /// This dialog's key was already used by the same admin with the same choice: the resend
+    /// it asked for exists.
     AlreadySent {
         id: i64,
     },
+    /// Another dialog issued in the same second (another admin, or another "only me" choice)
+    /// used the key first.
+    TakenByAnother,
     /// The key is more than `max_age_seconds` old, or in the future, by the database clock.
     Stale,
+}
+
+/// A forced resend to claim.
+#[derive(Debug, Clone, Copy)]
+pub struct ManualRequest {
+    pub org_id: i64,
+    /// The dialog's key: unix seconds when the server rendered it.
+    pub key: i64,
+    pub max_age_seconds: i64,
+    pub triggered_by: i64,
+    pub only_me: bool,
+    /// Replaces the database clock in tests.
+    pub now: Option<DateTime<Utc>>,
 }
 
 /// Claims a forced resend under `manual-<key>` (the key the server issued when it rendered the
 /// dialog). It covers the 7 days up to now and records the org's current local ISO week, so it
 /// can neither collide with nor block any scheduled week.
-pub async fn claim_manual(
-    conn: &mut PgConnection,
-    org_id: i64,
-    key: i64,
-    max_age_seconds: i64,
-    triggered_by: i64,
-    only_me: bool,
-) -> sqlx::Result<ManualClaim> {
+pub async fn claim_manual(conn: &mut PgConnection, r: ManualRequest) -> sqlx::Result<ManualClaim> {
     let claimed: Option<ClaimedWeek> = sqlx::query_as(
-        "insert into digest_sends (org_id, week_key, kind, covers_week, triggered_by, only_me,
+        "with clock as (select coalesce($6::timestamptz, now()) as now)
+         insert into digest_sends (org_id, week_key, kind, covers_week, triggered_by, only_me,
                                    scheduled_at, period_start, period_end)
-         select o.id, 'manual-' || $2, 'manual', to_char(now() at time zone o.timezone, 'IYYY-\"W\"IW'),
-                $4, $5, now(), now() - interval '7 days', now()
-         from orgs o
+         select o.id, 'manual-' || $2, 'manual', to_char(c.now at time zone o.timezone, 'IYYY-\"W\"IW'),
+                $4, $5, c.now, c.now - interval '7 days', c.now
+         from orgs o, clock c
          where o.id = $1
-           and $2 <= extract(epoch from now())
-           and $2 >= extract(epoch from now()) - $3
+           and $2 <= extract(epoch from c.now)
+           and $2 >= extract(epoch from c.now) - $3
          on conflict (org_id, week_key) do nothing
          returning id, org_id, week_key, kind, scheduled_at, period_start, period_end",
     )
-    .bind(org_id)
-    .bind(key)
-    .bind(max_age_seconds)
-    .bind(triggered_by)
-    .bind(only_me)
+    .bind(r.org_id)
+    .bind(r.key)
+    .bind(r.max_age_seconds)
+    .bind(r.triggered_by)
+    .bind(r.only_me)
+    .bind(r.now)
     .fetch_optional(&mut *conn)
     .await?;
     if let Some(c) = claimed {
         return Ok(ManualClaim::Claimed(c));
     }
-    let existing: Option<i64> = sqlx::query_scalar(
-        "select id from digest_sends where org_id = $1 and week_key = 'manual-' || $2",
+    let existing: Option<(i64, Option<i64>, bool)> = sqlx::query_as(
+        "select id, triggered_by, only_me from digest_sends where org_id = $1 and week_key = 'manual-' || $2",
     )
-    .bind(org_id)
-    .bind(key)
+    .bind(r.org_id)
+    .bind(r.key)
     .fetch_optional(conn)
     .await?;
     Ok(match existing {
-        Some(id) => ManualClaim::AlreadySent { id },
+        Some((id, by, only_me)) if by == Some(r.triggered_by) && only_me == r.only_me => {
+            ManualClaim::AlreadySent { id }
+        }
+        Some(_) => ManualClaim::TakenByAnother,
         None => ManualClaim::Stale,
     })
 }

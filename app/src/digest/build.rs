@@ -8,7 +8,7 @@ use sqlx::{PgConnection, PgPool};
 use super::Templates;
 use crate::db::audit;
 use crate::db::digest_figures::{self, Period};
-use crate::db::digests::{self, ClaimedWeek, ManualClaim};
+use crate::db::digests::{self, ClaimedWeek, ManualClaim, ManualRequest};
 
 /// Orgs per chunk of a tick (one transaction each).
 pub const CHUNK: i64 = 1000;
@@ -38,8 +38,6 @@ pub struct TickReport {
     pub recipients: i64,
     /// Orgs whose digest could not be built this tick (logged; the next tick tries again).
     pub failed_orgs: Vec<i64>,
-    /// Chunks that failed as a whole (a database error; logged; the next tick tries again).
-    pub failed_chunks: u64,
 }
 
 /// Renders, stores and enqueues the digests just claimed (skipped weeks excepted) in the
@@ -118,9 +116,9 @@ async fn run_chunk(
 }
 
 /// One tick of the digest ticker: every org, chunk by chunk in id order. `now` replaces the
-/// database clock in tests. An org whose digest cannot be built is left out of its chunk
-/// (which is retried without it) and logged; a chunk that fails on the database is logged and
-/// the tick goes on with the next one.
+/// database clock in tests. An org whose digest cannot be built is found (a render error names
+/// it; a statement error is narrowed down by halving the chunk), left out, logged and retried by
+/// the next tick, while the rest of its chunk goes on. Losing the database ends the tick.
 pub async fn tick(
     pool: &PgPool,
     now: Option<DateTime<Utc>>,
@@ -130,7 +128,7 @@ pub async fn tick(
     let mut report = TickReport::default();
     let mut after = i64::MIN;
     loop {
-        let mut ids = {
+        let ids = {
             let mut conn = pool.acquire().await?;
             digests::org_chunk(&mut conn, after, chunk).await?
         };
@@ -138,24 +136,33 @@ pub async fn tick(
             return Ok(report);
         };
         after = last;
-        while !ids.is_empty() {
-            match run_chunk(pool, now, &ids, templates).await {
+        let mut pending = vec![ids];
+        while let Some(mut part) = pending.pop() {
+            match run_chunk(pool, now, &part, templates).await {
                 Ok((claimed, skipped, recipients)) => {
                     report.claimed += claimed;
                     report.skipped += skipped;
                     report.recipients += recipients;
-                    break;
                 }
                 Err(BuildError::Render { org_id, source }) => {
                     tracing::error!(org_id, error = %source, "cannot build this org's digest; the rest of its chunk goes on");
                     report.failed_orgs.push(org_id);
-                    ids.retain(|&id| id != org_id);
+                    part.retain(|&id| id != org_id);
+                    if !part.is_empty() {
+                        pending.push(part);
+                    }
                 }
-                Err(BuildError::Db(e)) => {
-                    tracing::error!(error = %e, first = ids[0], last, "a digest chunk failed; the next tick retries it");
-                    report.failed_chunks += 1;
-                    break;
+                Err(BuildError::Db(sqlx::Error::Database(e))) if part.len() > 1 => {
+                    tracing::warn!(error = %e, orgs = part.len(), "a digest chunk failed; retrying it in halves to find the org");
+                    let right = part.split_off(part.len() / 2);
+                    pending.push(right);
+                    pending.push(part);
                 }
+                Err(BuildError::Db(sqlx::Error::Database(e))) => {
+                    tracing::error!(org_id = part[0], error = %e, "cannot build this org's digest; the next tick retries it");
+                    report.failed_orgs.push(part[0]);
+                }
+                Err(BuildError::Db(e)) => return Err(e),
             }
         }
     }
@@ -172,33 +179,36 @@ pub enum Resent {
     AlreadySent {
         id: i64,
     },
+    /// Another dialog issued in the same second used this key first: nothing was sent.
+    TakenByAnother,
     /// The dialog's key is older than 15 minutes or in the future.
     Stale,
 }
 
-/// A forced resend by `user_id`: claims `manual-<key>`, builds it, records it in the audit log,
-/// in one transaction.
+/// A forced resend by `user_id` under the dialog's `key`: claims `manual-<key>`, builds it and
+/// records it in the audit log, in one transaction. `now` replaces the database clock in tests.
 pub async fn resend(
     pool: &PgPool,
     org_id: i64,
     user_id: i64,
     key: i64,
     only_me: bool,
+    now: Option<DateTime<Utc>>,
     templates: &Templates,
 ) -> Result<Resent, BuildError> {
     let mut tx = pool.begin().await?;
-    let claimed = match digests::claim_manual(
-        &mut tx,
+    let request = ManualRequest {
         org_id,
         key,
-        MANUAL_KEY_MAX_AGE_SECONDS,
-        user_id,
+        max_age_seconds: MANUAL_KEY_MAX_AGE_SECONDS,
+        triggered_by: user_id,
         only_me,
-    )
-    .await?
-    {
+        now,
+    };
+    let claimed = match digests::claim_manual(&mut tx, request).await? {
         ManualClaim::Claimed(c) => c,
         ManualClaim::AlreadySent { id } => return Ok(Resent::AlreadySent { id }),
+        ManualClaim::TakenByAnother => return Ok(Resent::TakenByAnother),
         ManualClaim::Stale => return Ok(Resent::Stale),
     };
     let recipients = build(&mut tx, std::slice::from_ref(&claimed), templates).await?;

@@ -24,6 +24,11 @@ pub fn ResendPage() -> impl IntoView {
                                 ") has not gone out yet. It will still go out as scheduled, so admins may get two digests this week."
                             </p>
                         });
+                        let skipped = d.scheduled_skipped.then(|| view! {
+                            <p data-test="skipped-note" class="mb-3 rounded bg-slate-50 px-3 py-2 text-slate-700">
+                                "This week's scheduled digest (" {d.this_week.clone()} ") was skipped: its time passed while Mailroom was not running. This resend will be this week's only digest."
+                            </p>
+                        });
                         view! {
                             <div role="dialog" aria-labelledby="resend-title" class="mt-4 max-w-xl rounded-lg bg-white p-6 shadow">
                                 <h1 id="resend-title" class="mb-2 text-xl font-semibold">"Resend the digest now?"</h1>
@@ -31,6 +36,7 @@ pub fn ResendPage() -> impl IntoView {
                                     {format!("It covers the last 7 days and goes to the {} admin(s) who receive the weekly digest. The scheduled digest is not affected.", d.recipients)}
                                 </p>
                                 {warning}
+                                {skipped}
                                 <ActionForm action=resend attr:class="grid gap-3">
                                     <input type="hidden" name="key" value=d.key.to_string()/>
                                     <label class="flex items-center gap-2 text-sm">

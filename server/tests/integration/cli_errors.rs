@@ -185,3 +185,25 @@ fn a_bad_smtp_url_is_named_without_echoing_the_password_before_anything_starts()
     one_line_naming(&stderr, &["/nonexistent/ca.pem", "--smtp-ca-file"]);
     assert!(cluster_leftovers(dir.path()).is_empty(), "nothing started");
 }
+
+#[test]
+fn a_fake_digest_clock_is_refused_unless_explicitly_allowed() {
+    let dir = data_dir();
+    let d = dir.path().to_str().unwrap();
+    let (status, _, stderr) = run(
+        &[
+            "digest-tick",
+            "--now",
+            "2026-11-30T09:30:00Z",
+            "--data-dir",
+            d,
+        ],
+        &[],
+    );
+    assert!(!status.success());
+    one_line_naming(&stderr, &["--now", "MAILROOM_ALLOW_FAKE_CLOCK=1"]);
+    assert!(
+        cluster_leftovers(dir.path()).is_empty(),
+        "refused before any database work"
+    );
+}

@@ -58,7 +58,10 @@ fn ten_racing_ticker_processes_claim_each_org_once_and_queue_one_digest_per_opte
     let (pool, url) = rt.block_on(crate::helpers::migrated_db_with_url());
     rt.block_on(due_orgs(&pool, ORGS));
     let dir = crate::helpers::data_dir();
-    let env = [("DATABASE_URL", url.as_str())];
+    let env = [
+        ("DATABASE_URL", url.as_str()),
+        ("MAILROOM_ALLOW_FAKE_CLOCK", "1"),
+    ];
 
     // Hold the claims back until all ten are at their first insert, then release them together.
     let gate = rt.block_on(async {
@@ -125,7 +128,10 @@ fn a_ticker_killed_between_claim_and_commit_claims_nothing_and_the_next_tick_sen
     let (pool, url) = rt.block_on(crate::helpers::migrated_db_with_url());
     rt.block_on(due_orgs(&pool, ORGS));
     let dir = crate::helpers::data_dir();
-    let env = [("DATABASE_URL", url.as_str())];
+    let env = [
+        ("DATABASE_URL", url.as_str()),
+        ("MAILROOM_ALLOW_FAKE_CLOCK", "1"),
+    ];
 
     // Stop the ticker after its claim, at its enqueue: deliveries are locked against writes.
     let gate = rt.block_on(async {

@@ -202,28 +202,32 @@ async fn an_org_whose_digest_cannot_be_built_does_not_stop_the_others() {
     assert_eq!(digest_jobs(&pool, bad).await.len(), 1);
 }
 
-async fn db_now(pool: &PgPool) -> i64 {
-    let mut c = pool.acquire().await.unwrap();
-    app::db::digests::issue_manual_key(&mut c).await.unwrap()
-}
-
 #[tokio::test]
-async fn a_forced_resend_sends_once_per_dialog_refuses_stale_keys_and_never_blocks_the_week() {
+async fn a_monday_resend_sends_once_per_dialog_refuses_stale_keys_and_blocks_no_scheduled_week() {
     let pool = test_db().await;
     let (org, users) = busy_org(&pool, "acme").await;
     let (owner, opted_out) = (users[0].0, users[2].0);
     let t = Templates::builtin();
+    // Monday 2026-11-30 10:00 in Berlin, an hour after the slot, before any tick ran.
+    let at = Utc.with_ymd_and_hms(2026, 11, 30, 9, 0, 0).unwrap();
+    let key = at.timestamp();
+    let send =
+        |user: i64, key: i64, only_me: bool| resend(&pool, org, user, key, only_me, Some(at), t);
 
-    let key = db_now(&pool).await;
-    let first = resend(&pool, org, owner, key, false, t).await.unwrap();
+    let first = send(owner, key, false).await.unwrap();
     let Resent::Sent { id, recipients } = first else {
         panic!("{first:?}")
     };
     assert_eq!(recipients, 2, "opt-outs are respected");
     // The same dialog submitted again: the same resend, nothing new.
     assert_eq!(
-        resend(&pool, org, owner, key, false, t).await.unwrap(),
+        send(owner, key, false).await.unwrap(),
         Resent::AlreadySent { id }
+    );
+    // Another dialog of the same second (another admin's choice) is told, not silently merged.
+    assert_eq!(
+        send(opted_out, key, true).await.unwrap(),
+        Resent::TakenByAnother
     );
     assert_eq!(digest_jobs(&pool, org).await.len(), 2);
     let manual_key = WeekKey::manual(key).to_string();
@@ -233,22 +237,12 @@ async fn a_forced_resend_sends_once_per_dialog_refuses_stale_keys_and_never_bloc
         .all(|j| j.0.contains(&format!(":{manual_key}:"))));
     // Too old, or from the future: refused, nothing stored.
     let stale = key - MANUAL_KEY_MAX_AGE_SECONDS - 5;
-    assert_eq!(
-        resend(&pool, org, owner, stale, false, t).await.unwrap(),
-        Resent::Stale
-    );
-    assert_eq!(
-        resend(&pool, org, owner, key + 120, false, t)
-            .await
-            .unwrap(),
-        Resent::Stale
-    );
+    assert_eq!(send(owner, stale, false).await.unwrap(), Resent::Stale);
+    assert_eq!(send(owner, key + 120, false).await.unwrap(), Resent::Stale);
 
     // "Only me" goes to the admin who asked, even one who opted out of the weekly digest.
     let key2 = key - 1;
-    let Resent::Sent { recipients, .. } =
-        resend(&pool, org, opted_out, key2, true, t).await.unwrap()
-    else {
+    let Resent::Sent { recipients, .. } = send(opted_out, key2, true).await.unwrap() else {
         panic!("only-me resend refused")
     };
     assert_eq!(recipients, 1);
@@ -261,35 +255,63 @@ async fn a_forced_resend_sends_once_per_dialog_refuses_stale_keys_and_never_bloc
     .fetch_one(&pool)
     .await
     .unwrap();
-    assert_eq!((who, only_me, audit), (opted_out, true, 1));
-    assert!(
-        covers.parse::<WeekKey>().is_ok_and(|w| !w.is_manual()),
-        "{covers}"
+    assert_eq!(
+        (covers.as_str(), who, only_me, audit),
+        ("2026-W49", opted_out, true, 1)
     );
 
-    // The week's scheduled digest still goes out after the resends.
-    let mut c = pool.acquire().await.unwrap();
-    let week = app::db::digests::this_week(&mut c, org)
+    // This week's scheduled digest still goes out after the Monday resends, and so does the
+    // next week's.
+    let report = tick(&pool, Some(at + chrono::Duration::minutes(30)), CHUNK, t)
         .await
-        .unwrap()
         .unwrap();
-    drop(c);
-    let report = tick(
-        &pool,
-        Some(week.scheduled_at + chrono::Duration::minutes(1)),
-        CHUNK,
-        t,
+    assert_eq!((report.claimed, report.recipients), (1, 2));
+    let next_monday = Utc.with_ymd_and_hms(2026, 12, 7, 8, 30, 0).unwrap();
+    let report = tick(&pool, Some(next_monday), CHUNK, t).await.unwrap();
+    assert_eq!((report.claimed, report.recipients), (1, 2));
+    let weeks: Vec<(String, String)> = sqlx::query_as(
+        "select kind, covers_week from digest_sends where org_id = $1 order by kind, covers_week",
     )
+    .bind(org)
+    .fetch_all(&pool)
     .await
     .unwrap();
-    assert_eq!((report.claimed, report.recipients), (1, 2));
-    let kinds: Vec<String> =
-        sqlx::query_scalar("select kind from digest_sends where org_id = $1 order by kind")
-            .bind(org)
-            .fetch_all(&pool)
-            .await
-            .unwrap();
-    assert_eq!(kinds, ["manual", "manual", "scheduled"]);
+    let want = [
+        ("manual", "2026-W49"),
+        ("manual", "2026-W49"),
+        ("scheduled", "2026-W49"),
+        ("scheduled", "2026-W50"),
+    ];
+    assert_eq!(weeks, want.map(|(k, w)| (k.to_string(), w.to_string())));
+}
+
+#[tokio::test]
+async fn an_org_failing_on_the_database_is_narrowed_down_and_the_rest_of_its_chunk_is_sent() {
+    let pool = test_db().await;
+    let mut orgs = Vec::new();
+    for slug in ["a", "b", "c", "d", "e"] {
+        orgs.push(org_with_users(&pool, slug, &[Role::Owner]).await.0);
+    }
+    let bad = orgs[3];
+    // A statement error for one org only: its deliveries cannot be written.
+    sqlx::raw_sql(&format!(
+        "create function refuse_org() returns trigger language plpgsql as $$
+         begin if new.org_id = {bad} then raise exception 'org {bad} refused'; end if; return new; end $$;
+         create trigger refuse_org before insert on deliveries for each row execute function refuse_org();"
+    ))
+    .execute(&pool)
+    .await
+    .unwrap();
+    let report = tick(&pool, Some(monday()), CHUNK, Templates::builtin())
+        .await
+        .unwrap();
+    assert_eq!(report.failed_orgs, vec![bad]);
+    assert_eq!((report.claimed, report.recipients), (4, 4));
+    let claimed: Vec<i64> = sqlx::query_scalar("select org_id from digest_sends order by org_id")
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+    assert_eq!(claimed, [orgs[0], orgs[1], orgs[2], orgs[4]]);
 }
 
 #[tokio::test]
