@@ -6,6 +6,9 @@ pub mod api;
 /// Passwords, session tokens and cookies (server only).
 #[cfg(feature = "ssr")]
 pub mod auth;
+/// Campaign subject and body templates with per-recipient fields (server only).
+#[cfg(feature = "ssr")]
+pub mod campaign_render;
 /// Where captured mail (no SMTP configured) is kept (server only).
 #[cfg(feature = "ssr")]
 pub mod capture;

@@ -189,6 +189,19 @@ pub struct WorkerArgs {
     #[arg(long, env = "MAILROOM_DIGEST_TICK_SECONDS", default_value_t = 60)]
     pub digest_tick_seconds: u64,
 
+    /// Seconds between campaign worker ticks while nothing is sending (an approval wakes it).
+    #[arg(long, env = "MAILROOM_CAMPAIGN_TICK_SECONDS", default_value_t = 5)]
+    pub campaign_tick_seconds: u64,
+
+    /// Recipients the campaign worker hands to the delivery queue per batch.
+    #[arg(long, env = "MAILROOM_CAMPAIGN_BATCH", default_value_t = 20)]
+    pub campaign_batch: i64,
+
+    /// A campaign gets more recipients handed off only while fewer than this many of its
+    /// deliveries are queued (`sends` stays the real queue; pause and cancel act fast).
+    #[arg(long, env = "MAILROOM_CAMPAIGN_WATERMARK", default_value_t = 1000)]
+    pub campaign_watermark: i64,
+
     /// Seconds a stopping process waits for the batch in hand before it releases it.
     #[arg(long, env = "MAILROOM_SHUTDOWN_TIMEOUT_SECONDS", default_value_t = 20)]
     pub shutdown_timeout_seconds: u64,
@@ -237,6 +250,16 @@ impl WorkerArgs {
                 public_url: self.public_url.clone(),
                 keys,
             },
+            progress: crate::progress::Notifier::default(),
+        }
+    }
+
+    /// The campaign worker's configuration.
+    pub fn campaign(&self) -> crate::campaign::Config {
+        crate::campaign::Config {
+            tick: std::time::Duration::from_secs(self.campaign_tick_seconds.max(1)),
+            batch: self.campaign_batch.max(1),
+            watermark: self.campaign_watermark.max(1),
         }
     }
 

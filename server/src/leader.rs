@@ -122,6 +122,9 @@ async fn jobs(pool: &PgPool, cfg: &Config, h: &Held, captured_dir: &Path, retent
         }
         Err(e) => tracing::warn!(error = %e, "lease reaper failed"),
     }
+    if still() {
+        reconcile_finished(pool, lease).await;
+    }
     if !retention || !still() {
         return;
     }
@@ -153,6 +156,50 @@ async fn jobs(pool: &PgPool, cfg: &Config, h: &Held, captured_dir: &Path, retent
         &format!("details={cleared} captured_files={files} leader_log={log_rows}"),
     )
     .await;
+}
+
+/// Replaces each newly finished campaign's progress slots with `count(*)` figures, once.
+async fn reconcile_finished(pool: &PgPool, lease: &Lease) {
+    let ids = match pool.acquire().await {
+        Ok(mut conn) => app::db::sends::to_reconcile(&mut conn, 20).await,
+        Err(e) => Err(e),
+    };
+    let ids = match ids {
+        Ok(ids) => ids,
+        Err(e) => return tracing::warn!(error = %e, "cannot list campaigns to reconcile"),
+    };
+    for id in ids {
+        let done = async {
+            let mut tx = pool.begin().await?;
+            let r = app::db::sends::reconcile(&mut tx, id, lease).await?;
+            tx.commit().await?;
+            Ok::<_, sqlx::Error>(r)
+        }
+        .await;
+        match done {
+            Ok(Some((before, after))) => {
+                if before != after {
+                    tracing::warn!(
+                        campaign = id,
+                        ?before,
+                        ?after,
+                        "progress slots differed from count(*); corrected"
+                    );
+                }
+                log(
+                    pool,
+                    lease,
+                    "reconcile",
+                    &format!("campaign={id} counted={after:?}"),
+                )
+                .await;
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(campaign = id, error = %e, "reconciling progress failed; will retry")
+            }
+        }
+    }
 }
 
 async fn log(pool: &PgPool, lease: &Lease, action: &str, detail: &str) {

@@ -1,6 +1,8 @@
 //! The `mailroom` process: CLI, configuration, telemetry, the embedded PostgreSQL supervisor,
 //! the HTTP server and the worker host. Application logic and SQL live in the `app` crate.
 
+/// The campaign worker: start, materialise, hand off, sweep, finish.
+pub mod campaign;
 /// Command-line flags and `MAILROOM_*` variables.
 pub mod cli;
 /// `serve`, `worker`, `migrate`, `demo`, `user add`.
@@ -21,6 +23,8 @@ pub mod http;
 pub mod leader;
 /// Prometheus `/metrics`.
 pub mod metrics;
+/// Debounced progress notifications (NOTIFY after commit).
+pub mod progress;
 /// SIGTERM / Ctrl-C → one shutdown signal for every task.
 pub mod shutdown;
 /// One SMTP conversation driven stage by stage, each outcome classified exactly.

@@ -42,7 +42,7 @@ fn hostname() -> String {
 
 /// Runs the worker host until shutdown: a heartbeat every few seconds (database clock), session
 /// housekeeping, the leader elector and the delivery worker (SMTP, or capture into
-/// `captured_dir`) and the digest ticker. The campaign worker joins here in a later issue.
+/// `captured_dir`), the digest ticker, the campaign worker and the progress notifier.
 pub async fn run(
     pool: PgPool,
     args: WorkerArgs,
@@ -70,6 +70,14 @@ pub async fn run(
             tracing::info!(dir = %dir.display(), "no SMTP server configured (--smtp-host): capturing mail to files")
         }
     }
+    let notifier = cfg.progress.clone();
+    let progress = tokio::spawn(notifier.clone().run(pool.clone(), shutdown.clone()));
+    let campaigns = tokio::spawn(crate::campaign::run(
+        pool.clone(),
+        args.campaign(),
+        notifier,
+        shutdown.clone(),
+    ));
     let mut delivery = tokio::spawn(
         crate::delivery::Worker::new(pool.clone(), cfg, id.clone()).run(shutdown.clone()),
     );
@@ -125,6 +133,8 @@ pub async fn run(
     }
     let _ = leader.await;
     let _ = digests.await;
+    let _ = campaigns.await;
+    let _ = progress.await;
     if let Err(e) = app::db::heartbeat::remove(&pool, &id).await {
         tracing::warn!(error = %e, "could not remove the heartbeat row");
     }

@@ -126,3 +126,20 @@ pub async fn unsubscribe_target(
     .fetch_optional(conn)
     .await
 }
+
+/// The names of the subscribers `refs` (org id, subscriber id), in one query: per-recipient
+/// fields of campaign messages.
+pub async fn subscriber_names(
+    conn: &mut PgConnection,
+    refs: &[(i64, i64)],
+) -> sqlx::Result<Vec<(i64, String)>> {
+    let (orgs, ids): (Vec<i64>, Vec<i64>) = refs.iter().copied().unzip();
+    sqlx::query_as(
+        "select s.id, s.name from subscribers s
+         join unnest($1::bigint[], $2::bigint[]) as r(org_id, id) on s.org_id = r.org_id and s.id = r.id",
+    )
+    .bind(&orgs)
+    .bind(&ids)
+    .fetch_all(conn)
+    .await
+}

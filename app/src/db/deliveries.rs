@@ -200,7 +200,9 @@ pub(crate) fn progress_slot() -> i16 {
 /// Records, for every message of a group, that its body is about to be written (one statement
 /// for the group: the caller group-commits the marks of all its connections). From then on a
 /// crash makes the delivery `unknown`, never a silent resend. Returns the job ids marked: a
-/// missing one lost its claim (reaped) and must not be sent.
+/// missing one lost its claim (reaped) and must not be sent. A campaign message whose campaign
+/// was paused or cancelled since the claim is given back to the queue instead (attempt kept):
+/// after a pause commits, each connection sends at most the one message it had marked.
 pub async fn mark_body_started(
     conn: &mut PgConnection,
     held: &[(String, i32)],
@@ -208,9 +210,18 @@ pub async fn mark_body_started(
     let (jobs, attempts): (Vec<&str>, Vec<i32>) =
         held.iter().map(|(j, a)| (j.as_str(), *a)).unzip();
     sqlx::query_scalar(
-        "update deliveries d set body_started_at = now(), updated_at = now()
-         from unnest($1::text[], $2::int[]) as h(job_id, attempt)
+        "with held as (select * from unnest($1::text[], $2::int[]) as h(job_id, attempt)),
+         stopped as (
+             update deliveries d set status = 'queued', claimed_by = null, lease_until = null, updated_at = now()
+             from held h, campaigns c
+             where d.job_id = h.job_id and d.status = 'sending' and d.attempt = h.attempt
+               and c.id = d.campaign_id and c.status not in ('sending', 'sent')
+             returning d.job_id
+         )
+         update deliveries d set body_started_at = now(), updated_at = now()
+         from held h
          where d.job_id = h.job_id and d.status = 'sending' and d.attempt = h.attempt
+           and d.job_id not in (select job_id from stopped)
          returning d.job_id",
     )
     .bind(&jobs)

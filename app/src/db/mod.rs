@@ -4,6 +4,7 @@
 
 pub mod audience;
 pub mod audit;
+pub mod campaign_states;
 pub mod campaigns;
 pub mod cluster;
 pub mod deliveries;
@@ -21,6 +22,7 @@ pub mod orgs;
 pub mod overview;
 pub mod rate_limit;
 pub mod secrets;
+pub mod sends;
 pub mod sessions;
 pub mod users;
 

@@ -2,6 +2,7 @@
 //! the edge. Compiled for the server and the browser alike (no server-only dependencies).
 
 mod backoff;
+mod campaign;
 mod delivery;
 mod email;
 mod job_id;
@@ -9,6 +10,7 @@ mod role;
 mod week_key;
 
 pub use backoff::Backoff;
+pub use campaign::{CampaignStatus, Transition, TransitionError};
 pub use delivery::{DeliveryCursor, DeliveryKind, DeliveryStatus};
 pub use email::{EmailAddress, EmailError};
 pub use job_id::{JobId, JobIdError};

@@ -14,7 +14,7 @@ use std::time::Duration;
 use anyhow::Context;
 use sqlx::PgPool;
 
-use app::db::campaigns::Content;
+use app::campaign_render::Compiled;
 use app::db::deliveries::{self, Claimed, Sender};
 use app::db::digests::Content as DigestContent;
 use app::domain::Backoff;
@@ -53,6 +53,8 @@ pub struct Config {
     pub rate_per_second: Option<f64>,
     /// Public address and signing keys for the links inside messages.
     pub links: Links,
+    /// Announces campaigns whose progress moved (after their outcomes committed).
+    pub progress: crate::progress::Notifier,
 }
 
 impl Config {
@@ -197,16 +199,31 @@ async fn claim_and_send(
         .collect();
     refs.sort_unstable();
     refs.dedup();
-    let campaigns: HashMap<i64, Content> = if refs.is_empty() {
-        HashMap::new()
-    } else {
+    // Each campaign's templates compile once per batch; one that does not compile fails its
+    // messages at render time (final, with the reason), not the batch.
+    let mut campaigns: HashMap<i64, Compiled> = HashMap::new();
+    let mut names: HashMap<i64, String> = HashMap::new();
+    if !refs.is_empty() {
         let mut conn = pool.acquire().await?;
-        app::db::campaigns::contents(&mut conn, &refs)
+        for k in app::db::campaigns::contents(&mut conn, &refs).await? {
+            match Compiled::new(&k) {
+                Ok(compiled) => {
+                    campaigns.insert(k.id, compiled);
+                }
+                Err(e) => {
+                    tracing::warn!(campaign = k.id, error = %e, "campaign templates do not compile")
+                }
+            }
+        }
+        let subscribers: Vec<(i64, i64)> = batch
+            .iter()
+            .filter_map(|c| Some((c.org_id, c.subscriber_id?)))
+            .collect();
+        names = app::db::audience::subscriber_names(&mut conn, &subscribers)
             .await?
             .into_iter()
-            .map(|k| (k.id, k))
-            .collect()
-    };
+            .collect();
+    }
     let mut digest_refs: Vec<(i64, i64)> = batch
         .iter()
         .filter_map(|c| Some((c.org_id, c.digest_send_id?)))
@@ -226,6 +243,7 @@ async fn claim_and_send(
     let looked_up = Lookups {
         senders: &senders,
         campaigns: &campaigns,
+        names: &names,
         digests: &digests,
     };
     let per_connection = batch.len().div_ceil(connections.len().max(1));
@@ -237,13 +255,17 @@ async fn claim_and_send(
     for done in futures::future::join_all(chunks).await {
         done?;
     }
+    // Every outcome of the batch is committed: the campaigns' progress moved.
+    let campaign_ids: Vec<i64> = refs.iter().map(|r| r.1).collect();
+    cfg.progress.touch(&campaign_ids);
     Ok(batch.len())
 }
 
 /// What the renderers read, loaded once per batch.
 struct Lookups<'a> {
     senders: &'a HashMap<i64, Sender>,
-    campaigns: &'a HashMap<i64, Content>,
+    campaigns: &'a HashMap<i64, Compiled>,
+    names: &'a HashMap<i64, String>,
     digests: &'a HashMap<i64, DigestContent>,
 }
 
@@ -263,6 +285,10 @@ async fn send_chunk(
             links: &cfg.links,
             sender: looked_up.senders.get(&c.org_id),
             campaign: c.campaign_id.and_then(|id| looked_up.campaigns.get(&id)),
+            subscriber_name: c
+                .subscriber_id
+                .and_then(|id| looked_up.names.get(&id))
+                .map(String::as_str),
             digest: c.digest_send_id.and_then(|id| looked_up.digests.get(&id)),
         };
         let outcome = send_one(cfg, ledger, &cx, c, conn).await;

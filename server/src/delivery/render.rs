@@ -8,7 +8,7 @@ use lettre::message::header::{ContentType, HeaderName, HeaderValue};
 use lettre::message::{Mailbox, Message, MultiPart};
 use lettre::Address;
 
-use app::db::campaigns::Content;
+use app::campaign_render::{Compiled, Fields};
 use app::db::deliveries::{Claimed, Sender};
 use app::db::digests::Content as DigestContent;
 use app::domain::JobId;
@@ -32,7 +32,9 @@ pub struct Inputs<'a> {
     pub message_id_domain: &'a str,
     pub links: &'a Links,
     pub sender: Option<&'a Sender>,
-    pub campaign: Option<&'a Content>,
+    pub campaign: Option<&'a Compiled>,
+    /// The recipient's name, for campaign mail.
+    pub subscriber_name: Option<&'a str>,
     pub digest: Option<&'a DigestContent>,
 }
 
@@ -64,7 +66,6 @@ pub fn render(cx: &Inputs<'_>, c: &Claimed) -> anyhow::Result<Rendered> {
         } => {
             let content = cx
                 .campaign
-                .filter(|k| k.id == *campaign_id)
                 .context("the campaign's content was not loaded")?;
             // Content is frozen at approval; a delivery for another version must not go out
             // with text nobody approved.
@@ -89,12 +90,12 @@ pub fn render(cx: &Inputs<'_>, c: &Claimed) -> anyhow::Result<Rendered> {
                     LIST_UNSUBSCRIBE_POST,
                     "List-Unsubscribe=One-Click".into(),
                 ));
-            // Markdown/HTML rendering arrives with the campaign editor; the source is sent as
-            // plain text meanwhile.
-            (
-                content.subject.clone(),
-                format!("{}\n\n--\nUnsubscribe: {link}\n", content.body),
-            )
+            let (subject, body) = content.render(&Fields {
+                name: cx.subscriber_name.unwrap_or(""),
+                email: &c.recipient,
+                unsubscribe_url: &link,
+            })?;
+            (subject, format!("{body}\n\n--\nUnsubscribe: {link}\n"))
         }
         JobId::Digest { .. } => {
             let digest = cx

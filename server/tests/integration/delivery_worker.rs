@@ -358,6 +358,7 @@ fn config_for_capture(dir: std::path::PathBuf) -> Config {
             public_url: "http://mailroom.test".into(),
             keys: crate::helpers::test_keys(),
         },
+        progress: Default::default(),
     }
 }
 

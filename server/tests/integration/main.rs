@@ -2,6 +2,8 @@
 //! database per test copied from a migrated template, the real HTTP router on a real socket, and
 //! the real `mailroom` binary for process-level behaviour (signals, embedded cluster, bad input).
 
+mod campaign_processes;
+mod campaigns;
 mod cli_errors;
 mod deliveries;
 mod deliveries_page;

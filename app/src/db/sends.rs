@@ -1,0 +1,286 @@
+//! A campaign's recipients (`sends`, the campaign worker's real queue): built once when the
+//! campaign starts, then handed to the delivery queue in batches. Layers 2–4 of the seed: each
+//! statement here is idempotent and set-based, so a worker killed anywhere leaves nothing half
+//! done and a rerun creates nothing twice.
+
+use sqlx::{PgConnection, PgPool};
+
+use super::deliveries::progress_slot;
+use super::leader::{self, Lease};
+
+/// Builds the recipient list of a campaign that just started, in the start's transaction: one
+/// send per address (`DISTINCT ON (email_lower)`, the oldest subscriber row wins) over all its
+/// lists, confirmed subscribers only, already-suppressed addresses left out. The unique keys
+/// `(campaign_id, subscriber_id)` and `(campaign_id, email_lower)` make a rerun add nothing for
+/// an address that already has a send. Counts the new sends as `queued` progress. Returns how
+/// many it added.
+pub async fn materialise(
+    conn: &mut PgConnection,
+    org_id: i64,
+    campaign_id: i64,
+) -> sqlx::Result<i64> {
+    sqlx::query_scalar(
+        "with added as (
+             insert into sends (org_id, campaign_id, subscriber_id, email_lower, job_id)
+             select distinct on (s.email_lower) s.org_id, $2::bigint, s.id, s.email_lower,
+                    'campaign:' || $2::bigint || ':' || s.id
+             from campaign_lists cl
+             join list_members lm on lm.org_id = cl.org_id and lm.list_id = cl.list_id
+             join subscribers s on s.org_id = lm.org_id and s.id = lm.subscriber_id
+             where cl.org_id = $1 and cl.campaign_id = $2::bigint
+               and s.status = 'confirmed' and s.erased_at is null
+               and not exists (select 1 from suppressions x where x.org_id = s.org_id and x.email_lower = s.email_lower)
+             order by s.email_lower, s.created_at, s.id
+             on conflict do nothing
+             returning 1
+         ),
+         n as (select count(*) as n from added),
+         bump as (
+             insert into progress_slots as p (org_id, campaign_id, slot, queued)
+             select $1, $2::bigint, $3, n from n where n > 0
+             on conflict (campaign_id, slot) do update set queued = p.queued + excluded.queued
+         )
+         select n from n",
+    )
+    .bind(org_id)
+    .bind(campaign_id)
+    .bind(progress_slot())
+    .fetch_one(conn)
+    .await
+}
+
+/// What one hand-off did.
+#[derive(Debug, Default, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct HandOff {
+    pub handed_off: i64,
+    pub suppressed: i64,
+    /// The campaigns whose progress moved.
+    pub campaigns: Vec<i64>,
+}
+
+/// Layers 3 and 4 in one statement and one commit: claims up to `batch` queued sends of
+/// `sending` campaigns (`FOR UPDATE SKIP LOCKED`, so racing workers take disjoint batches and
+/// never wait), at most `campaigns` campaigns at a time picked at random (they take turns),
+/// and only from campaigns with fewer than `watermark` queued deliveries, so `sends` stays the
+/// real queue. Recipients now suppressed, unsubscribed or erased become `suppressed`; the
+/// rest become `handed_off` and their deliveries are enqueued by job id (`ON CONFLICT DO
+/// NOTHING`), with the content version frozen at approval. Progress slots move in the same
+/// statement.
+pub async fn hand_off(
+    pool: &PgPool,
+    batch: i64,
+    watermark: i64,
+    campaigns: i64,
+) -> sqlx::Result<HandOff> {
+    sqlx::query_as(
+        "with ready as (
+             select c.id, c.org_id, c.approved_version from campaigns c
+             where c.status = 'sending'
+               and exists (select 1 from sends s where s.campaign_id = c.id and s.status = 'queued')
+               and (select count(*) from (select 1 from deliveries d
+                                          where d.campaign_id = c.id and d.status = 'queued' limit $2) w) < $2
+             order by random() limit $3
+         ),
+         share as (select greatest(1, ceil($1::float8 / nullif(count(*), 0)))::int as n from ready),
+         picked as (
+             select s.id, s.org_id, s.campaign_id, s.subscriber_id, s.email_lower, s.job_id, r.approved_version
+             from ready r cross join share
+             cross join lateral (
+                 select * from sends s where s.campaign_id = r.id and s.status = 'queued'
+                 order by s.id limit share.n
+                 for update of s skip locked) s
+         ),
+         checked as (
+             select p.*, sub.email,
+                    (sub.status <> 'confirmed' or sub.erased_at is not null
+                     or exists (select 1 from suppressions x where x.org_id = p.org_id and x.email_lower = p.email_lower)) as blocked
+             from picked p join subscribers sub on sub.org_id = p.org_id and sub.id = p.subscriber_id
+         ),
+         marked as (
+             update sends s set status = case when c.blocked then 'suppressed' else 'handed_off' end, updated_at = now()
+             from checked c where s.id = c.id
+             returning s.org_id, s.campaign_id, s.status
+         ),
+         queued as (
+             insert into deliveries (job_id, org_id, kind, priority, recipient, email_lower,
+                                     campaign_id, content_version, subscriber_id)
+             select c.job_id, c.org_id, 'campaign', 2, c.email, c.email_lower,
+                    c.campaign_id, c.approved_version, c.subscriber_id
+             from checked c where not c.blocked
+             on conflict (job_id) do nothing
+         ),
+         bump as (
+             insert into progress_slots as p (org_id, campaign_id, slot, queued, handed_off, suppressed)
+             select org_id, campaign_id, $4, -count(*),
+                    count(*) filter (where status = 'handed_off'), count(*) filter (where status = 'suppressed')
+             from marked group by org_id, campaign_id
+             order by campaign_id
+             on conflict (campaign_id, slot) do update
+             set queued = p.queued + excluded.queued, handed_off = p.handed_off + excluded.handed_off,
+                 suppressed = p.suppressed + excluded.suppressed
+         )
+         select count(*) filter (where status = 'handed_off') as handed_off,
+                count(*) filter (where status = 'suppressed') as suppressed,
+                coalesce(array_agg(distinct campaign_id), '{}') as campaigns
+         from marked",
+    )
+    .bind(batch)
+    .bind(watermark)
+    .bind(campaigns)
+    .bind(progress_slot())
+    .fetch_one(pool)
+    .await
+}
+
+/// Sweeps up to `batch` queued sends and queued deliveries of cancelled campaigns to
+/// `cancelled` (in batches: never a million-row update in one statement), counting them in the
+/// progress slots. Returns how many rows it changed; 0 means nothing is left.
+pub async fn sweep_cancelled(pool: &PgPool, batch: i64) -> sqlx::Result<i64> {
+    sqlx::query_scalar(
+        "with s_ids as (
+             select s.id from sends s join campaigns c on c.id = s.campaign_id
+             where c.status = 'cancelled' and s.status = 'queued'
+             limit $1 for update of s skip locked
+         ),
+         s_done as (
+             update sends s set status = 'cancelled', updated_at = now()
+             from s_ids where s.id = s_ids.id
+             returning s.org_id, s.campaign_id, 1 as from_queue
+         ),
+         d_ids as (
+             select d.job_id from deliveries d join campaigns c on c.id = d.campaign_id
+             where c.status = 'cancelled' and d.status = 'queued'
+             limit $1 for update of d skip locked
+         ),
+         d_done as (
+             update deliveries d set status = 'cancelled', finished_at = now(), updated_at = now()
+             from d_ids where d.job_id = d_ids.job_id
+             returning d.org_id, d.campaign_id, 0 as from_queue
+         ),
+         done as (select * from s_done union all select * from d_done),
+         bump as (
+             insert into progress_slots as p (org_id, campaign_id, slot, queued, cancelled)
+             select org_id, campaign_id, $2, -sum(from_queue), count(*)
+             from done group by org_id, campaign_id
+             order by campaign_id
+             on conflict (campaign_id, slot) do update
+             set queued = p.queued + excluded.queued, cancelled = p.cancelled + excluded.cancelled
+         )
+         select count(*) from done",
+    )
+    .bind(batch)
+    .bind(progress_slot())
+    .fetch_one(pool)
+    .await
+}
+
+/// A campaign's progress, summed over its counter slots: the same cost for 100 or 1,000,000
+/// recipients.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, sqlx::FromRow)]
+pub struct Progress {
+    pub queued: i64,
+    pub handed_off: i64,
+    pub delivered: i64,
+    pub failed: i64,
+    pub unknown: i64,
+    pub suppressed: i64,
+    pub cancelled: i64,
+}
+
+pub async fn progress(
+    conn: &mut PgConnection,
+    org_id: i64,
+    campaign_id: i64,
+) -> sqlx::Result<Progress> {
+    sqlx::query_as(
+        "select coalesce(sum(queued), 0)::bigint as queued, coalesce(sum(handed_off), 0)::bigint as handed_off,
+                coalesce(sum(delivered), 0)::bigint as delivered, coalesce(sum(failed), 0)::bigint as failed,
+                coalesce(sum(unknown), 0)::bigint as unknown, coalesce(sum(suppressed), 0)::bigint as suppressed,
+                coalesce(sum(cancelled), 0)::bigint as cancelled
+         from progress_slots where org_id = $1 and campaign_id = $2",
+    )
+    .bind(org_id)
+    .bind(campaign_id)
+    .fetch_one(conn)
+    .await
+}
+
+/// The same figures counted from the rows themselves (`count(*)`): what the slots must equal.
+pub async fn counted(conn: &mut PgConnection, campaign_id: i64) -> sqlx::Result<Progress> {
+    sqlx::query_as(
+        "select (select count(*) from sends where campaign_id = $1 and status = 'queued') as queued,
+                (select count(*) from sends where campaign_id = $1 and status = 'handed_off') as handed_off,
+                (select count(*) from deliveries where campaign_id = $1 and status = 'delivered') as delivered,
+                (select count(*) from deliveries where campaign_id = $1 and status = 'failed') as failed,
+                (select count(*) from deliveries where campaign_id = $1 and status = 'unknown') as unknown,
+                (select count(*) from sends where campaign_id = $1 and status = 'suppressed')
+                  + (select count(*) from deliveries where campaign_id = $1 and status = 'suppressed') as suppressed,
+                (select count(*) from sends where campaign_id = $1 and status = 'cancelled')
+                  + (select count(*) from deliveries where campaign_id = $1 and status = 'cancelled') as cancelled",
+    )
+    .bind(campaign_id)
+    .fetch_one(conn)
+    .await
+}
+
+/// Finished campaigns whose slots were not reconciled yet (a leader job).
+pub async fn to_reconcile(conn: &mut PgConnection, limit: i64) -> sqlx::Result<Vec<i64>> {
+    sqlx::query_scalar(
+        "select c.id from campaigns c
+         where c.progress_reconciled_at is null
+           and (c.status = 'sent'
+                or (c.status = 'cancelled'
+                    and not exists (select 1 from sends s where s.campaign_id = c.id and s.status = 'queued')
+                    and not exists (select 1 from deliveries d where d.campaign_id = c.id and d.status in ('queued', 'sending'))))
+         order by c.id limit $1",
+    )
+    .bind(limit)
+    .fetch_all(conn)
+    .await
+}
+
+/// Replaces a finished campaign's slots with the counted figures, once: a leader job, fenced by
+/// its lease, and guarded by the campaign's row lock and `progress_reconciled_at`, so an
+/// overlapping leader does it at most once. Returns (slots before, counted).
+pub async fn reconcile(
+    conn: &mut PgConnection,
+    campaign_id: i64,
+    lease: &Lease,
+) -> sqlx::Result<Option<(Progress, Progress)>> {
+    let sql = format!(
+        "select org_id from campaigns where id = $1 and progress_reconciled_at is null and {} for update",
+        leader::fence(2)
+    );
+    let org_id: Option<(i64,)> = leader::bind_fence(sqlx::query_as(&sql).bind(campaign_id), lease)
+        .fetch_optional(&mut *conn)
+        .await?;
+    let Some((org_id,)) = org_id else {
+        return Ok(None);
+    };
+    let before = progress(&mut *conn, org_id, campaign_id).await?;
+    let after = counted(&mut *conn, campaign_id).await?;
+    sqlx::query("delete from progress_slots where campaign_id = $1")
+        .bind(campaign_id)
+        .execute(&mut *conn)
+        .await?;
+    sqlx::query(
+        "insert into progress_slots (org_id, campaign_id, slot, queued, handed_off, delivered, failed, unknown, suppressed, cancelled)
+         values ($1, $2, 0, $3, $4, $5, $6, $7, $8, $9)",
+    )
+    .bind(org_id)
+    .bind(campaign_id)
+    .bind(after.queued)
+    .bind(after.handed_off)
+    .bind(after.delivered)
+    .bind(after.failed)
+    .bind(after.unknown)
+    .bind(after.suppressed)
+    .bind(after.cancelled)
+    .execute(&mut *conn)
+    .await?;
+    sqlx::query("update campaigns set progress_reconciled_at = now() where id = $1")
+        .bind(campaign_id)
+        .execute(conn)
+        .await?;
+    Ok(Some((before, after)))
+}

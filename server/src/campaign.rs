@@ -1,0 +1,165 @@
+//! The campaign worker, on every replica: starts due campaigns (compare-and-set, one winner,
+//! recipients materialised in the same transaction), hands queued sends to the delivery queue
+//! in SKIP LOCKED batches, sweeps cancelled campaigns, and finishes campaigns with nothing
+//! left. Each step is one idempotent statement or transaction (the seed's four layers), so a
+//! process killed anywhere leaves nothing half done.
+
+use std::time::Duration;
+
+use sqlx::postgres::PgListener;
+use sqlx::PgPool;
+
+use crate::progress::Notifier;
+use crate::shutdown::Shutdown;
+use app::db::{campaign_states, sends};
+
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Between ticks when nothing is sending (an approval wakes the worker at once).
+    pub tick: Duration,
+    /// Sends claimed per hand-off batch.
+    pub batch: i64,
+    /// A campaign gets more hand-offs only while it has fewer queued deliveries than this.
+    pub watermark: i64,
+}
+
+/// While campaigns are sending, the worker looks again this often.
+const BUSY_POLL: Duration = Duration::from_millis(200);
+/// Campaigns one hand-off batch spreads over.
+const CAMPAIGNS_PER_BATCH: i64 = 8;
+/// Hand-off batches per round before the round's other steps run.
+const BATCHES_PER_ROUND: usize = 50;
+
+/// What one round did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Round {
+    /// (campaign, recipients) started by this worker.
+    pub started: Vec<(i64, i64)>,
+    pub handed_off: i64,
+    pub suppressed: i64,
+    pub cancelled: i64,
+    pub finished: Vec<i64>,
+}
+
+/// Starts every due campaign this worker wins: the start compare-and-set and the
+/// materialisation commit together, so a crash in between starts nothing.
+pub async fn start_due(pool: &PgPool) -> sqlx::Result<Vec<(i64, i64)>> {
+    let due = {
+        let mut conn = pool.acquire().await?;
+        campaign_states::due(&mut conn, 20).await?
+    };
+    let mut started = Vec::new();
+    for (org_id, id) in due {
+        let mut tx = pool.begin().await?;
+        if !campaign_states::start(&mut tx, id).await? {
+            continue; // another worker won it
+        }
+        let n = sends::materialise(&mut tx, org_id, id).await?;
+        campaign_states::materialized(&mut tx, id, n).await?;
+        tx.commit().await?;
+        tracing::info!(campaign = id, recipients = n, "campaign started");
+        started.push((id, n));
+    }
+    Ok(started)
+}
+
+/// One round: start, hand off (up to [`BATCHES_PER_ROUND`] batches), sweep cancelled, finish.
+pub async fn round(pool: &PgPool, cfg: &Config, notifier: &Notifier) -> sqlx::Result<Round> {
+    let mut r = Round {
+        started: start_due(pool).await?,
+        ..Round::default()
+    };
+    for _ in 0..BATCHES_PER_ROUND {
+        let h = sends::hand_off(pool, cfg.batch, cfg.watermark, CAMPAIGNS_PER_BATCH).await?;
+        notifier.touch(&h.campaigns);
+        r.handed_off += h.handed_off;
+        r.suppressed += h.suppressed;
+        if h.handed_off + h.suppressed == 0 {
+            break;
+        }
+    }
+    loop {
+        let n = sends::sweep_cancelled(pool, cfg.batch.max(500)).await?;
+        r.cancelled += n;
+        if n == 0 {
+            break;
+        }
+    }
+    let mut conn = pool.acquire().await?;
+    r.finished = campaign_states::finish_done(&mut conn).await?;
+    for id in &r.finished {
+        tracing::info!(campaign = id, "campaign sent");
+    }
+    notifier.touch(&r.finished);
+    Ok(r)
+}
+
+/// Runs rounds until shutdown: back to back while work moves, every [`BUSY_POLL`] while
+/// campaigns are sending, else every tick or when an approval is notified.
+pub async fn run(pool: PgPool, cfg: Config, notifier: Notifier, shutdown: Shutdown) {
+    let mut listener = match PgListener::connect_with(&pool).await {
+        Ok(mut l) => match l.listen("mailroom_campaign_approved").await {
+            Ok(()) => Some(l),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen for approvals; relying on the tick");
+                None
+            }
+        },
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot listen for approvals; relying on the tick");
+            None
+        }
+    };
+    loop {
+        let wait = match round(&pool, &cfg, &notifier).await {
+            Ok(r) if r.handed_off + r.suppressed + r.cancelled > 0 => Duration::ZERO,
+            Ok(_) => match sending_exists(&pool).await {
+                true => BUSY_POLL,
+                false => cfg.tick,
+            },
+            Err(e) => {
+                tracing::warn!(error = %e, "campaign round failed; retrying");
+                Duration::from_secs(1)
+            }
+        };
+        if wait.is_zero() {
+            if shutdown.is_requested() {
+                return;
+            }
+            continue;
+        }
+        tokio::select! {
+            _ = shutdown.requested() => return,
+            _ = tokio::time::sleep(wait) => {}
+            n = recv(&mut listener) => {
+                if let Some(id) = n {
+                    tracing::debug!(campaign = %id, "approval notified");
+                }
+            }
+        }
+    }
+}
+
+/// The next approval notification (never, without a listener).
+async fn recv(listener: &mut Option<PgListener>) -> Option<String> {
+    match listener {
+        Some(l) => match l.recv().await {
+            Ok(n) => Some(n.payload().to_owned()),
+            Err(e) => {
+                tracing::warn!(error = %e, "approval listener lost its connection; reconnecting");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                None
+            }
+        },
+        None => std::future::pending().await,
+    }
+}
+
+async fn sending_exists(pool: &PgPool) -> bool {
+    match pool.acquire().await {
+        Ok(mut conn) => campaign_states::any_sending(&mut conn)
+            .await
+            .unwrap_or(true),
+        Err(_) => true,
+    }
+}

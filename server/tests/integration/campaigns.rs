@@ -1,0 +1,371 @@
+//! The campaign engine in process, on a real PostgreSQL and a real SMTP server: one start per
+//! campaign, idempotent materialisation, the claim-time suppression re-check after a pause,
+//! cancel, and counter slots that equal `count(*)`.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use app::db::{audience, campaign_states, campaigns, sends};
+use app::domain::{EmailAddress, Role, Transition};
+use mailroom::campaign::{self, Config};
+use mailroom::delivery::Worker;
+use mailroom::progress::Notifier;
+use sqlx::PgPool;
+
+use crate::helpers::{org_with_users, test_db};
+use crate::smtp_sink::SmtpSink;
+
+/// `n` subscribers over three overlapping lists; every 10th address also exists as a second,
+/// upper-cased subscriber row on another list. Returns (list ids, distinct addresses).
+pub(crate) async fn audience_of(pool: &PgPool, org: i64, n: usize) -> (Vec<i64>, usize) {
+    let mut tx = pool.begin().await.unwrap();
+    let mut lists = Vec::new();
+    for name in ["news", "product", "events"] {
+        lists.push(audience::create_list(&mut tx, org, name).await.unwrap());
+    }
+    let people: Vec<(EmailAddress, String)> = (0..n)
+        .map(|i| {
+            (
+                EmailAddress::parse(&format!("p{i}@example.org")).unwrap(),
+                format!("Person {i}"),
+            )
+        })
+        .collect();
+    let ids = audience::insert_subscribers(&mut tx, org, &people)
+        .await
+        .unwrap();
+    let variants: Vec<(EmailAddress, String)> = (0..n)
+        .step_by(10)
+        .map(|i| {
+            (
+                EmailAddress::parse(&format!("P{i}@EXAMPLE.org")).unwrap(),
+                format!("Variant {i}"),
+            )
+        })
+        .collect();
+    let variant_ids = audience::insert_subscribers(&mut tx, org, &variants)
+        .await
+        .unwrap();
+    for (i, id) in ids.iter().enumerate() {
+        audience::add_members(&mut tx, org, lists[i % 3], &[*id])
+            .await
+            .unwrap();
+        if i % 4 == 0 {
+            audience::add_members(&mut tx, org, lists[(i + 1) % 3], &[*id])
+                .await
+                .unwrap();
+        }
+    }
+    for (k, id) in variant_ids.iter().enumerate() {
+        audience::add_members(&mut tx, org, lists[(k + 2) % 3], &[*id])
+            .await
+            .unwrap();
+    }
+    tx.commit().await.unwrap();
+    (lists, n)
+}
+
+/// A campaign to `lists`, submitted by `author` and approved by `approver` to go out now.
+pub(crate) async fn approved(
+    pool: &PgPool,
+    org: i64,
+    author: i64,
+    approver: i64,
+    lists: &[i64],
+    body: &str,
+) -> i64 {
+    let mut tx = pool.begin().await.unwrap();
+    let id = campaigns::create_draft(
+        &mut tx,
+        campaigns::NewDraft {
+            org_id: org,
+            author_id: author,
+            name: "Launch",
+            subject: "Hello {{ name }}",
+            body,
+            list_ids: lists,
+        },
+    )
+    .await
+    .unwrap();
+    campaign_states::change(&mut tx, org, id, Transition::Submit)
+        .await
+        .unwrap();
+    campaign_states::approve(&mut tx, org, id, approver, 1, None)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    id
+}
+
+pub(crate) fn cfg() -> Config {
+    Config {
+        tick: Duration::from_secs(1),
+        batch: 20,
+        watermark: 200,
+    }
+}
+
+async fn status(pool: &PgPool, id: i64) -> String {
+    sqlx::query_scalar("select status from campaigns where id = $1")
+        .bind(id)
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+/// Campaign rounds and delivery rounds in turn until the campaign leaves `sending`.
+async fn run_to_end(pool: &PgPool, id: i64, sink: &SmtpSink) {
+    let mut worker = Worker::new(pool.clone(), crate::delivery_worker::config(sink), "inproc");
+    let notifier = Notifier::default();
+    for _ in 0..2000 {
+        campaign::round(pool, &cfg(), &notifier).await.unwrap();
+        if status(pool, id).await != "sending" {
+            worker.close().await;
+            return;
+        }
+        worker.round().await.unwrap();
+    }
+    panic!("campaign {id} did not finish");
+}
+
+async fn slots_equal_counts(pool: &PgPool, org: i64, id: i64) {
+    let mut c = pool.acquire().await.unwrap();
+    let slots = sends::progress(&mut c, org, id).await.unwrap();
+    let counted = sends::counted(&mut c, id).await.unwrap();
+    assert_eq!(slots, counted, "counter slots vs count(*)");
+}
+
+#[tokio::test]
+async fn two_racing_workers_start_a_campaign_once_and_build_one_send_per_address() {
+    let pool = test_db().await;
+    let (org, users) = org_with_users(&pool, "acme", &[Role::Owner, Role::Admin]).await;
+    let (lists, n) = audience_of(&pool, org, 500).await;
+    let id = approved(&pool, org, users[0].0, users[1].0, &lists, "Hi").await;
+    let racers = (0..2).map(|_| {
+        let pool = pool.clone();
+        tokio::spawn(async move { campaign::start_due(&pool).await.unwrap() })
+    });
+    let started: Vec<(i64, i64)> = futures::future::join_all(racers)
+        .await
+        .into_iter()
+        .flat_map(|r| r.unwrap())
+        .collect();
+    assert_eq!(
+        started,
+        vec![(id, n as i64)],
+        "one start, one materialisation"
+    );
+    let (rows, distinct): (i64, i64) = sqlx::query_as(
+        "select count(*), count(distinct email_lower) from sends where campaign_id = $1",
+    )
+    .bind(id)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!((rows, distinct), (n as i64, n as i64));
+    // The oldest row of a case-variant pair was chosen.
+    let chosen: String = sqlx::query_scalar(
+        "select s.email from sends x join subscribers s on s.id = x.subscriber_id where x.campaign_id = $1 and x.email_lower = 'p10@example.org'",
+    )
+    .bind(id)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(chosen, "p10@example.org");
+
+    // Rerun after the chosen row left its lists and a new case variant joined: nothing new.
+    sqlx::query("delete from list_members where subscriber_id = (select id from subscribers where email = 'p10@example.org')")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let mut tx = pool.begin().await.unwrap();
+    let newcomer = audience::insert_subscribers(
+        &mut tx,
+        org,
+        &[(
+            EmailAddress::parse("p10@Example.ORG").unwrap(),
+            "New".into(),
+        )],
+    )
+    .await
+    .unwrap();
+    audience::add_members(&mut tx, org, lists[0], &newcomer)
+        .await
+        .unwrap();
+    assert_eq!(sends::materialise(&mut tx, org, id).await.unwrap(), 0);
+    tx.commit().await.unwrap();
+    slots_equal_counts(&pool, org, id).await;
+}
+
+#[tokio::test]
+async fn a_campaign_without_recipients_is_sent_at_once() {
+    let pool = test_db().await;
+    let (org, users) = org_with_users(&pool, "acme", &[Role::Owner, Role::Admin]).await;
+    let mut c = pool.acquire().await.unwrap();
+    let empty = audience::create_list(&mut c, org, "empty").await.unwrap();
+    drop(c);
+    let id = approved(&pool, org, users[0].0, users[1].0, &[empty], "Hi").await;
+    assert_eq!(campaign::start_due(&pool).await.unwrap(), vec![(id, 0)]);
+    assert_eq!(status(&pool, id).await, "sent");
+}
+
+#[tokio::test]
+async fn an_address_suppressed_while_paused_never_arrives_and_resume_finishes_the_rest() {
+    let pool = test_db().await;
+    let (org, users) = org_with_users(&pool, "acme", &[Role::Owner, Role::Admin]).await;
+    let (lists, n) = audience_of(&pool, org, 200).await;
+    let id = approved(
+        &pool,
+        org,
+        users[0].0,
+        users[1].0,
+        &lists,
+        "Dear {{ name }}, see {{ unsubscribe_url }}",
+    )
+    .await;
+    let sink = SmtpSink::start();
+    campaign::start_due(&pool).await.unwrap();
+    sends::hand_off(&pool, 20, 1000, 8).await.unwrap();
+    let mut c = pool.acquire().await.unwrap();
+    campaign_states::change(&mut c, org, id, Transition::Pause)
+        .await
+        .unwrap();
+    // Pausing twice is refused, naming the state.
+    let again = campaign_states::change(&mut c, org, id, Transition::Pause)
+        .await
+        .unwrap_err();
+    assert!(again.to_string().contains("it is paused"), "{again}");
+    let victim: String = sqlx::query_scalar(
+        "select email_lower from sends where campaign_id = $1 and status = 'queued' order by id desc limit 1",
+    )
+    .bind(id)
+    .fetch_one(&mut *c)
+    .await
+    .unwrap();
+    audience::suppress(
+        &mut c,
+        org,
+        &EmailAddress::parse(&victim).unwrap(),
+        "unsubscribed",
+        "test",
+    )
+    .await
+    .unwrap();
+    // While paused, the delivery worker takes nothing of this campaign.
+    let mut worker = Worker::new(
+        pool.clone(),
+        crate::delivery_worker::config(&sink),
+        "paused",
+    );
+    assert_eq!(worker.round().await.unwrap(), 0);
+    worker.close().await;
+    assert!(sink.messages().is_empty());
+    campaign_states::change(&mut c, org, id, Transition::Resume)
+        .await
+        .unwrap();
+    drop(c);
+    run_to_end(&pool, id, &sink).await;
+
+    assert_eq!(status(&pool, id).await, "sent");
+    let got = sink.messages();
+    assert_eq!(got.len(), n - 1);
+    assert!(
+        got.iter().all(|m| m.to[0].to_lowercase() != victim),
+        "the suppressed address got mail"
+    );
+    let mut per_address: HashMap<String, usize> = HashMap::new();
+    for m in &got {
+        *per_address.entry(m.to[0].to_lowercase()).or_default() += 1;
+    }
+    assert!(
+        per_address.values().all(|&k| k == 1),
+        "an address got two messages"
+    );
+    // Per-recipient fields were filled in.
+    let one = got.iter().find(|m| m.to[0] == "p7@example.org").unwrap();
+    assert!(
+        one.data.contains("Subject: Hello Person 7")
+            && one
+                .data
+                .contains("Dear Person 7, see http://mailroom.test/"),
+        "{}",
+        one.data
+    );
+    slots_equal_counts(&pool, org, id).await;
+}
+
+#[tokio::test]
+async fn after_a_cancel_nothing_queued_is_sent_and_the_counts_add_up() {
+    let pool = test_db().await;
+    let (org, users) = org_with_users(&pool, "acme", &[Role::Owner, Role::Admin]).await;
+    let (lists, n) = audience_of(&pool, org, 300).await;
+    let id = approved(&pool, org, users[0].0, users[1].0, &lists, "Hi").await;
+    let sink = SmtpSink::start();
+    campaign::start_due(&pool).await.unwrap();
+    sends::hand_off(&pool, 40, 1000, 8).await.unwrap();
+    let mut worker = Worker::new(pool.clone(), crate::delivery_worker::config(&sink), "c");
+    worker.round().await.unwrap();
+    let mut c = pool.acquire().await.unwrap();
+    campaign_states::change(&mut c, org, id, Transition::Cancel)
+        .await
+        .unwrap();
+    drop(c);
+    let sent_before = sink.messages().len();
+    assert!(sent_before > 0 && sent_before < n);
+    let notifier = Notifier::default();
+    for _ in 0..5 {
+        campaign::round(&pool, &cfg(), &notifier).await.unwrap();
+        while worker.round().await.unwrap() > 0 {}
+    }
+    worker.close().await;
+    assert_eq!(
+        sink.messages().len(),
+        sent_before,
+        "nothing was sent after the cancel"
+    );
+    assert_eq!(status(&pool, id).await, "cancelled");
+    let mut c = pool.acquire().await.unwrap();
+    let p = sends::counted(&mut c, id).await.unwrap();
+    assert_eq!(p.queued, 0);
+    assert_eq!(p.delivered as usize, sent_before);
+    assert_eq!((p.delivered + p.cancelled) as usize, n, "{p:?}");
+    slots_equal_counts(&pool, org, id).await;
+}
+
+#[tokio::test]
+async fn the_leader_reconciles_a_finished_campaigns_slots_once() {
+    let pool = test_db().await;
+    let (org, users) = org_with_users(&pool, "acme", &[Role::Owner, Role::Admin]).await;
+    let (lists, n) = audience_of(&pool, org, 50).await;
+    let id = approved(&pool, org, users[0].0, users[1].0, &lists, "Hi").await;
+    let sink = SmtpSink::start();
+    run_to_end(&pool, id, &sink).await;
+    // Damage the slots as a lost increment would, then let the leader's job run.
+    sqlx::query("update progress_slots set delivered = delivered + 7 where campaign_id = $1 and slot = (select min(slot) from progress_slots where campaign_id = $1)")
+        .bind(id)
+        .execute(&pool)
+        .await
+        .unwrap();
+    let lease = app::db::leader::acquire(&pool, "leader", "me", 30.0)
+        .await
+        .unwrap()
+        .unwrap();
+    let mut c = pool.acquire().await.unwrap();
+    assert_eq!(sends::to_reconcile(&mut c, 10).await.unwrap(), vec![id]);
+    let mut tx = pool.begin().await.unwrap();
+    let (before, after) = sends::reconcile(&mut tx, id, &lease)
+        .await
+        .unwrap()
+        .unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(
+        (before.delivered - after.delivered, after.delivered as usize),
+        (7, n)
+    );
+    slots_equal_counts(&pool, org, id).await;
+    assert!(
+        sends::to_reconcile(&mut c, 10).await.unwrap().is_empty(),
+        "once"
+    );
+}
