@@ -8,19 +8,9 @@ use sqlx::{PgConnection, PgPool};
 use super::deliveries::progress_slot;
 use super::leader::{self, Lease};
 
-/// Builds the recipient list of a campaign that just started, in the start's transaction: one
-/// send per address (`DISTINCT ON (email_lower)`, the oldest subscriber row wins) over all its
-/// lists, confirmed subscribers only, already-suppressed addresses left out. The unique keys
-/// `(campaign_id, subscriber_id)` and `(campaign_id, email_lower)` make a rerun add nothing for
-/// an address that already has a send. Counts the new sends as `queued` progress. Returns how
-/// many it added.
-pub async fn materialise(
-    conn: &mut PgConnection,
-    org_id: i64,
-    campaign_id: i64,
-) -> sqlx::Result<i64> {
-    sqlx::query_scalar(
-        "with added as (
+/// The materialisation statement ($1 org, $2 campaign, $3 progress slot); public so the
+/// benchmark can run it bare in psql.
+pub const MATERIALISE_SQL: &str = "with added as (
              insert into sends (org_id, campaign_id, subscriber_id, email_lower, job_id)
              select distinct on (s.email_lower) s.org_id, $2::bigint, s.id, s.email_lower,
                     'campaign:' || $2::bigint || ':' || s.id
@@ -40,13 +30,25 @@ pub async fn materialise(
              select $1, $2::bigint, $3, n from n where n > 0
              on conflict (campaign_id, slot) do update set queued = p.queued + excluded.queued
          )
-         select n from n",
-    )
-    .bind(org_id)
-    .bind(campaign_id)
-    .bind(progress_slot())
-    .fetch_one(conn)
-    .await
+         select n from n";
+
+/// Builds the recipient list of a campaign that just started, in the start's transaction: one
+/// send per address (`DISTINCT ON (email_lower)`, the oldest subscriber row wins) over all its
+/// lists, confirmed subscribers only, already-suppressed addresses left out. The unique keys
+/// `(campaign_id, subscriber_id)` and `(campaign_id, email_lower)` make a rerun add nothing for
+/// an address that already has a send. Counts the new sends as `queued` progress. Returns how
+/// many it added.
+pub async fn materialise(
+    conn: &mut PgConnection,
+    org_id: i64,
+    campaign_id: i64,
+) -> sqlx::Result<i64> {
+    sqlx::query_scalar(MATERIALISE_SQL)
+        .bind(org_id)
+        .bind(campaign_id)
+        .bind(progress_slot())
+        .fetch_one(conn)
+        .await
 }
 
 /// What one hand-off did.

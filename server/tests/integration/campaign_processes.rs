@@ -111,11 +111,11 @@ fn reconcile(
         )
         .unwrap();
     assert_eq!(open, 0, "every send reached a terminal state");
-    let mut c = rt.block_on(pool.acquire()).unwrap();
-    let slots = rt
-        .block_on(app::db::sends::progress(&mut c, org, id))
-        .unwrap();
-    let counted = rt.block_on(app::db::sends::counted(&mut c, id)).unwrap();
+    let (slots, counted) = rt.block_on(async {
+        let mut c = pool.acquire().await.unwrap();
+        let slots = app::db::sends::progress(&mut c, org, id).await.unwrap();
+        (slots, app::db::sends::counted(&mut c, id).await.unwrap())
+    });
     assert_eq!(slots, counted, "counter slots vs count(*)");
     eprintln!(
         "campaign tally: {} rows, {} at the sink, {unknown} unknown, {counted:?}",
@@ -185,6 +185,15 @@ fn sigkill_a_random_worker_every_few_seconds_and_nobody_gets_the_campaign_twice(
         "the campaign finished before the workers were killed: make it bigger"
     );
     reconcile(&rt, &pool, org, id, &sink, kills * (CONNECTIONS + BATCH));
+    close(rt, pool);
+}
+
+/// Closes the pool inside the runtime (its connections need one to shut down).
+fn close(rt: tokio::runtime::Runtime, pool: PgPool) {
+    rt.block_on(async move {
+        pool.close().await;
+        drop(pool);
+    });
 }
 
 /// Pause mid-campaign for 30 s with two workers: at most one message per connection arrives
@@ -202,14 +211,15 @@ fn a_pause_stops_the_campaign_within_one_message_per_connection_and_resume_finis
     wait_until("a third of the campaign", 60, || {
         sink.messages().len() >= 1000
     });
-    let mut c = rt.block_on(pool.acquire()).unwrap();
-    rt.block_on(app::db::campaign_states::change(
-        &mut c,
-        org,
-        id,
-        Transition::Pause,
-    ))
-    .unwrap();
+    let change = |t: Transition| {
+        rt.block_on(async {
+            let mut c = pool.acquire().await.unwrap();
+            app::db::campaign_states::change(&mut c, org, id, t)
+                .await
+                .unwrap();
+        })
+    };
+    change(Transition::Pause);
     let at_pause = sink.messages().len();
     std::thread::sleep(Duration::from_secs(2));
     let settled = sink.messages().len();
@@ -225,13 +235,7 @@ fn a_pause_stops_the_campaign_within_one_message_per_connection_and_resume_finis
         "mail arrived during the pause"
     );
     assert_eq!(campaign_status(&rt, &pool, id), "paused");
-    rt.block_on(app::db::campaign_states::change(
-        &mut c,
-        org,
-        id,
-        Transition::Resume,
-    ))
-    .unwrap();
+    change(Transition::Resume);
     wait_until("the campaign to finish", 120, || {
         campaign_status(&rt, &pool, id) == "sent"
     });
@@ -241,6 +245,7 @@ fn a_pause_stops_the_campaign_within_one_message_per_connection_and_resume_finis
     }
     assert_eq!(sink.messages().len(), 3000);
     reconcile(&rt, &pool, org, id, &sink, 0);
+    close(rt, pool);
 }
 
 /// The database kills every worker connection mid-campaign: the workers reconnect and finish.
@@ -277,4 +282,5 @@ fn workers_whose_database_connections_are_terminated_reconnect_and_finish_withou
     }
     // A connection cut after a body can leave that message `unknown`, never sent twice.
     reconcile(&rt, &pool, org, id, &sink, 2 * 2 * (CONNECTIONS + BATCH));
+    close(rt, pool);
 }

@@ -1,0 +1,338 @@
+//! Campaign engine benchmark (issue 5), on this machine and in one run:
+//! (1) materialising a campaign over 3 overlapping lists (`campaign::start_due`: the start
+//!     compare-and-set and the `INSERT … SELECT DISTINCT ON` in one transaction), and the same
+//!     statement run bare through `psql` for the ratio;
+//! (2) claim + hand-off throughput (recipients/s) for batch sizes 20, 100 and 500 with one and
+//!     two concurrent workers;
+//! (3) end to end: a campaign through real `mailroom worker` processes into Postfix `smtp-sink`
+//!     (recipients/s) with the worker's peak RSS, for a small and a large campaign.
+//!
+//! Run through `bench/campaign.sh`. Usage: campaign_bench <mailroom binary> [recipients=1000000]
+//! [e2e=100000]
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use sqlx::PgPool;
+
+use mailroom::embedded_pg::{self, EmbeddedPg};
+
+fn peak_rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// `n` subscribers on three lists: each on list i % 3, every 4th also on the next list; every
+/// 10th has a second, upper-cased row on the third list (a case-variant duplicate).
+async fn audience(pool: &PgPool, org: i64, prefix: &str, n: i64) -> anyhow::Result<Vec<i64>> {
+    let mut lists = Vec::new();
+    for k in 0..3 {
+        lists.push(
+            sqlx::query_scalar::<_, i64>(
+                "insert into lists (org_id, name) values ($1, $2) returning id",
+            )
+            .bind(org)
+            .bind(format!("{prefix}-{k}"))
+            .fetch_one(pool)
+            .await?,
+        );
+    }
+    sqlx::raw_sql(&format!(
+        "insert into subscribers (org_id, email, email_lower, name)
+         select {org}, '{prefix}' || i || '@example.org', '{prefix}' || i || '@example.org', 'Person ' || i
+         from generate_series(0, {n} - 1) i;
+         insert into subscribers (org_id, email, email_lower, name)
+         select {org}, upper('{prefix}' || i) || '@EXAMPLE.org', '{prefix}' || i || '@example.org', 'Variant ' || i
+         from generate_series(0, {n} - 1, 10) i;
+         insert into list_members (org_id, list_id, subscriber_id)
+         select {org}, (array[{a},{b},{c}])[1 + (split_part(split_part(lower(email), '@', 1), '{prefix}', 2)::bigint % 3)], id
+         from subscribers where org_id = {org} and email = email_lower and email like '{prefix}%';
+         insert into list_members (org_id, list_id, subscriber_id)
+         select {org}, (array[{a},{b},{c}])[1 + ((split_part(split_part(email, '@', 1), '{prefix}', 2)::bigint + 1) % 3)], id
+         from subscribers where org_id = {org} and email = email_lower and email like '{prefix}%'
+           and split_part(split_part(email, '@', 1), '{prefix}', 2)::bigint % 4 = 0;
+         insert into list_members (org_id, list_id, subscriber_id)
+         select {org}, {c}, id from subscribers where org_id = {org} and email <> email_lower
+           and email_lower like '{prefix}%'
+         on conflict do nothing;
+         analyze subscribers; analyze list_members;",
+        a = lists[0],
+        b = lists[1],
+        c = lists[2],
+    ))
+    .execute(pool)
+    .await?;
+    Ok(lists)
+}
+
+/// An approved campaign to `lists`, due now (`scheduled_for`), or not yet when `later`.
+async fn campaign(
+    pool: &PgPool,
+    org: i64,
+    users: (i64, i64),
+    lists: &[i64],
+    later: bool,
+) -> anyhow::Result<i64> {
+    let id: i64 = sqlx::query_scalar(
+        "insert into campaigns (org_id, name, subject, body, status, author_id, last_editor_id, approver_id,
+                                approved_at, approved_version, scheduled_for)
+         values ($1, 'Bench', 'Hello {{ name }}', 'Dear {{ name }}, this is the bench campaign.', 'approved',
+                 $2, $2, $3, now(), 1, now() + case when $4 then interval '1 year' else interval '0' end)
+         returning id",
+    )
+    .bind(org)
+    .bind(users.0)
+    .bind(users.1)
+    .bind(later)
+    .fetch_one(pool)
+    .await?;
+    sqlx::query("insert into campaign_lists (org_id, campaign_id, list_id) select $1, $2, unnest($3::bigint[])")
+        .bind(org)
+        .bind(id)
+        .bind(lists)
+        .execute(pool)
+        .await?;
+    Ok(id)
+}
+
+async fn reset(pool: &PgPool, id: i64) -> anyhow::Result<()> {
+    sqlx::raw_sql(&format!(
+        "delete from deliveries where campaign_id = {id};
+         update sends set status = 'queued' where campaign_id = {id} and status <> 'queued';
+         delete from progress_slots where campaign_id = {id};
+         update campaigns set status = 'sending', finished_at = null where id = {id};
+         vacuum analyze sends; vacuum analyze deliveries;"
+    ))
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+async fn queued_sends(pool: &PgPool, id: i64) -> anyhow::Result<i64> {
+    Ok(sqlx::query_scalar(
+        "select count(*) from sends where campaign_id = $1 and status = 'queued'",
+    )
+    .bind(id)
+    .fetch_one(pool)
+    .await?)
+}
+
+/// Hands off a whole campaign with `workers` concurrent loops of `batch`: recipients/s.
+async fn hand_off_rate(pool: &PgPool, id: i64, batch: i64, workers: usize) -> anyhow::Result<f64> {
+    reset(pool, id).await?;
+    let total = queued_sends(pool, id).await?;
+    let started = Instant::now();
+    let loops = (0..workers).map(|_| {
+        let pool = pool.clone();
+        tokio::spawn(async move {
+            loop {
+                let h = app::db::sends::hand_off(&pool, batch, i64::MAX, 8).await?;
+                if h.handed_off + h.suppressed == 0 {
+                    return anyhow::Ok(());
+                }
+            }
+        })
+    });
+    for l in futures::future::join_all(loops).await {
+        l??;
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    if queued_sends(pool, id).await? != 0 {
+        bail!("hand-off left queued sends");
+    }
+    Ok(total as f64 / elapsed)
+}
+
+/// A campaign through a `mailroom worker` into smtp-sink: (recipients/s, peak RSS KiB).
+async fn end_to_end(
+    bin: &str,
+    data: &std::path::Path,
+    pool: &PgPool,
+    id: i64,
+    sink_port: u16,
+    limit: Duration,
+) -> anyhow::Result<(f64, u64, i64)> {
+    let mut worker = Command::new(bin)
+        .args(["worker", "--data-dir"])
+        .arg(data)
+        .args([
+            "--smtp-host",
+            "127.0.0.1",
+            "--smtp-port",
+            &sink_port.to_string(),
+        ])
+        .args([
+            "--smtp-connections",
+            "8",
+            "--delivery-batch",
+            "200",
+            "--campaign-batch",
+            "500",
+        ])
+        .args(["--campaign-watermark", "2000"])
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(std::fs::File::create(
+            "/tmp/bench-campaign-worker.log",
+        )?))
+        .spawn()?;
+    let started = Instant::now();
+    let mut peak = 0;
+    loop {
+        peak = peak.max(peak_rss_kib(worker.id()).unwrap_or(0));
+        let status: String = sqlx::query_scalar("select status from campaigns where id = $1")
+            .bind(id)
+            .fetch_one(pool)
+            .await?;
+        if status == "sent" || started.elapsed() > limit {
+            break;
+        }
+        if let Some(s) = worker.try_wait()? {
+            bail!("the worker exited early: {s}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(worker.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )?;
+    worker.wait()?;
+    let delivered: i64 = sqlx::query_scalar(
+        "select count(*) from deliveries where campaign_id = $1 and status = 'delivered'",
+    )
+    .bind(id)
+    .fetch_one(pool)
+    .await?;
+    Ok((delivered as f64 / elapsed, peak, delivered))
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    let bin = args
+        .get(1)
+        .context("usage: campaign_bench <mailroom binary> [recipients] [e2e]")?;
+    let big: i64 = args.get(2).map_or(Ok(1_000_000), |s| s.parse())?;
+    let e2e: i64 = args.get(3).map_or(Ok(100_000), |s| s.parse())?;
+    let data = tempfile::Builder::new()
+        .prefix("mrcbench")
+        .tempdir_in("/tmp")?;
+    let pg = EmbeddedPg::open(data.path(), embedded_pg::Options::default()).await?;
+    let pool = mailroom::database::connect(pg.connect_options(embedded_pg::DATABASE)).await?;
+    app::db::migrate::run(&pool, true).await?;
+    let org: i64 = sqlx::query_scalar(
+        "insert into orgs (name, slug, from_name, from_address) values ('Bench', 'bench', 'Bench', 'news@bench.example') returning id",
+    )
+    .fetch_one(&pool)
+    .await?;
+    let users: Vec<i64> = sqlx::query_scalar(
+        "insert into users (org_id, email, email_lower, name, role, password_hash)
+         values ($1, 'a@bench.example', 'a@bench.example', 'A', 'owner', 'x'), ($1, 'b@bench.example', 'b@bench.example', 'B', 'admin', 'x')
+         returning id",
+    )
+    .bind(org)
+    .fetch_all(&pool)
+    .await?;
+    let users = (users[0], users[1]);
+
+    // (1) Materialisation.
+    let t = Instant::now();
+    let big_lists = audience(&pool, org, "m", big).await?;
+    println!("seeded {big} addresses (+{} case variants) on 3 overlapping lists in {:.1}s (not measured)", big / 10, t.elapsed().as_secs_f64());
+    let big_id = campaign(&pool, org, users, &big_lists, false).await?;
+    let t = Instant::now();
+    let started = mailroom::campaign::start_due(&pool).await?;
+    let engine = t.elapsed().as_secs_f64();
+    println!("materialise (start + INSERT … SELECT DISTINCT ON, one transaction): {:?} recipients in {engine:.2}s", started);
+    // The same statement, bare, in psql (rolled back), for the ratio.
+    let bare_id = campaign(&pool, org, users, &big_lists, true).await?;
+    let sql = app::db::sends::MATERIALISE_SQL
+        .replace("$1", &org.to_string())
+        .replace("$2", &bare_id.to_string())
+        .replace("$3", "0::smallint");
+    let socket = data.path().join("postgres");
+    let t = Instant::now();
+    let out = Command::new("psql")
+        .args(["-h"])
+        .arg(&socket)
+        .args([
+            "-U",
+            "mailroom",
+            "-d",
+            embedded_pg::DATABASE,
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-q",
+            "-c",
+        ])
+        .arg(format!("begin; {sql}; rollback;"))
+        .stdout(Stdio::null())
+        .status();
+    let bare = t.elapsed().as_secs_f64();
+    match out {
+        Ok(s) if s.success() => println!(
+            "  the same statement bare in psql (rolled back): {bare:.2}s → engine/bare {:.2}",
+            engine / bare
+        ),
+        other => println!("  psql run failed ({other:?}); no ratio"),
+    }
+
+    // (2) Hand-off throughput, over a campaign of `e2e` recipients.
+    let lists = audience(&pool, org, "h", e2e).await?;
+    let id = campaign(&pool, org, users, &lists, false).await?;
+    mailroom::campaign::start_due(&pool).await?;
+    for batch in [20, 100, 500] {
+        for workers in [1, 2] {
+            let rate = hand_off_rate(&pool, id, batch, workers).await?;
+            println!("hand-off: batch {batch:>3}, {workers} worker(s): {rate:>8.0} recipients/s");
+        }
+    }
+
+    // (3) End to end into smtp-sink, with the worker's peak RSS.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let mut sink = Command::new("smtp-sink")
+        .args(["-u", "nobody", &format!("127.0.0.1:{port}"), "1024"])
+        .stdout(Stdio::null())
+        .spawn()
+        .context("starting Postfix smtp-sink")?;
+    std::thread::sleep(Duration::from_millis(300));
+    // The big campaign was materialised above; park it so the small one runs alone first.
+    sqlx::query("update campaigns set status = 'paused' where id = $1")
+        .bind(big_id)
+        .execute(&pool)
+        .await?;
+    reset(&pool, id).await?;
+    let (rate, peak, n) =
+        end_to_end(bin, data.path(), &pool, id, port, Duration::from_secs(900)).await?;
+    println!(
+        "end to end, {n} recipients: {rate:.0} recipients/s, worker peak RSS {:.1} MiB",
+        peak as f64 / 1024.0
+    );
+    sqlx::query("update campaigns set status = 'paused' where id = $1")
+        .bind(id)
+        .execute(&pool)
+        .await?;
+    sqlx::query("update campaigns set status = 'sending' where id = $1")
+        .bind(big_id)
+        .execute(&pool)
+        .await?;
+    let (rate, peak, n) = end_to_end(
+        bin,
+        data.path(),
+        &pool,
+        big_id,
+        port,
+        Duration::from_secs(60),
+    )
+    .await?;
+    println!("the {big}-recipient campaign for 60 s: {n} delivered, {rate:.0} recipients/s, worker peak RSS {:.1} MiB", peak as f64 / 1024.0);
+    let _ = sink.kill();
+    pool.close().await;
+    pg.shutdown().await?;
+    Ok(())
+}
