@@ -63,8 +63,8 @@ pub struct HandOff {
 /// Layers 3 and 4 in one statement and one commit: claims up to `batch` queued sends of
 /// `sending` campaigns (`FOR UPDATE SKIP LOCKED`, so racing workers take disjoint batches and
 /// never wait), at most `campaigns` campaigns at a time picked at random (they take turns),
-/// and only from campaigns with fewer than `watermark` queued deliveries, so `sends` stays the
-/// real queue. Recipients now suppressed, unsubscribed or erased become `suppressed`; the
+/// and only from campaigns with fewer than `watermark` queued deliveries (0: no limit), so
+/// `sends` stays the real queue. Recipients now suppressed, unsubscribed or erased become `suppressed`; the
 /// rest become `handed_off` and their deliveries are enqueued by job id (`ON CONFLICT DO
 /// NOTHING`), with the content version frozen at approval. Progress slots move in the same
 /// statement.
@@ -79,8 +79,8 @@ pub async fn hand_off(
              select c.id, c.org_id, c.approved_version from campaigns c
              where c.status = 'sending'
                and exists (select 1 from sends s where s.campaign_id = c.id and s.status = 'queued')
-               and (select count(*) from (select 1 from deliveries d
-                                          where d.campaign_id = c.id and d.status = 'queued' limit $2) w) < $2
+               and ($2 <= 0 or (select count(*) from (select 1 from deliveries d
+                                          where d.campaign_id = c.id and d.status = 'queued' limit $2) w) < $2)
              order by random() limit $3
          ),
          share as (select greatest(1, ceil($1::float8 / nullif(count(*), 0)))::int as n from ready),
@@ -89,14 +89,17 @@ pub async fn hand_off(
              from ready r cross join share
              cross join lateral (
                  select * from sends s where s.campaign_id = r.id and s.status = 'queued'
-                 order by s.id limit share.n
+                 order by s.campaign_id, s.id limit share.n  -- the sends_claim index's order
                  for update of s skip locked) s
          ),
          checked as (
              select p.*, sub.email,
                     (sub.status <> 'confirmed' or sub.erased_at is not null
                      or exists (select 1 from suppressions x where x.org_id = p.org_id and x.email_lower = p.email_lower)) as blocked
-             from picked p join subscribers sub on sub.org_id = p.org_id and sub.id = p.subscriber_id
+             -- One index lookup per row (offset 0 keeps the planner from a whole-table join).
+             from picked p cross join lateral (
+                 select x.email, x.status, x.erased_at from subscribers x
+                 where x.org_id = p.org_id and x.id = p.subscriber_id offset 0) sub
          ),
          marked as (
              update sends s set status = case when c.blocked then 'suppressed' else 'handed_off' end, updated_at = now()
