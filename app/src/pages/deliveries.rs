@@ -91,13 +91,9 @@ pub fn DeliveriesPage() -> impl IntoView {
             )
         },
     );
-    let outcome = move || retry.value().get();
     view! {
         <h1 class="text-2xl font-semibold mb-4">"Deliveries"</h1>
-        {move || outcome().map(|r| match r {
-            Ok(msg) => view! { <p role="status" data-test="retry-result" class="mb-4 rounded bg-green-50 px-3 py-2 text-sm text-green-800">{msg}</p> }.into_any(),
-            Err(e) => view! { <p role="alert" data-test="retry-result" class="mb-4 rounded bg-red-50 px-3 py-2 text-sm text-red-700">{e.to_string()}</p> }.into_any(),
-        })}
+        {move || super::action_outcome(retry.value().get(), "retry-result")}
         <Suspense fallback=|| view! { <p>"Loading…"</p> }>
             {move || Suspend::new(async move {
                 match counts.await {

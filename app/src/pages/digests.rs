@@ -6,29 +6,12 @@ use leptos::prelude::*;
 use leptos_router::components::A;
 
 use super::deliveries::badge_class;
+use super::{action_outcome as outcome, WEEKDAYS};
 use crate::api::digests::{
     digest_preview, digests_view, DigestAdmin, DigestsData, HistoryEntry, SaveDigestSchedule,
     SetDigestOptIn,
 };
 use crate::domain::DeliveryStatus;
-
-const WEEKDAYS: [&str; 7] = [
-    "Monday",
-    "Tuesday",
-    "Wednesday",
-    "Thursday",
-    "Friday",
-    "Saturday",
-    "Sunday",
-];
-
-/// The outcome line of an action: green for done, red for the error.
-fn outcome(r: Option<Result<String, crate::error::AppError>>, test: &'static str) -> impl IntoView {
-    r.map(|r| match r {
-        Ok(msg) => view! { <p role="status" data-test=test class="mb-4 rounded bg-green-50 px-3 py-2 text-sm text-green-800">{msg}</p> }.into_any(),
-        Err(e) => view! { <p role="alert" data-test=test class="mb-4 rounded bg-red-50 px-3 py-2 text-sm text-red-700">{e.to_string()}</p> }.into_any(),
-    })
-}
 
 #[component]
 pub fn DigestsPage() -> impl IntoView {

@@ -12,6 +12,29 @@ use leptos_meta::{provide_meta_context, MetaTags, Stylesheet, Title};
 use leptos_router::components::{ParentRoute, Route, Router, Routes};
 use leptos_router::{path, SsrMode};
 
+/// ISO weekdays, 1 = Monday, as `digest_weekday` stores them.
+const WEEKDAYS: [&str; 7] = [
+    "Monday",
+    "Tuesday",
+    "Wednesday",
+    "Thursday",
+    "Friday",
+    "Saturday",
+    "Sunday",
+];
+
+/// The result line of a server action: green for done, red for the error (never internals:
+/// `AppError` carries only what the user may read).
+fn action_outcome(
+    r: Option<Result<String, crate::error::AppError>>,
+    test: &'static str,
+) -> impl IntoView {
+    r.map(|r| match r {
+        Ok(msg) => view! { <p role="status" data-test=test class="mb-4 rounded bg-green-50 px-3 py-2 text-sm text-green-800">{msg}</p> }.into_any(),
+        Err(e) => view! { <p role="alert" data-test=test class="mb-4 rounded bg-red-50 px-3 py-2 text-sm text-red-700">{e.to_string()}</p> }.into_any(),
+    })
+}
+
 /// The HTML document around the app (server side).
 pub fn shell(options: LeptosOptions) -> impl IntoView {
     view! {

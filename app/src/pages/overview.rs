@@ -1,16 +1,7 @@
 use leptos::prelude::*;
 
+use super::WEEKDAYS;
 use crate::api::overview::{get_overview, Overview};
-
-const WEEKDAYS: [&str; 7] = [
-    "Monday",
-    "Tuesday",
-    "Wednesday",
-    "Thursday",
-    "Friday",
-    "Saturday",
-    "Sunday",
-];
 
 #[component]
 pub fn OverviewPage() -> impl IntoView {

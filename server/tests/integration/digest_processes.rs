@@ -42,6 +42,16 @@ async fn waiting_on(pool: &PgPool, table: &str) -> Vec<i32> {
     .unwrap()
 }
 
+/// A transaction holding `table` in SHARE mode: every write to it waits until it ends.
+async fn hold_writes(pool: &PgPool, table: &str) -> sqlx::Transaction<'static, sqlx::Postgres> {
+    let mut tx = pool.begin().await.unwrap();
+    sqlx::query(&format!("lock table {table} in share mode"))
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    tx
+}
+
 fn tick_output(p: &Proc) -> serde_json::Value {
     let log = p.log_text();
     let line = log
@@ -64,14 +74,7 @@ fn ten_racing_ticker_processes_claim_each_org_once_and_queue_one_digest_per_opte
     ];
 
     // Hold the claims back until all ten are at their first insert, then release them together.
-    let gate = rt.block_on(async {
-        let mut tx = pool.begin().await.unwrap();
-        sqlx::query("lock table digest_sends in share mode")
-            .execute(&mut *tx)
-            .await
-            .unwrap();
-        tx
-    });
+    let gate = rt.block_on(hold_writes(&pool, "digest_sends"));
     let mut procs: Vec<Proc> = (0..10)
         .map(|i| {
             Proc::start_with_env(
@@ -134,14 +137,7 @@ fn a_ticker_killed_between_claim_and_commit_claims_nothing_and_the_next_tick_sen
     ];
 
     // Stop the ticker after its claim, at its enqueue: deliveries are locked against writes.
-    let gate = rt.block_on(async {
-        let mut tx = pool.begin().await.unwrap();
-        sqlx::query("lock table deliveries in share mode")
-            .execute(&mut *tx)
-            .await
-            .unwrap();
-        tx
-    });
+    let gate = rt.block_on(hold_writes(&pool, "deliveries"));
     let mut victim =
         Proc::start_with_env("victim", dir.path(), &["digest-tick", "--now", NOW], &env);
     wait_until("the ticker blocked at its enqueue", 60, || {
