@@ -251,6 +251,7 @@ impl WorkerArgs {
                 keys,
             },
             progress: crate::progress::Notifier::default(),
+            held: Default::default(),
         }
     }
 

@@ -71,6 +71,7 @@ pub async fn run(
         }
     }
     let notifier = cfg.progress.clone();
+    let held = cfg.held.clone();
     let progress = tokio::spawn(notifier.clone().run(pool.clone(), shutdown.clone()));
     let campaigns = tokio::spawn(crate::campaign::run(
         pool.clone(),
@@ -99,7 +100,8 @@ pub async fn run(
             _ = shutdown.requested() => break,
             _ = renew.tick() => {
                 // While this process lives, its claims do not expire under a slow SMTP server.
-                if let Err(e) = app::db::deliveries::extend_leases(&pool, &id, lease_seconds).await {
+                let in_flight = held.snapshot();
+                if let Err(e) = app::db::deliveries::extend_leases(&pool, &id, &in_flight, lease_seconds).await {
                     tracing::warn!(error = %e, "could not extend delivery leases; will retry");
                 }
             }

@@ -363,16 +363,28 @@ fn give_back(filter: &str, requeued: &str, in_flight: &str, slot: usize) -> Stri
     )
 }
 
-/// Extends the leases of every delivery `holder` is still sending: a live process keeps its
-/// claims however slow its SMTP server (each step is bounded by the SMTP timeout), and only a
-/// dead or stopped one's leases run out. Returns the rows extended.
-pub async fn extend_leases(pool: &PgPool, holder: &str, lease_seconds: f64) -> sqlx::Result<u64> {
+/// Extends the leases of the deliveries `holder` is still working on (`held`: job id and
+/// attempt): a live process keeps those claims however slow its SMTP server (each step is
+/// bounded by the SMTP timeout). A claim it abandoned, and a dead or stopped process's, runs
+/// out. Returns the rows extended.
+pub async fn extend_leases(
+    pool: &PgPool,
+    holder: &str,
+    held: &[(String, i32)],
+    lease_seconds: f64,
+) -> sqlx::Result<u64> {
+    let (jobs, attempts): (Vec<&str>, Vec<i32>) =
+        held.iter().map(|(j, a)| (j.as_str(), *a)).unzip();
     Ok(sqlx::query(
-        "update deliveries set lease_until = now() + make_interval(secs => $2)
-         where claimed_by = $1 and status = 'sending'",
+        "update deliveries d set lease_until = now() + make_interval(secs => $2)
+         from unnest($3::text[], $4::int[]) as h(job_id, attempt)
+         where d.job_id = h.job_id and d.attempt = h.attempt
+           and d.claimed_by = $1 and d.status = 'sending'",
     )
     .bind(holder)
     .bind(lease_seconds)
+    .bind(&jobs)
+    .bind(&attempts)
     .execute(pool)
     .await?
     .rows_affected())

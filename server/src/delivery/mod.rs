@@ -3,6 +3,7 @@
 //! its attempt. It runs in every `serve` / `worker` process; the database arbitrates between
 //! them.
 
+mod held;
 mod ledger;
 mod render;
 mod send;
@@ -21,6 +22,7 @@ use app::domain::Backoff;
 
 use crate::shutdown::Shutdown;
 use crate::smtp::{Connection, Target};
+pub use held::Held;
 use ledger::Ledger;
 use render::Inputs;
 pub use render::Links;
@@ -55,6 +57,8 @@ pub struct Config {
     pub links: Links,
     /// Announces campaigns whose progress moved (after their outcomes committed).
     pub progress: crate::progress::Notifier,
+    /// The claims in flight, whose leases this process extends.
+    pub held: Held,
 }
 
 impl Config {
@@ -178,6 +182,8 @@ async fn claim_and_send(
         us = t.elapsed().as_micros() as u64,
         "claim"
     );
+    // Held until this function returns, whatever happens: an abandoned claim's lease runs out.
+    let _in_flight = cfg.held.hold(&batch);
     if batch.is_empty() {
         // Nothing to send: do not hold idle connections open on the server.
         quit_all(connections).await;

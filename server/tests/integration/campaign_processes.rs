@@ -124,6 +124,34 @@ fn reconcile(
     );
 }
 
+/// What the database and the workers say, for a campaign that did not finish.
+fn report(rt: &tokio::runtime::Runtime, pool: &PgPool, id: i64, procs: &[Proc]) -> String {
+    let rows: Vec<(String, String, i64)> = rt
+        .block_on(
+            sqlx::query_as(
+                "select 'send', status, count(*) from sends where campaign_id = $1 group by status
+                 union all
+                 select 'delivery', status || coalesce(' body_started=' || (body_started_at is not null)::text, '')
+                        || ' lease=' || coalesce((lease_until > now())::text, '-'), count(*)
+                 from deliveries where campaign_id = $1 group by 1, 2",
+            )
+            .bind(id)
+            .fetch_all(pool),
+        )
+        .unwrap_or_default();
+    let mut out = format!("{rows:?}\n");
+    for p in procs {
+        let log = p.log_text();
+        let tail: Vec<&str> = log.lines().rev().take(40).collect();
+        out.push_str(&format!("--- {}\n", p.log.display()));
+        for line in tail.into_iter().rev() {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out
+}
+
 fn setup(recipients: usize) -> (tokio::runtime::Runtime, PgPool, String, i64, i64) {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let (pool, url) = rt.block_on(crate::helpers::migrated_db_with_url());
@@ -273,9 +301,16 @@ fn workers_whose_database_connections_are_terminated_reconnect_and_finish_withou
             .unwrap();
         assert!(killed > 0);
     }
-    wait_until("the campaign to finish", 180, || {
-        campaign_status(&rt, &pool, id) == "sent"
-    });
+    let deadline = Instant::now() + Duration::from_secs(180);
+    while campaign_status(&rt, &pool, id) != "sent" {
+        if Instant::now() > deadline {
+            panic!(
+                "the campaign did not finish:\n{}",
+                report(&rt, &pool, id, &procs)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
     for mut p in procs {
         p.signal(Signal::SIGTERM);
         p.wait_exit(60);

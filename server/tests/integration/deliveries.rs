@@ -551,25 +551,37 @@ async fn a_stopping_process_releases_exactly_its_own_claims() {
 }
 
 #[tokio::test]
-async fn a_live_process_extends_its_leases_and_only_its_own() {
+async fn a_live_process_extends_only_the_leases_of_claims_it_is_still_working_on() {
     let pool = test_db().await;
     let (org, _) = org_with_users(&pool, "acme", &[Role::Owner]).await;
-    enqueue_test_mail(&pool, org, 2).await;
-    let mine = deliveries::claim(&pool, 1, 60.0, "me").await.unwrap();
+    enqueue_test_mail(&pool, org, 3).await;
+    let mine = deliveries::claim(&pool, 2, 60.0, "me").await.unwrap();
     let theirs = deliveries::claim(&pool, 1, 60.0, "them").await.unwrap();
     expire_leases(&pool).await;
+    // mine[1] was abandoned by a failed round: no longer in flight, so not extended.
+    let in_flight = vec![(mine[0].job_id.clone(), mine[0].attempt)];
     assert_eq!(
-        deliveries::extend_leases(&pool, "me", 60.0).await.unwrap(),
+        deliveries::extend_leases(&pool, "me", &in_flight, 60.0)
+            .await
+            .unwrap(),
         1
+    );
+    assert_eq!(
+        deliveries::extend_leases(&pool, "them", &in_flight, 60.0)
+            .await
+            .unwrap(),
+        0,
+        "another holder cannot extend my claim"
     );
     assert_eq!(
         deliveries::reap_expired(&pool, &lead(&pool).await)
             .await
             .unwrap(),
-        (1, 0),
-        "only the silent process's claim is reaped"
+        (2, 0),
+        "the abandoned claim and the silent process's claim are reaped"
     );
     assert_eq!(status_of(&pool, &mine[0].job_id).await.0, "sending");
+    assert_eq!(status_of(&pool, &mine[1].job_id).await.0, "queued");
     assert_eq!(status_of(&pool, &theirs[0].job_id).await.0, "queued");
 }
 

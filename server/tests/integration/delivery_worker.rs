@@ -359,6 +359,7 @@ fn config_for_capture(dir: std::path::PathBuf) -> Config {
             keys: crate::helpers::test_keys(),
         },
         progress: Default::default(),
+        held: Default::default(),
     }
 }
 
