@@ -329,6 +329,23 @@ async fn main() -> anyhow::Result<()> {
         .bind(id)
         .execute(&pool)
         .await?;
+    // A small campaign, for the worker's RSS at 10,000 recipients.
+    let small_lists = audience(&pool, org, "s", 10_000).await?;
+    let small = campaign(&pool, org, users, &small_lists, false).await?;
+    mailroom::campaign::start_due(&pool).await?;
+    let (rate, peak, n) = end_to_end(
+        bin,
+        data.path(),
+        &pool,
+        small,
+        port,
+        Duration::from_secs(300),
+    )
+    .await?;
+    println!(
+        "end to end, {n} recipients: {rate:.0} recipients/s, worker peak RSS {:.1} MiB",
+        peak as f64 / 1024.0
+    );
     sqlx::query("update campaigns set status = 'sending' where id = $1")
         .bind(big_id)
         .execute(&pool)

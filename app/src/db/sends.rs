@@ -60,37 +60,83 @@ pub struct HandOff {
     pub campaigns: Vec<i64>,
 }
 
-/// Layers 3 and 4 in one statement and one commit: claims up to `batch` queued sends of
+/// Layers 3 and 4 in one transaction and one commit: claims up to `batch` queued sends of
 /// `sending` campaigns (`FOR UPDATE SKIP LOCKED`, so racing workers take disjoint batches and
 /// never wait), at most `campaigns` campaigns at a time picked at random (they take turns),
 /// and only from campaigns with fewer than `watermark` queued deliveries (0: no limit), so
 /// `sends` stays the real queue. Recipients now suppressed, unsubscribed or erased become `suppressed`; the
 /// rest become `handed_off` and their deliveries are enqueued by job id (`ON CONFLICT DO
 /// NOTHING`), with the content version frozen at approval. Progress slots move in the same
-/// statement.
+/// transaction.
 pub async fn hand_off(
     pool: &PgPool,
     batch: i64,
     watermark: i64,
     campaigns: i64,
 ) -> sqlx::Result<HandOff> {
-    sqlx::query_as(
+    let mut tx = pool.begin().await?;
+    // Roll back explicitly on every path that does not commit: a dropped transaction's rollback
+    // is deferred, and until it runs the claimed rows stay locked (SKIP LOCKED would skip them).
+    match hand_off_in(&mut tx, batch, watermark, campaigns).await {
+        Ok(Some(done)) => {
+            tx.commit().await?;
+            Ok(done)
+        }
+        Ok(None) => {
+            tx.rollback().await?;
+            Ok(HandOff::default())
+        }
+        Err(e) => {
+            let _ = tx.rollback().await;
+            Err(e)
+        }
+    }
+}
+
+async fn hand_off_in(
+    tx: &mut PgConnection,
+    batch: i64,
+    watermark: i64,
+    campaigns: i64,
+) -> sqlx::Result<Option<HandOff>> {
+    // Claim first, on `sends_claim` only: the row-value range on (campaign_id, id) can be served
+    // by that index alone, so the planner cannot walk the primary key past another campaign's
+    // rows (it assumes rows are spread evenly; a campaign's rows are one contiguous run).
+    let ids: Vec<i64> = sqlx::query_scalar(
         "with ready as (
-             select c.id, c.org_id, c.approved_version from campaigns c
+             select c.id from campaigns c
              where c.status = 'sending'
-               and exists (select 1 from sends s where s.campaign_id = c.id and s.status = 'queued')
+               and (select 1 from sends s
+                    where (s.campaign_id, s.id) > (c.id, 0) and (s.campaign_id, s.id) < (c.id + 1, 0)
+                      and s.status = 'queued'
+                    order by s.campaign_id, s.id limit 1) is not null
                and ($2 <= 0 or (select count(*) from (select 1 from deliveries d
                                           where d.campaign_id = c.id and d.status = 'queued' limit $2) w) < $2)
              order by random() limit $3
          ),
-         share as (select greatest(1, ceil($1::float8 / nullif(count(*), 0)))::int as n from ready),
-         picked as (
-             select s.id, s.org_id, s.campaign_id, s.subscriber_id, s.email_lower, s.job_id, r.approved_version
-             from ready r cross join share
-             cross join lateral (
-                 select * from sends s where s.campaign_id = r.id and s.status = 'queued'
-                 order by s.campaign_id, s.id limit share.n  -- the sends_claim index's order
-                 for update of s skip locked) s
+         share as (select greatest(1, ceil($1::float8 / nullif(count(*), 0)))::int as n from ready)
+         select s.id from ready r cross join share
+         cross join lateral (
+             select s.id from sends s
+             where (s.campaign_id, s.id) > (r.id, 0) and (s.campaign_id, s.id) < (r.id + 1, 0)
+               and s.status = 'queued'
+             order by s.campaign_id, s.id limit share.n
+             for update of s skip locked) s",
+    )
+    .bind(batch)
+    .bind(watermark)
+    .bind(campaigns)
+    .fetch_all(&mut *tx)
+    .await?;
+    if ids.is_empty() {
+        return Ok(None);
+    }
+    // Then one statement keyed by those ids (primary-key lookups throughout).
+    let done: HandOff = sqlx::query_as(
+        "with picked as (
+             select s.id, s.org_id, s.campaign_id, s.subscriber_id, s.email_lower, s.job_id, c.approved_version
+             from sends s join campaigns c on c.id = s.campaign_id
+             where s.id = any($1) and s.status = 'queued'
          ),
          checked as (
              select p.*, sub.email,
@@ -103,7 +149,7 @@ pub async fn hand_off(
          ),
          marked as (
              update sends s set status = case when c.blocked then 'suppressed' else 'handed_off' end, updated_at = now()
-             from checked c where s.id = c.id
+             from checked c where s.id = any($1) and s.id = c.id
              returning s.org_id, s.campaign_id, s.status
          ),
          queued as (
@@ -116,7 +162,7 @@ pub async fn hand_off(
          ),
          bump as (
              insert into progress_slots as p (org_id, campaign_id, slot, queued, handed_off, suppressed)
-             select org_id, campaign_id, $4, -count(*),
+             select org_id, campaign_id, $2, -count(*),
                     count(*) filter (where status = 'handed_off'), count(*) filter (where status = 'suppressed')
              from marked group by org_id, campaign_id
              order by campaign_id
@@ -129,12 +175,11 @@ pub async fn hand_off(
                 coalesce(array_agg(distinct campaign_id), '{}') as campaigns
          from marked",
     )
-    .bind(batch)
-    .bind(watermark)
-    .bind(campaigns)
+    .bind(&ids)
     .bind(progress_slot())
-    .fetch_one(pool)
-    .await
+    .fetch_one(&mut *tx)
+    .await?;
+    Ok(Some(done))
 }
 
 /// Sweeps up to `batch` queued sends and queued deliveries of cancelled campaigns to
