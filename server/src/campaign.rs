@@ -29,6 +29,8 @@ const BUSY_POLL: Duration = Duration::from_millis(200);
 const CAMPAIGNS_PER_BATCH: i64 = 8;
 /// Hand-off batches per round before the round's other steps run.
 const BATCHES_PER_ROUND: usize = 50;
+/// Cancel-sweep batches (of at least 500 rows) per round.
+const SWEEPS_PER_ROUND: usize = 20;
 
 /// What one round did.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -42,7 +44,8 @@ pub struct Round {
 }
 
 /// Starts every due campaign this worker wins: the start compare-and-set and the
-/// materialisation commit together, so a crash in between starts nothing.
+/// materialisation commit together, so a crash in between starts nothing. One campaign that
+/// cannot start (logged, retried next round) does not hold back the others.
 pub async fn start_due(pool: &PgPool) -> sqlx::Result<Vec<(i64, i64)>> {
     let due = {
         let mut conn = pool.acquire().await?;
@@ -50,17 +53,30 @@ pub async fn start_due(pool: &PgPool) -> sqlx::Result<Vec<(i64, i64)>> {
     };
     let mut started = Vec::new();
     for (org_id, id) in due {
-        let mut tx = pool.begin().await?;
-        if !campaign_states::start(&mut tx, id).await? {
-            continue; // another worker won it
+        match start_one(pool, org_id, id).await {
+            Ok(Some(n)) => {
+                tracing::info!(campaign = id, recipients = n, "campaign started");
+                started.push((id, n));
+            }
+            Ok(None) => {} // another worker won it, or is starting it now
+            Err(e) => {
+                tracing::warn!(campaign = id, error = %e, "cannot start campaign; will retry")
+            }
         }
-        let n = sends::materialise(&mut tx, org_id, id).await?;
-        campaign_states::materialized(&mut tx, id, n).await?;
-        tx.commit().await?;
-        tracing::info!(campaign = id, recipients = n, "campaign started");
-        started.push((id, n));
     }
     Ok(started)
+}
+
+/// The start and the materialisation in one transaction: `Some(recipients)` if this worker won.
+async fn start_one(pool: &PgPool, org_id: i64, id: i64) -> sqlx::Result<Option<i64>> {
+    let mut tx = pool.begin().await?;
+    if !campaign_states::start(&mut tx, id).await? {
+        return Ok(None);
+    }
+    let n = sends::materialise(&mut tx, org_id, id).await?;
+    campaign_states::materialized(&mut tx, id, n).await?;
+    tx.commit().await?;
+    Ok(Some(n))
 }
 
 /// One round: start, hand off (up to [`BATCHES_PER_ROUND`] batches), sweep cancelled, finish.
@@ -69,6 +85,8 @@ pub async fn round(pool: &PgPool, cfg: &Config, notifier: &Notifier) -> sqlx::Re
         started: start_due(pool).await?,
         ..Round::default()
     };
+    let started: Vec<i64> = r.started.iter().map(|s| s.0).collect();
+    notifier.touch(&started);
     for _ in 0..BATCHES_PER_ROUND {
         let h = sends::hand_off(pool, cfg.batch, cfg.watermark, CAMPAIGNS_PER_BATCH).await?;
         notifier.touch(&h.campaigns);
@@ -78,7 +96,8 @@ pub async fn round(pool: &PgPool, cfg: &Config, notifier: &Notifier) -> sqlx::Re
             break;
         }
     }
-    loop {
+    // Bounded per round, so a million-recipient cancel never stalls this replica's hand-offs.
+    for _ in 0..SWEEPS_PER_ROUND {
         let n = sends::sweep_cancelled(pool, cfg.batch.max(500)).await?;
         r.cancelled += n;
         if n == 0 {

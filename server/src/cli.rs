@@ -198,7 +198,8 @@ pub struct WorkerArgs {
     pub campaign_batch: i64,
 
     /// A campaign gets more recipients handed off only while fewer than this many of its
-    /// deliveries are queued (`sends` stays the real queue; pause and cancel act fast).
+    /// deliveries are queued (`sends` stays the real queue; pause and cancel act fast). 0: no
+    /// limit.
     #[arg(long, env = "MAILROOM_CAMPAIGN_WATERMARK", default_value_t = 1000)]
     pub campaign_watermark: i64,
 
@@ -260,7 +261,7 @@ impl WorkerArgs {
         crate::campaign::Config {
             tick: std::time::Duration::from_secs(self.campaign_tick_seconds.max(1)),
             batch: self.campaign_batch.max(1),
-            watermark: self.campaign_watermark.max(1),
+            watermark: self.campaign_watermark.max(0),
         }
     }
 

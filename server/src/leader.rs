@@ -190,7 +190,10 @@ async fn reconcile_finished(pool: &PgPool, lease: &Lease) {
                     pool,
                     lease,
                     "reconcile",
-                    &format!("campaign={id} counted={after:?}"),
+                    &format!(
+                        "campaign={id} slots_differed={} counted={after:?}",
+                        before != after
+                    ),
                 )
                 .await;
             }

@@ -116,11 +116,16 @@ pub async fn due(conn: &mut PgConnection, limit: i64) -> sqlx::Result<Vec<(i64, 
 }
 
 /// The start compare-and-set (guarantee 4): exactly one worker gets `true`; the caller
-/// materialises the recipients in the same transaction.
+/// materialises the recipients in the same transaction. A campaign another worker is starting
+/// right now is skipped (`SKIP LOCKED`), not waited for: its materialisation can take many
+/// seconds, and the losers have other campaigns to hand off meanwhile.
 pub async fn start(conn: &mut PgConnection, id: i64) -> sqlx::Result<bool> {
     let won: Option<i64> = sqlx::query_scalar(
         "update campaigns set status = 'sending', started_at = now()
-         where id = $1 and status = 'approved' and scheduled_for <= now()
+         where id = (select id from campaigns
+                     where id = $1 and status = 'approved' and scheduled_for <= now()
+                     for update skip locked)
+           and status = 'approved'
          returning id",
     )
     .bind(id)

@@ -255,22 +255,24 @@ pub async fn progress(
     .await
 }
 
+/// The progress figures counted from the rows themselves ($1: the campaign).
+const COUNTED_SQL: &str =
+    "select (select count(*) from sends where campaign_id = $1 and status = 'queued') as queued,
+            (select count(*) from sends where campaign_id = $1 and status = 'handed_off') as handed_off,
+            (select count(*) from deliveries where campaign_id = $1 and status = 'delivered') as delivered,
+            (select count(*) from deliveries where campaign_id = $1 and status = 'failed') as failed,
+            (select count(*) from deliveries where campaign_id = $1 and status = 'unknown') as unknown,
+            (select count(*) from sends where campaign_id = $1 and status = 'suppressed')
+              + (select count(*) from deliveries where campaign_id = $1 and status = 'suppressed') as suppressed,
+            (select count(*) from sends where campaign_id = $1 and status = 'cancelled')
+              + (select count(*) from deliveries where campaign_id = $1 and status = 'cancelled') as cancelled";
+
 /// The same figures counted from the rows themselves (`count(*)`): what the slots must equal.
 pub async fn counted(conn: &mut PgConnection, campaign_id: i64) -> sqlx::Result<Progress> {
-    sqlx::query_as(
-        "select (select count(*) from sends where campaign_id = $1 and status = 'queued') as queued,
-                (select count(*) from sends where campaign_id = $1 and status = 'handed_off') as handed_off,
-                (select count(*) from deliveries where campaign_id = $1 and status = 'delivered') as delivered,
-                (select count(*) from deliveries where campaign_id = $1 and status = 'failed') as failed,
-                (select count(*) from deliveries where campaign_id = $1 and status = 'unknown') as unknown,
-                (select count(*) from sends where campaign_id = $1 and status = 'suppressed')
-                  + (select count(*) from deliveries where campaign_id = $1 and status = 'suppressed') as suppressed,
-                (select count(*) from sends where campaign_id = $1 and status = 'cancelled')
-                  + (select count(*) from deliveries where campaign_id = $1 and status = 'cancelled') as cancelled",
-    )
-    .bind(campaign_id)
-    .fetch_one(conn)
-    .await
+    sqlx::query_as(COUNTED_SQL)
+        .bind(campaign_id)
+        .fetch_one(conn)
+        .await
 }
 
 /// Finished campaigns whose slots were not reconciled yet (a leader job).
@@ -289,48 +291,89 @@ pub async fn to_reconcile(conn: &mut PgConnection, limit: i64) -> sqlx::Result<V
     .await
 }
 
-/// Replaces a finished campaign's slots with the counted figures, once: a leader job, fenced by
-/// its lease, and guarded by the campaign's row lock and `progress_reconciled_at`, so an
-/// overlapping leader does it at most once. Returns (slots before, counted).
+/// Corrects a finished campaign's slots to the counted figures, once: a leader job, fenced by
+/// its lease, guarded by the campaign's row lock and `progress_reconciled_at`. One statement, so
+/// the slots and the rows are read from one snapshot, and the difference is *added* to slot 0:
+/// a change committed meanwhile (an operator's retry, a retried message's outcome) moves its
+/// own slot and is never overwritten. Returns (slots before, counted).
 pub async fn reconcile(
     conn: &mut PgConnection,
     campaign_id: i64,
     lease: &Lease,
 ) -> sqlx::Result<Option<(Progress, Progress)>> {
     let sql = format!(
-        "select org_id from campaigns where id = $1 and progress_reconciled_at is null and {} for update",
-        leader::fence(2)
+        "with target as (
+             select org_id from campaigns
+             where id = $1 and progress_reconciled_at is null and {fence} for update
+         ),
+         slots as (
+             select coalesce(sum(queued), 0)::bigint as queued, coalesce(sum(handed_off), 0)::bigint as handed_off,
+                    coalesce(sum(delivered), 0)::bigint as delivered, coalesce(sum(failed), 0)::bigint as failed,
+                    coalesce(sum(unknown), 0)::bigint as unknown, coalesce(sum(suppressed), 0)::bigint as suppressed,
+                    coalesce(sum(cancelled), 0)::bigint as cancelled
+             from progress_slots where campaign_id = $1
+         ),
+         counted as ({COUNTED_SQL}),
+         fix as (
+             insert into progress_slots as p (org_id, campaign_id, slot, queued, handed_off, delivered,
+                                              failed, unknown, suppressed, cancelled)
+             select t.org_id, $1, 0, c.queued - s.queued, c.handed_off - s.handed_off,
+                    c.delivered - s.delivered, c.failed - s.failed, c.unknown - s.unknown,
+                    c.suppressed - s.suppressed, c.cancelled - s.cancelled
+             from target t, slots s, counted c
+             on conflict (campaign_id, slot) do update
+             set queued = p.queued + excluded.queued, handed_off = p.handed_off + excluded.handed_off,
+                 delivered = p.delivered + excluded.delivered, failed = p.failed + excluded.failed,
+                 unknown = p.unknown + excluded.unknown, suppressed = p.suppressed + excluded.suppressed,
+                 cancelled = p.cancelled + excluded.cancelled
+         ),
+         done as (
+             update campaigns set progress_reconciled_at = now()
+             where id = $1 and exists (select 1 from target)
+         )
+         select s.queued, s.handed_off, s.delivered, s.failed, s.unknown, s.suppressed, s.cancelled,
+                c.queued, c.handed_off, c.delivered, c.failed, c.unknown, c.suppressed, c.cancelled
+         from target, slots s, counted c",
+        fence = leader::fence(2)
     );
-    let org_id: Option<(i64,)> = leader::bind_fence(sqlx::query_as(&sql).bind(campaign_id), lease)
-        .fetch_optional(&mut *conn)
+    type Row = (
+        i64,
+        i64,
+        i64,
+        i64,
+        i64,
+        i64,
+        i64,
+        i64,
+        i64,
+        i64,
+        i64,
+        i64,
+        i64,
+        i64,
+    );
+    let row: Option<Row> = leader::bind_fence(sqlx::query_as(&sql).bind(campaign_id), lease)
+        .fetch_optional(conn)
         .await?;
-    let Some((org_id,)) = org_id else {
-        return Ok(None);
-    };
-    let before = progress(&mut *conn, org_id, campaign_id).await?;
-    let after = counted(&mut *conn, campaign_id).await?;
-    sqlx::query("delete from progress_slots where campaign_id = $1")
-        .bind(campaign_id)
-        .execute(&mut *conn)
-        .await?;
-    sqlx::query(
-        "insert into progress_slots (org_id, campaign_id, slot, queued, handed_off, delivered, failed, unknown, suppressed, cancelled)
-         values ($1, $2, 0, $3, $4, $5, $6, $7, $8, $9)",
-    )
-    .bind(org_id)
-    .bind(campaign_id)
-    .bind(after.queued)
-    .bind(after.handed_off)
-    .bind(after.delivered)
-    .bind(after.failed)
-    .bind(after.unknown)
-    .bind(after.suppressed)
-    .bind(after.cancelled)
-    .execute(&mut *conn)
-    .await?;
-    sqlx::query("update campaigns set progress_reconciled_at = now() where id = $1")
-        .bind(campaign_id)
-        .execute(conn)
-        .await?;
-    Ok(Some((before, after)))
+    Ok(row.map(|r| {
+        let before = Progress {
+            queued: r.0,
+            handed_off: r.1,
+            delivered: r.2,
+            failed: r.3,
+            unknown: r.4,
+            suppressed: r.5,
+            cancelled: r.6,
+        };
+        let after = Progress {
+            queued: r.7,
+            handed_off: r.8,
+            delivered: r.9,
+            failed: r.10,
+            unknown: r.11,
+            suppressed: r.12,
+            cancelled: r.13,
+        };
+        (before, after)
+    }))
 }

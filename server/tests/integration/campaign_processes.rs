@@ -63,6 +63,7 @@ fn reconcile(
     pool: &PgPool,
     org: i64,
     id: i64,
+    recipients: usize,
     sink: &SmtpSink,
     max_unknown: usize,
 ) {
@@ -101,6 +102,35 @@ fn reconcile(
         }
     }
     assert!(unknown <= max_unknown, "{unknown} unknown > {max_unknown}");
+    // Nobody skipped: one send per address, each handed off with exactly one delivery, each
+    // delivery finished, and every recipient either delivered or (on purpose) unknown.
+    let (sends, handed_off, with_one_delivery, open_deliveries): (i64, i64, i64, i64) = rt
+        .block_on(
+            sqlx::query_as(
+                "select (select count(*) from sends where campaign_id = $1),
+                        (select count(*) from sends where campaign_id = $1 and status = 'handed_off'),
+                        (select count(*) from sends s where s.campaign_id = $1 and s.status = 'handed_off'
+                           and (select count(*) from deliveries d where d.job_id = s.job_id) = 1),
+                        (select count(*) from deliveries where campaign_id = $1 and status in ('queued', 'sending'))",
+            )
+            .bind(id)
+            .fetch_one(pool),
+        )
+        .unwrap();
+    assert_eq!(sends as usize, recipients, "one send per distinct address");
+    assert_eq!(handed_off as usize, recipients, "every send handed off");
+    assert_eq!(
+        with_one_delivery, handed_off,
+        "each with exactly one delivery"
+    );
+    assert_eq!(rows.len(), recipients, "no other delivery");
+    assert_eq!(open_deliveries, 0, "every delivery finished");
+    let delivered = rows.iter().filter(|(_, s)| s == "delivered").count();
+    assert_eq!(
+        delivered + unknown,
+        recipients,
+        "delivered or unknown, nothing else"
+    );
     let open: i64 = rt
         .block_on(
             sqlx::query_scalar(
@@ -122,6 +152,32 @@ fn reconcile(
         rows.len(),
         got.len()
     );
+}
+
+/// Waits for the leader's reconcile of the finished campaign (workers still running) and
+/// asserts the counter slots were already exact: kills, reaps and retries moved them right.
+fn slots_were_exact(rt: &tokio::runtime::Runtime, pool: &PgPool, id: i64) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let detail = loop {
+        let found: Option<String> = rt
+            .block_on(
+                sqlx::query_scalar(
+                    "select detail from leader_log where action = 'reconcile' and detail like $1",
+                )
+                .bind(format!("campaign={id} %"))
+                .fetch_optional(pool),
+            )
+            .unwrap();
+        if let Some(d) = found {
+            break d;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the leader never reconciled the campaign"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(detail.contains("slots_differed=false"), "{detail}");
 }
 
 /// What the database and the workers say, for a campaign that did not finish.
@@ -152,12 +208,13 @@ fn report(rt: &tokio::runtime::Runtime, pool: &PgPool, id: i64, procs: &[Proc]) 
     out
 }
 
-fn setup(recipients: usize) -> (tokio::runtime::Runtime, PgPool, String, i64, i64) {
+/// A runtime, a pool, its URL, the org, an approved campaign and its distinct addresses.
+fn setup(recipients: usize) -> (tokio::runtime::Runtime, PgPool, String, i64, i64, usize) {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let (pool, url) = rt.block_on(crate::helpers::migrated_db_with_url());
-    let (org, id) = rt.block_on(async {
+    let (org, id, n) = rt.block_on(async {
         let (org, users) = org_with_users(&pool, "acme", &[Role::Owner, Role::Admin]).await;
-        let (lists, _) = audience_of(&pool, org, recipients).await;
+        let (lists, n) = audience_of(&pool, org, recipients).await;
         (
             org,
             approved(
@@ -169,9 +226,10 @@ fn setup(recipients: usize) -> (tokio::runtime::Runtime, PgPool, String, i64, i6
                 "Hello {{ name }}",
             )
             .await,
+            n,
         )
     });
-    (rt, pool, url, org, id)
+    (rt, pool, url, org, id, n)
 }
 
 /// The seed's promise: three workers, a random one SIGKILLed every few seconds and restarted,
@@ -182,7 +240,7 @@ fn sigkill_a_random_worker_every_few_seconds_and_nobody_gets_the_campaign_twice(
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(5000);
-    let (rt, pool, url, org, id) = setup(recipients);
+    let (rt, pool, url, org, id, n) = setup(recipients);
     let sink = SmtpSink::start();
     let dir = crate::helpers::data_dir();
     let args = worker_args(&sink, &[]);
@@ -203,6 +261,7 @@ fn sigkill_a_random_worker_every_few_seconds_and_nobody_gets_the_campaign_twice(
         kills += 1;
         procs[victim] = start(&format!("k{kills}"), dir.path(), &args, &url);
     }
+    slots_were_exact(&rt, &pool, id);
     for mut p in procs {
         p.signal(Signal::SIGTERM);
         p.wait_exit(60);
@@ -212,7 +271,7 @@ fn sigkill_a_random_worker_every_few_seconds_and_nobody_gets_the_campaign_twice(
         kills >= 2,
         "the campaign finished before the workers were killed: make it bigger"
     );
-    reconcile(&rt, &pool, org, id, &sink, kills * (CONNECTIONS + BATCH));
+    reconcile(&rt, &pool, org, id, n, &sink, kills * (CONNECTIONS + BATCH));
     close(rt, pool);
 }
 
@@ -228,7 +287,7 @@ fn close(rt: tokio::runtime::Runtime, pool: PgPool) {
 /// after the pause committed, none during the rest of it; resume finishes without a duplicate.
 #[test]
 fn a_pause_stops_the_campaign_within_one_message_per_connection_and_resume_finishes_it() {
-    let (rt, pool, url, org, id) = setup(3000);
+    let (rt, pool, url, org, id, n) = setup(3000);
     let sink = SmtpSink::start();
     let dir = crate::helpers::data_dir();
     // A rate limit keeps the campaign running long enough to pause it in the middle.
@@ -267,19 +326,20 @@ fn a_pause_stops_the_campaign_within_one_message_per_connection_and_resume_finis
     wait_until("the campaign to finish", 120, || {
         campaign_status(&rt, &pool, id) == "sent"
     });
+    slots_were_exact(&rt, &pool, id);
     for mut p in procs {
         p.signal(Signal::SIGTERM);
         p.wait_exit(60);
     }
     assert_eq!(sink.messages().len(), 3000);
-    reconcile(&rt, &pool, org, id, &sink, 0);
+    reconcile(&rt, &pool, org, id, n, &sink, 0);
     close(rt, pool);
 }
 
 /// The database kills every worker connection mid-campaign: the workers reconnect and finish.
 #[test]
 fn workers_whose_database_connections_are_terminated_reconnect_and_finish_without_duplicates() {
-    let (rt, pool, url, org, id) = setup(3000);
+    let (rt, pool, url, org, id, n) = setup(3000);
     let sink = SmtpSink::start();
     let dir = crate::helpers::data_dir();
     let args = worker_args(&sink, &["--smtp-rate-per-second", "600"]);
@@ -311,11 +371,12 @@ fn workers_whose_database_connections_are_terminated_reconnect_and_finish_withou
         }
         std::thread::sleep(Duration::from_millis(50));
     }
+    slots_were_exact(&rt, &pool, id);
     for mut p in procs {
         p.signal(Signal::SIGTERM);
         p.wait_exit(60);
     }
     // A connection cut after a body can leave that message `unknown`, never sent twice.
-    reconcile(&rt, &pool, org, id, &sink, 2 * 2 * (CONNECTIONS + BATCH));
+    reconcile(&rt, &pool, org, id, n, &sink, 2 * 2 * (CONNECTIONS + BATCH));
     close(rt, pool);
 }

@@ -137,6 +137,38 @@ async fn slots_equal_counts(pool: &PgPool, org: i64, id: i64) {
 }
 
 #[tokio::test]
+async fn a_campaign_being_started_is_passed_by_other_workers_not_waited_for() {
+    let pool = test_db().await;
+    let (org, users) = org_with_users(&pool, "acme", &[Role::Owner, Role::Admin]).await;
+    let (lists, n) = audience_of(&pool, org, 50).await;
+    let id = approved(&pool, org, users[0].0, users[1].0, &lists, "Hi").await;
+    // The winner holds its start uncommitted, as during a long materialisation.
+    let mut winner = pool.begin().await.unwrap();
+    assert!(campaign_states::start(&mut winner, id).await.unwrap());
+    let others = tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        campaign::start_due(&pool),
+    )
+    .await
+    .expect("another worker waited for the winner's transaction")
+    .unwrap();
+    assert!(others.is_empty(), "{others:?}");
+    assert_eq!(
+        sends::materialise(&mut winner, org, id).await.unwrap(),
+        n as i64
+    );
+    campaign_states::materialized(&mut winner, id, n as i64)
+        .await
+        .unwrap();
+    winner.commit().await.unwrap();
+    assert!(
+        campaign::start_due(&pool).await.unwrap().is_empty(),
+        "started once"
+    );
+    slots_equal_counts(&pool, org, id).await;
+}
+
+#[tokio::test]
 async fn two_racing_workers_start_a_campaign_once_and_build_one_send_per_address() {
     let pool = test_db().await;
     let (org, users) = org_with_users(&pool, "acme", &[Role::Owner, Role::Admin]).await;
@@ -353,15 +385,35 @@ async fn the_leader_reconciles_a_finished_campaigns_slots_once() {
         .unwrap();
     let mut c = pool.acquire().await.unwrap();
     assert_eq!(sends::to_reconcile(&mut c, 10).await.unwrap(), vec![id]);
-    let mut tx = pool.begin().await.unwrap();
-    let (before, after) = sends::reconcile(&mut tx, id, &lease)
+    // A change to a delivery and its slot (as an operator's retry makes) is in flight while
+    // the reconcile runs, and commits after it read the rows: its increment must survive.
+    let mut other = pool.begin().await.unwrap();
+    sqlx::query("update deliveries set status = 'failed' where job_id = (select job_id from deliveries where campaign_id = $1 and status = 'delivered' order by job_id limit 1)")
+        .bind(id)
+        .execute(&mut *other)
         .await
-        .unwrap()
         .unwrap();
-    tx.commit().await.unwrap();
+    sqlx::query("update progress_slots set delivered = delivered - 1, failed = failed + 1 where campaign_id = $1 and slot = (select min(slot) from progress_slots where campaign_id = $1)")
+        .bind(id)
+        .execute(&mut *other)
+        .await
+        .unwrap();
+    let reconciling = tokio::spawn({
+        let pool = pool.clone();
+        async move {
+            let mut tx = pool.begin().await.unwrap();
+            let r = sends::reconcile(&mut tx, id, &lease).await.unwrap();
+            tx.commit().await.unwrap();
+            r
+        }
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    other.commit().await.unwrap();
+    let (before, after) = reconciling.await.unwrap().unwrap();
     assert_eq!(
         (before.delivered - after.delivered, after.delivered as usize),
-        (7, n)
+        (7, n),
+        "read before the other change committed"
     );
     slots_equal_counts(&pool, org, id).await;
     assert!(
