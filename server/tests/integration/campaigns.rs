@@ -174,6 +174,11 @@ async fn two_racing_workers_start_a_campaign_once_and_build_one_send_per_address
     let (org, users) = org_with_users(&pool, "acme", &[Role::Owner, Role::Admin]).await;
     let (lists, n) = audience_of(&pool, org, 500).await;
     let id = approved(&pool, org, users[0].0, users[1].0, &lists, "Hi").await;
+    // The oldest row wins, not the lowest id: this variant was added later but dates earlier.
+    sqlx::query("update subscribers set created_at = now() - interval '1 day' where email = 'P20@EXAMPLE.org'")
+        .execute(&pool)
+        .await
+        .unwrap();
     let racers = (0..2).map(|_| {
         let pool = pool.clone();
         tokio::spawn(async move { campaign::start_due(&pool).await.unwrap() })
@@ -205,8 +210,18 @@ async fn two_racing_workers_start_a_campaign_once_and_build_one_send_per_address
     .await
     .unwrap();
     assert_eq!(chosen, "p10@example.org");
+    let chosen: String = sqlx::query_scalar(
+        "select s.email from sends x join subscribers s on s.id = x.subscriber_id where x.campaign_id = $1 and x.email_lower = 'p20@example.org'",
+    )
+    .bind(id)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(chosen, "P20@EXAMPLE.org", "the row created first is chosen");
 
     // Rerun after the chosen row left its lists and a new case variant joined: nothing new.
+    // (The issue says "deleting the subscriber row": a send's foreign key keeps a row that was
+    // sent to, so leaving every list is the deletion this schema allows.)
     sqlx::query("delete from list_members where subscriber_id = (select id from subscribers where email = 'p10@example.org')")
         .execute(&pool)
         .await
