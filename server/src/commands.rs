@@ -133,11 +133,14 @@ async fn serve(cli: &Cli, args: &ServeArgs) -> anyhow::Result<()> {
         Ok(keys) => keys,
         Err(e) => return db.close().await.and(Err(e)),
     };
+    let progress = crate::progress_stream::Hub::new(shutdown.clone());
+    tokio::spawn(progress.clone().listen(db.pool.clone()));
     let app = http::router(
         http::AppState {
             leptos_options: options,
             pool: db.pool.clone(),
             unsubscribe_keys: keys.clone(),
+            progress,
         },
         app::api::ApiConfig {
             secure_cookies: args.secure_cookies,

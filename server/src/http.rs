@@ -18,6 +18,8 @@ pub struct AppState {
     pub pool: PgPool,
     /// Verifies the tokens of unsubscribe links.
     pub unsubscribe_keys: app::unsubscribe::Keys,
+    /// Fans the replica's progress notifications out to open campaign pages.
+    pub progress: crate::progress_stream::Hub,
 }
 
 impl FromRef<AppState> for LeptosOptions {
@@ -50,6 +52,11 @@ pub fn router(state: AppState, api: ApiConfig) -> Router {
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(crate::metrics::handler))
+        // An event stream: no request timeout may ever apply to it (by design).
+        .route(
+            "/api/campaigns/{id}/progress",
+            get(crate::progress_stream::handler),
+        )
         .leptos_routes_with_context(&state, routes, context, {
             let options = state.leptos_options.clone();
             move || shell(options.clone())

@@ -25,6 +25,8 @@ pub mod leader;
 pub mod metrics;
 /// Debounced progress notifications (NOTIFY after commit).
 pub mod progress;
+/// Live campaign progress for browsers: one LISTEN per replica fanned out as server-sent events.
+pub mod progress_stream;
 /// SIGTERM / Ctrl-C → one shutdown signal for every task.
 pub mod shutdown;
 /// One SMTP conversation driven stage by stage, each outcome classified exactly.

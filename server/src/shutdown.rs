@@ -21,6 +21,13 @@ impl Shutdown {
         Ok(Shutdown(rx))
     }
 
+    /// A signal flipped by hand (tests, embedding): send `true` to shut down. Dropping the
+    /// sender also counts as a shutdown request.
+    pub fn manual() -> (watch::Sender<bool>, Self) {
+        let (tx, rx) = watch::channel(false);
+        (tx, Shutdown(rx))
+    }
+
     /// Resolves once shutdown was requested.
     pub async fn requested(&self) {
         let mut rx = self.0.clone();

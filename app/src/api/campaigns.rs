@@ -31,3 +31,28 @@ pub async fn campaigns() -> Result<Vec<CampaignSummary>, AppError> {
         })
         .collect())
 }
+
+/// A campaign page: what it is and where its sending stands.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CampaignWithProgress {
+    pub id: i64,
+    pub name: String,
+    pub subject: String,
+    pub progress: crate::domain::progress::Progress,
+}
+
+/// One of the signed-in organisation's campaigns; another org's is `NotFound`.
+#[server(endpoint = "campaign_detail")]
+pub async fn campaign_detail(id: i64) -> Result<CampaignWithProgress, AppError> {
+    let me = super::current_user().await?;
+    let mut conn = super::pool()?.acquire().await?;
+    let s = crate::db::campaign_progress::snapshot(&mut conn, me.org_id, id)
+        .await?
+        .ok_or(AppError::NotFound)?;
+    Ok(CampaignWithProgress {
+        id: s.id,
+        progress: s.progress(),
+        name: s.name,
+        subject: s.subject,
+    })
+}

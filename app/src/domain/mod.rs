@@ -6,6 +6,7 @@ mod campaign;
 mod delivery;
 mod email;
 mod job_id;
+pub mod progress;
 mod role;
 mod week_key;
 

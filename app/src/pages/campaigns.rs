@@ -20,7 +20,7 @@ pub fn CampaignsPage() -> impl IntoView {
                             <tbody>
                                 {rows.into_iter().map(|c| view! {
                                     <tr class="border-t border-slate-100">
-                                        <td class="p-3 font-medium">{c.name}</td>
+                                        <td class="p-3 font-medium"><a href=format!("/campaigns/{}", c.id) class="text-sky-700 hover:underline">{c.name}</a></td>
                                         <td class="p-3"><span class="rounded-full bg-slate-100 px-2 py-0.5">{c.status}</span></td>
                                         <td class="p-3">{c.content_version}</td>
                                         <td class="p-3">{c.author}</td>

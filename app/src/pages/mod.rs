@@ -1,3 +1,4 @@
+mod campaign;
 mod campaigns;
 mod deliveries;
 mod digest_resend;
@@ -71,6 +72,7 @@ pub fn App() -> impl IntoView {
                     <ParentRoute path=path!("") view=layout::Layout>
                         <Route path=path!("") view=overview::OverviewPage/>
                         <Route path=path!("campaigns") view=campaigns::CampaignsPage/>
+                        <Route path=path!("campaigns/:id") view=campaign::CampaignPage ssr=SsrMode::Async/>
                         <Route path=path!("digests") view=digests::DigestsPage ssr=SsrMode::Async/>
                         <Route path=path!("digests/resend") view=digest_resend::ResendPage ssr=SsrMode::Async/>
                         <Route path=path!("audience") view=|| view! { <placeholder::Placeholder title="Audience" issue=6/> }/>

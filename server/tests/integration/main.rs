@@ -20,6 +20,7 @@ mod leader;
 mod metrics;
 mod migrations;
 mod procs;
+mod progress_stream;
 mod rate_limit;
 mod schema;
 mod smtp_sink;

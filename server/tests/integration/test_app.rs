@@ -9,6 +9,9 @@ use sqlx::PgPool;
 pub struct TestApp {
     pub base: String,
     pub pool: PgPool,
+    /// Shuts the app's background tasks (the progress listener, open streams) down when sent
+    /// `true` or dropped.
+    pub stop: tokio::sync::watch::Sender<bool>,
 }
 
 pub async fn spawn_app(pool: PgPool) -> TestApp {
@@ -25,11 +28,15 @@ pub async fn spawn_app_capturing(pool: PgPool, captured_dir: Option<PathBuf>) ->
         .site_pkg_dir("pkg")
         .site_addr(addr)
         .build();
+    let (stop, shutdown) = mailroom::shutdown::Shutdown::manual();
+    let progress = mailroom::progress_stream::Hub::new(shutdown);
+    tokio::spawn(progress.clone().listen(pool.clone()));
     let router = mailroom::http::router(
         mailroom::http::AppState {
             leptos_options: options,
             pool: pool.clone(),
             unsubscribe_keys: crate::helpers::test_keys(),
+            progress,
         },
         app::api::ApiConfig {
             secure_cookies: false,
@@ -40,6 +47,7 @@ pub async fn spawn_app_capturing(pool: PgPool, captured_dir: Option<PathBuf>) ->
     TestApp {
         base: format!("http://{addr}"),
         pool,
+        stop,
     }
 }
 

@@ -1,0 +1,63 @@
+//! What a campaign page shows live: its state and its progress, summed over the counter slots
+//! (the same cost for 100 or 1,000,000 recipients), stamped with the database clock.
+
+use sqlx::PgConnection;
+
+#[derive(sqlx::FromRow, Clone, Debug, PartialEq, Eq)]
+pub struct Snapshot {
+    pub id: i64,
+    pub name: String,
+    pub subject: String,
+    pub status: String,
+    pub recipients_total: Option<i64>,
+    pub queued: i64,
+    pub handed_off: i64,
+    pub delivered: i64,
+    pub failed: i64,
+    pub unknown: i64,
+    pub suppressed: i64,
+    pub cancelled: i64,
+    /// Database time of the reading, in milliseconds since the epoch (for rates).
+    pub at_ms: i64,
+}
+
+/// The campaign `campaign_id` of `org_id` now, or `None` (missing, deleted, or another org's).
+pub async fn snapshot(
+    conn: &mut PgConnection,
+    org_id: i64,
+    campaign_id: i64,
+) -> sqlx::Result<Option<Snapshot>> {
+    sqlx::query_as(
+        "select c.id, c.name, c.subject, c.status, c.recipients_total,
+                coalesce(sum(p.queued), 0)::bigint as queued, coalesce(sum(p.handed_off), 0)::bigint as handed_off,
+                coalesce(sum(p.delivered), 0)::bigint as delivered, coalesce(sum(p.failed), 0)::bigint as failed,
+                coalesce(sum(p.unknown), 0)::bigint as unknown, coalesce(sum(p.suppressed), 0)::bigint as suppressed,
+                coalesce(sum(p.cancelled), 0)::bigint as cancelled,
+                (extract(epoch from now()) * 1000)::bigint as at_ms
+         from campaigns c
+         left join progress_slots p on p.campaign_id = c.id
+         where c.org_id = $1 and c.id = $2 and c.deleted_at is null
+         group by c.id",
+    )
+    .bind(org_id)
+    .bind(campaign_id)
+    .fetch_optional(conn)
+    .await
+}
+
+impl Snapshot {
+    /// The reading as pages show it.
+    pub fn progress(&self) -> crate::domain::progress::Progress {
+        crate::domain::progress::Progress {
+            status: self.status.clone(),
+            total: self.recipients_total.unwrap_or(0),
+            queued: self.queued,
+            delivered: self.delivered,
+            failed: self.failed,
+            unknown: self.unknown,
+            suppressed: self.suppressed,
+            cancelled: self.cancelled,
+            at_ms: self.at_ms,
+        }
+    }
+}

@@ -1,0 +1,193 @@
+//! A campaign and its send progress, live: a stacked bar of every state, the rate over the last
+//! minute, an ETA and a chart of the rate. The server renders the first reading (the page reads
+//! without JavaScript); once hydrated, an `EventSource` on `/api/campaigns/{id}/progress`
+//! replaces it with every new reading and reconnects by itself after a server restart.
+
+use leptos::prelude::*;
+use leptos_router::hooks::use_params_map;
+
+use crate::api::campaigns::{campaign_detail, CampaignWithProgress};
+use crate::domain::progress::{self, Progress};
+use crate::error::AppError;
+
+#[component]
+pub fn CampaignPage() -> impl IntoView {
+    let params = use_params_map();
+    let id = move || params.read().get("id").and_then(|s| s.parse::<i64>().ok());
+    let detail = Resource::new(id, |id| async move {
+        match id {
+            Some(id) => campaign_detail(id).await,
+            None => Err(AppError::NotFound),
+        }
+    });
+    view! {
+        <p class="mb-2 text-sm"><a href="/campaigns" class="text-sky-700 hover:underline">"← Campaigns"</a></p>
+        <Suspense fallback=|| view! { <p>"Loading…"</p> }>
+            {move || Suspend::new(async move {
+                match detail.await {
+                    Err(e) => view! { <p role="alert" class="text-red-700">{e.to_string()}</p> }.into_any(),
+                    Ok(d) => view! { <CampaignView detail=d/> }.into_any(),
+                }
+            })}
+        </Suspense>
+    }
+}
+
+/// (field, label, bar colour) of each segment, in the bar's order.
+const SEGMENTS: [(&str, &str, &str); 7] = [
+    ("delivered", "Delivered", "bg-green-500"),
+    ("failed", "Failed", "bg-red-500"),
+    ("unknown", "Unknown", "bg-amber-400"),
+    ("suppressed", "Suppressed", "bg-slate-500"),
+    ("cancelled", "Cancelled", "bg-slate-300"),
+    ("in_flight", "Sending", "bg-sky-500"),
+    ("queued", "Queued", "bg-slate-100"),
+];
+
+fn count(p: &Progress, field: &str) -> i64 {
+    match field {
+        "delivered" => p.delivered,
+        "failed" => p.failed,
+        "unknown" => p.unknown,
+        "suppressed" => p.suppressed,
+        "cancelled" => p.cancelled,
+        "in_flight" => p.in_flight(),
+        _ => p.queued,
+    }
+}
+
+#[component]
+fn CampaignView(detail: CampaignWithProgress) -> impl IntoView {
+    let live = RwSignal::new(detail.progress.clone());
+    let history = RwSignal::new(Vec::new());
+    history.update(|h| progress::record(h, &detail.progress));
+    let connected = RwSignal::new(false);
+    let id = detail.id;
+    // Effects run only in the browser: the stream opens once the page is live.
+    Effect::new(move |_| {
+        #[cfg(feature = "hydrate")]
+        open_stream(id, live, history, connected);
+        #[cfg(not(feature = "hydrate"))]
+        let _ = (id, connected);
+    });
+    let rate = move || history.with(|h| progress::rate(h));
+    let bar = move || {
+        let p = live.get();
+        SEGMENTS
+            .iter()
+            .map(|&(field, label, colour)| {
+                let n = count(&p, field);
+                let width = format!("{:.3}%", p.percent(n));
+                view! { <div class=format!("h-full {colour}") style:width=width title=format!("{label}: {n}")></div> }
+            })
+            .collect_view()
+    };
+    let legend = move || {
+        let p = live.get();
+        SEGMENTS
+            .iter()
+            .map(|&(field, label, colour)| {
+                view! {
+                    <div class="flex items-center gap-2">
+                        <span class=format!("inline-block h-3 w-3 rounded-sm {colour}")></span>
+                        <dt class="text-slate-600">{label}</dt>
+                        <dd class="font-medium tabular-nums" data-test=format!("count-{field}")>{count(&p, field)}</dd>
+                    </div>
+                }
+            })
+            .collect_view()
+    };
+    view! {
+        <div class="flex items-baseline gap-3 mb-1">
+            <h1 class="text-2xl font-semibold" id="campaign-name">{detail.name.clone()}</h1>
+            <span class="rounded-full bg-slate-100 px-2 py-0.5 text-sm" data-test="campaign-status">{move || live.with(|p| p.status.clone())}</span>
+            <span class="text-xs" data-test="live">
+                {move || if connected.get() { "● live" } else { "○ not live" }}
+            </span>
+        </div>
+        <p class="text-slate-600 mb-4">"Subject: " {detail.subject.clone()}</p>
+        <section class="rounded bg-white shadow p-4 mb-4" aria-label="Send progress">
+            <div class="flex justify-between text-sm mb-2">
+                <span data-test="progress-summary">
+                    {move || live.with(|p| format!("{} of {} recipients done", p.done(), p.total))}
+                </span>
+                <span>
+                    "Rate: " <span data-test="rate">{move || rate().map_or("—".to_string(), |r| format!("{r:.1} msg/s"))}</span>
+                    " · ETA: " <span data-test="eta">{move || progress::eta_seconds(&live.get(), rate()).map_or("—".to_string(), progress::human_duration)}</span>
+                </span>
+            </div>
+            <div class="flex h-4 w-full overflow-hidden rounded bg-slate-100" data-test="progress-bar">{bar}</div>
+            <dl class="mt-3 grid grid-cols-2 gap-1 text-sm sm:grid-cols-4">{legend}</dl>
+            <RateChart history/>
+        </section>
+    }
+}
+
+/// The send rate between readings over the last minutes, as a small SVG line.
+#[component]
+fn RateChart(history: RwSignal<Vec<(i64, i64)>>) -> impl IntoView {
+    const W: f64 = 300.0;
+    const H: f64 = 48.0;
+    let points = move || {
+        let series = history.with(|h| progress::rate_series(h));
+        let (Some(first), Some(last)) = (series.first(), series.last()) else {
+            return String::new();
+        };
+        let span = (last.0 - first.0).max(1) as f64;
+        let top = series.iter().map(|s| s.1).fold(1.0, f64::max);
+        series
+            .iter()
+            .map(|&(at, r)| {
+                let x = (at - first.0) as f64 / span * W;
+                let y = H - r / top * (H - 2.0);
+                format!("{x:.1},{y:.1}")
+            })
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    view! {
+        <figure class="mt-3">
+            <svg viewBox="0 0 300 48" class="h-12 w-full" role="img" aria-label="Send rate over time" data-test="rate-chart">
+                <polyline points=points fill="none" stroke="currentColor" stroke-width="1.5" class="text-sky-600"></polyline>
+            </svg>
+            <figcaption class="text-xs text-slate-500">"Send rate since this page opened"</figcaption>
+        </figure>
+    }
+}
+
+/// Opens the page's event stream; readings update `live` and `history` until the page goes.
+#[cfg(feature = "hydrate")]
+fn open_stream(
+    id: i64,
+    live: RwSignal<Progress>,
+    history: RwSignal<Vec<(i64, i64)>>,
+    connected: RwSignal<bool>,
+) {
+    use wasm_bindgen::closure::Closure;
+    use wasm_bindgen::JsCast;
+    let Ok(source) = web_sys::EventSource::new(&format!("/api/campaigns/{id}/progress")) else {
+        return;
+    };
+    let on_progress =
+        Closure::<dyn FnMut(web_sys::MessageEvent)>::new(move |ev: web_sys::MessageEvent| {
+            let Some(text) = ev.data().as_string() else {
+                return;
+            };
+            if let Ok(p) = serde_json::from_str::<Progress>(&text) {
+                history.try_update(|h| progress::record(h, &p));
+                live.try_set(p);
+                connected.try_set(true);
+            }
+        });
+    let _ =
+        source.add_event_listener_with_callback("progress", on_progress.as_ref().unchecked_ref());
+    on_progress.forget();
+    // The browser retries by itself; the page says it is not live meanwhile.
+    let on_error = Closure::<dyn FnMut(web_sys::Event)>::new(move |_| {
+        connected.try_set(false);
+    });
+    source.set_onerror(Some(on_error.as_ref().unchecked_ref()));
+    on_error.forget();
+    let source = StoredValue::new_local(source);
+    on_cleanup(move || source.with_value(|s| s.close()));
+}

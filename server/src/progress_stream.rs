@@ -1,0 +1,203 @@
+//! Live campaign progress for browsers (server-sent events). One `LISTEN mailroom_progress`
+//! connection per replica feeds a broadcast channel; every open page subscribes to it. Workers
+//! on any replica `NOTIFY` after their changes commit, so a page sees them within the notifier's
+//! debounce. A page gets a full reading on connect, a re-read whenever its campaign is notified,
+//! after the listener reconnects (notifications may have been lost meanwhile), and every
+//! [`REREAD`] regardless, so a lost notification never freezes it; a comment line every
+//! [`HEARTBEAT`] keeps proxies from closing an idle stream. The browser's `EventSource`
+//! reconnects by itself after a server restart and gets a fresh full reading.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use sqlx::postgres::PgListener;
+use sqlx::PgPool;
+use tokio::sync::broadcast;
+
+use crate::http::AppState;
+use crate::shutdown::Shutdown;
+use app::domain::progress::Progress;
+
+const REREAD: Duration = Duration::from_secs(5);
+const HEARTBEAT: Duration = Duration::from_secs(15);
+/// Pause before the listener connects again after losing its connection.
+const RECONNECT_AFTER: Duration = Duration::from_secs(1);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Signal {
+    /// This campaign's progress moved.
+    Campaign(i64),
+    /// Notifications may have been missed: every page re-reads.
+    Resync,
+}
+
+/// The replica's fan-out of progress notifications; cheap to clone.
+#[derive(Clone)]
+pub struct Hub {
+    tx: broadcast::Sender<Signal>,
+    shutdown: Shutdown,
+}
+
+impl Hub {
+    /// A hub whose streams end when `shutdown` is requested (so a graceful stop is not held
+    /// open by browsers). Start [`Hub::listen`] to feed it.
+    pub fn new(shutdown: Shutdown) -> Self {
+        let (tx, _) = broadcast::channel(1024);
+        Hub { tx, shutdown }
+    }
+
+    /// Holds the replica's one `LISTEN` connection until shutdown, reconnecting when it drops.
+    pub async fn listen(self, pool: PgPool) {
+        let mut first = true;
+        while !self.shutdown.is_requested() {
+            match listener(&pool).await {
+                Ok(mut l) => {
+                    if !first {
+                        let _ = self.tx.send(Signal::Resync);
+                    }
+                    first = false;
+                    loop {
+                        tokio::select! {
+                            _ = self.shutdown.requested() => return,
+                            n = l.try_recv() => match n {
+                                Ok(Some(n)) => {
+                                    if let Ok(id) = n.payload().parse::<i64>() {
+                                        let _ = self.tx.send(Signal::Campaign(id));
+                                    }
+                                }
+                                // The connection dropped: notifications may be lost.
+                                Ok(None) => {
+                                    let _ = self.tx.send(Signal::Resync);
+                                }
+                                Err(e) => {
+                                    tracing::warn!(error = %e, "progress listener lost; reconnecting");
+                                    break;
+                                }
+                            }
+                        }
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "cannot listen for progress; retrying"),
+            }
+            tokio::select! {
+                _ = self.shutdown.requested() => return,
+                _ = tokio::time::sleep(RECONNECT_AFTER) => {}
+            }
+        }
+    }
+}
+
+async fn listener(pool: &PgPool) -> sqlx::Result<PgListener> {
+    let mut l = PgListener::connect_with(pool).await?;
+    l.listen(crate::progress::CHANNEL).await?;
+    Ok(l)
+}
+
+/// `GET /api/campaigns/{id}/progress`: the signed-in user's campaign as an event stream of
+/// `progress` events (JSON [`Progress`]). Not signed in: 401; another org's campaign: 404.
+pub async fn handler(
+    State(state): State<AppState>,
+    Path(id): Path<i64>,
+    headers: HeaderMap,
+) -> Response {
+    let pool = state.pool.clone();
+    let user = match app::auth::token_from_headers(&headers) {
+        Some(token) => app::db::sessions::lookup(&pool, &app::auth::hash_token(&token)).await,
+        None => Ok(None),
+    };
+    let org_id = match user {
+        Ok(Some(u)) => u.org_id,
+        Ok(None) => return (StatusCode::UNAUTHORIZED, "Please sign in.").into_response(),
+        Err(e) => return unavailable(e),
+    };
+    let first = match read(&pool, org_id, id).await {
+        Ok(Some(p)) => p,
+        Ok(None) => return (StatusCode::NOT_FOUND, "Not found.").into_response(),
+        Err(e) => return unavailable(e),
+    };
+    let hub = state.progress.clone();
+    let watch = Watch {
+        pool,
+        org_id,
+        id,
+        rx: hub.tx.subscribe(),
+        shutdown: hub.shutdown.clone(),
+        last: None,
+        pending: Some(first),
+        reread: tokio::time::interval_at(tokio::time::Instant::now() + REREAD, REREAD),
+    };
+    let events = futures::stream::unfold(watch, |mut w| async move {
+        let p = w.next().await?;
+        let event = Event::default().event("progress").json_data(&p).ok()?;
+        Some((Ok::<_, Infallible>(event), w))
+    });
+    Sse::new(events)
+        .keep_alive(KeepAlive::new().interval(HEARTBEAT))
+        .into_response()
+}
+
+fn unavailable(e: sqlx::Error) -> Response {
+    tracing::warn!(error = %e, "progress stream: database unavailable");
+    (StatusCode::SERVICE_UNAVAILABLE, "Please try again shortly.").into_response()
+}
+
+async fn read(pool: &PgPool, org_id: i64, id: i64) -> sqlx::Result<Option<Progress>> {
+    let mut conn = pool.acquire().await?;
+    Ok(app::db::campaign_progress::snapshot(&mut conn, org_id, id)
+        .await?
+        .map(|s| s.progress()))
+}
+
+/// One page's subscription.
+struct Watch {
+    pool: PgPool,
+    org_id: i64,
+    id: i64,
+    rx: broadcast::Receiver<Signal>,
+    shutdown: Shutdown,
+    last: Option<Progress>,
+    pending: Option<Progress>,
+    reread: tokio::time::Interval,
+}
+
+impl Watch {
+    /// The next reading that differs from the last one sent (the database clock aside); `None`
+    /// ends the stream (shutdown, or the campaign is gone).
+    async fn next(&mut self) -> Option<Progress> {
+        loop {
+            if let Some(p) = self.pending.take() {
+                let same = self.last.as_ref().is_some_and(|l| {
+                    Progress {
+                        at_ms: p.at_ms,
+                        ..l.clone()
+                    } == p
+                });
+                if !same {
+                    self.last = Some(p.clone());
+                    return Some(p);
+                }
+            }
+            let wanted = tokio::select! {
+                _ = self.shutdown.requested() => return None,
+                _ = self.reread.tick() => true,
+                s = self.rx.recv() => match s {
+                    Ok(Signal::Campaign(c)) => c == self.id,
+                    Ok(Signal::Resync) | Err(broadcast::error::RecvError::Lagged(_)) => true,
+                    Err(broadcast::error::RecvError::Closed) => return None,
+                },
+            };
+            if wanted {
+                match read(&self.pool, self.org_id, self.id).await {
+                    Ok(Some(p)) => self.pending = Some(p),
+                    Ok(None) => return None,
+                    // The database is away: keep the stream (heartbeats go on) and try again.
+                    Err(e) => tracing::debug!(error = %e, "progress re-read failed"),
+                }
+            }
+        }
+    }
+}

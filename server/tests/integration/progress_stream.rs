@@ -1,0 +1,114 @@
+//! The live progress stream of a campaign page, over real HTTP against a real database: a full
+//! reading on connect, a new one when any replica notifies, a periodic re-read when a
+//! notification is lost, tenancy, and an end at shutdown.
+
+use std::time::Duration;
+
+use app::db::{campaign_states, sends};
+use app::domain::progress::Progress;
+use app::domain::Role;
+
+use crate::campaigns::{approved, audience_of};
+use crate::helpers::{org_with_users, test_db};
+use crate::test_app::{client, spawn_app, TestApp};
+
+async fn signed_in(app: &TestApp, email: &str, password: &str) -> reqwest::Client {
+    let c = client(app);
+    let r = app.login(&c, email, password).await;
+    assert!(r.headers().get("set-cookie").is_some(), "login failed");
+    c
+}
+
+/// Reads server-sent events from a streaming response.
+struct Events {
+    response: reqwest::Response,
+    buffer: String,
+}
+
+impl Events {
+    /// The next `progress` event's reading; `None` when the stream ended. Panics after `secs`.
+    async fn next(&mut self, secs: u64) -> Option<Progress> {
+        tokio::time::timeout(Duration::from_secs(secs), async {
+            loop {
+                if let Some(end) = self.buffer.find("\n\n") {
+                    let event: String = self.buffer.drain(..end + 2).collect();
+                    let data = event.lines().find_map(|l| l.strip_prefix("data: "));
+                    if event.lines().any(|l| l == "event: progress") {
+                        return Some(serde_json::from_str(data.unwrap()).unwrap());
+                    }
+                    continue; // a heartbeat comment
+                }
+                let chunk = self.response.chunk().await.unwrap()?;
+                self.buffer.push_str(std::str::from_utf8(&chunk).unwrap());
+            }
+        })
+        .await
+        .unwrap_or_else(|_| panic!("no progress event within {secs}s"))
+    }
+}
+
+async fn open(c: &reqwest::Client, app: &TestApp, id: i64) -> reqwest::Response {
+    c.get(format!("{}/api/campaigns/{id}/progress", app.base))
+        .send()
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_campaign_page_streams_every_replicas_progress_and_rereads_when_a_notification_is_lost() {
+    let pool = test_db().await;
+    let (org, users) = org_with_users(&pool, "acme", &[Role::Owner, Role::Admin]).await;
+    let (_, others) = org_with_users(&pool, "other", &[Role::Owner]).await;
+    let (lists, _) = audience_of(&pool, org, 30).await;
+    let id = approved(&pool, org, users[0].0, users[1].0, &lists, "Hi").await;
+    mailroom::campaign::start_due(&pool).await.unwrap();
+    let app = spawn_app(pool.clone()).await;
+
+    // Not signed in: refused; another organisation's campaign looks missing.
+    let anonymous = client(&app);
+    assert_eq!(open(&anonymous, &app, id).await.status(), 401);
+    let stranger = signed_in(&app, &others[0].1, &others[0].2).await;
+    assert_eq!(open(&stranger, &app, id).await.status(), 404);
+
+    let c = signed_in(&app, &users[1].1, &users[1].2).await;
+    let response = open(&c, &app, id).await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(
+        response.headers()["content-type"].to_str().unwrap(),
+        "text/event-stream"
+    );
+    let mut events = Events {
+        response,
+        buffer: String::new(),
+    };
+    // A full reading on connect.
+    let first = events.next(5).await.unwrap();
+    assert_eq!(
+        (first.status.as_str(), first.total, first.queued),
+        ("sending", 30, 30)
+    );
+
+    // Another replica hands recipients off and notifies after its commit (as its notifier
+    // does): the page hears of it before any periodic re-read (every 5 s) could have run.
+    let h = sends::hand_off(&pool, 10, 0, 8).await.unwrap();
+    assert_eq!(h.handed_off, 10);
+    campaign_states::notify_progress(&pool, mailroom::progress::CHANNEL, &[id])
+        .await
+        .unwrap();
+    let moved = events.next(3).await.unwrap();
+    assert_eq!((moved.queued, moved.in_flight()), (20, 10));
+    assert!(moved.at_ms >= first.at_ms);
+
+    // A change whose notification was lost still reaches the page, by the periodic re-read.
+    sqlx::query("update progress_slots set delivered = delivered + 4 where campaign_id = $1 and slot = (select min(slot) from progress_slots where campaign_id = $1)")
+        .bind(id)
+        .execute(&pool)
+        .await
+        .unwrap();
+    let reread = events.next(8).await.unwrap();
+    assert_eq!(reread.delivered, 4);
+
+    // A server shutting down ends the stream instead of waiting for the browser.
+    app.stop.send(true).unwrap();
+    assert_eq!(events.next(5).await, None);
+}
