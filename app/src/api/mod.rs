@@ -2,6 +2,7 @@
 //! the login itself), so every read and write is scoped to the signed-in user's organisation.
 
 pub mod auth;
+pub mod campaign_edit;
 pub mod campaigns;
 pub mod deliveries;
 pub mod digests;

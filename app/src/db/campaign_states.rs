@@ -3,41 +3,80 @@
 //! the change makes no sense from there): the caller gets the state it found, never a silent
 //! overwrite (DESIGN guarantee 4, "State machines").
 
-use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
 
 use crate::domain::{CampaignStatus, Transition, TransitionError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ChangeError {
-    #[error(transparent)]
-    Refused(#[from] TransitionError),
+    /// Not allowed from the state it is in; `by` says who approved it and when, once it was.
+    #[error("{error}{}", by.as_ref().map(|(who, at)| format!(" (approved by {who} at {at})")).unwrap_or_default())]
+    Refused {
+        error: TransitionError,
+        by: Option<(String, String)>,
+    },
+    /// The approver was shown another content version than the one submitted now.
+    #[error("this campaign changed since you opened it (you saw version {seen}, it is now version {now}): review it again before approving")]
+    Stale { seen: i32, now: i32 },
+    /// Four eyes: the author and the last editor cannot approve (unless the org allows it).
+    #[error("you wrote or last edited this campaign: another admin must approve it")]
+    FourEyes,
     #[error("no such campaign")]
     NotFound,
     #[error(transparent)]
     Db(#[from] sqlx::Error),
 }
 
-/// The status now, for the refusal message (or `NotFound`).
-async fn refusal(conn: &mut PgConnection, org_id: i64, id: i64, t: Transition) -> ChangeError {
-    let current: Result<Option<String>, _> = sqlx::query_scalar(
-        "select status from campaigns where org_id = $1 and id = $2 and deleted_at is null",
+impl From<TransitionError> for ChangeError {
+    fn from(error: TransitionError) -> Self {
+        ChangeError::Refused { error, by: None }
+    }
+}
+
+/// Why a compare-and-set found nothing to change, read after the fact: the state now (and who
+/// approved it, when), a stale version, or four eyes.
+async fn refusal(
+    conn: &mut PgConnection,
+    org_id: i64,
+    id: i64,
+    t: Transition,
+    approval: Option<(i64, i32)>,
+) -> ChangeError {
+    type Now = (String, i32, i64, i64, Option<String>, Option<String>);
+    let current: Result<Option<Now>, _> = sqlx::query_as(
+        "select c.status, c.content_version, c.author_id, c.last_editor_id, p.name,
+                to_char(c.approved_at at time zone o.timezone, 'YYYY-MM-DD HH24:MI')
+         from campaigns c join orgs o on o.id = c.org_id
+         left join users p on p.org_id = c.org_id and p.id = c.approver_id
+         where c.org_id = $1 and c.id = $2 and c.deleted_at is null",
     )
     .bind(org_id)
     .bind(id)
     .fetch_optional(conn)
     .await;
-    match current {
-        Err(e) => ChangeError::Db(e),
-        Ok(None) => ChangeError::NotFound,
-        Ok(Some(s)) => match s.parse::<CampaignStatus>() {
-            Ok(current) => TransitionError {
-                transition: t,
-                current,
-            }
-            .into(),
-            Err(e) => ChangeError::Db(sqlx::Error::Decode(e.into())),
+    let (status, version, author, editor, approver, approved_at) = match current {
+        Err(e) => return ChangeError::Db(e),
+        Ok(None) => return ChangeError::NotFound,
+        Ok(Some(now)) => now,
+    };
+    let current = match status.parse::<CampaignStatus>() {
+        Ok(c) => c,
+        Err(e) => return ChangeError::Db(sqlx::Error::Decode(e.into())),
+    };
+    if let (Some((me, seen)), CampaignStatus::Submitted) = (approval, current) {
+        if seen != version {
+            return ChangeError::Stale { seen, now: version };
+        }
+        if me == author || me == editor {
+            return ChangeError::FourEyes;
+        }
+    }
+    ChangeError::Refused {
+        error: TransitionError {
+            transition: t,
+            current,
         },
+        by: approver.zip(approved_at),
     }
 }
 
@@ -66,41 +105,75 @@ pub async fn change(
     .await?;
     match done {
         Some(_) => Ok(()),
-        None => Err(refusal(conn, org_id, id, t).await),
+        None => Err(refusal(conn, org_id, id, t, None).await),
     }
 }
 
-/// Approves the exact content version the approver was shown, to go out at `scheduled_for`
-/// (or now). Four eyes are enforced by the table's constraint. Wakes the campaign workers.
+/// Sends a submitted campaign back to its author's draft with the reviewer's reason.
+pub async fn reject(
+    conn: &mut PgConnection,
+    org_id: i64,
+    id: i64,
+    reason: &str,
+) -> Result<(), ChangeError> {
+    let done: Option<i64> = sqlx::query_scalar(
+        "update campaigns set status = 'draft', rejection_reason = $3, submitted_at = null
+         where org_id = $1 and id = $2 and status = 'submitted' and deleted_at is null
+         returning id",
+    )
+    .bind(org_id)
+    .bind(id)
+    .bind(reason)
+    .fetch_optional(&mut *conn)
+    .await?;
+    match done {
+        Some(_) => Ok(()),
+        None => Err(refusal(conn, org_id, id, Transition::Reject, None).await),
+    }
+}
+
+/// Approves the exact content version the approver was shown, to go out at the campaign's
+/// schedule (or now: "send now" stores `now()`). Four eyes: the approver is neither the author
+/// nor the last editor, unless the org allows self-approval; then the campaign is marked
+/// `self_approved` and `Ok(true)` says so (for the audit log). Wakes the campaign workers.
 pub async fn approve(
     conn: &mut PgConnection,
     org_id: i64,
     id: i64,
     approver: i64,
     shown_version: i32,
-    scheduled_for: Option<DateTime<Utc>>,
-) -> Result<(), ChangeError> {
-    let done: Option<i64> = sqlx::query_scalar(
-        "update campaigns set status = 'approved', approver_id = $3, approved_at = now(),
-                approved_version = content_version, scheduled_for = coalesce($5, now())
-         where org_id = $1 and id = $2 and status = 'submitted' and content_version = $4
-         returning id",
+) -> Result<bool, ChangeError> {
+    let done: Option<bool> = sqlx::query_scalar(
+        "update campaigns c set status = 'approved', approver_id = $3, approved_at = now(),
+                approved_version = c.content_version, scheduled_for = coalesce(c.scheduled_for, now()),
+                self_approved = ($3 = c.author_id or $3 = c.last_editor_id)
+         from orgs o
+         where o.id = c.org_id and c.org_id = $1 and c.id = $2 and c.status = 'submitted'
+           and c.content_version = $4 and c.deleted_at is null
+           and (($3 <> c.author_id and $3 <> c.last_editor_id) or o.allow_self_approval)
+         returning c.self_approved",
     )
     .bind(org_id)
     .bind(id)
     .bind(approver)
     .bind(shown_version)
-    .bind(scheduled_for)
     .fetch_optional(&mut *conn)
     .await?;
-    if done.is_none() {
-        return Err(refusal(conn, org_id, id, Transition::Approve).await);
-    }
+    let Some(self_approved) = done else {
+        return Err(refusal(
+            conn,
+            org_id,
+            id,
+            Transition::Approve,
+            Some((approver, shown_version)),
+        )
+        .await);
+    };
     sqlx::query("select pg_notify('mailroom_campaign_approved', $1::text)")
         .bind(id)
         .execute(conn)
         .await?;
-    Ok(())
+    Ok(self_approved)
 }
 
 /// Approved campaigns whose time has come, oldest first: candidates for [`start`].

@@ -97,6 +97,20 @@ impl Transition {
         }
     }
 
+    /// The transitions an admin asks for by name (the others are the workers').
+    pub fn from_verb(verb: &str) -> Option<Transition> {
+        [
+            Transition::Submit,
+            Transition::Approve,
+            Transition::Reject,
+            Transition::Pause,
+            Transition::Resume,
+            Transition::Cancel,
+        ]
+        .into_iter()
+        .find(|t| t.verb() == verb)
+    }
+
     pub fn verb(self) -> &'static str {
         match self {
             Transition::Submit => "submit",
@@ -170,5 +184,96 @@ mod tests {
             e.to_string(),
             "cannot pause this campaign: it is sent (only a sending campaign can be paused)"
         );
+    }
+}
+
+/// A draft's editable content, checked: a name of 1–200 characters, a one-line subject of at
+/// most 300, a body of at most 200,000, and a schedule (`YYYY-MM-DDTHH:MM`, the org's local
+/// time) or none (as soon as approved).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CampaignContent {
+    pub name: String,
+    pub subject: String,
+    pub body: String,
+    pub schedule: Option<String>,
+}
+
+impl CampaignContent {
+    pub fn parse(name: &str, subject: &str, body: &str, schedule: &str) -> Result<Self, String> {
+        let name = name.trim();
+        if name.is_empty() {
+            return Err("The name is empty: give the campaign a name.".into());
+        }
+        if name.chars().count() > 200 {
+            return Err("The name is too long (at most 200 characters).".into());
+        }
+        let subject = subject.trim();
+        if subject.contains(['\r', '\n']) {
+            return Err("The subject must be one line.".into());
+        }
+        if subject.chars().count() > 300 {
+            return Err("The subject is too long (at most 300 characters).".into());
+        }
+        if body.chars().count() > 200_000 {
+            return Err("The body is too long (at most 200,000 characters).".into());
+        }
+        if name.contains('\0') || subject.contains('\0') || body.contains('\0') {
+            return Err("The text contains a NUL character.".into());
+        }
+        let schedule = schedule.trim();
+        let schedule = if schedule.is_empty() {
+            None
+        } else {
+            chrono::NaiveDateTime::parse_from_str(schedule, "%Y-%m-%dT%H:%M").map_err(|_| {
+                format!(
+                    "The scheduled time {schedule:?} is not a date and time (YYYY-MM-DDTHH:MM)."
+                )
+            })?;
+            Some(schedule.to_string())
+        };
+        Ok(CampaignContent {
+            name: name.into(),
+            subject: subject.into(),
+            body: body.replace("\r\n", "\n"),
+            schedule,
+        })
+    }
+}
+
+#[cfg(test)]
+mod content_tests {
+    use super::*;
+
+    #[test]
+    fn content_is_checked_with_messages_that_name_the_field() {
+        let ok = CampaignContent::parse(" Launch ", "Hi {{ name }}", "a\r\nb", "2030-01-02T09:30")
+            .unwrap();
+        assert_eq!(ok.name, "Launch");
+        assert_eq!(ok.body, "a\nb");
+        assert_eq!(ok.schedule.as_deref(), Some("2030-01-02T09:30"));
+        assert_eq!(
+            CampaignContent::parse("x", "", "", "").unwrap().schedule,
+            None
+        );
+        let err =
+            |n: &str, s: &str, b: &str, t: &str| CampaignContent::parse(n, s, b, t).unwrap_err();
+        assert!(err(" ", "", "", "").contains("name is empty"));
+        assert!(err(&"n".repeat(201), "", "", "").contains("name is too long"));
+        assert!(err("x", "a\nb", "", "").contains("one line"));
+        assert!(err("x", &"s".repeat(301), "", "").contains("subject is too long"));
+        assert!(err("x", "", "\0", "").contains("NUL"));
+        assert!(err("x", "", "", "tomorrow").contains("\"tomorrow\" is not a date"));
+    }
+
+    #[test]
+    fn admins_ask_for_their_transitions_by_name_only() {
+        assert_eq!(Transition::from_verb("approve"), Some(Transition::Approve));
+        assert_eq!(
+            Transition::from_verb("start"),
+            None,
+            "a worker's transition"
+        );
+        assert_eq!(Transition::from_verb("finish"), None);
+        assert_eq!(Transition::from_verb("delete"), None);
     }
 }

@@ -26,7 +26,10 @@ pub fn CampaignPage() -> impl IntoView {
             {move || Suspend::new(async move {
                 match detail.await {
                     Err(e) => view! { <p role="alert" class="text-red-700">{e.to_string()}</p> }.into_any(),
-                    Ok(d) => view! { <CampaignView detail=d/> }.into_any(),
+                    Ok(d) => {
+                        let id = d.id;
+                        view! { <CampaignView detail=d/> <super::campaign_workflow::Workflow id/> }.into_any()
+                    }
                 }
             })}
         </Suspense>

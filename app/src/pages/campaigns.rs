@@ -1,12 +1,24 @@
 use leptos::prelude::*;
 
+use crate::api::campaign_edit::NewCampaign;
 use crate::api::campaigns::campaigns;
 
 #[component]
 pub fn CampaignsPage() -> impl IntoView {
     let list = Resource::new(|| (), |_| campaigns());
+    let create = ServerAction::<NewCampaign>::new();
     view! {
-        <h1 class="text-2xl font-semibold mb-4">"Campaigns"</h1>
+        <div class="mb-4 flex flex-wrap items-center justify-between gap-3">
+            <h1 class="text-2xl font-semibold">"Campaigns"</h1>
+            <ActionForm action=create attr:class="flex gap-2">
+                <input name="name" required maxlength="200" placeholder="New campaign's name" aria-label="New campaign's name"
+                    class="rounded border border-slate-300 px-2 py-1"/>
+                <button type="submit" id="new-campaign" class="rounded bg-indigo-600 px-3 py-1.5 font-medium text-white hover:bg-indigo-700">"New campaign"</button>
+            </ActionForm>
+        </div>
+        {move || create.value().get().and_then(|r| r.err()).map(|e| view! {
+            <p role="alert" class="mb-4 rounded bg-red-50 px-3 py-2 text-sm text-red-700">{e.to_string()}</p>
+        })}
         <Suspense fallback=|| view! { <p>"Loading…"</p> }>
             {move || Suspend::new(async move {
                 match list.await {

@@ -1,4 +1,6 @@
 mod campaign;
+mod campaign_editor;
+mod campaign_workflow;
 mod campaigns;
 mod deliveries;
 mod digest_resend;
@@ -73,6 +75,7 @@ pub fn App() -> impl IntoView {
                         <Route path=path!("") view=overview::OverviewPage/>
                         <Route path=path!("campaigns") view=campaigns::CampaignsPage/>
                         <Route path=path!("campaigns/:id") view=campaign::CampaignPage ssr=SsrMode::Async/>
+                        <Route path=path!("campaigns/:id/edit") view=campaign_editor::EditorPage ssr=SsrMode::Async/>
                         <Route path=path!("digests") view=digests::DigestsPage ssr=SsrMode::Async/>
                         <Route path=path!("digests/resend") view=digest_resend::ResendPage ssr=SsrMode::Async/>
                         <Route path=path!("audience") view=|| view! { <placeholder::Placeholder title="Audience" issue=6/> }/>

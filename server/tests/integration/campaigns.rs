@@ -91,7 +91,7 @@ pub(crate) async fn approved(
     campaign_states::change(&mut tx, org, id, Transition::Submit)
         .await
         .unwrap();
-    campaign_states::approve(&mut tx, org, id, approver, 1, None)
+    campaign_states::approve(&mut tx, org, id, approver, 1)
         .await
         .unwrap();
     tx.commit().await.unwrap();

@@ -1,0 +1,332 @@
+//! The campaign editor and the campaign's workflow: create a draft, save it (each save bumps
+//! the content version; saving a submitted campaign sends it back to draft), and the admin's
+//! transitions — submit, approve (four eyes, the exact version shown, never to nobody), reject
+//! with a reason, pause, resume, cancel. Each is a compare-and-set that says who changed the
+//! campaign first when it lost, scoped to the signed-in user's org and written to the audit log.
+
+use leptos::prelude::*;
+use serde::{Deserialize, Serialize};
+
+use crate::error::AppError;
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ListChoice {
+    pub id: i64,
+    pub name: String,
+    pub members: i64,
+    pub chosen: bool,
+}
+
+/// The campaign rendered for one real recipient of its lists.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Preview {
+    pub to: String,
+    pub subject: String,
+    pub body: String,
+}
+
+/// Everything the campaign page, its editor and its dialogs show.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Sheet {
+    pub id: i64,
+    pub name: String,
+    pub subject: String,
+    pub body: String,
+    pub status: String,
+    pub version: i32,
+    /// Local `YYYY-MM-DDTHH:MM`, or `None` for "as soon as approved".
+    pub schedule: Option<String>,
+    pub timezone: String,
+    pub author: String,
+    pub last_editor: String,
+    pub approver: Option<String>,
+    pub approved_at: Option<String>,
+    pub rejection_reason: Option<String>,
+    pub lists: Vec<ListChoice>,
+    /// Recipients after de-duplication and suppression, now.
+    pub estimate: i64,
+    /// `Err`: why the templates cannot be rendered (or that no list has a recipient).
+    pub preview: Result<Preview, String>,
+    /// The signed-in user may act (owner or admin).
+    pub can_act: bool,
+    /// The signed-in user wrote or last edited it (four eyes: someone else approves).
+    pub mine: bool,
+}
+
+#[server(endpoint = "campaign_sheet")]
+pub async fn campaign_sheet(id: i64) -> Result<Sheet, AppError> {
+    use crate::db::campaign_edit;
+    let me = super::current_user().await?;
+    let mut conn = super::pool()?.acquire().await?;
+    let c = campaign_edit::load(&mut conn, me.org_id, id)
+        .await?
+        .ok_or(AppError::NotFound)?;
+    let lists = campaign_edit::lists(&mut conn, me.org_id)
+        .await?
+        .into_iter()
+        .map(|(list_id, name, members)| ListChoice {
+            chosen: c.list_ids.contains(&list_id),
+            id: list_id,
+            name,
+            members,
+        })
+        .collect();
+    let estimate = campaign_edit::estimate(&mut conn, me.org_id, id).await?;
+    let sample = campaign_edit::sample_recipient(&mut conn, me.org_id, id).await?;
+    let preview = render_preview(&c, sample);
+    Ok(Sheet {
+        id: c.id,
+        status: c.status,
+        version: c.content_version,
+        schedule: c.scheduled_local,
+        timezone: c.timezone,
+        author: c.author,
+        last_editor: c.last_editor,
+        approver: c.approver,
+        approved_at: c.approved_at,
+        rejection_reason: c.rejection_reason,
+        lists,
+        estimate,
+        preview,
+        can_act: me.role.can_act(),
+        mine: me.user_id == c.author_id || me.user_id == c.last_editor_id,
+        name: c.name,
+        subject: c.subject,
+        body: c.body,
+    })
+}
+
+#[cfg(feature = "ssr")]
+fn render_preview(
+    c: &crate::db::campaign_edit::Editable,
+    sample: Option<(String, String)>,
+) -> Result<Preview, String> {
+    use crate::campaign_render::{Compiled, Fields};
+    let (name, email) = sample.ok_or("No recipient yet: choose lists with subscribers.")?;
+    let compiled = Compiled::new(&crate::db::campaigns::Content {
+        id: c.id,
+        subject: c.subject.clone(),
+        body: c.body.clone(),
+        body_format: c.body_format.clone(),
+        content_version: c.content_version,
+    })
+    .map_err(|e| format!("The template does not compile: {e}"))?;
+    let (subject, body) = compiled
+        .render(&Fields {
+            name: &name,
+            email: &email,
+            unsubscribe_url: "https://…/u/(a link for this recipient)",
+        })
+        .map_err(|e| format!("The template cannot be rendered: {e}"))?;
+    Ok(Preview {
+        to: email,
+        subject,
+        body,
+    })
+}
+
+/// A new, empty draft by the signed-in admin; the browser goes on to its editor.
+#[server(endpoint = "new_campaign")]
+pub async fn new_campaign(name: String) -> Result<i64, AppError> {
+    use crate::db::{audit, campaigns};
+    use crate::domain::CampaignContent;
+    let me = super::current_user().await?;
+    if !me.role.can_act() {
+        return Err(AppError::Forbidden);
+    }
+    let content = CampaignContent::parse(&name, "", "", "").map_err(AppError::Invalid)?;
+    let mut tx = super::pool()?.begin().await?;
+    let id = campaigns::create_draft(
+        &mut tx,
+        campaigns::NewDraft {
+            org_id: me.org_id,
+            author_id: me.user_id,
+            name: &content.name,
+            subject: "",
+            body: "",
+            list_ids: &[],
+        },
+    )
+    .await?;
+    audit::record(
+        &mut tx,
+        audit::Entry {
+            org_id: me.org_id,
+            actor_id: Some(me.user_id),
+            action: "campaign.create",
+            object_type: "campaign",
+            object_id: Some(id.to_string()),
+            before: None,
+            after: Some(serde_json::json!({ "name": content.name })),
+        },
+    )
+    .await?;
+    tx.commit().await?;
+    leptos_axum::redirect(&format!("/campaigns/{id}/edit"));
+    Ok(id)
+}
+
+/// Saves the editor over the version it loaded (`version`); `lists` are the chosen list ids.
+#[server(endpoint = "save_campaign")]
+pub async fn save_campaign(
+    id: i64,
+    version: i32,
+    name: String,
+    subject: String,
+    body: String,
+    #[server(default)] lists: Vec<i64>,
+    #[server(default)] schedule: String,
+) -> Result<String, AppError> {
+    use crate::db::audit;
+    use crate::db::campaign_edit::{self, Changes, SaveError};
+    use crate::domain::CampaignContent;
+    let me = super::current_user().await?;
+    if !me.role.can_act() {
+        return Err(AppError::Forbidden);
+    }
+    let content =
+        CampaignContent::parse(&name, &subject, &body, &schedule).map_err(AppError::Invalid)?;
+    let mut tx = super::pool()?.begin().await?;
+    let changes = Changes {
+        name: &content.name,
+        subject: &content.subject,
+        body: &content.body,
+        body_format: "markdown",
+        list_ids: &lists,
+        scheduled_local: content.schedule.as_deref(),
+    };
+    let saved = campaign_edit::save(&mut tx, me.org_id, id, me.user_id, version, &changes).await;
+    let new_version = match saved {
+        Ok(v) => v,
+        Err(SaveError::NotFound) | Err(SaveError::UnknownList) => return Err(AppError::NotFound),
+        Err(SaveError::PastSchedule) => {
+            return Err(AppError::Invalid(
+                "The scheduled time is in the past: choose a later time, or none to send as soon as it is approved.".into(),
+            ))
+        }
+        Err(SaveError::Moved { status, .. }) if status != "draft" && status != "submitted" => {
+            return Err(AppError::Conflict(format!(
+                "This campaign is {status}: only a draft (or a submitted campaign, which goes back to draft) can be edited."
+            )))
+        }
+        Err(SaveError::Moved { version: now, .. }) => {
+            return Err(AppError::Conflict(format!(
+                "Someone saved this campaign after you opened it (version {now} now, you had {version}): reload to see their changes."
+            )))
+        }
+        Err(SaveError::Db(e)) => return Err(e.into()),
+    };
+    audit::record(
+        &mut tx,
+        audit::Entry {
+            org_id: me.org_id,
+            actor_id: Some(me.user_id),
+            action: "campaign.edit",
+            object_type: "campaign",
+            object_id: Some(id.to_string()),
+            before: Some(serde_json::json!({ "version": version })),
+            after: Some(serde_json::json!({
+                "version": new_version, "name": content.name, "subject": content.subject,
+                "lists": lists, "schedule": content.schedule,
+            })),
+        },
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(format!("Saved (version {new_version})."))
+}
+
+/// One of the admin's transitions by name (`submit`, `approve`, `reject`, `pause`, `resume`,
+/// `cancel`) on the version the dialog showed; `reason` is required to reject.
+#[server(endpoint = "campaign_action")]
+pub async fn campaign_action(
+    id: i64,
+    verb: String,
+    version: i32,
+    #[server(default)] reason: String,
+) -> Result<String, AppError> {
+    use crate::db::campaign_states::{self, ChangeError};
+    use crate::db::{audit, campaign_edit};
+    use crate::domain::{CampaignStatus, Transition};
+    let me = super::current_user().await?;
+    if !me.role.can_act() {
+        return Err(AppError::Forbidden);
+    }
+    let t = Transition::from_verb(&verb)
+        .ok_or_else(|| AppError::Invalid(format!("{verb:?} is not a campaign action.")))?;
+    let reason = reason.trim().to_string();
+    if t == Transition::Reject && (reason.is_empty() || reason.chars().count() > 500) {
+        return Err(AppError::Invalid(
+            "Say why it is rejected (1 to 500 characters): the author will read it.".into(),
+        ));
+    }
+    let mut tx = super::pool()?.begin().await?;
+    let mut self_approved = false;
+    let done = match t {
+        Transition::Approve => {
+            // Never approve a campaign that would reach nobody (the estimate the dialog showed).
+            if campaign_edit::estimate(&mut tx, me.org_id, id).await? == 0 {
+                return Err(AppError::Conflict(
+                    "This campaign would reach nobody (0 recipients after de-duplication and suppression): choose lists with subscribers first.".into(),
+                ));
+            }
+            campaign_states::approve(&mut tx, me.org_id, id, me.user_id, version)
+                .await
+                .map(|s| self_approved = s)
+        }
+        Transition::Reject => campaign_states::reject(&mut tx, me.org_id, id, &reason).await,
+        other => campaign_states::change(&mut tx, me.org_id, id, other).await,
+    };
+    match done {
+        Ok(()) => {}
+        Err(ChangeError::NotFound) => return Err(AppError::NotFound),
+        Err(ChangeError::Db(e)) => return Err(e.into()),
+        Err(ChangeError::Refused {
+            error,
+            by: Some((who, at)),
+        }) if t == Transition::Approve
+            && matches!(
+                error.current,
+                CampaignStatus::Approved
+                    | CampaignStatus::Sending
+                    | CampaignStatus::Paused
+                    | CampaignStatus::Sent
+            ) =>
+        {
+            return Err(AppError::Conflict(format!(
+                "Already approved by {who} at {at}."
+            )))
+        }
+        Err(e) => return Err(AppError::Conflict(sentence(&e.to_string()))),
+    }
+    audit::record(
+        &mut tx,
+        audit::Entry {
+            org_id: me.org_id,
+            actor_id: Some(me.user_id),
+            action: &format!("campaign.{}", t.verb()),
+            object_type: "campaign",
+            object_id: Some(id.to_string()),
+            before: Some(serde_json::json!({ "version": version })),
+            after: Some(serde_json::json!({
+                "status": t.to().as_str(),
+                "self_approved": self_approved,
+                "reason": (!reason.is_empty()).then_some(&reason),
+            })),
+        },
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(format!("Campaign {}.", t.participle()))
+}
+
+/// "cannot pause …" → "Cannot pause ….": a message as a sentence.
+#[cfg(feature = "ssr")]
+fn sentence(s: &str) -> String {
+    let mut c = s.chars();
+    let first = c
+        .next()
+        .map(|f| f.to_uppercase().collect::<String>())
+        .unwrap_or_default();
+    format!("{first}{}.", c.as_str())
+}

@@ -1,0 +1,209 @@
+//! A campaign's content while it is a draft: read it for the editor, save it (a compare-and-set
+//! on the content version, which each save bumps), estimate its recipients, and pick a real
+//! recipient for the preview. Content changes only in `draft`; saving a `submitted` campaign
+//! sends it back to `draft` (the approval must be asked for again).
+
+use sqlx::PgConnection;
+
+#[derive(sqlx::FromRow, Clone, Debug, PartialEq, Eq)]
+pub struct Editable {
+    pub id: i64,
+    pub name: String,
+    pub subject: String,
+    pub body: String,
+    pub body_format: String,
+    pub status: String,
+    pub content_version: i32,
+    pub list_ids: Vec<i64>,
+    /// `YYYY-MM-DDTHH:MM` in the org's time zone; `None`: as soon as approved.
+    pub scheduled_local: Option<String>,
+    pub timezone: String,
+    pub author: String,
+    pub last_editor: String,
+    pub author_id: i64,
+    pub last_editor_id: i64,
+    pub approver: Option<String>,
+    /// `YYYY-MM-DD HH:MI` in the org's time zone.
+    pub approved_at: Option<String>,
+    pub rejection_reason: Option<String>,
+}
+
+pub async fn load(conn: &mut PgConnection, org_id: i64, id: i64) -> sqlx::Result<Option<Editable>> {
+    sqlx::query_as(
+        "select c.id, c.name, c.subject, c.body, c.body_format, c.status, c.content_version,
+                coalesce((select array_agg(cl.list_id order by cl.list_id) from campaign_lists cl
+                          where cl.org_id = c.org_id and cl.campaign_id = c.id), '{}') as list_ids,
+                to_char(c.scheduled_for at time zone o.timezone, 'YYYY-MM-DD\"T\"HH24:MI') as scheduled_local,
+                o.timezone, a.name as author, e.name as last_editor, c.author_id, c.last_editor_id,
+                p.name as approver,
+                to_char(c.approved_at at time zone o.timezone, 'YYYY-MM-DD HH24:MI') as approved_at,
+                c.rejection_reason
+         from campaigns c
+         join orgs o on o.id = c.org_id
+         join users a on a.org_id = c.org_id and a.id = c.author_id
+         join users e on e.org_id = c.org_id and e.id = c.last_editor_id
+         left join users p on p.org_id = c.org_id and p.id = c.approver_id
+         where c.org_id = $1 and c.id = $2 and c.deleted_at is null",
+    )
+    .bind(org_id)
+    .bind(id)
+    .fetch_optional(conn)
+    .await
+}
+
+/// What an editor saves.
+pub struct Changes<'a> {
+    pub name: &'a str,
+    pub subject: &'a str,
+    pub body: &'a str,
+    pub body_format: &'a str,
+    pub list_ids: &'a [i64],
+    /// `YYYY-MM-DDTHH:MM` in the org's time zone; `None`: as soon as approved.
+    pub scheduled_local: Option<&'a str>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SaveError {
+    /// The version or the state moved since the editor loaded it: (status, version) now.
+    #[error("the campaign changed meanwhile")]
+    Moved { status: String, version: i32 },
+    #[error("the campaign does not exist")]
+    NotFound,
+    /// A target list is not this org's.
+    #[error("unknown list")]
+    UnknownList,
+    #[error("the scheduled time is in the past")]
+    PastSchedule,
+    #[error(transparent)]
+    Db(#[from] sqlx::Error),
+}
+
+/// Saves `changes` over version `seen` (compare-and-set), from `draft` or `submitted` (which
+/// goes back to `draft`), and replaces the target lists. Returns the new content version.
+pub async fn save(
+    conn: &mut PgConnection,
+    org_id: i64,
+    id: i64,
+    editor: i64,
+    seen: i32,
+    changes: &Changes<'_>,
+) -> Result<i32, SaveError> {
+    let lists_ok: bool = sqlx::query_scalar(
+        "select count(*) = cardinality($2::bigint[]) from lists where org_id = $1 and id = any($2)",
+    )
+    .bind(org_id)
+    .bind(changes.list_ids)
+    .fetch_one(&mut *conn)
+    .await?;
+    if !lists_ok {
+        return Err(SaveError::UnknownList);
+    }
+    let saved: Option<(i32, bool)> = sqlx::query_as(
+        "with o as (select timezone from orgs where id = $1),
+         at as (select ($9::timestamp at time zone o.timezone) as t from o)
+         update campaigns c set name = $5, subject = $6, body = $7, body_format = $8,
+                scheduled_for = (select t from at), status = 'draft', submitted_at = null,
+                content_version = c.content_version + 1, last_editor_id = $3
+         where c.org_id = $1 and c.id = $2 and c.content_version = $4
+           and c.status in ('draft', 'submitted') and c.deleted_at is null
+           and ($9 is null or (select t from at) > now())
+         returning c.content_version, true",
+    )
+    .bind(org_id)
+    .bind(id)
+    .bind(editor)
+    .bind(seen)
+    .bind(changes.name)
+    .bind(changes.subject)
+    .bind(changes.body)
+    .bind(changes.body_format)
+    .bind(changes.scheduled_local.map(|s| s.replace('T', " ")))
+    .fetch_optional(&mut *conn)
+    .await?;
+    let Some((version, _)) = saved else {
+        let now: Option<(String, i32, bool)> = sqlx::query_as(
+            "select c.status, c.content_version,
+                    $3::text is not null and ($3::timestamp at time zone o.timezone) <= now()
+             from campaigns c join orgs o on o.id = c.org_id
+             where c.org_id = $1 and c.id = $2 and c.deleted_at is null",
+        )
+        .bind(org_id)
+        .bind(id)
+        .bind(changes.scheduled_local.map(|s| s.replace('T', " ")))
+        .fetch_optional(&mut *conn)
+        .await?;
+        return Err(match now {
+            None => SaveError::NotFound,
+            Some((status, version, past))
+                if past && version == seen && (status == "draft" || status == "submitted") =>
+            {
+                SaveError::PastSchedule
+            }
+            Some((status, version, _)) => SaveError::Moved { status, version },
+        });
+    };
+    sqlx::query("delete from campaign_lists where org_id = $1 and campaign_id = $2")
+        .bind(org_id)
+        .bind(id)
+        .execute(&mut *conn)
+        .await?;
+    sqlx::query(
+        "insert into campaign_lists (org_id, campaign_id, list_id)
+         select $1, $2, l from unnest($3::bigint[]) as l",
+    )
+    .bind(org_id)
+    .bind(id)
+    .bind(changes.list_ids)
+    .execute(&mut *conn)
+    .await?;
+    Ok(version)
+}
+
+/// Recipients the campaign would reach now: distinct addresses over its lists, confirmed, not
+/// erased, not suppressed (the same rules as materialisation).
+pub async fn estimate(conn: &mut PgConnection, org_id: i64, id: i64) -> sqlx::Result<i64> {
+    sqlx::query_scalar(
+        "select count(distinct s.email_lower)
+         from campaign_lists cl
+         join list_members lm on lm.org_id = cl.org_id and lm.list_id = cl.list_id
+         join subscribers s on s.org_id = lm.org_id and s.id = lm.subscriber_id
+         where cl.org_id = $1 and cl.campaign_id = $2
+           and s.status = 'confirmed' and s.erased_at is null
+           and not exists (select 1 from suppressions x where x.org_id = s.org_id and x.email_lower = s.email_lower)",
+    )
+    .bind(org_id)
+    .bind(id)
+    .fetch_one(conn)
+    .await
+}
+
+/// A real recipient for the preview: (name, email) of the first one the campaign would reach.
+pub async fn sample_recipient(
+    conn: &mut PgConnection,
+    org_id: i64,
+    id: i64,
+) -> sqlx::Result<Option<(String, String)>> {
+    sqlx::query_as(
+        "select s.name, s.email
+         from campaign_lists cl
+         join list_members lm on lm.org_id = cl.org_id and lm.list_id = cl.list_id
+         join subscribers s on s.org_id = lm.org_id and s.id = lm.subscriber_id
+         where cl.org_id = $1 and cl.campaign_id = $2 and s.status = 'confirmed' and s.erased_at is null
+         order by s.email_lower limit 1",
+    )
+    .bind(org_id)
+    .bind(id)
+    .fetch_optional(conn)
+    .await
+}
+
+/// The org's lists with their member counts, for the editor's choice of targets.
+pub async fn lists(conn: &mut PgConnection, org_id: i64) -> sqlx::Result<Vec<(i64, String, i64)>> {
+    sqlx::query_as(
+        "select l.id, l.name, (select count(*) from list_members m where m.org_id = l.org_id and m.list_id = l.id)
+         from lists l where l.org_id = $1 order by l.name, l.id",
+    )
+    .bind(org_id)
+    .fetch_all(conn)
+    .await
+}

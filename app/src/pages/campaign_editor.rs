@@ -1,0 +1,113 @@
+//! The draft editor: name, subject and body (templates with `{{ name }}`, `{{ email }}`,
+//! `{{ unsubscribe_url }}`), target lists, schedule in the org's time zone; a preview for a
+//! real recipient and the recipient estimate, refreshed after each save. A plain form
+//! (`ActionForm`), so it works before the wasm has loaded.
+
+use leptos::prelude::*;
+use leptos_router::hooks::use_params_map;
+
+use crate::api::campaign_edit::{campaign_sheet, SaveCampaign, Sheet};
+use crate::error::AppError;
+
+#[component]
+pub fn EditorPage() -> impl IntoView {
+    let params = use_params_map();
+    let id = move || params.read().get("id").and_then(|s| s.parse::<i64>().ok());
+    let save = ServerAction::<SaveCampaign>::new();
+    let sheet = Resource::new(
+        move || (id(), save.version().get()),
+        |(id, _)| async move {
+            match id {
+                Some(id) => campaign_sheet(id).await,
+                None => Err(AppError::NotFound),
+            }
+        },
+    );
+    view! {
+        {move || id().map(|id| view! {
+            <p class="mb-2 text-sm"><a href=format!("/campaigns/{id}") class="text-sky-700 hover:underline">"← Campaign"</a></p>
+        })}
+        {move || super::action_outcome(save.value().get(), "save-result")}
+        <Suspense fallback=|| view! { <p>"Loading…"</p> }>
+            {move || Suspend::new(async move {
+                match sheet.await {
+                    Err(e) => view! { <p role="alert" class="text-red-700">{e.to_string()}</p> }.into_any(),
+                    Ok(s) => view! { <Editor s save/> }.into_any(),
+                }
+            })}
+        </Suspense>
+    }
+}
+
+const FIELD: &str = "rounded border border-slate-300 px-2 py-1";
+
+#[component]
+fn Editor(s: Sheet, save: ServerAction<SaveCampaign>) -> impl IntoView {
+    let lists = s
+        .lists
+        .iter()
+        .enumerate()
+        .map(|(k, l)| {
+            view! {
+                <label class="flex items-center gap-2">
+                    <input type="checkbox" name=format!("lists[{k}]") value=l.id.to_string() checked=l.chosen data-test="list-choice"/>
+                    {l.name.clone()} <span class="text-slate-500">{format!("({} members)", l.members)}</span>
+                </label>
+            }
+        })
+        .collect_view();
+    let preview = match s.preview.clone() {
+        Ok(p) => view! {
+            <div data-test="preview" class="rounded border border-slate-200 bg-white p-3 text-sm">
+                <p class="text-slate-500">"To: " {p.to}</p>
+                <p class="font-medium" data-test="preview-subject">{p.subject}</p>
+                <pre class="whitespace-pre-wrap font-sans">{p.body}</pre>
+            </div>
+        }
+        .into_any(),
+        Err(e) => view! { <p data-test="preview-problem" class="text-sm text-slate-600">{e}</p> }
+            .into_any(),
+    };
+    let locked = !(s.status == "draft" || s.status == "submitted");
+    view! {
+        <h1 class="mb-1 text-2xl font-semibold">"Edit campaign"</h1>
+        {(s.status == "submitted").then(|| view! {
+            <p class="mb-3 rounded bg-amber-50 px-3 py-2 text-sm text-amber-900">"It is submitted: saving sends it back to draft, and it must be submitted and approved again."</p>
+        })}
+        {locked.then(|| view! {
+            <p class="mb-3 rounded bg-slate-100 px-3 py-2 text-sm">{format!("It is {}: its content can no longer change.", s.status)}</p>
+        })}
+        <div class="grid gap-6 lg:grid-cols-2">
+            <ActionForm action=save attr:class="grid gap-3">
+                <input type="hidden" name="id" value=s.id.to_string()/>
+                <input type="hidden" name="version" value=s.version.to_string()/>
+                <label class="grid gap-1">"Name"
+                    <input name="name" required maxlength="200" value=s.name.clone() class=FIELD/>
+                </label>
+                <label class="grid gap-1">"Subject"
+                    <input name="subject" maxlength="300" value=s.subject.clone() class=FIELD data-test="subject"/>
+                </label>
+                <label class="grid gap-1">"Body"
+                    <textarea name="body" rows="10" class=FIELD data-test="body">{s.body.clone()}</textarea>
+                </label>
+                <span class="text-xs text-slate-500">"Fields: {{ name }}, {{ email }}, {{ unsubscribe_url }} (an unsubscribe link is also added to every message)."</span>
+                <fieldset class="grid gap-1">
+                    <legend>"Send to"</legend>
+                    {lists}
+                </fieldset>
+                <label class="grid gap-1">{format!("Send at ({}; empty: as soon as approved)", s.timezone)}
+                    <input type="datetime-local" name="schedule" value=s.schedule.clone().unwrap_or_default() class=FIELD/>
+                </label>
+                <button type="submit" data-test="save" disabled=move || locked || save.pending().get()
+                    class="justify-self-start rounded bg-indigo-600 px-3 py-1.5 font-medium text-white hover:bg-indigo-700 disabled:opacity-50">
+                    {format!("Save (version {} → {})", s.version, s.version + 1)}
+                </button>
+            </ActionForm>
+            <div>
+                <h2 class="mb-2 font-semibold">"Preview"</h2>
+                {preview}
+                <p class="mt-2 text-sm">"Recipients now (after de-duplication and suppression): " <strong data-test="estimate">{s.estimate}</strong></p>
+            </div>
+        </div>
+    }
+}

@@ -1,0 +1,166 @@
+//! The campaign page's workflow panel: who wrote, edited and approved it, and the admin's
+//! actions for its state, each behind a confirmation (`<details>` + `ActionForm`, so they work
+//! before the wasm has loaded). The approval confirmation shows exactly what is approved: the
+//! version, the rendered preview for a real recipient, the recipient estimate and the schedule.
+
+use leptos::prelude::*;
+
+use crate::api::campaign_edit::{campaign_sheet, CampaignAction, Sheet};
+
+#[component]
+pub fn Workflow(id: i64) -> impl IntoView {
+    let act = ServerAction::<CampaignAction>::new();
+    let sheet = Resource::new(move || act.version().get(), move |_| campaign_sheet(id));
+    view! {
+        {move || super::action_outcome(act.value().get(), "action-result")}
+        <Suspense fallback=|| view! { <p>"Loading…"</p> }>
+            {move || Suspend::new(async move {
+                match sheet.await {
+                    Err(e) => view! { <p role="alert" class="text-red-700">{e.to_string()}</p> }.into_any(),
+                    Ok(s) => view! { <Panel s act/> }.into_any(),
+                }
+            })}
+        </Suspense>
+    }
+}
+
+/// (verb, button label, what the confirmation says) for each action the state allows.
+fn actions(status: &str) -> Vec<(&'static str, &'static str, &'static str)> {
+    match status {
+        "draft" => vec![
+            (
+                "submit",
+                "Submit for approval",
+                "Another admin will review and approve it.",
+            ),
+            ("cancel", "Cancel campaign", "It will never be sent."),
+        ],
+        "submitted" => vec![
+            ("approve", "Approve", ""),
+            (
+                "reject",
+                "Reject",
+                "It goes back to draft with your reason.",
+            ),
+            ("cancel", "Cancel campaign", "It will never be sent."),
+        ],
+        "approved" => vec![("cancel", "Cancel campaign", "It will not be sent.")],
+        "sending" => vec![
+            (
+                "pause",
+                "Pause",
+                "Sending stops within one message per connection.",
+            ),
+            (
+                "cancel",
+                "Cancel campaign",
+                "Nothing not yet sent will be sent.",
+            ),
+        ],
+        "paused" => vec![
+            ("resume", "Resume", "Sending continues where it stopped."),
+            (
+                "cancel",
+                "Cancel campaign",
+                "Nothing not yet sent will be sent.",
+            ),
+        ],
+        _ => vec![],
+    }
+}
+
+#[component]
+fn Panel(s: Sheet, act: ServerAction<CampaignAction>) -> impl IntoView {
+    let schedule = s
+        .schedule
+        .clone()
+        .map(|t| format!("{} ({})", t.replace('T', " "), s.timezone))
+        .unwrap_or_else(|| "as soon as it is approved".into());
+    let approval = s.approver.clone().map(|who| {
+        view! { <li data-test="approved-by">"Approved by " {who} " at " {s.approved_at.clone().unwrap_or_default()}</li> }
+    });
+    let rejected = s.rejection_reason.clone().filter(|_| s.status == "draft").map(|r| {
+        view! { <p data-test="rejection" class="mb-3 rounded bg-amber-50 px-3 py-2 text-amber-900">"Rejected: " {r}</p> }
+    });
+    let editable = s.can_act && (s.status == "draft" || s.status == "submitted");
+    let buttons = if s.can_act {
+        actions(&s.status)
+    } else {
+        vec![]
+    };
+    let dialogs = buttons
+        .into_iter()
+        .map(|(verb, label, note)| {
+            let extra = match verb {
+                "approve" => view! { <Approval s=s.clone()/> }.into_any(),
+                "reject" => view! {
+                    <label class="grid gap-1 text-sm">"Reason (the author will read it)"
+                        <textarea name="reason" required maxlength="500" rows="2" class="rounded border px-2 py-1"></textarea>
+                    </label>
+                }.into_any(),
+                _ => view! { <p class="text-sm text-slate-600">{note}</p> }.into_any(),
+            };
+            view! {
+                <details class="rounded border border-slate-200 bg-white" data-test=format!("dialog-{verb}")>
+                    <summary class="cursor-pointer px-3 py-1.5 font-medium" data-test=format!("open-{verb}")>{label}</summary>
+                    <div role="dialog" aria-label=label class="grid gap-2 p-3">
+                        <ActionForm action=act attr:class="grid gap-2">
+                            <input type="hidden" name="id" value=s.id.to_string()/>
+                            <input type="hidden" name="verb" value=verb/>
+                            <input type="hidden" name="version" value=s.version.to_string()/>
+                            {extra}
+                            <button type="submit" data-test=format!("confirm-{verb}") disabled=move || act.pending().get()
+                                class="justify-self-start rounded bg-indigo-600 px-3 py-1.5 font-medium text-white hover:bg-indigo-700 disabled:opacity-50">
+                                {format!("Yes, {}", label.to_lowercase())}
+                            </button>
+                        </ActionForm>
+                    </div>
+                </details>
+            }
+        })
+        .collect_view();
+    view! {
+        <section class="mb-4 rounded bg-white p-4 shadow" aria-label="Workflow">
+            {rejected}
+            <ul class="mb-3 text-sm text-slate-600">
+                <li>"Version " <span data-test="version">{s.version}</span> " · written by " {s.author.clone()} " · last edited by " {s.last_editor.clone()}</li>
+                <li>"Goes out " {schedule} " · " <span data-test="estimate">{s.estimate}</span> " recipients now"</li>
+                {approval}
+            </ul>
+            <div class="flex flex-wrap items-start gap-2">
+                {editable.then(|| view! {
+                    <a href=format!("/campaigns/{}/edit", s.id) data-test="edit" class="rounded border border-slate-300 px-3 py-1.5 hover:bg-slate-100">"Edit"</a>
+                })}
+                {dialogs}
+            </div>
+        </section>
+    }
+}
+
+/// What the approver is shown, and approves: this version, for these recipients, at this time.
+#[component]
+fn Approval(s: Sheet) -> impl IntoView {
+    let warning = s.mine.then(|| view! {
+        <p class="text-sm text-amber-800" data-test="four-eyes-note">"You wrote or last edited this campaign: unless your organisation allows self-approval, another admin must approve it."</p>
+    });
+    let zero = (s.estimate == 0).then(|| view! {
+        <p class="text-sm text-red-700" data-test="zero-note">"It would reach nobody now: approval will be refused."</p>
+    });
+    let preview = match s.preview.clone() {
+        Ok(p) => view! {
+            <div class="rounded border border-slate-200 p-2 text-sm" data-test="approval-preview">
+                <p class="text-slate-500">"To: " {p.to}</p>
+                <p class="font-medium">{p.subject}</p>
+                <pre class="whitespace-pre-wrap font-sans">{p.body}</pre>
+            </div>
+        }
+        .into_any(),
+        Err(e) => view! { <p class="text-sm text-red-700">{e}</p> }.into_any(),
+    };
+    view! {
+        <p class="text-sm">"You approve version " {s.version} " for " <strong>{s.estimate}</strong> " recipients."</p>
+        {warning}
+        {zero}
+        {preview}
+    }
+}

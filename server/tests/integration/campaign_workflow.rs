@@ -1,0 +1,389 @@
+//! The campaign workflow over HTTP, as the dashboard calls it: create, edit (each save bumps the
+//! version; a submitted campaign goes back to draft), four-eyes approval of the exact version
+//! shown, refusals that say who changed it first, reject with a reason, pause/resume/cancel,
+//! the audit log, and tenancy.
+
+use app::domain::Role;
+use serde_json::Value;
+
+use crate::campaigns::audience_of;
+use crate::helpers::{org_with_users, test_db};
+use crate::test_app::{client, spawn_app, TestApp};
+
+async fn signed_in(app: &TestApp, email: &str, password: &str) -> reqwest::Client {
+    let c = client(app);
+    let r = app.login(&c, email, password).await;
+    assert!(r.headers().get("set-cookie").is_some(), "login failed");
+    c
+}
+
+fn json(body: &str) -> Value {
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body}"))
+}
+
+/// The error a server function answered, as the browser shows it.
+fn conflict(body: &str) -> String {
+    json(body)["Conflict"]
+        .as_str()
+        .unwrap_or_else(|| panic!("not a conflict: {body}"))
+        .to_string()
+}
+
+async fn act(app: &TestApp, c: &reqwest::Client, id: i64, verb: &str, version: i64) -> String {
+    let (id, version) = (id.to_string(), version.to_string());
+    let (_, body) = app
+        .call_with(
+            c,
+            "campaign_action",
+            &[
+                ("id", &id),
+                ("verb", verb),
+                ("version", &version),
+                ("reason", ""),
+            ],
+        )
+        .await;
+    body
+}
+
+async fn sheet(app: &TestApp, c: &reqwest::Client, id: i64) -> Value {
+    let (status, body) = app
+        .call_with(c, "campaign_sheet", &[("id", &id.to_string())])
+        .await;
+    assert_eq!(status, 200, "{body}");
+    json(&body)
+}
+
+#[tokio::test]
+async fn four_eyes_approve_the_exact_version_shown_and_every_refusal_says_why() {
+    let pool = test_db().await;
+    let roles = [
+        Role::Owner,
+        Role::Admin,
+        Role::Admin,
+        Role::Admin,
+        Role::Viewer,
+    ];
+    let (org, users) = org_with_users(&pool, "acme", &roles).await;
+    let (lists, n) = audience_of(&pool, org, 40).await;
+    let app = spawn_app(pool.clone()).await;
+    let [a, b, c] = [1, 2, 3].map(|k| users[k].clone());
+    let (a, b, c) = (
+        signed_in(&app, &a.1, &a.2).await,
+        signed_in(&app, &b.1, &b.2).await,
+        signed_in(&app, &c.1, &c.2).await,
+    );
+
+    // A creates a draft and fills it in (two of the three lists, checked as the form sends them).
+    let (status, body) = app
+        .call_with(&a, "new_campaign", &[("name", "  Launch <b>day</b> ")])
+        .await;
+    assert!(status.is_success() || status.is_redirection(), "{body}");
+    let id = json(&body).as_i64().unwrap();
+    let (l0, l2) = (lists[0].to_string(), lists[2].to_string());
+    let save = |v: &str, subject: &str, schedule: &str| {
+        [
+            ("id", id.to_string()),
+            ("version", v.to_string()),
+            ("name", "Launch <b>day</b>".to_string()),
+            ("subject", subject.to_string()),
+            ("body", "Dear {{ name }}, we launch.".to_string()),
+            ("lists[0]", l0.clone()),
+            ("lists[2]", l2.clone()),
+            ("schedule", schedule.to_string()),
+        ]
+    };
+    let form = save("1", "Hello {{ name }}", "");
+    let args: Vec<(&str, &str)> = form.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let (status, body) = app.call_with(&a, "save_campaign", &args).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(json(&body), "Saved (version 2).");
+    // Saving over a version someone else replaced is refused.
+    let (_, body) = app.call_with(&a, "save_campaign", &args).await;
+    assert!(
+        conflict(&body).contains("version 2 now, you had 1"),
+        "{body}"
+    );
+    // A schedule in the past is refused, naming it.
+    let past = save("2", "Hello {{ name }}", "2001-01-01T09:00");
+    let args: Vec<(&str, &str)> = past.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let (_, body) = app.call_with(&a, "save_campaign", &args).await;
+    assert!(
+        json(&body)["Invalid"]
+            .as_str()
+            .unwrap()
+            .contains("in the past"),
+        "{body}"
+    );
+
+    let s = sheet(&app, &a, id).await;
+    assert_eq!(
+        (s["status"].as_str(), s["version"].as_i64()),
+        (Some("draft"), Some(2))
+    );
+    let chosen: Vec<bool> = s["lists"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["chosen"].as_bool().unwrap())
+        .collect();
+    assert_eq!(chosen.iter().filter(|c| **c).count(), 2);
+    let estimate = s["estimate"].as_i64().unwrap();
+    assert!(estimate > 0 && estimate <= n as i64);
+    let preview = &s["preview"]["Ok"];
+    assert!(
+        preview["subject"].as_str().unwrap().starts_with("Hello "),
+        "{s}"
+    );
+    assert!(
+        preview["body"].as_str().unwrap().starts_with("Dear "),
+        "rendered for a real recipient"
+    );
+
+    assert_eq!(
+        json(&act(&app, &a, id, "submit", 2).await),
+        "Campaign submitted."
+    );
+    // The author cannot approve it.
+    assert!(conflict(&act(&app, &a, id, "approve", 2).await).contains("another admin must approve"));
+    // B edits it: back to draft, version 3; B submits it and, as last editor, cannot approve.
+    let form = save("2", "Hi {{ name }}", "");
+    let args: Vec<(&str, &str)> = form.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let (_, body) = app.call_with(&b, "save_campaign", &args).await;
+    assert_eq!(json(&body), "Saved (version 3).");
+    assert_eq!(sheet(&app, &b, id).await["status"], "draft");
+    assert_eq!(
+        json(&act(&app, &b, id, "submit", 3).await),
+        "Campaign submitted."
+    );
+    assert!(conflict(&act(&app, &b, id, "approve", 3).await).contains("another admin must approve"));
+    // C, shown version 2 in an old dialog, is refused clearly; on version 3 C approves.
+    assert!(conflict(&act(&app, &c, id, "approve", 2).await)
+        .contains("you saw version 2, it is now version 3"));
+    assert_eq!(
+        json(&act(&app, &c, id, "approve", 3).await),
+        "Campaign approved."
+    );
+    // A double click (or A arriving late) says who approved it first.
+    let again = conflict(&act(&app, &c, id, "approve", 3).await);
+    assert!(
+        again.starts_with("Already approved by admin3@acme.example at "),
+        "{again}"
+    );
+    // Content is frozen from approval on.
+    let (_, body) = app.call_with(&a, "save_campaign", &args).await;
+    assert!(conflict(&body).contains("is approved"), "{body}");
+    let (approved_version, self_approved): (i32, bool) =
+        sqlx::query_as("select approved_version, self_approved from campaigns where id = $1")
+            .bind(id)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!((approved_version, self_approved), (3, false));
+
+    // Illegal transitions name the state; cancel works from approved.
+    assert_eq!(
+        conflict(&act(&app, &a, id, "pause", 3).await),
+        "Cannot pause this campaign: it is approved (only a sending campaign can be paused) (approved by admin3@acme.example at "
+            .to_string()
+            + &again["Already approved by admin3@acme.example at ".len()..again.len() - 1]
+            + ")."
+    );
+    assert_eq!(
+        json(&act(&app, &a, id, "cancel", 3).await),
+        "Campaign cancelled."
+    );
+
+    // The audit log has every step, by whom.
+    let steps: Vec<(String, String)> = sqlx::query_as(
+        "select a.action, u.email from audit_log a join users u on u.id = a.actor_id
+         where a.org_id = $1 and a.object_type = 'campaign' and a.object_id = $2 order by a.id",
+    )
+    .bind(org)
+    .bind(id.to_string())
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    let actions: Vec<&str> = steps.iter().map(|s| s.0.as_str()).collect();
+    assert_eq!(
+        actions,
+        [
+            "campaign.create",
+            "campaign.edit",
+            "campaign.submit",
+            "campaign.edit",
+            "campaign.submit",
+            "campaign.approve",
+            "campaign.cancel"
+        ]
+    );
+    assert_eq!(steps[5].1, "admin3@acme.example");
+}
+
+#[tokio::test]
+async fn rejecting_needs_a_reason_approval_to_nobody_is_refused_and_self_approval_is_marked() {
+    let pool = test_db().await;
+    let (org, users) = org_with_users(&pool, "acme", &[Role::Owner, Role::Admin]).await;
+    let app = spawn_app(pool.clone()).await;
+    let owner = signed_in(&app, &users[0].1, &users[0].2).await;
+    let admin = signed_in(&app, &users[1].1, &users[1].2).await;
+    let (_, body) = app
+        .call_with(&owner, "new_campaign", &[("name", "Empty")])
+        .await;
+    let id = json(&body).as_i64().unwrap();
+    assert_eq!(
+        json(&act(&app, &owner, id, "submit", 1).await),
+        "Campaign submitted."
+    );
+    // No list: nobody to send to.
+    assert!(conflict(&act(&app, &admin, id, "approve", 1).await).contains("would reach nobody"));
+    let reject = |reason: &'static str| {
+        let id = id.to_string();
+        let app = &app;
+        let admin = &admin;
+        async move {
+            app.call_with(
+                admin,
+                "campaign_action",
+                &[
+                    ("id", &id),
+                    ("verb", "reject"),
+                    ("version", "1"),
+                    ("reason", reason),
+                ],
+            )
+            .await
+            .1
+        }
+    };
+    assert!(json(&reject("  ").await)["Invalid"]
+        .as_str()
+        .unwrap()
+        .contains("Say why"));
+    assert_eq!(
+        json(&reject("Add a list, please.").await),
+        "Campaign rejected."
+    );
+    let s = sheet(&app, &owner, id).await;
+    assert_eq!(
+        (s["status"].as_str(), s["rejection_reason"].as_str()),
+        (Some("draft"), Some("Add a list, please."))
+    );
+
+    // A one-person org may allow self-approval: it is marked on the campaign and in the log.
+    let (lists, _) = audience_of(&pool, org, 5).await;
+    sqlx::query("update orgs set allow_self_approval = true where id = $1")
+        .bind(org)
+        .execute(&pool)
+        .await
+        .unwrap();
+    let l = lists[0].to_string();
+    let (_, body) = app
+        .call_with(
+            &owner,
+            "save_campaign",
+            &[
+                ("id", &id.to_string()),
+                ("version", "1"),
+                ("name", "Solo"),
+                ("subject", "S"),
+                ("body", "B"),
+                ("lists[0]", &l),
+            ],
+        )
+        .await;
+    assert_eq!(json(&body), "Saved (version 2).");
+    assert_eq!(
+        json(&act(&app, &owner, id, "submit", 2).await),
+        "Campaign submitted."
+    );
+    assert_eq!(
+        json(&act(&app, &owner, id, "approve", 2).await),
+        "Campaign approved."
+    );
+    let marked: (bool, Value) = sqlx::query_as(
+        "select c.self_approved, a.after from campaigns c join audit_log a on a.object_id = c.id::text and a.action = 'campaign.approve'
+         where c.id = $1",
+    )
+    .bind(id)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        (marked.0, &marked.1["self_approved"]),
+        (true, &Value::Bool(true))
+    );
+}
+
+#[tokio::test]
+async fn another_orgs_campaign_is_not_found_and_a_viewer_cannot_act() {
+    let pool = test_db().await;
+    let (_, users) = org_with_users(&pool, "acme", &[Role::Owner, Role::Viewer]).await;
+    let (other_org, others) = org_with_users(&pool, "other", &[Role::Owner]).await;
+    let (their_lists, _) = audience_of(&pool, other_org, 3).await;
+    let app = spawn_app(pool.clone()).await;
+    let owner = signed_in(&app, &users[0].1, &users[0].2).await;
+    let viewer = signed_in(&app, &users[1].1, &users[1].2).await;
+    let stranger = signed_in(&app, &others[0].1, &others[0].2).await;
+    let (_, body) = app
+        .call_with(&owner, "new_campaign", &[("name", "Ours")])
+        .await;
+    let id = json(&body).as_i64().unwrap();
+    let sid = id.to_string();
+    let (_, body) = app
+        .call_with(&stranger, "campaign_sheet", &[("id", &sid)])
+        .await;
+    assert_eq!(json(&body), "NotFound");
+    assert_eq!(
+        json(&act(&app, &stranger, id, "submit", 1).await),
+        "NotFound"
+    );
+    let (_, body) = app
+        .call_with(
+            &stranger,
+            "save_campaign",
+            &[
+                ("id", &sid),
+                ("version", "1"),
+                ("name", "x"),
+                ("subject", ""),
+                ("body", ""),
+            ],
+        )
+        .await;
+    assert_eq!(json(&body), "NotFound");
+    // Nor can a list of another org be targeted.
+    let theirs = their_lists[0].to_string();
+    let (_, body) = app
+        .call_with(
+            &owner,
+            "save_campaign",
+            &[
+                ("id", &sid),
+                ("version", "1"),
+                ("name", "x"),
+                ("subject", ""),
+                ("body", ""),
+                ("lists[0]", &theirs),
+            ],
+        )
+        .await;
+    assert_eq!(json(&body), "NotFound");
+    assert_eq!(
+        json(&act(&app, &viewer, id, "submit", 1).await),
+        "Forbidden"
+    );
+    let (_, body) = app
+        .call_with(&viewer, "new_campaign", &[("name", "Mine")])
+        .await;
+    assert_eq!(json(&body), "Forbidden");
+    // The viewer still reads it.
+    assert_eq!(sheet(&app, &viewer, id).await["status"], "draft");
+    let status: String = sqlx::query_scalar("select status from campaigns where id = $1")
+        .bind(id)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(status, "draft", "nothing changed");
+    assert_eq!(sheet(&app, &owner, id).await["version"], 1, "nothing saved");
+}
