@@ -23,6 +23,7 @@ pub async fn login(email: String, password: String) -> Result<(), AppError> {
     let email = EmailAddress::parse(&email)
         .map_err(|e| AppError::Invalid(format!("Enter your e-mail address: {e}.")))?;
     let pool = super::pool()?;
+    let secure = super::api_config().secure_cookies;
     let row = db::users::find_for_login(&pool, &email).await?;
     let stored = row.as_ref().map(|r| r.password_hash.clone());
     // Argon2 is deliberately slow and takes ~19 MiB: off the async workers, a few at a time.
@@ -45,10 +46,7 @@ pub async fn login(email: String, password: String) -> Result<(), AppError> {
         auth::SESSION_TTL_SECONDS,
     )
     .await?;
-    set_cookie(&auth::session_cookie(
-        Some(&token),
-        super::api_config().secure_cookies,
-    ))?;
+    set_cookie(&auth::session_cookie(Some(&token), secure))?;
     leptos_axum::redirect("/");
     Ok(())
 }
@@ -57,15 +55,13 @@ pub async fn login(email: String, password: String) -> Result<(), AppError> {
 #[server(endpoint = "logout")]
 pub async fn logout() -> Result<(), AppError> {
     use crate::{auth, db};
+    let secure = super::api_config().secure_cookies;
     if let Some(parts) = use_context::<http::request::Parts>() {
         if let Some(token) = auth::token_from_headers(&parts.headers) {
             db::sessions::delete(&super::pool()?, &auth::hash_token(&token)).await?;
         }
     }
-    set_cookie(&auth::session_cookie(
-        None,
-        super::api_config().secure_cookies,
-    ))?;
+    set_cookie(&auth::session_cookie(None, secure))?;
     leptos_axum::redirect("/login");
     Ok(())
 }

@@ -56,8 +56,8 @@ pub struct Sheet {
 #[server(endpoint = "campaign_sheet")]
 pub async fn campaign_sheet(id: i64) -> Result<Sheet, AppError> {
     use crate::db::campaign_edit;
-    let me = super::current_user().await?;
-    let mut conn = super::pool()?.acquire().await?;
+    let (me, pool) = super::signed_in().await?;
+    let mut conn = pool.acquire().await?;
     let c = campaign_edit::load(&mut conn, me.org_id, id)
         .await?
         .ok_or(AppError::NotFound)?;
@@ -130,12 +130,12 @@ fn render_preview(
 pub async fn new_campaign(name: String) -> Result<i64, AppError> {
     use crate::db::{audit, campaigns};
     use crate::domain::CampaignContent;
-    let me = super::current_user().await?;
+    let (me, pool) = super::signed_in().await?;
     if !me.role.can_act() {
         return Err(AppError::Forbidden);
     }
     let content = CampaignContent::parse(&name, "", "", "").map_err(AppError::Invalid)?;
-    let mut tx = super::pool()?.begin().await?;
+    let mut tx = pool.begin().await?;
     let id = campaigns::create_draft(
         &mut tx,
         campaigns::NewDraft {
@@ -180,13 +180,13 @@ pub async fn save_campaign(
     use crate::db::audit;
     use crate::db::campaign_edit::{self, Changes, SaveError};
     use crate::domain::CampaignContent;
-    let me = super::current_user().await?;
+    let (me, pool) = super::signed_in().await?;
     if !me.role.can_act() {
         return Err(AppError::Forbidden);
     }
     let content =
         CampaignContent::parse(&name, &subject, &body, &schedule).map_err(AppError::Invalid)?;
-    let mut tx = super::pool()?.begin().await?;
+    let mut tx = pool.begin().await?;
     let changes = Changes {
         name: &content.name,
         subject: &content.subject,
@@ -248,7 +248,7 @@ pub async fn campaign_action(
     use crate::db::campaign_states::{self, ChangeError};
     use crate::db::{audit, campaign_edit};
     use crate::domain::{CampaignStatus, Transition};
-    let me = super::current_user().await?;
+    let (me, pool) = super::signed_in().await?;
     if !me.role.can_act() {
         return Err(AppError::Forbidden);
     }
@@ -260,7 +260,7 @@ pub async fn campaign_action(
             "Say why it is rejected (1 to 500 characters): the author will read it.".into(),
         ));
     }
-    let mut tx = super::pool()?.begin().await?;
+    let mut tx = pool.begin().await?;
     let mut self_approved = false;
     let done = match t {
         Transition::Approve => {

@@ -16,8 +16,8 @@ pub struct CampaignSummary {
 /// The signed-in organisation's campaigns.
 #[server(endpoint = "campaigns")]
 pub async fn campaigns() -> Result<Vec<CampaignSummary>, AppError> {
-    let me = super::current_user().await?;
-    let mut conn = super::pool()?.acquire().await?;
+    let (me, pool) = super::signed_in().await?;
+    let mut conn = pool.acquire().await?;
     let rows = crate::db::campaigns::list(&mut conn, me.org_id).await?;
     Ok(rows
         .into_iter()
@@ -44,8 +44,8 @@ pub struct CampaignWithProgress {
 /// One of the signed-in organisation's campaigns; another org's is `NotFound`.
 #[server(endpoint = "campaign_detail")]
 pub async fn campaign_detail(id: i64) -> Result<CampaignWithProgress, AppError> {
-    let me = super::current_user().await?;
-    let mut conn = super::pool()?.acquire().await?;
+    let (me, pool) = super::signed_in().await?;
+    let mut conn = pool.acquire().await?;
     let s = crate::db::campaign_progress::snapshot(&mut conn, me.org_id, id)
         .await?
         .ok_or(AppError::NotFound)?;

@@ -54,8 +54,8 @@ pub struct CapturedText {
 /// Deliveries of the org in each state.
 #[server(endpoint = "delivery_counts")]
 pub async fn delivery_counts() -> Result<Vec<StatusCount>, AppError> {
-    let me = super::current_user().await?;
-    let mut conn = super::pool()?.acquire().await?;
+    let (me, pool) = super::signed_in().await?;
+    let mut conn = pool.acquire().await?;
     let counts = crate::db::delivery_admin::counts(&mut conn, me.org_id).await?;
     Ok(counts
         .into_iter()
@@ -74,7 +74,7 @@ pub async fn deliveries_page(
 ) -> Result<DeliveryPage, AppError> {
     use crate::db::delivery_admin::{self, Filter};
     use crate::domain::{DeliveryCursor, DeliveryKind};
-    let me = super::current_user().await?;
+    let (me, pool) = super::signed_in().await?;
     let given = |v: Option<String>| v.map(|s| s.trim().to_owned()).filter(|s| !s.is_empty());
     let status = given(status)
         .map(|s| s.parse::<DeliveryStatus>())
@@ -95,7 +95,7 @@ pub async fn deliveries_page(
         recipient: recipient.as_deref(),
         after: after.as_ref(),
     };
-    let mut conn = super::pool()?.acquire().await?;
+    let mut conn = pool.acquire().await?;
     let page = delivery_admin::list(&mut conn, me.org_id, &filter, PAGE_SIZE).await?;
     let rows = page
         .rows
@@ -141,11 +141,11 @@ fn row(r: crate::db::delivery_admin::ListRow) -> Result<DeliveryRow, AppError> {
 #[server(endpoint = "retry_delivery")]
 pub async fn retry_delivery(job_id: String) -> Result<String, AppError> {
     use crate::db::delivery_admin::{self, Actor, Retry};
-    let me = super::current_user().await?;
+    let (me, pool) = super::signed_in().await?;
     if !me.role.can_act() {
         return Err(AppError::Forbidden);
     }
-    let mut tx = super::pool()?.begin().await?;
+    let mut tx = pool.begin().await?;
     let actor = Actor {
         user_id: me.user_id,
         name: &me.name,
@@ -167,8 +167,9 @@ pub async fn retry_delivery(job_id: String) -> Result<String, AppError> {
 #[server(endpoint = "captured_message")]
 pub async fn captured_message(job_id: String) -> Result<CapturedText, AppError> {
     use tokio::io::AsyncReadExt;
-    let me = super::current_user().await?;
-    let mut conn = super::pool()?.acquire().await?;
+    let captured_dir = super::api_config().captured_dir;
+    let (me, pool) = super::signed_in().await?;
+    let mut conn = pool.acquire().await?;
     let found = crate::db::delivery_admin::find(&mut conn, me.org_id, &job_id)
         .await?
         .ok_or(AppError::NotFound)?;
@@ -179,7 +180,7 @@ pub async fn captured_message(job_id: String) -> Result<CapturedText, AppError> 
                 .into(),
         )
     };
-    let dir = super::api_config().captured_dir.ok_or_else(no_copy)?;
+    let dir = captured_dir.ok_or_else(no_copy)?;
     let path = crate::capture::path_for(&dir, me.org_id, &found.job_id);
     let file = match tokio::fs::File::open(&path).await {
         Ok(f) => f,

@@ -77,8 +77,8 @@ pub struct ResendConfirmation {
 #[server(endpoint = "digests")]
 pub async fn digests_view() -> Result<DigestsData, AppError> {
     use crate::db::{digest_admin, digests};
-    let me = super::current_user().await?;
-    let mut conn = super::pool()?.acquire().await?;
+    let (me, pool) = super::signed_in().await?;
+    let mut conn = pool.acquire().await?;
     let schedule = digest_admin::schedule(&mut conn, me.org_id).await?;
     let week = digests::this_week(&mut conn, me.org_id)
         .await?
@@ -138,11 +138,11 @@ pub async fn digests_view() -> Result<DigestsData, AppError> {
 #[server(endpoint = "digest_opt_in")]
 pub async fn set_digest_opt_in(user_id: i64, enabled: bool) -> Result<String, AppError> {
     use crate::db::{audit, digest_admin};
-    let me = super::current_user().await?;
+    let (me, pool) = super::signed_in().await?;
     if !me.role.may_set_digest_opt_in(me.user_id, user_id) {
         return Err(AppError::Forbidden);
     }
-    let mut tx = super::pool()?.begin().await?;
+    let mut tx = pool.begin().await?;
     let before = digest_admin::set_opt_in(&mut tx, me.org_id, user_id, enabled)
         .await?
         .ok_or(AppError::NotFound)?;
@@ -175,7 +175,7 @@ pub async fn save_digest_schedule(
     timezone: String,
 ) -> Result<String, AppError> {
     use crate::db::{audit, digest_admin, orgs};
-    let me = super::current_user().await?;
+    let (me, pool) = super::signed_in().await?;
     if !me.role.can_act() {
         return Err(AppError::Forbidden);
     }
@@ -190,7 +190,6 @@ pub async fn save_digest_schedule(
         )));
     }
     let timezone = timezone.trim().to_owned();
-    let pool = super::pool()?;
     if !orgs::is_valid_timezone(&pool, &timezone).await? {
         return Err(AppError::Invalid(format!(
             "“{timezone}” is not a time zone PostgreSQL knows; use a name such as Europe/Paris or America/New_York."
@@ -224,8 +223,8 @@ pub async fn save_digest_schedule(
 /// This week's digest as it would be sent.
 #[server(endpoint = "digest_preview")]
 pub async fn digest_preview() -> Result<Preview, AppError> {
-    let me = super::current_user().await?;
-    let mut conn = super::pool()?.acquire().await?;
+    let (me, pool) = super::signed_in().await?;
+    let mut conn = pool.acquire().await?;
     let content = crate::digest::preview(&mut conn, me.org_id, crate::digest::Templates::builtin())
         .await
         .map_err(internal)?
@@ -241,11 +240,11 @@ pub async fn digest_preview() -> Result<Preview, AppError> {
 #[server(endpoint = "digest_resend_dialog")]
 pub async fn resend_dialog() -> Result<ResendConfirmation, AppError> {
     use crate::db::{digest_admin, digests};
-    let me = super::current_user().await?;
+    let (me, pool) = super::signed_in().await?;
     if !me.role.can_act() {
         return Err(AppError::Forbidden);
     }
-    let mut conn = super::pool()?.acquire().await?;
+    let mut conn = pool.acquire().await?;
     let key = digests::issue_manual_key(&mut conn).await?;
     let week = digests::this_week(&mut conn, me.org_id)
         .await?
@@ -270,12 +269,12 @@ pub async fn resend_dialog() -> Result<ResendConfirmation, AppError> {
 #[server(endpoint = "digest_resend")]
 pub async fn resend_digest(key: i64, only_me: Option<String>) -> Result<String, AppError> {
     use crate::digest::{resend, Resent, Templates};
-    let me = super::current_user().await?;
+    let (me, pool) = super::signed_in().await?;
     if !me.role.can_act() {
         return Err(AppError::Forbidden);
     }
     let outcome = resend(
-        &super::pool()?,
+        &pool,
         me.org_id,
         me.user_id,
         key,

@@ -61,10 +61,19 @@ mod server_side {
     /// The signed-in user of this request, or `NotSignedIn`. The one way server functions learn
     /// who is asking and which organisation's rows they may touch.
     pub async fn current_user() -> Result<CurrentUser, AppError> {
+        Ok(signed_in().await?.0)
+    }
+
+    /// The signed-in user and the database pool. Everything is taken from the request's context
+    /// before the first await: a resource fetched while a page renders on the server may outlive
+    /// its reactive owner, and a context read after an await would then find nothing.
+    pub async fn signed_in() -> Result<(CurrentUser, PgPool), AppError> {
         let parts = use_context::<http::request::Parts>().ok_or(AppError::NotSignedIn)?;
+        let pool = pool()?;
         let token = crate::auth::token_from_headers(&parts.headers).ok_or(AppError::NotSignedIn)?;
-        crate::db::sessions::lookup(&pool()?, &crate::auth::hash_token(&token))
+        let me = crate::db::sessions::lookup(&pool, &crate::auth::hash_token(&token))
             .await?
-            .ok_or(AppError::NotSignedIn)
+            .ok_or(AppError::NotSignedIn)?;
+        Ok((me, pool))
     }
 }

@@ -37,6 +37,6 @@ pub struct Overview {
 
 #[server(endpoint = "overview")]
 pub async fn get_overview() -> Result<Overview, AppError> {
-    let me = super::current_user().await?;
-    Ok(crate::db::overview::for_org(&super::pool()?, me.org_id).await?)
+    let (me, pool) = super::signed_in().await?;
+    Ok(crate::db::overview::for_org(&pool, me.org_id).await?)
 }

@@ -6,6 +6,8 @@
 use leptos::prelude::*;
 use leptos_router::hooks::use_params_map;
 
+use super::campaign_workflow::Panel;
+use crate::api::campaign_edit::{campaign_sheet, CampaignAction};
 use crate::api::campaigns::{campaign_detail, CampaignWithProgress};
 use crate::domain::progress::{self, Progress};
 use crate::error::AppError;
@@ -14,22 +16,35 @@ use crate::error::AppError;
 pub fn CampaignPage() -> impl IntoView {
     let params = use_params_map();
     let id = move || params.read().get("id").and_then(|s| s.parse::<i64>().ok());
-    let detail = Resource::new(id, |id| async move {
+    // Owned here, above the Suspense, so its outcome survives the re-read that follows it; every
+    // resource is made here too (a resource made inside a Suspense is remade on each pass).
+    let act = ServerAction::<CampaignAction>::new();
+    let key = move || (id(), act.version().get());
+    let detail = Resource::new(key, |(id, _)| async move {
         match id {
             Some(id) => campaign_detail(id).await,
             None => Err(AppError::NotFound),
         }
     });
+    let sheet = Resource::new(key, |(id, _)| async move {
+        match id {
+            Some(id) => campaign_sheet(id).await,
+            None => Err(AppError::NotFound),
+        }
+    });
     view! {
         <p class="mb-2 text-sm"><a href="/campaigns" class="text-sky-700 hover:underline">"← Campaigns"</a></p>
+        {move || super::action_outcome(act.value().get(), "action-result")}
         <Suspense fallback=|| view! { <p>"Loading…"</p> }>
             {move || Suspend::new(async move {
-                match detail.await {
-                    Err(e) => view! { <p role="alert" class="text-red-700">{e.to_string()}</p> }.into_any(),
-                    Ok(d) => {
-                        let id = d.id;
-                        view! { <CampaignView detail=d/> <super::campaign_workflow::Workflow id/> }.into_any()
+                match (detail.await, sheet.await) {
+                    (Ok(d), Ok(s)) => {
+                        // One live reading for the progress and for which actions are offered.
+                        let live = RwSignal::new(d.progress.clone());
+                        let status = Signal::derive(move || live.with(|p| p.status.clone()));
+                        view! { <CampaignView detail=d live/> <Panel s act status/> }.into_any()
                     }
+                    (Err(e), _) | (_, Err(e)) => view! { <p role="alert" class="text-red-700">{e.to_string()}</p> }.into_any(),
                 }
             })}
         </Suspense>
@@ -60,8 +75,7 @@ fn count(p: &Progress, field: &str) -> i64 {
 }
 
 #[component]
-fn CampaignView(detail: CampaignWithProgress) -> impl IntoView {
-    let live = RwSignal::new(detail.progress.clone());
+fn CampaignView(detail: CampaignWithProgress, live: RwSignal<Progress>) -> impl IntoView {
     let history = RwSignal::new(Vec::new());
     history.update(|h| progress::record(h, &detail.progress));
     let connected = RwSignal::new(false);

@@ -5,24 +5,7 @@
 
 use leptos::prelude::*;
 
-use crate::api::campaign_edit::{campaign_sheet, CampaignAction, Sheet};
-
-#[component]
-pub fn Workflow(id: i64) -> impl IntoView {
-    let act = ServerAction::<CampaignAction>::new();
-    let sheet = Resource::new(move || act.version().get(), move |_| campaign_sheet(id));
-    view! {
-        {move || super::action_outcome(act.value().get(), "action-result")}
-        <Suspense fallback=|| view! { <p>"Loading…"</p> }>
-            {move || Suspend::new(async move {
-                match sheet.await {
-                    Err(e) => view! { <p role="alert" class="text-red-700">{e.to_string()}</p> }.into_any(),
-                    Ok(s) => view! { <Panel s act/> }.into_any(),
-                }
-            })}
-        </Suspense>
-    }
-}
+use crate::api::campaign_edit::{CampaignAction, Sheet};
 
 /// (verb, button label, what the confirmation says) for each action the state allows.
 fn actions(status: &str) -> Vec<(&'static str, &'static str, &'static str)> {
@@ -70,7 +53,7 @@ fn actions(status: &str) -> Vec<(&'static str, &'static str, &'static str)> {
 }
 
 #[component]
-fn Panel(s: Sheet, act: ServerAction<CampaignAction>) -> impl IntoView {
+pub fn Panel(s: Sheet, act: ServerAction<CampaignAction>, status: Signal<String>) -> impl IntoView {
     let schedule = s
         .schedule
         .clone()
@@ -83,12 +66,16 @@ fn Panel(s: Sheet, act: ServerAction<CampaignAction>) -> impl IntoView {
         view! { <p data-test="rejection" class="mb-3 rounded bg-amber-50 px-3 py-2 text-amber-900">"Rejected: " {r}</p> }
     });
     let editable = s.can_act && (s.status == "draft" || s.status == "submitted");
-    let buttons = if s.can_act {
-        actions(&s.status)
-    } else {
-        vec![]
-    };
-    let dialogs = buttons
+    // Offered for the state the campaign is in now (the live reading), not when the page loaded.
+    let sheet = s.clone();
+    let dialogs = move || {
+        let s = sheet.clone();
+        let buttons = if s.can_act {
+            actions(&status.get())
+        } else {
+            vec![]
+        };
+        buttons
         .into_iter()
         .map(|(verb, label, note)| {
             let extra = match verb {
@@ -118,7 +105,8 @@ fn Panel(s: Sheet, act: ServerAction<CampaignAction>) -> impl IntoView {
                 </details>
             }
         })
-        .collect_view();
+        .collect_view()
+    };
     view! {
         <section class="mb-4 rounded bg-white p-4 shadow" aria-label="Workflow">
             {rejected}

@@ -1,0 +1,83 @@
+import { test, expect } from '@playwright/test';
+
+async function hydrated(page) {
+  await expect(page.locator('#app')).toHaveAttribute('data-hydrated', 'true', { timeout: 20_000 });
+}
+
+// Opens an action's confirmation; retried because the panel re-renders once more after the
+// page re-reads the campaign, which closes a dialog opened in between.
+async function openDialog(page, verb) {
+  const details = page.locator(`[data-test=dialog-${verb}]`);
+  await expect(async () => {
+    if (!(await details.evaluate((d) => d.open))) await page.locator(`[data-test=open-${verb}]`).click();
+    await page.waitForTimeout(300);
+    await expect(details).toHaveJSProperty('open', true, { timeout: 100 });
+  }).toPass({ timeout: 10_000 });
+}
+
+async function signIn(page, email, password) {
+  await page.goto('/login');
+  await hydrated(page);
+  await page.fill('input[name=email]', email);
+  await page.fill('input[name=password]', password);
+  await page.click('#sign-in');
+  await expect(page.locator('#org-name')).toHaveText('Acme Analytics');
+}
+
+test('four eyes: the owner writes and submits, cannot approve; a second admin approves and watches it send', async ({ page, browser }) => {
+  const errors = [];
+  page.on('pageerror', (e) => errors.push(String(e)));
+  await signIn(page, process.env.MAILROOM_E2E_EMAIL, process.env.MAILROOM_E2E_PASSWORD);
+  await page.getByRole('link', { name: 'Campaigns' }).click();
+  await hydrated(page);
+  await page.getByLabel("New campaign's name").fill('Spring <sale>');
+  await page.click('#new-campaign');
+  await expect(page).toHaveURL(/\/campaigns\/\d+\/edit$/);
+  const id = new URL(page.url()).pathname.split('/')[2];
+
+  // Write it: subject and body with a per-recipient field, one list.
+  await page.locator('[data-test=subject]').fill('Spring is here, {{ name }}');
+  await page.locator('[data-test=body]').fill('Hello {{ name }}, our spring sale starts today.');
+  await page.locator('[data-test=list-choice]').first().check();
+  await page.locator('[data-test=save]').click();
+  await expect(page.locator('[data-test=save-result]')).toHaveText('Saved (version 2).');
+  await expect(page.locator('[data-test=preview-subject]')).toHaveText(/^Spring is here, \S/);
+  await expect(page.locator('[data-test=estimate]')).toHaveText(/^[1-9]\d*$/);
+  const estimate = Number(await page.locator('[data-test=estimate]').textContent());
+
+  // Submit it, then try to approve it herself: four eyes refuse.
+  await page.goto(`/campaigns/${id}`);
+  await hydrated(page);
+  await expect(page.locator('#campaign-name')).toHaveText('Spring <sale>');
+  await openDialog(page, 'submit');
+  await page.locator('[data-test=confirm-submit]').click();
+  await expect(page.locator('[data-test=action-result]')).toHaveText('Campaign submitted.');
+  await openDialog(page, 'approve');
+  await expect(page.locator('[data-test=four-eyes-note]')).toBeVisible();
+  await page.locator('[data-test=confirm-approve]').click();
+  await expect(page.locator('[data-test=action-result]')).toContainText('another admin must approve');
+
+  // A second admin, in another browser, approves exactly what the dialog shows.
+  const adamContext = await browser.newContext();
+  const adam = await adamContext.newPage();
+  adam.on('pageerror', (e) => errors.push(String(e)));
+  await signIn(adam, process.env.MAILROOM_E2E_ADMIN_EMAIL, process.env.MAILROOM_E2E_ADMIN_PASSWORD);
+  await adam.goto(`/campaigns/${id}`);
+  await hydrated(adam);
+  await openDialog(adam, 'approve');
+  await expect(adam.locator('[data-test=approval-preview]')).toContainText('Hello ');
+  await expect(adam.locator('[data-test=four-eyes-note]')).toHaveCount(0);
+  await adam.locator('[data-test=confirm-approve]').click();
+  await expect(adam.locator('[data-test=action-result]')).toHaveText('Campaign approved.');
+
+  // The owner's open page follows the send live, to 100 %, without a reload.
+  await page.evaluate(() => { window.__noReload = 'still here'; });
+  await expect(page.locator('[data-test=campaign-status]')).toHaveText('sent', { timeout: 40_000 });
+  await expect(page.locator('[data-test=progress-summary]')).toHaveText(`${estimate} of ${estimate} recipients done`);
+  expect(await page.evaluate(() => window.__noReload)).toBe('still here');
+  // A sent campaign offers no action any more, on the open page too.
+  await expect(page.locator('[data-test=open-cancel]')).toHaveCount(0);
+  await page.screenshot({ path: 'end2end/test-results/campaign-sent.png', fullPage: true });
+  await adamContext.close();
+  expect(errors).toEqual([]);
+});
