@@ -25,6 +25,18 @@ pub struct Preview {
     pub body: String,
 }
 
+/// A recipient not reached for sure: `failed` with the server's reply, or `unknown`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Problem {
+    pub job_id: String,
+    pub recipient: String,
+    pub status: String,
+    pub reason: String,
+}
+
+/// How many failed and unknown recipients the campaign page lists.
+pub const PROBLEMS_SHOWN: i64 = 50;
+
 /// Everything the campaign page, its editor and its dialogs show.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Sheet {
@@ -51,6 +63,8 @@ pub struct Sheet {
     pub can_act: bool,
     /// The signed-in user wrote or last edited it (four eyes: someone else approves).
     pub mine: bool,
+    /// Failed and unknown recipients, newest first (at most [`PROBLEMS_SHOWN`]).
+    pub problems: Vec<Problem>,
 }
 
 #[server(endpoint = "campaign_sheet")]
@@ -74,6 +88,16 @@ pub async fn campaign_sheet(id: i64) -> Result<Sheet, AppError> {
     let estimate = campaign_edit::estimate(&mut conn, me.org_id, id).await?;
     let sample = campaign_edit::sample_recipient(&mut conn, me.org_id, id).await?;
     let preview = render_preview(&c, sample);
+    let problems = crate::db::campaign_progress::problems(&mut conn, me.org_id, id, PROBLEMS_SHOWN)
+        .await?
+        .into_iter()
+        .map(|p| Problem {
+            job_id: p.job_id,
+            recipient: p.recipient,
+            status: p.status,
+            reason: p.reason.unwrap_or_default(),
+        })
+        .collect();
     Ok(Sheet {
         id: c.id,
         status: c.status,
@@ -90,6 +114,7 @@ pub async fn campaign_sheet(id: i64) -> Result<Sheet, AppError> {
         preview,
         can_act: me.role.can_act(),
         mine: me.user_id == c.author_id || me.user_id == c.last_editor_id,
+        problems,
         name: c.name,
         subject: c.subject,
         body: c.body,

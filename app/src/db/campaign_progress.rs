@@ -61,3 +61,33 @@ impl Snapshot {
         }
     }
 }
+
+/// A recipient the campaign did not reach for sure: `failed` (with the server's reply) or
+/// `unknown` (the connection broke after the body started).
+#[derive(sqlx::FromRow, Clone, Debug, PartialEq, Eq)]
+pub struct Problem {
+    pub job_id: String,
+    pub recipient: String,
+    pub status: String,
+    pub reason: Option<String>,
+}
+
+/// The campaign's failed and unknown recipients, newest first (at most `limit`).
+pub async fn problems(
+    conn: &mut PgConnection,
+    org_id: i64,
+    campaign_id: i64,
+    limit: i64,
+) -> sqlx::Result<Vec<Problem>> {
+    sqlx::query_as(
+        "select job_id, recipient, status, coalesce(smtp_reply, last_error) as reason
+         from deliveries
+         where org_id = $1 and campaign_id = $2 and kind = 'campaign' and status in ('failed', 'unknown')
+         order by finished_at desc nulls last, job_id limit $3",
+    )
+    .bind(org_id)
+    .bind(campaign_id)
+    .bind(limit)
+    .fetch_all(conn)
+    .await
+}

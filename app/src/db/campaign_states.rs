@@ -76,7 +76,10 @@ async fn refusal(
             transition: t,
             current,
         },
-        by: approver.zip(approved_at),
+        // Who approved it matters to a refused approval ("already approved by …"), not to others.
+        by: approver
+            .zip(approved_at)
+            .filter(|_| t == Transition::Approve),
     }
 }
 

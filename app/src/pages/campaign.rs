@@ -6,7 +6,7 @@
 use leptos::prelude::*;
 use leptos_router::hooks::use_params_map;
 
-use super::campaign_workflow::Panel;
+use super::campaign_workflow::{Panel, Problems};
 use crate::api::campaign_edit::{campaign_sheet, CampaignAction};
 use crate::api::campaigns::{campaign_detail, CampaignWithProgress};
 use crate::domain::progress::{self, Progress};
@@ -42,7 +42,8 @@ pub fn CampaignPage() -> impl IntoView {
                         // One live reading for the progress and for which actions are offered.
                         let live = RwSignal::new(d.progress.clone());
                         let status = Signal::derive(move || live.with(|p| p.status.clone()));
-                        view! { <CampaignView detail=d live/> <Panel s act status/> }.into_any()
+                        let problems = s.problems.clone();
+                        view! { <CampaignView detail=d live/> <Panel s act status/> <Problems problems/> }.into_any()
                     }
                     (Err(e), _) | (_, Err(e)) => view! { <p role="alert" class="text-red-700">{e.to_string()}</p> }.into_any(),
                 }

@@ -5,7 +5,7 @@
 
 use leptos::prelude::*;
 
-use crate::api::campaign_edit::{CampaignAction, Sheet};
+use crate::api::campaign_edit::{CampaignAction, Problem, Sheet};
 
 /// (verb, button label, what the confirmation says) for each action the state allows.
 fn actions(status: &str) -> Vec<(&'static str, &'static str, &'static str)> {
@@ -123,6 +123,40 @@ pub fn Panel(s: Sheet, act: ServerAction<CampaignAction>, status: Signal<String>
             </div>
         </section>
     }
+}
+
+/// The recipients not reached for sure, with the reason; retrying happens on the Deliveries
+/// page (an `unknown` one only on purpose, with a warning there).
+#[component]
+pub fn Problems(problems: Vec<Problem>) -> impl IntoView {
+    if problems.is_empty() {
+        return None;
+    }
+    let rows = problems
+        .into_iter()
+        .map(|p| {
+            let href = format!(
+                "/deliveries?status={}&recipient={}",
+                p.status,
+                leptos_router::location::Url::escape(&p.recipient)
+            );
+            view! {
+                <tr class="border-t border-slate-100" data-test="problem">
+                    <td class="p-2">{p.recipient}</td>
+                    <td class="p-2">{p.status}</td>
+                    <td class="p-2 text-slate-600">{p.reason}</td>
+                    <td class="p-2"><a href=href class="text-sky-700 hover:underline">"Details / retry"</a></td>
+                </tr>
+            }
+        })
+        .collect_view();
+    Some(view! {
+        <section class="mb-4 rounded bg-white p-4 shadow" aria-label="Not delivered">
+            <h2 class="mb-2 font-semibold">"Failed and unknown recipients"</h2>
+            <p class="mb-2 text-sm text-slate-600">"Unknown: the connection broke after the message was handed over; it may have arrived. Retry it only on purpose."</p>
+            <table class="w-full text-sm"><tbody>{rows}</tbody></table>
+        </section>
+    })
 }
 
 /// What the approver is shown, and approves: this version, for these recipients, at this time.
