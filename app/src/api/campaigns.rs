@@ -11,14 +11,25 @@ pub struct CampaignSummary {
     pub content_version: i32,
     pub author: String,
     pub updated: String,
+    pub total: i64,
+    pub done: i64,
 }
 
-/// The signed-in organisation's campaigns.
+/// The signed-in organisation's campaigns, all or those in `status`.
 #[server(endpoint = "campaigns")]
-pub async fn campaigns() -> Result<Vec<CampaignSummary>, AppError> {
+pub async fn campaigns(
+    #[server(default)] status: String,
+) -> Result<Vec<CampaignSummary>, AppError> {
+    let status = match status.as_str() {
+        "" => None,
+        s => Some(
+            s.parse::<crate::domain::CampaignStatus>()
+                .map_err(|_| AppError::Invalid(format!("{s:?} is not a campaign status.")))?,
+        ),
+    };
     let (me, pool) = super::signed_in().await?;
     let mut conn = pool.acquire().await?;
-    let rows = crate::db::campaigns::list(&mut conn, me.org_id).await?;
+    let rows = crate::db::campaigns::list(&mut conn, me.org_id, status.map(|s| s.as_str())).await?;
     Ok(rows
         .into_iter()
         .map(|r| CampaignSummary {
@@ -28,6 +39,8 @@ pub async fn campaigns() -> Result<Vec<CampaignSummary>, AppError> {
             content_version: r.content_version,
             author: r.author,
             updated: r.updated,
+            total: r.total,
+            done: r.done,
         })
         .collect())
 }

@@ -395,6 +395,23 @@ async fn a_sending_campaign_pauses_and_resumes_once_and_lists_the_recipients_not
     app::db::sends::hand_off(&pool, 100, 0, 8).await.unwrap();
     let app = spawn_app(pool.clone()).await;
     let b = signed_in(&app, &users[1].1, &users[1].2).await;
+    // The list filters by state and shows progress from the counter slots.
+    let (_, body) = app
+        .call_with(&b, "campaigns", &[("status", "sending")])
+        .await;
+    let rows = json(&body);
+    assert_eq!(rows.as_array().unwrap().len(), 1, "{rows}");
+    assert_eq!(
+        (rows[0]["id"].as_i64(), rows[0]["total"].as_i64()),
+        (Some(id), Some(10))
+    );
+    let (_, body) = app.call_with(&b, "campaigns", &[("status", "draft")]).await;
+    assert_eq!(json(&body), serde_json::json!([]));
+    let (_, body) = app.call_with(&b, "campaigns", &[("status", "bogus")]).await;
+    assert!(json(&body)["Invalid"]
+        .as_str()
+        .unwrap()
+        .contains("\"bogus\" is not"));
     assert_eq!(
         json(&act(&app, &b, id, "pause", 1).await),
         "Campaign paused."
