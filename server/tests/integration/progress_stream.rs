@@ -108,6 +108,39 @@ async fn a_campaign_page_streams_every_replicas_progress_and_rereads_when_a_noti
     let reread = events.next(8).await.unwrap();
     assert_eq!(reread.delivered, 4);
 
+    // The replica's LISTEN connection is killed: it reconnects, and notifications reach the
+    // page again (well before the next periodic re-read).
+    let killed: i64 = sqlx::query_scalar(
+        "select count(*) from (select pg_terminate_backend(pid) from pg_stat_activity
+         where datname = current_database() and query ilike 'listen%') t",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(killed, 1, "one LISTEN connection per replica");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let listening = loop {
+        let n: i64 = sqlx::query_scalar(
+            "select count(*) from pg_stat_activity where datname = current_database() and query ilike 'listen%'",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        if n == 1 || std::time::Instant::now() > deadline {
+            break n;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(listening, 1, "the listener came back");
+    // Drain what the reconnect's re-read may have sent, then a notified change arrives promptly.
+    let h = sends::hand_off(&pool, 5, 0, 8).await.unwrap();
+    assert_eq!(h.handed_off, 5);
+    campaign_states::notify_progress(&pool, mailroom::progress::CHANNEL, &[id])
+        .await
+        .unwrap();
+    let after = events.next(3).await.unwrap();
+    assert_eq!(after.queued, 15, "{after:?}");
+
     // A server shutting down ends the stream instead of waiting for the browser.
     app.stop.send(true).unwrap();
     assert_eq!(events.next(5).await, None);
