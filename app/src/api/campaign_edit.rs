@@ -191,6 +191,36 @@ pub async fn new_campaign(name: String) -> Result<i64, AppError> {
     Ok(id)
 }
 
+/// A new draft with another campaign's content and lists; the browser goes on to its editor.
+#[server(endpoint = "clone_campaign")]
+pub async fn clone_campaign(id: i64) -> Result<i64, AppError> {
+    use crate::db::{audit, campaign_edit};
+    let (me, pool) = super::signed_in().await?;
+    if !me.role.can_act() {
+        return Err(AppError::Forbidden);
+    }
+    let mut tx = pool.begin().await?;
+    let copy = campaign_edit::clone_draft(&mut tx, me.org_id, id, me.user_id)
+        .await?
+        .ok_or(AppError::NotFound)?;
+    audit::record(
+        &mut tx,
+        audit::Entry {
+            org_id: me.org_id,
+            actor_id: Some(me.user_id),
+            action: "campaign.clone",
+            object_type: "campaign",
+            object_id: Some(copy.to_string()),
+            before: Some(serde_json::json!({ "from": id })),
+            after: None,
+        },
+    )
+    .await?;
+    tx.commit().await?;
+    leptos_axum::redirect(&format!("/campaigns/{copy}/edit"));
+    Ok(copy)
+}
+
 /// Saves the editor over the version it loaded (`version`); `lists` are the chosen list ids.
 #[server(endpoint = "save_campaign")]
 pub async fn save_campaign(

@@ -207,3 +207,36 @@ pub async fn lists(conn: &mut PgConnection, org_id: i64) -> sqlx::Result<Vec<(i6
     .fetch_all(conn)
     .await
 }
+
+/// A new draft by `author` with the content and target lists of `source` (any state), named
+/// "Copy of …" (cut to the name limit). `None` when `source` is not this org's.
+pub async fn clone_draft(
+    conn: &mut PgConnection,
+    org_id: i64,
+    source: i64,
+    author: i64,
+) -> sqlx::Result<Option<i64>> {
+    let id: Option<i64> = sqlx::query_scalar(
+        "insert into campaigns (org_id, name, subject, body, body_format, author_id, last_editor_id)
+         select org_id, left('Copy of ' || name, 200), subject, body, body_format, $3, $3
+         from campaigns where org_id = $1 and id = $2 and deleted_at is null
+         returning id",
+    )
+    .bind(org_id)
+    .bind(source)
+    .bind(author)
+    .fetch_optional(&mut *conn)
+    .await?;
+    if let Some(id) = id {
+        sqlx::query(
+            "insert into campaign_lists (org_id, campaign_id, list_id)
+             select org_id, $3, list_id from campaign_lists where org_id = $1 and campaign_id = $2",
+        )
+        .bind(org_id)
+        .bind(source)
+        .bind(id)
+        .execute(conn)
+        .await?;
+    }
+    Ok(id)
+}

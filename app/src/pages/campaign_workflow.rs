@@ -5,7 +5,7 @@
 
 use leptos::prelude::*;
 
-use crate::api::campaign_edit::{CampaignAction, Problem, Sheet};
+use crate::api::campaign_edit::{CampaignAction, CloneCampaign, Problem, Sheet};
 
 /// (verb, button label, what the confirmation says) for each action the state allows.
 fn actions(status: &str) -> Vec<(&'static str, &'static str, &'static str)> {
@@ -119,6 +119,7 @@ pub fn Panel(s: Sheet, act: ServerAction<CampaignAction>, status: Signal<String>
                 {editable.then(|| view! {
                     <a href=format!("/campaigns/{}/edit", s.id) data-test="edit" class="rounded border border-slate-300 px-3 py-1.5 hover:bg-slate-100">"Edit"</a>
                 })}
+                {s.can_act.then(|| view! { <CloneButton id=s.id/> })}
                 {dialogs}
             </div>
         </section>
@@ -157,6 +158,18 @@ pub fn Problems(problems: Vec<Problem>) -> impl IntoView {
             <table class="w-full text-sm"><tbody>{rows}</tbody></table>
         </section>
     })
+}
+
+/// "Clone": a new draft with this campaign's content and lists, opened in the editor.
+#[component]
+fn CloneButton(id: i64) -> impl IntoView {
+    let clone = ServerAction::<CloneCampaign>::new();
+    view! {
+        <ActionForm action=clone>
+            <input type="hidden" name="id" value=id.to_string()/>
+            <button type="submit" data-test="clone" class="rounded border border-slate-300 px-3 py-1.5 hover:bg-slate-100">"Clone"</button>
+        </ActionForm>
+    }
 }
 
 /// What the approver is shown, and approves: this version, for these recipients, at this time.

@@ -215,6 +215,34 @@ async fn four_eyes_approve_the_exact_version_shown_and_every_refusal_says_why() 
         ]
     );
     assert_eq!(steps[5].1, "admin3@acme.example");
+
+    // A clone of the cancelled campaign is a fresh draft by whoever cloned it, same content.
+    let (_, body) = app
+        .call_with(&b, "clone_campaign", &[("id", &id.to_string())])
+        .await;
+    let copy = json(&body).as_i64().unwrap();
+    let s = sheet(&app, &b, copy).await;
+    assert_eq!(
+        (
+            s["name"].as_str(),
+            s["status"].as_str(),
+            s["version"].as_i64(),
+            s["subject"].as_str()
+        ),
+        (
+            Some("Copy of Launch <b>day</b>"),
+            Some("draft"),
+            Some(1),
+            Some("Hi {{ name }}")
+        )
+    );
+    let author: i64 = sqlx::query_scalar("select author_id from campaigns where id = $1")
+        .bind(copy)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(author, users[2].0, "the one who cloned it is its author");
+    assert_eq!(s["estimate"].as_i64(), Some(estimate));
 }
 
 #[tokio::test]
@@ -370,6 +398,14 @@ async fn another_orgs_campaign_is_not_found_and_a_viewer_cannot_act() {
         json(&act(&app, &viewer, id, "submit", 1).await),
         "Forbidden"
     );
+    let (_, body) = app
+        .call_with(&viewer, "clone_campaign", &[("id", &sid)])
+        .await;
+    assert_eq!(json(&body), "Forbidden");
+    let (_, body) = app
+        .call_with(&stranger, "clone_campaign", &[("id", &sid)])
+        .await;
+    assert_eq!(json(&body), "NotFound");
     let (_, body) = app
         .call_with(&viewer, "new_campaign", &[("name", "Mine")])
         .await;
