@@ -26,6 +26,7 @@ mod rate_limit;
 mod schema;
 mod smtp_sink;
 mod smtp_tls;
+mod tenancy;
 mod test_app;
 mod unsubscribe;
 mod user_commands;

@@ -1,0 +1,217 @@
+//! Tenant isolation over every server function, enumerated from the registry (a new server
+//! function without a case here fails the test): for a user of org A, org B's objects are
+//! not found and org B's rows never appear; a viewer cannot act.
+
+use app::domain::Role;
+use serde_json::Value;
+
+use crate::helpers::{draft, enqueue_test_mail_to, org_with_users, test_db};
+use crate::test_app::{client, spawn_app, TestApp};
+
+/// One org's objects, by id.
+struct Objects {
+    campaign: String,
+    job: String,
+    user: String,
+}
+
+/// How an endpoint is checked.
+enum Case {
+    /// No session needed, by design.
+    Public,
+    /// Reads the signed-in org only (no object id): org B's marker never appears.
+    Scoped(Vec<(&'static str, String)>),
+    /// Takes an object id; `acts`: changes something (a viewer is refused).
+    Object {
+        args: fn(&Objects) -> Vec<(&'static str, String)>,
+        acts: bool,
+    },
+    /// Changes the signed-in org with no object id: only a viewer's refusal to check.
+    ActsOnOwnOrg(Vec<(&'static str, String)>),
+}
+
+fn case(endpoint: &str) -> Option<Case> {
+    let id = |o: &Objects| vec![("id", o.campaign.clone())];
+    let job = |o: &Objects| vec![("job_id", o.job.clone())];
+    Some(match endpoint {
+        "login" | "logout" => Case::Public,
+        "me"
+        | "overview"
+        | "campaigns"
+        | "deliveries"
+        | "delivery_counts"
+        | "digests"
+        | "digest_preview"
+        | "digest_resend_dialog" => Case::Scoped(vec![]),
+        "campaign_detail" | "campaign_sheet" => Case::Object {
+            args: id,
+            acts: false,
+        },
+        "captured_message" => Case::Object {
+            args: job,
+            acts: false,
+        },
+        "clone_campaign" => Case::Object {
+            args: id,
+            acts: true,
+        },
+        "retry_delivery" => Case::Object {
+            args: job,
+            acts: true,
+        },
+        "campaign_action" => Case::Object {
+            args: |o| {
+                vec![
+                    ("id", o.campaign.clone()),
+                    ("verb", "submit".into()),
+                    ("version", "1".into()),
+                ]
+            },
+            acts: true,
+        },
+        "save_campaign" => Case::Object {
+            args: |o| {
+                vec![
+                    ("id", o.campaign.clone()),
+                    ("version", "1".into()),
+                    ("name", "Taken over".into()),
+                    ("subject", "".into()),
+                    ("body", "".into()),
+                ]
+            },
+            acts: true,
+        },
+        "digest_opt_in" => Case::Object {
+            args: |o| vec![("user_id", o.user.clone()), ("enabled", "false".into())],
+            acts: true,
+        },
+        "new_campaign" => Case::ActsOnOwnOrg(vec![("name", "Mine".into())]),
+        "digest_schedule" => Case::ActsOnOwnOrg(vec![
+            ("weekday", "1".into()),
+            ("hour", "9".into()),
+            ("timezone", "UTC".into()),
+        ]),
+        "digest_resend" => Case::ActsOnOwnOrg(vec![("key", "1".into())]),
+        _ => return None,
+    })
+}
+
+async fn call(
+    app: &TestApp,
+    c: &reqwest::Client,
+    endpoint: &str,
+    args: &[(&'static str, String)],
+) -> String {
+    let args: Vec<(&str, &str)> = args.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    app.call_with(c, endpoint, &args).await.1
+}
+
+#[tokio::test]
+async fn every_server_function_keeps_to_the_signed_in_org_and_viewers_cannot_act() {
+    let pool = test_db().await;
+    let (org_a, a) = org_with_users(&pool, "alpha", &[Role::Owner, Role::Viewer]).await;
+    let (org_b, b) = org_with_users(&pool, "beta", &[Role::Owner]).await;
+    let mut objects = Vec::new();
+    for (org, author, marker) in [
+        (org_a, a[0].0, "alpha-marker"),
+        (org_b, b[0].0, "beta-secret-marker"),
+    ] {
+        let mut tx = pool.begin().await.unwrap();
+        let campaign = draft(&mut tx, org, author, marker).await;
+        tx.commit().await.unwrap();
+        let jobs =
+            enqueue_test_mail_to(&pool, org, "dlg", &[format!("{marker}@example.org")]).await;
+        sqlx::query("update deliveries set status = 'failed', smtp_reply = '550 5.7.1 no' where job_id = $1")
+            .bind(&jobs[0])
+            .execute(&pool)
+            .await
+            .unwrap();
+        objects.push(Objects {
+            campaign: campaign.to_string(),
+            job: jobs[0].clone(),
+            user: author.to_string(),
+        });
+    }
+    let (ours, theirs) = (&objects[0], &objects[1]);
+    let app = spawn_app(pool.clone()).await;
+    let owner = client(&app);
+    app.login(&owner, &a[0].1, &a[0].2).await;
+    let viewer = client(&app);
+    app.login(&viewer, &a[1].1, &a[1].2).await;
+    let before: String = sqlx::query_scalar(
+        "select md5(string_agg(c::text, ',' order by c.id)) from campaigns c where c.org_id = $1",
+    )
+    .bind(org_b)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+
+    let mut endpoints: Vec<String> = leptos::server_fn::axum::server_fn_paths()
+        .map(|(path, _)| path.trim_start_matches("/api/").to_string())
+        .collect();
+    endpoints.sort();
+    endpoints.dedup();
+    assert!(
+        endpoints.len() >= 20,
+        "the registry was read: {endpoints:?}"
+    );
+    let mut checked = Vec::new();
+    for endpoint in &endpoints {
+        let Some(case) = case(endpoint) else {
+            panic!(
+                "server function {endpoint:?} has no tenancy case in tests/integration/tenancy.rs"
+            );
+        };
+        match case {
+            Case::Public => {}
+            Case::Scoped(args) => {
+                let body = call(&app, &owner, endpoint, &args).await;
+                assert!(!body.contains("beta"), "{endpoint} shows org B: {body}");
+            }
+            Case::Object { args, acts } => {
+                let body = call(&app, &owner, endpoint, &args(theirs)).await;
+                assert_eq!(
+                    serde_json::from_str::<Value>(&body).ok(),
+                    Some(Value::from("NotFound")),
+                    "{endpoint} with org B's object: {body}"
+                );
+                if acts {
+                    let body = call(&app, &viewer, endpoint, &args(ours)).await;
+                    assert_eq!(
+                        serde_json::from_str::<Value>(&body).ok(),
+                        Some(Value::from("Forbidden")),
+                        "{endpoint} by a viewer: {body}"
+                    );
+                }
+            }
+            Case::ActsOnOwnOrg(args) => {
+                let body = call(&app, &viewer, endpoint, &args).await;
+                assert_eq!(
+                    serde_json::from_str::<Value>(&body).ok(),
+                    Some(Value::from("Forbidden")),
+                    "{endpoint} by a viewer: {body}"
+                );
+            }
+        }
+        checked.push(endpoint.as_str());
+    }
+    // Org B's rows are as they were.
+    let after: String = sqlx::query_scalar(
+        "select md5(string_agg(c::text, ',' order by c.id)) from campaigns c where c.org_id = $1",
+    )
+    .bind(org_b)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(before, after, "org B's campaigns changed");
+    let b_delivery: String = sqlx::query_scalar("select status from deliveries where job_id = $1")
+        .bind(&theirs.job)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(b_delivery, "failed", "org B's delivery was not retried");
+    eprintln!(
+        "tenancy checked for {} server functions: {checked:?}",
+        checked.len()
+    );
+}
