@@ -78,6 +78,16 @@ test('four eyes: the owner writes and submits, cannot approve; a second admin ap
   // A sent campaign offers no action any more, on the open page too.
   await expect(page.locator('[data-test=open-cancel]')).toHaveCount(0);
   await page.screenshot({ path: 'end2end/test-results/campaign-sent.png', fullPage: true });
+  // A sent campaign can go to the recycle bin, and come back.
+  await openDialog(page, 'delete');
+  await page.locator('[data-test=confirm-delete]').click();
+  await expect(page).toHaveURL(/\/campaigns\/bin$/);
+  const binned = page.locator('[data-test=binned]', { hasText: 'Spring <sale>' });
+  await expect(binned).toHaveCount(1);
+  await hydrated(page);
+  await binned.locator('[data-test=restore]').click();
+  await expect(page.locator('[data-test=restore-result]')).toHaveText('Restored.');
+  await expect(binned).toHaveCount(0);
   await adamContext.close();
   expect(errors).toEqual([]);
 });

@@ -185,6 +185,11 @@ pub struct WorkerArgs {
     #[arg(long, env = "MAILROOM_RETENTION_DAYS", default_value_t = 30.0)]
     pub retention_days: f64,
 
+    /// Days a deleted campaign stays in the recycle bin before the leader purges it (with its
+    /// recipients and delivery records).
+    #[arg(long, env = "MAILROOM_CAMPAIGN_BIN_DAYS", default_value_t = 30.0)]
+    pub campaign_bin_days: f64,
+
     /// Seconds between digest ticks (each claims the orgs whose digest is due).
     #[arg(long, env = "MAILROOM_DIGEST_TICK_SECONDS", default_value_t = 60)]
     pub digest_tick_seconds: u64,
@@ -269,6 +274,7 @@ impl WorkerArgs {
         crate::leader::Config {
             lease_seconds: self.leader_lease_seconds.max(1.0),
             retention_days: self.retention_days.max(1.0),
+            bin_days: self.campaign_bin_days.max(0.0),
         }
     }
 }

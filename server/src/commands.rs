@@ -145,6 +145,7 @@ async fn serve(cli: &Cli, args: &ServeArgs) -> anyhow::Result<()> {
         app::api::ApiConfig {
             secure_cookies: args.secure_cookies,
             captured_dir: Some(cli.captured_dir()),
+            campaign_bin_days: args.worker.campaign_bin_days,
         },
     );
     let workers = tokio::spawn(worker::run(

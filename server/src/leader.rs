@@ -20,6 +20,8 @@ pub const NAME: &str = "leader";
 pub struct Config {
     pub lease_seconds: f64,
     pub retention_days: f64,
+    /// Days a deleted campaign stays in the recycle bin.
+    pub bin_days: f64,
 }
 
 /// How often retention runs on the leader.
@@ -145,6 +147,17 @@ async fn jobs(pool: &PgPool, cfg: &Config, h: &Held, captured_dir: &Path, retent
             }
         }
     }
+    let mut purged = 0;
+    while still() {
+        match app::db::campaign_bin::purge(pool, lease, cfg.bin_days, RETENTION_BATCH).await {
+            Ok(0) => break,
+            Ok(n) => purged += n,
+            Err(e) => {
+                tracing::warn!(error = %e, "purging the campaign recycle bin failed");
+                break;
+            }
+        }
+    }
     let files = trim_captured(captured_dir, cfg.retention_days).await;
     let log_rows = app::db::leader::trim_log(pool, lease, cfg.retention_days)
         .await
@@ -153,7 +166,7 @@ async fn jobs(pool: &PgPool, cfg: &Config, h: &Held, captured_dir: &Path, retent
         pool,
         lease,
         "retention",
-        &format!("details={cleared} captured_files={files} leader_log={log_rows}"),
+        &format!("details={cleared} captured_files={files} leader_log={log_rows} purged_campaign_rows={purged}"),
     )
     .await;
 }

@@ -2,6 +2,7 @@
 //! the login itself), so every read and write is scoped to the signed-in user's organisation.
 
 pub mod auth;
+pub mod campaign_bin;
 pub mod campaign_edit;
 pub mod campaigns;
 pub mod deliveries;
@@ -41,6 +42,8 @@ mod server_side {
         pub secure_cookies: bool,
         /// Where the delivery worker captures mail when no SMTP server is configured.
         pub captured_dir: Option<std::path::PathBuf>,
+        /// Days a deleted campaign stays in the recycle bin (the leader purges it then).
+        pub campaign_bin_days: f64,
     }
 
     /// The database pool, provided by the server as context.
@@ -55,6 +58,7 @@ mod server_side {
         use_context::<ApiConfig>().unwrap_or(ApiConfig {
             secure_cookies: false,
             captured_dir: None,
+            campaign_bin_days: 30.0,
         })
     }
 

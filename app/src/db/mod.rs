@@ -4,6 +4,7 @@
 
 pub mod audience;
 pub mod audit;
+pub mod campaign_bin;
 pub mod campaign_edit;
 pub mod campaign_progress;
 pub mod campaign_states;

@@ -5,6 +5,7 @@
 
 use leptos::prelude::*;
 
+use crate::api::campaign_bin::DeleteCampaign;
 use crate::api::campaign_edit::{CampaignAction, CloneCampaign, Problem, Sheet};
 
 /// (verb, button label, what the confirmation says) for each action the state allows.
@@ -65,6 +66,7 @@ pub fn Panel(s: Sheet, act: ServerAction<CampaignAction>, status: Signal<String>
     let rejected = s.rejection_reason.clone().filter(|_| s.status == "draft").map(|r| {
         view! { <p data-test="rejection" class="mb-3 rounded bg-amber-50 px-3 py-2 text-amber-900">"Rejected: " {r}</p> }
     });
+    let (can_delete, delete_id) = (s.can_act, s.id);
     let editable = s.can_act && (s.status == "draft" || s.status == "submitted");
     // Offered for the state the campaign is in now (the live reading), not when the page loaded.
     let sheet = s.clone();
@@ -120,10 +122,11 @@ pub fn Panel(s: Sheet, act: ServerAction<CampaignAction>, status: Signal<String>
                     <a href=format!("/campaigns/{}/edit", s.id) data-test="edit" class="rounded border border-slate-300 px-3 py-1.5 hover:bg-slate-100">"Edit"</a>
                 })}
                 {s.can_act.then(|| view! { <CloneButton id=s.id/> })}
+                {move || (can_delete && matches!(status.get().as_str(), "draft" | "sent" | "cancelled")).then(|| view! { <DeleteDialog id=delete_id/> }.into_any())}
                 {dialogs}
             </div>
         </section>
-    }
+    }.into_any()
 }
 
 /// The recipients not reached for sure, with the reason; retrying happens on the Deliveries
@@ -158,6 +161,25 @@ pub fn Problems(problems: Vec<Problem>) -> impl IntoView {
             <table class="w-full text-sm"><tbody>{rows}</tbody></table>
         </section>
     })
+}
+
+/// "Delete": to the recycle bin, behind a confirmation.
+#[component]
+fn DeleteDialog(id: i64) -> impl IntoView {
+    let delete = ServerAction::<DeleteCampaign>::new();
+    view! {
+        <details class="rounded border border-slate-200 bg-white" data-test="dialog-delete">
+            <summary class="cursor-pointer px-3 py-1.5 font-medium" data-test="open-delete">"Delete"</summary>
+            <div role="dialog" aria-label="Delete" class="grid gap-2 p-3">
+                <p class="text-sm text-slate-600">"It goes to the recycle bin, where it can be restored until it is purged."</p>
+                <ActionForm action=delete>
+                    <input type="hidden" name="id" value=id.to_string()/>
+                    <button type="submit" data-test="confirm-delete" class="rounded bg-red-600 px-3 py-1.5 font-medium text-white hover:bg-red-700">"Yes, delete"</button>
+                </ActionForm>
+                {move || delete.value().get().and_then(|r| r.err()).map(|e| view! { <p role="alert" class="text-sm text-red-700">{e.to_string()}</p> })}
+            </div>
+        </details>
+    }
 }
 
 /// "Clone": a new draft with this campaign's content and lists, opened in the editor.

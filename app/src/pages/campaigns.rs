@@ -14,6 +14,7 @@ pub fn CampaignsPage() -> impl IntoView {
     view! {
         <div class="mb-4 flex flex-wrap items-center justify-between gap-3">
             <h1 class="text-2xl font-semibold">"Campaigns"</h1>
+            <a href="/campaigns/bin" class="text-sm text-sky-700 hover:underline">"Recycle bin"</a>
             <ActionForm action=create attr:class="flex gap-2">
                 <input name="name" required maxlength="200" placeholder="New campaign's name" aria-label="New campaign's name"
                     class="rounded border border-slate-300 px-2 py-1"/>

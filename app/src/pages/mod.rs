@@ -1,4 +1,5 @@
 mod campaign;
+mod campaign_bin;
 mod campaign_editor;
 mod campaign_workflow;
 mod campaigns;
@@ -74,6 +75,7 @@ pub fn App() -> impl IntoView {
                     <ParentRoute path=path!("") view=layout::Layout>
                         <Route path=path!("") view=overview::OverviewPage/>
                         <Route path=path!("campaigns") view=campaigns::CampaignsPage/>
+                        <Route path=path!("campaigns/bin") view=campaign_bin::BinPage ssr=SsrMode::Async/>
                         <Route path=path!("campaigns/:id") view=campaign::CampaignPage ssr=SsrMode::Async/>
                         <Route path=path!("campaigns/:id/edit") view=campaign_editor::EditorPage ssr=SsrMode::Async/>
                         <Route path=path!("digests") view=digests::DigestsPage ssr=SsrMode::Async/>

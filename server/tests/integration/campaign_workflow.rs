@@ -492,3 +492,61 @@ async fn a_sending_campaign_pauses_and_resumes_once_and_lists_the_recipients_not
         ]
     );
 }
+
+#[tokio::test]
+async fn a_deleted_campaign_waits_in_the_bin_and_can_be_restored_but_a_sending_one_cannot_be_deleted(
+) {
+    let pool = test_db().await;
+    let (org, users) = org_with_users(&pool, "acme", &[Role::Admin, Role::Admin]).await;
+    let (lists, _) = audience_of(&pool, org, 5).await;
+    let sending =
+        crate::campaigns::approved(&pool, org, users[0].0, users[1].0, &lists, "Hi").await;
+    mailroom::campaign::start_due(&pool).await.unwrap();
+    let app = spawn_app(pool.clone()).await;
+    let a = signed_in(&app, &users[0].1, &users[0].2).await;
+    let (_, body) = app
+        .call_with(&a, "new_campaign", &[("name", "Scrap")])
+        .await;
+    let draft = json(&body).as_i64().unwrap();
+
+    let (_, body) = app
+        .call_with(&a, "delete_campaign", &[("id", &sending.to_string())])
+        .await;
+    assert_eq!(
+        conflict(&body),
+        "Only a draft, sent or cancelled campaign can be deleted; this one is sending (cancel it first)."
+    );
+    let (status, body) = app
+        .call_with(&a, "delete_campaign", &[("id", &draft.to_string())])
+        .await;
+    assert!(status.is_success() || status.is_redirection(), "{body}");
+    let (_, body) = app.call(&a, "campaigns").await;
+    assert!(
+        !body.contains("Scrap"),
+        "a deleted campaign leaves the list: {body}"
+    );
+    let (_, body) = app
+        .call_with(&a, "campaign_sheet", &[("id", &draft.to_string())])
+        .await;
+    assert_eq!(json(&body), "NotFound");
+    let (_, body) = app.call(&a, "campaign_bin").await;
+    let bin = json(&body);
+    assert_eq!(bin.as_array().unwrap().len(), 1);
+    assert_eq!(
+        (bin[0]["id"].as_i64(), bin[0]["name"].as_str()),
+        (Some(draft), Some("Scrap"))
+    );
+    // Deleting again: it is not there to delete.
+    let (_, body) = app
+        .call_with(&a, "delete_campaign", &[("id", &draft.to_string())])
+        .await;
+    assert_eq!(json(&body), "NotFound");
+
+    let (_, body) = app
+        .call_with(&a, "restore_campaign", &[("id", &draft.to_string())])
+        .await;
+    assert_eq!(json(&body), "Restored.");
+    assert_eq!(sheet(&app, &a, draft).await["status"], "draft");
+    let (_, body) = app.call(&a, "campaign_bin").await;
+    assert_eq!(json(&body), serde_json::json!([]));
+}

@@ -436,3 +436,78 @@ async fn the_leader_reconciles_a_finished_campaigns_slots_once() {
         "once"
     );
 }
+
+#[tokio::test]
+async fn the_leader_purges_campaigns_binned_longer_than_the_retention_with_their_records() {
+    let pool = test_db().await;
+    let (org, users) = org_with_users(&pool, "acme", &[Role::Owner, Role::Admin]).await;
+    let (lists, n) = audience_of(&pool, org, 30).await;
+    let old = approved(&pool, org, users[0].0, users[1].0, &lists, "Hi").await;
+    let sink = SmtpSink::start();
+    run_to_end(&pool, old, &sink).await;
+    let mut tx = pool.begin().await.unwrap();
+    let recent = crate::helpers::draft(&mut tx, org, users[0].0, "Deleted yesterday").await;
+    app::db::campaign_bin::delete(&mut tx, org, old)
+        .await
+        .unwrap();
+    app::db::campaign_bin::delete(&mut tx, org, recent)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    for (id, age) in [(old, "31 days"), (recent, "1 day")] {
+        sqlx::query("update campaigns set deleted_at = now() - $2::interval where id = $1")
+            .bind(id)
+            .bind(age)
+            .execute(&pool)
+            .await
+            .unwrap();
+    }
+    let rows = |id: i64| {
+        let pool = pool.clone();
+        async move {
+            sqlx::query_as::<_, (i64, i64, i64)>(
+                "select (select count(*) from campaigns where id = $1),
+                        (select count(*) from sends where campaign_id = $1),
+                        (select count(*) from deliveries where campaign_id = $1)",
+            )
+            .bind(id)
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+        }
+    };
+    assert_eq!(rows(old).await, (1, n as i64, n as i64));
+
+    // A leader whose lease another replica took over purges nothing.
+    let stale = app::db::leader::acquire(&pool, "leader", "old", 30.0)
+        .await
+        .unwrap()
+        .unwrap();
+    sqlx::query("update leader_lease set expires_at = now() - interval '1 second'")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let lease = app::db::leader::acquire(&pool, "leader", "me", 30.0)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        app::db::campaign_bin::purge(&pool, &stale, 30.0, 7)
+            .await
+            .unwrap(),
+        0
+    );
+    // In batches of 7 until nothing is left.
+    let mut steps = 0;
+    while app::db::campaign_bin::purge(&pool, &lease, 30.0, 7)
+        .await
+        .unwrap()
+        > 0
+    {
+        steps += 1;
+        assert!(steps < 100, "the purge does not end");
+    }
+    assert!(steps >= 5, "batched: {steps} steps");
+    assert_eq!(rows(old).await, (0, 0, 0), "purged with its records");
+    assert_eq!(rows(recent).await.0, 1, "a day in the bin is kept");
+}

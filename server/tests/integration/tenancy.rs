@@ -42,7 +42,8 @@ fn case(endpoint: &str) -> Option<Case> {
         | "delivery_counts"
         | "digests"
         | "digest_preview"
-        | "digest_resend_dialog" => Case::Scoped(vec![]),
+        | "digest_resend_dialog"
+        | "campaign_bin" => Case::Scoped(vec![]),
         "campaign_detail" | "campaign_sheet" => Case::Object {
             args: id,
             acts: false,
@@ -51,7 +52,7 @@ fn case(endpoint: &str) -> Option<Case> {
             args: job,
             acts: false,
         },
-        "clone_campaign" => Case::Object {
+        "clone_campaign" | "delete_campaign" | "restore_campaign" => Case::Object {
             args: id,
             acts: true,
         },

@@ -41,6 +41,7 @@ pub async fn spawn_app_capturing(pool: PgPool, captured_dir: Option<PathBuf>) ->
         app::api::ApiConfig {
             secure_cookies: false,
             captured_dir,
+            campaign_bin_days: 30.0,
         },
     );
     tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });

@@ -1,0 +1,98 @@
+//! The campaign recycle bin: delete (draft, sent or cancelled only), restore, and the list of
+//! what is in the bin and when the leader purges it. Scoped to the signed-in org, audited.
+
+use leptos::prelude::*;
+use serde::{Deserialize, Serialize};
+
+use crate::error::AppError;
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Binned {
+    pub id: i64,
+    pub name: String,
+    pub status: String,
+    pub deleted: String,
+    pub purged_after: String,
+}
+
+#[server(endpoint = "campaign_bin")]
+pub async fn campaign_bin() -> Result<Vec<Binned>, AppError> {
+    let days = super::api_config().campaign_bin_days;
+    let (me, pool) = super::signed_in().await?;
+    let mut conn = pool.acquire().await?;
+    Ok(crate::db::campaign_bin::list(&mut conn, me.org_id, days)
+        .await?
+        .into_iter()
+        .map(|b| Binned {
+            id: b.id,
+            name: b.name,
+            status: b.status,
+            deleted: b.deleted,
+            purged_after: b.purged_after,
+        })
+        .collect())
+}
+
+#[server(endpoint = "delete_campaign")]
+pub async fn delete_campaign(id: i64) -> Result<String, AppError> {
+    use crate::db::campaign_bin::{self, BinError};
+    let (me, pool) = super::signed_in().await?;
+    if !me.role.can_act() {
+        return Err(AppError::Forbidden);
+    }
+    let mut tx = pool.begin().await?;
+    match campaign_bin::delete(&mut tx, me.org_id, id).await {
+        Ok(()) => {}
+        Err(BinError::NotFound) => return Err(AppError::NotFound),
+        Err(BinError::NotDeletable(status)) => {
+            return Err(AppError::Conflict(format!(
+                "Only a draft, sent or cancelled campaign can be deleted; this one is {status} (cancel it first)."
+            )))
+        }
+        Err(BinError::Db(e)) => return Err(e.into()),
+    }
+    audited(&mut tx, me.org_id, me.user_id, "campaign.delete", id).await?;
+    tx.commit().await?;
+    leptos_axum::redirect("/campaigns/bin");
+    Ok("Moved to the recycle bin.".into())
+}
+
+#[server(endpoint = "restore_campaign")]
+pub async fn restore_campaign(id: i64) -> Result<String, AppError> {
+    let (me, pool) = super::signed_in().await?;
+    if !me.role.can_act() {
+        return Err(AppError::Forbidden);
+    }
+    let mut tx = pool.begin().await?;
+    if !crate::db::campaign_bin::restore(&mut tx, me.org_id, id).await? {
+        return Err(AppError::NotFound);
+    }
+    audited(&mut tx, me.org_id, me.user_id, "campaign.restore", id).await?;
+    tx.commit().await?;
+    Ok("Restored.".into())
+}
+
+#[cfg(feature = "ssr")]
+async fn audited(
+    tx: &mut sqlx::PgConnection,
+    org_id: i64,
+    actor: i64,
+    action: &str,
+    id: i64,
+) -> Result<(), AppError> {
+    use crate::db::audit;
+    audit::record(
+        tx,
+        audit::Entry {
+            org_id,
+            actor_id: Some(actor),
+            action,
+            object_type: "campaign",
+            object_id: Some(id.to_string()),
+            before: None,
+            after: None,
+        },
+    )
+    .await?;
+    Ok(())
+}
