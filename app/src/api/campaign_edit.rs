@@ -75,19 +75,40 @@ pub async fn campaign_sheet(id: i64) -> Result<Sheet, AppError> {
     let c = campaign_edit::load(&mut conn, me.org_id, id)
         .await?
         .ok_or(AppError::NotFound)?;
-    let lists = campaign_edit::lists(&mut conn, me.org_id)
-        .await?
-        .into_iter()
-        .map(|(list_id, name, members)| ListChoice {
-            chosen: c.list_ids.contains(&list_id),
-            id: list_id,
-            name,
-            members,
-        })
-        .collect();
-    let estimate = campaign_edit::estimate(&mut conn, me.org_id, id).await?;
-    let sample = campaign_edit::sample_recipient(&mut conn, me.org_id, id).await?;
-    let preview = render_preview(&c, sample);
+    // The editor's choice of lists with member counts: only while the lists can still change
+    // (counting a million members on every view of a started campaign would be needless).
+    let lists = match c.recipients_total {
+        Some(_) => Vec::new(),
+        None => campaign_edit::lists(&mut conn, me.org_id)
+            .await?
+            .into_iter()
+            .map(|(list_id, name, members)| ListChoice {
+                chosen: c.list_ids.contains(&list_id),
+                id: list_id,
+                name,
+                members,
+            })
+            .collect(),
+    };
+    // Before the start the audience is counted live (an estimate); from the start on, the
+    // recipients are the materialised list: counting a million-row audience again on every
+    // page view would be needless.
+    let (estimate, preview) = match c.recipients_total {
+        None => {
+            let sample = campaign_edit::sample_recipient(&mut conn, me.org_id, id).await?;
+            (
+                campaign_edit::estimate(&mut conn, me.org_id, id).await?,
+                render_preview(&c, sample),
+            )
+        }
+        Some(total) => (
+            total,
+            Err(format!(
+                "Version {} went out to {total} recipients as approved.",
+                c.content_version
+            )),
+        ),
+    };
     let problems = crate::db::campaign_progress::problems(&mut conn, me.org_id, id, PROBLEMS_SHOWN)
         .await?
         .into_iter()

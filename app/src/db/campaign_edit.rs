@@ -26,6 +26,8 @@ pub struct Editable {
     /// `YYYY-MM-DD HH:MI` in the org's time zone.
     pub approved_at: Option<String>,
     pub rejection_reason: Option<String>,
+    /// Recipients materialised at the start (`None` before it).
+    pub recipients_total: Option<i64>,
 }
 
 pub async fn load(conn: &mut PgConnection, org_id: i64, id: i64) -> sqlx::Result<Option<Editable>> {
@@ -37,7 +39,7 @@ pub async fn load(conn: &mut PgConnection, org_id: i64, id: i64) -> sqlx::Result
                 o.timezone, a.name as author, e.name as last_editor, c.author_id, c.last_editor_id,
                 p.name as approver,
                 to_char(c.approved_at at time zone o.timezone, 'YYYY-MM-DD HH24:MI') as approved_at,
-                c.rejection_reason
+                c.rejection_reason, c.recipients_total
          from campaigns c
          join orgs o on o.id = c.org_id
          join users a on a.org_id = c.org_id and a.id = c.author_id

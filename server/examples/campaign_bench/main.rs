@@ -18,6 +18,8 @@ use sqlx::PgPool;
 
 use mailroom::embedded_pg::{self, EmbeddedPg};
 
+mod dashboard;
+
 fn peak_rss_kib(pid: u32) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
@@ -283,6 +285,11 @@ async fn main() -> anyhow::Result<()> {
             engine / bare
         ),
         other => println!("  psql run failed ({other:?}); no ratio"),
+    }
+
+    // (1b) The dashboard with these 1,000,000 sends in the database.
+    if std::env::var("BENCH_DASHBOARD").map_or(true, |v| v != "0") {
+        dashboard::measure(bin, data.path(), &pool, "a@bench.example", big_id).await?;
     }
 
     // Park the big campaign: the next steps measure another one alone.
