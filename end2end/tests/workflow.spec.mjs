@@ -30,6 +30,7 @@ test('four eyes: the owner writes and submits, cannot approve; a second admin ap
   await signIn(page, process.env.MAILROOM_E2E_EMAIL, process.env.MAILROOM_E2E_PASSWORD);
   await page.getByRole('link', { name: 'Campaigns' }).click();
   await hydrated(page);
+  await page.screenshot({ path: 'end2end/test-results/campaigns.png', fullPage: true });
   await page.getByLabel("New campaign's name").fill('Spring <sale>');
   await page.click('#new-campaign');
   await expect(page).toHaveURL(/\/campaigns\/\d+\/edit$/);
@@ -41,6 +42,7 @@ test('four eyes: the owner writes and submits, cannot approve; a second admin ap
   await page.locator('[data-test=list-choice]').first().check();
   await page.locator('[data-test=save]').click();
   await expect(page.locator('[data-test=save-result]')).toHaveText('Saved (version 2).');
+  await page.screenshot({ path: 'end2end/test-results/campaign-editor.png', fullPage: true });
   await expect(page.locator('[data-test=preview-subject]')).toHaveText(/^Spring is here, \S/);
   await expect(page.locator('[data-test=estimate]')).toHaveText(/^[1-9]\d*$/);
   const estimate = Number(await page.locator('[data-test=estimate]').textContent());
@@ -67,6 +69,7 @@ test('four eyes: the owner writes and submits, cannot approve; a second admin ap
   await openDialog(adam, 'approve');
   await expect(adam.locator('[data-test=approval-preview]')).toContainText('Hello ');
   await expect(adam.locator('[data-test=four-eyes-note]')).toHaveCount(0);
+  await adam.screenshot({ path: 'end2end/test-results/campaign-approval.png', fullPage: true });
   await adam.locator('[data-test=confirm-approve]').click();
   await expect(adam.locator('[data-test=action-result]')).toHaveText('Campaign approved.');
 
@@ -84,6 +87,7 @@ test('four eyes: the owner writes and submits, cannot approve; a second admin ap
   await expect(page).toHaveURL(/\/campaigns\/bin$/);
   const binned = page.locator('[data-test=binned]', { hasText: 'Spring <sale>' });
   await expect(binned).toHaveCount(1);
+  await page.screenshot({ path: 'end2end/test-results/recycle-bin.png', fullPage: true });
   await hydrated(page);
   await binned.locator('[data-test=restore]').click();
   await expect(page.locator('[data-test=restore-result]')).toHaveText('Restored.');

@@ -55,8 +55,11 @@ pub struct Sheet {
     pub approved_at: Option<String>,
     pub rejection_reason: Option<String>,
     pub lists: Vec<ListChoice>,
-    /// Recipients after de-duplication and suppression, now.
+    /// Recipients after de-duplication and suppression, now; from the start on, the
+    /// materialised recipients.
     pub estimate: i64,
+    /// The recipient list was built (the campaign started).
+    pub started: bool,
     /// `Err`: why the templates cannot be rendered (or that no list has a recipient).
     pub preview: Result<Preview, String>,
     /// The signed-in user may act (owner or admin).
@@ -136,6 +139,7 @@ pub async fn campaign_sheet(id: i64) -> Result<Sheet, AppError> {
         can_act: me.role.can_act(),
         mine: me.user_id == c.author_id || me.user_id == c.last_editor_id,
         problems,
+        started: c.recipients_total.is_some(),
         name: c.name,
         subject: c.subject,
         body: c.body,

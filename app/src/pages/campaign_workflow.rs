@@ -114,7 +114,7 @@ pub fn Panel(s: Sheet, act: ServerAction<CampaignAction>, status: Signal<String>
             {rejected}
             <ul class="mb-3 text-sm text-slate-600">
                 <li>"Version " <span data-test="version">{s.version}</span> " · written by " {s.author.clone()} " · last edited by " {s.last_editor.clone()}</li>
-                <li>"Goes out " {schedule} " · " <span data-test="estimate">{s.estimate}</span> " recipients now"</li>
+                <li>"Goes out " {schedule} " · " <span data-test="estimate">{s.estimate}</span> {if s.started { " recipients" } else { " recipients now" }}</li>
                 {approval}
             </ul>
             <div class="flex flex-wrap items-start gap-2">
