@@ -114,6 +114,12 @@ pub async fn measure(
     email: &str,
     campaign: i64,
 ) -> anyhow::Result<()> {
+    // Paused: the replicas' own workers must not send it (and skew the later phases) while the
+    // dashboard is measured; its page and stream are the same.
+    sqlx::query("update campaigns set status = 'paused' where id = $1")
+        .bind(campaign)
+        .execute(pool)
+        .await?;
     sqlx::query("update users set password_hash = $1 where email = $2")
         .bind(app::auth::hash_password(PASSWORD)?)
         .bind(email)
@@ -222,6 +228,10 @@ pub async fn measure(
         anyhow::Ok(())
     }
     .await;
+    sqlx::query("update campaigns set status = 'sending' where id = $1")
+        .bind(campaign)
+        .execute(pool)
+        .await?;
     for child in [&mut a, &mut b] {
         nix::sys::signal::kill(
             nix::unistd::Pid::from_raw(child.id() as i32),
