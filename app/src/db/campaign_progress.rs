@@ -3,6 +3,8 @@
 
 use sqlx::PgConnection;
 
+use super::sends::{Progress, SLOT_SUMS};
+
 #[derive(sqlx::FromRow, Clone, Debug, PartialEq, Eq)]
 pub struct Snapshot {
     pub id: i64,
@@ -10,13 +12,8 @@ pub struct Snapshot {
     pub subject: String,
     pub status: String,
     pub recipients_total: Option<i64>,
-    pub queued: i64,
-    pub handed_off: i64,
-    pub delivered: i64,
-    pub failed: i64,
-    pub unknown: i64,
-    pub suppressed: i64,
-    pub cancelled: i64,
+    #[sqlx(flatten)]
+    pub slots: Progress,
     /// Database time of the reading, in milliseconds since the epoch (for rates).
     pub at_ms: i64,
 }
@@ -27,18 +24,14 @@ pub async fn snapshot(
     org_id: i64,
     campaign_id: i64,
 ) -> sqlx::Result<Option<Snapshot>> {
-    sqlx::query_as(
-        "select c.id, c.name, c.subject, c.status, c.recipients_total,
-                coalesce(sum(p.queued), 0)::bigint as queued, coalesce(sum(p.handed_off), 0)::bigint as handed_off,
-                coalesce(sum(p.delivered), 0)::bigint as delivered, coalesce(sum(p.failed), 0)::bigint as failed,
-                coalesce(sum(p.unknown), 0)::bigint as unknown, coalesce(sum(p.suppressed), 0)::bigint as suppressed,
-                coalesce(sum(p.cancelled), 0)::bigint as cancelled,
+    sqlx::query_as(&format!(
+        "select c.id, c.name, c.subject, c.status, c.recipients_total, {SLOT_SUMS},
                 (extract(epoch from now()) * 1000)::bigint as at_ms
          from campaigns c
          left join progress_slots p on p.campaign_id = c.id
          where c.org_id = $1 and c.id = $2 and c.deleted_at is null
-         group by c.id",
-    )
+         group by c.id"
+    ))
     .bind(org_id)
     .bind(campaign_id)
     .fetch_optional(conn)
@@ -51,12 +44,12 @@ impl Snapshot {
         crate::domain::progress::Progress {
             status: self.status.clone(),
             total: self.recipients_total.unwrap_or(0),
-            queued: self.queued,
-            delivered: self.delivered,
-            failed: self.failed,
-            unknown: self.unknown,
-            suppressed: self.suppressed,
-            cancelled: self.cancelled,
+            queued: self.slots.queued,
+            delivered: self.slots.delivered,
+            failed: self.slots.failed,
+            unknown: self.slots.unknown,
+            suppressed: self.slots.suppressed,
+            cancelled: self.slots.cancelled,
             at_ms: self.at_ms,
         }
     }

@@ -237,18 +237,21 @@ pub struct Progress {
     pub cancelled: i64,
 }
 
+/// The select list summing a campaign's counter slots into [`Progress`] columns.
+pub(crate) const SLOT_SUMS: &str =
+    "coalesce(sum(queued), 0)::bigint as queued, coalesce(sum(handed_off), 0)::bigint as handed_off,
+     coalesce(sum(delivered), 0)::bigint as delivered, coalesce(sum(failed), 0)::bigint as failed,
+     coalesce(sum(unknown), 0)::bigint as unknown, coalesce(sum(suppressed), 0)::bigint as suppressed,
+     coalesce(sum(cancelled), 0)::bigint as cancelled";
+
 pub async fn progress(
     conn: &mut PgConnection,
     org_id: i64,
     campaign_id: i64,
 ) -> sqlx::Result<Progress> {
-    sqlx::query_as(
-        "select coalesce(sum(queued), 0)::bigint as queued, coalesce(sum(handed_off), 0)::bigint as handed_off,
-                coalesce(sum(delivered), 0)::bigint as delivered, coalesce(sum(failed), 0)::bigint as failed,
-                coalesce(sum(unknown), 0)::bigint as unknown, coalesce(sum(suppressed), 0)::bigint as suppressed,
-                coalesce(sum(cancelled), 0)::bigint as cancelled
-         from progress_slots where org_id = $1 and campaign_id = $2",
-    )
+    sqlx::query_as(&format!(
+        "select {SLOT_SUMS} from progress_slots where org_id = $1 and campaign_id = $2"
+    ))
     .bind(org_id)
     .bind(campaign_id)
     .fetch_one(conn)
@@ -306,13 +309,7 @@ pub async fn reconcile(
              select org_id from campaigns
              where id = $1 and progress_reconciled_at is null and {fence} for update
          ),
-         slots as (
-             select coalesce(sum(queued), 0)::bigint as queued, coalesce(sum(handed_off), 0)::bigint as handed_off,
-                    coalesce(sum(delivered), 0)::bigint as delivered, coalesce(sum(failed), 0)::bigint as failed,
-                    coalesce(sum(unknown), 0)::bigint as unknown, coalesce(sum(suppressed), 0)::bigint as suppressed,
-                    coalesce(sum(cancelled), 0)::bigint as cancelled
-             from progress_slots where campaign_id = $1
-         ),
+         slots as (select {SLOT_SUMS} from progress_slots where campaign_id = $1),
          counted as ({COUNTED_SQL}),
          fix as (
              insert into progress_slots as p (org_id, campaign_id, slot, queued, handed_off, delivered,
@@ -331,49 +328,18 @@ pub async fn reconcile(
              update campaigns set progress_reconciled_at = now()
              where id = $1 and exists (select 1 from target)
          )
-         select s.queued, s.handed_off, s.delivered, s.failed, s.unknown, s.suppressed, s.cancelled,
-                c.queued, c.handed_off, c.delivered, c.failed, c.unknown, c.suppressed, c.cancelled
-         from target, slots s, counted c",
+         select 0 as k, s.* from target, slots s
+         union all
+         select 1, c.* from target, counted c
+         order by k",
         fence = leader::fence(2)
     );
-    type Row = (
-        i64,
-        i64,
-        i64,
-        i64,
-        i64,
-        i64,
-        i64,
-        i64,
-        i64,
-        i64,
-        i64,
-        i64,
-        i64,
-        i64,
-    );
-    let row: Option<Row> = leader::bind_fence(sqlx::query_as(&sql).bind(campaign_id), lease)
-        .fetch_optional(conn)
+    let rows: Vec<Progress> = leader::bind_fence(sqlx::query_as(&sql).bind(campaign_id), lease)
+        .fetch_all(conn)
         .await?;
-    Ok(row.map(|r| {
-        let before = Progress {
-            queued: r.0,
-            handed_off: r.1,
-            delivered: r.2,
-            failed: r.3,
-            unknown: r.4,
-            suppressed: r.5,
-            cancelled: r.6,
-        };
-        let after = Progress {
-            queued: r.7,
-            handed_off: r.8,
-            delivered: r.9,
-            failed: r.10,
-            unknown: r.11,
-            suppressed: r.12,
-            cancelled: r.13,
-        };
-        (before, after)
-    }))
+    // No row: not ours to reconcile (already done, or the fence refused).
+    Ok(match rows.as_slice() {
+        [before, after] => Some((*before, *after)),
+        _ => None,
+    })
 }

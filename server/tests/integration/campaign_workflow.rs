@@ -8,18 +8,7 @@ use serde_json::Value;
 
 use crate::campaigns::audience_of;
 use crate::helpers::{org_with_users, test_db};
-use crate::test_app::{client, spawn_app, TestApp};
-
-async fn signed_in(app: &TestApp, email: &str, password: &str) -> reqwest::Client {
-    let c = client(app);
-    let r = app.login(&c, email, password).await;
-    assert!(r.headers().get("set-cookie").is_some(), "login failed");
-    c
-}
-
-fn json(body: &str) -> Value {
-    serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body}"))
-}
+use crate::test_app::{json, signed_in, spawn_app, TestApp};
 
 /// The error a server function answered, as the browser shows it.
 fn conflict(body: &str) -> String {

@@ -10,7 +10,7 @@ use serde_json::Value;
 use sqlx::PgPool;
 
 use crate::helpers::{org_with_users, test_db};
-use crate::test_app::{client, spawn_app, spawn_app_capturing, TestApp};
+use crate::test_app::{json, signed_in, spawn_app, spawn_app_capturing};
 
 /// Test mails to `<local>@<domain>` in the given states; returns their job ids.
 async fn seed(
@@ -37,17 +37,6 @@ async fn seed(
     }
     tx.commit().await.unwrap();
     ids
-}
-
-async fn signed_in(app: &TestApp, email: &str, password: &str) -> reqwest::Client {
-    let c = client(app);
-    let r = app.login(&c, email, password).await;
-    assert!(r.headers().get("set-cookie").is_some(), "login failed");
-    c
-}
-
-fn json(body: &str) -> Value {
-    serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body}"))
 }
 
 /// Every column a retry could touch, to prove a refused retry changed nothing.

@@ -6,18 +6,7 @@ use serde_json::Value;
 use sqlx::PgPool;
 
 use crate::helpers::{org_with_users, test_db};
-use crate::test_app::{client, spawn_app, TestApp};
-
-async fn signed_in(app: &TestApp, email: &str, password: &str) -> reqwest::Client {
-    let c = client(app);
-    let r = app.login(&c, email, password).await;
-    assert!(r.headers().get("set-cookie").is_some(), "login failed");
-    c
-}
-
-fn json(body: &str) -> Value {
-    serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body}"))
-}
+use crate::test_app::{json, signed_in, spawn_app};
 
 async fn opted_in(pool: &PgPool, user: i64) -> bool {
     sqlx::query_scalar("select weekly_digest from users where id = $1")

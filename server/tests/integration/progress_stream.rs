@@ -10,14 +10,7 @@ use app::domain::Role;
 
 use crate::campaigns::{approved, audience_of};
 use crate::helpers::{org_with_users, test_db};
-use crate::test_app::{client, spawn_app, TestApp};
-
-async fn signed_in(app: &TestApp, email: &str, password: &str) -> reqwest::Client {
-    let c = client(app);
-    let r = app.login(&c, email, password).await;
-    assert!(r.headers().get("set-cookie").is_some(), "login failed");
-    c
-}
+use crate::test_app::{client, signed_in, spawn_app, TestApp};
 
 /// Reads server-sent events from a streaming response.
 struct Events {

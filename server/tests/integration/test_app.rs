@@ -52,6 +52,19 @@ pub async fn spawn_app_capturing(pool: PgPool, captured_dir: Option<PathBuf>) ->
     }
 }
 
+/// A browser-like client signed in as `email`.
+pub async fn signed_in(app: &TestApp, email: &str, password: &str) -> reqwest::Client {
+    let c = client(app);
+    let r = app.login(&c, email, password).await;
+    assert!(r.headers().get("set-cookie").is_some(), "login failed");
+    c
+}
+
+/// A server function's JSON answer (or the panic says what came instead).
+pub fn json(body: &str) -> serde_json::Value {
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body}"))
+}
+
 /// A browser-like client: keeps cookies, does not follow redirects, sends our Origin.
 pub fn client(app: &TestApp) -> reqwest::Client {
     let mut headers = reqwest::header::HeaderMap::new();
