@@ -1,6 +1,7 @@
 mod campaign;
 mod campaign_bin;
 mod campaign_editor;
+mod campaign_preview;
 mod campaign_workflow;
 mod campaigns;
 mod deliveries;
