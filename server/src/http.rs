@@ -57,6 +57,7 @@ pub fn router(state: AppState, api: ApiConfig) -> Router {
             "/api/campaigns/{id}/progress",
             get(crate::progress_stream::handler),
         )
+        .merge(crate::audience_io::routes())
         .leptos_routes_with_context(&state, routes, context, {
             let options = state.leptos_options.clone();
             move || shell(options.clone())

@@ -1,6 +1,8 @@
 //! The `mailroom` process: CLI, configuration, telemetry, the embedded PostgreSQL supervisor,
 //! the HTTP server and the worker host. Application logic and SQL live in the `app` crate.
 
+/// CSV import into a list (streamed, in the background) and export.
+pub mod audience_io;
 /// The campaign worker: start, materialise, hand off, sweep, finish.
 pub mod campaign;
 /// Command-line flags and `MAILROOM_*` variables.

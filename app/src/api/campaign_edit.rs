@@ -393,7 +393,7 @@ pub async fn campaign_action(
                 "Already approved by {who} at {at}."
             )))
         }
-        Err(e) => return Err(AppError::Conflict(sentence(&e.to_string()))),
+        Err(e) => return Err(AppError::Conflict(super::sentence(&e.to_string()))),
     }
     audit::record(
         &mut tx,
@@ -414,15 +414,4 @@ pub async fn campaign_action(
     .await?;
     tx.commit().await?;
     Ok(format!("Campaign {}.", t.participle()))
-}
-
-/// "cannot pause …" → "Cannot pause ….": a message as a sentence.
-#[cfg(feature = "ssr")]
-fn sentence(s: &str) -> String {
-    let mut c = s.chars();
-    let first = c
-        .next()
-        .map(|f| f.to_uppercase().collect::<String>())
-        .unwrap_or_default();
-    format!("{first}{}.", c.as_str())
 }

@@ -8,7 +8,10 @@ pub mod campaign_test;
 pub mod campaigns;
 pub mod deliveries;
 pub mod digests;
+pub mod lists;
 pub mod overview;
+pub mod subscribers;
+pub mod suppressions;
 
 use serde::{Deserialize, Serialize};
 
@@ -61,6 +64,16 @@ mod server_side {
             captured_dir: None,
             campaign_bin_days: 30.0,
         })
+    }
+
+    /// "cannot pause …" → "Cannot pause ….": a message as a sentence.
+    pub fn sentence(s: &str) -> String {
+        let mut c = s.chars();
+        let first = c
+            .next()
+            .map(|f| f.to_uppercase().collect::<String>())
+            .unwrap_or_default();
+        format!("{first}{}.", c.as_str())
     }
 
     /// The signed-in user of this request, or `NotSignedIn`. The one way server functions learn

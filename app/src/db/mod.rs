@@ -18,7 +18,9 @@ pub mod digest_figures;
 pub mod digests;
 pub mod health;
 pub mod heartbeat;
+pub mod imports;
 pub mod leader;
+pub mod lists;
 pub mod metrics;
 pub mod migrate;
 pub mod orgs;
@@ -27,6 +29,8 @@ pub mod rate_limit;
 pub mod secrets;
 pub mod sends;
 pub mod sessions;
+pub mod subscribers;
+pub mod suppression_admin;
 pub mod users;
 
 pub use sqlx::PgPool;

@@ -1,6 +1,7 @@
 //! Domain types: each invariant of DESIGN.md that can live in a type lives here, parsed once at
 //! the edge. Compiled for the server and the browser alike (no server-only dependencies).
 
+pub mod audience;
 mod backoff;
 mod campaign;
 mod delivery;
@@ -10,6 +11,7 @@ pub mod progress;
 mod role;
 mod week_key;
 
+pub use audience::{CsvColumns, SubscriberStatus};
 pub use backoff::Backoff;
 pub use campaign::{BodyFormat, CampaignContent, CampaignStatus, Transition, TransitionError};
 pub use delivery::{DeliveryCursor, DeliveryKind, DeliveryStatus};

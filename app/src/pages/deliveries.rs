@@ -25,22 +25,15 @@ struct Query {
 impl Query {
     /// This query's URL with another `after` (None: the first page).
     fn href(&self, after: Option<&str>) -> String {
-        let mut parts = Vec::new();
-        for (name, value) in [
-            ("status", self.status.as_str()),
-            ("kind", self.kind.as_str()),
-            ("recipient", self.recipient.as_str()),
-            ("after", after.unwrap_or("")),
-        ] {
-            if !value.is_empty() {
-                parts.push(format!("{name}={}", Url::escape(value)));
-            }
-        }
-        if parts.is_empty() {
-            "/deliveries".into()
-        } else {
-            format!("/deliveries?{}", parts.join("&"))
-        }
+        super::href_with(
+            "/deliveries",
+            &[
+                ("status", &self.status),
+                ("kind", &self.kind),
+                ("recipient", &self.recipient),
+                ("after", after.unwrap_or("")),
+            ],
+        )
     }
 }
 

@@ -1,3 +1,4 @@
+mod audience;
 mod campaign;
 mod campaign_bin;
 mod campaign_editor;
@@ -7,10 +8,14 @@ mod campaigns;
 mod deliveries;
 mod digest_resend;
 mod digests;
+mod import;
 mod layout;
+mod lists;
 mod login;
 mod overview;
 mod placeholder;
+mod subscriber;
+mod suppressions;
 
 use leptos::prelude::*;
 use leptos_meta::{provide_meta_context, MetaTags, Stylesheet, Title};
@@ -38,6 +43,75 @@ fn action_outcome(
         Ok(msg) => view! { <p role="status" data-test=test class="mb-4 rounded bg-green-50 px-3 py-2 text-sm text-green-800">{msg}</p> }.into_any(),
         Err(e) => view! { <p role="alert" data-test=test class="mb-4 rounded bg-red-50 px-3 py-2 text-sm text-red-700">{e.to_string()}</p> }.into_any(),
     })
+}
+
+/// 1234567 → "1,234,567": numbers as people read them.
+fn thousands(n: i64) -> String {
+    let digits = n.unsigned_abs().to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    if n < 0 {
+        format!("-{out}")
+    } else {
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn numbers_are_grouped_by_thousands() {
+        let t = super::thousands;
+        assert_eq!(
+            [t(0), t(999), t(1000), t(1234567), t(-12345)],
+            ["0", "999", "1,000", "1,234,567", "-12,345"]
+        );
+    }
+}
+
+/// `path` with the query parameters that have a value (a GET form's URL, a page link).
+fn href_with(path: &str, params: &[(&str, &str)]) -> String {
+    let parts: Vec<String> = params
+        .iter()
+        .filter(|(_, v)| !v.is_empty())
+        .map(|(k, v)| format!("{k}={}", leptos_router::location::Url::escape(v)))
+        .collect();
+    if parts.is_empty() {
+        path.to_string()
+    } else {
+        format!("{path}?{}", parts.join("&"))
+    }
+}
+
+/// A destructive action behind a confirmation: a `<details>` panel (it opens without
+/// JavaScript) holding the action's form.
+#[component]
+fn Confirm(
+    /// The button that opens the panel.
+    label: &'static str,
+    /// What the panel asks.
+    question: String,
+    test: &'static str,
+    children: Children,
+) -> impl IntoView {
+    let aria = question.clone();
+    view! {
+        <details class="relative inline-block" data-test=test>
+            <summary class="cursor-pointer list-none rounded border border-slate-300 px-2 py-1 text-sm hover:bg-slate-100 dark:border-slate-600 dark:hover:bg-slate-800">
+                {label}
+            </summary>
+            <div role="dialog" aria-label=aria
+                class="absolute right-0 z-10 mt-2 w-80 whitespace-normal rounded-lg border border-slate-200 bg-white p-4 text-sm shadow-lg dark:border-slate-700 dark:bg-slate-900">
+                <p class="mb-3">{question}</p>
+                {children()}
+            </div>
+        </details>
+    }
 }
 
 /// The HTML document around the app (server side).
@@ -81,7 +155,11 @@ pub fn App() -> impl IntoView {
                         <Route path=path!("campaigns/:id/edit") view=campaign_editor::EditorPage ssr=SsrMode::Async/>
                         <Route path=path!("digests") view=digests::DigestsPage ssr=SsrMode::Async/>
                         <Route path=path!("digests/resend") view=digest_resend::ResendPage ssr=SsrMode::Async/>
-                        <Route path=path!("audience") view=|| view! { <placeholder::Placeholder title="Audience" issue=6/> }/>
+                        <Route path=path!("audience") view=audience::SubscribersPage ssr=SsrMode::Async/>
+                        <Route path=path!("audience/subscribers/:id") view=subscriber::SubscriberPage ssr=SsrMode::Async/>
+                        <Route path=path!("audience/lists") view=lists::ListsPage ssr=SsrMode::Async/>
+                        <Route path=path!("audience/imports/:id") view=import::ImportPage ssr=SsrMode::Async/>
+                        <Route path=path!("audience/suppressions") view=suppressions::SuppressionsPage ssr=SsrMode::Async/>
                         // Async: rendered whole on the server, so the filtered list reads without JavaScript.
                         <Route path=path!("deliveries") view=deliveries::DeliveriesPage ssr=SsrMode::Async/>
                         <Route path=path!("deliveries/message") view=deliveries::CapturedPage ssr=SsrMode::Async/>

@@ -2,6 +2,8 @@
 //! database per test copied from a migrated template, the real HTTP router on a real socket, and
 //! the real `mailroom` binary for process-level behaviour (signals, embedded cluster, bad input).
 
+mod audience;
+mod audience_import;
 mod campaign_processes;
 mod campaign_test_send;
 mod campaign_workflow;

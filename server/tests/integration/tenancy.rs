@@ -13,6 +13,10 @@ struct Objects {
     campaign: String,
     job: String,
     user: String,
+    subscriber: String,
+    list: String,
+    import: String,
+    suppressed: String,
 }
 
 /// How an endpoint is checked.
@@ -43,7 +47,10 @@ fn case(endpoint: &str) -> Option<Case> {
         | "digests"
         | "digest_preview"
         | "digest_resend_dialog"
-        | "campaign_bin" => Case::Scoped(vec![]),
+        | "campaign_bin"
+        | "subscribers"
+        | "lists"
+        | "suppressions" => Case::Scoped(vec![]),
         "campaign_detail" | "campaign_sheet" => Case::Object {
             args: id,
             acts: false,
@@ -93,6 +100,43 @@ fn case(endpoint: &str) -> Option<Case> {
             },
             acts: true,
         },
+        "subscriber" => Case::Object {
+            args: |o| vec![("id", o.subscriber.clone())],
+            acts: false,
+        },
+        "import_status" => Case::Object {
+            args: |o| vec![("id", o.import.clone())],
+            acts: false,
+        },
+        "save_subscriber" => Case::Object {
+            args: |o| {
+                vec![
+                    ("id", o.subscriber.clone()),
+                    ("name", "Taken over".into()),
+                    ("status", "blocklisted".into()),
+                ]
+            },
+            acts: true,
+        },
+        "remove_subscriber" | "erase_subscriber" => Case::Object {
+            args: |o| vec![("id", o.subscriber.clone())],
+            acts: true,
+        },
+        "rename_list" => Case::Object {
+            args: |o| vec![("id", o.list.clone()), ("name", "Taken over".into())],
+            acts: true,
+        },
+        "delete_list" => Case::Object {
+            args: |o| vec![("id", o.list.clone())],
+            acts: true,
+        },
+        "remove_suppression" => Case::Object {
+            args: |o| vec![("email", o.suppressed.clone())],
+            acts: true,
+        },
+        "add_subscriber" => Case::ActsOnOwnOrg(vec![("email", "new@example.org".into())]),
+        "create_list" => Case::ActsOnOwnOrg(vec![("name", "Mine".into())]),
+        "add_suppressions" => Case::ActsOnOwnOrg(vec![("addresses", "x@example.org".into())]),
         "digest_opt_in" => Case::Object {
             args: |o| vec![("user_id", o.user.clone()), ("enabled", "false".into())],
             acts: true,
@@ -106,6 +150,50 @@ fn case(endpoint: &str) -> Option<Case> {
         "digest_resend" => Case::ActsOnOwnOrg(vec![("key", "1".into())]),
         _ => return None,
     })
+}
+
+/// A digest of an org's campaigns, subscribers, lists, memberships and suppressions.
+const ORG_ROWS: &str = "select md5(concat_ws('|',
+        (select string_agg(c::text, ',' order by c.id) from campaigns c where c.org_id = $1),
+        (select string_agg(s::text, ',' order by s.id) from subscribers s where s.org_id = $1),
+        (select string_agg(l::text, ',' order by l.id) from lists l where l.org_id = $1),
+        (select string_agg(m::text, ',' order by m.list_id, m.subscriber_id) from list_members m where m.org_id = $1),
+        (select string_agg(x::text, ',' order by x.email_lower) from suppressions x where x.org_id = $1)))";
+
+/// An org's subscriber (on a list), list, import and suppressed address, named by `marker`.
+async fn audience_objects(
+    pool: &sqlx::PgPool,
+    org: i64,
+    user: i64,
+    marker: &str,
+) -> (String, String, String, String) {
+    use app::db::{audience, imports};
+    use app::domain::EmailAddress;
+    let mut tx = pool.begin().await.unwrap();
+    let list = audience::create_list(&mut tx, org, &format!("{marker} list"))
+        .await
+        .unwrap();
+    let email = EmailAddress::parse(&format!("{marker}-person@example.org")).unwrap();
+    let ids = audience::insert_subscribers(&mut tx, org, &[(email, format!("{marker} person"))])
+        .await
+        .unwrap();
+    audience::add_members(&mut tx, org, list, &ids)
+        .await
+        .unwrap();
+    let suppressed = EmailAddress::parse(&format!("{marker}-gone@example.org")).unwrap();
+    audience::suppress(&mut tx, org, &suppressed, "manual", marker)
+        .await
+        .unwrap();
+    let import = imports::start(&mut tx, org, list, user, &format!("{marker}.csv"))
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    (
+        ids[0].to_string(),
+        list.to_string(),
+        import.to_string(),
+        suppressed.lower().to_string(),
+    )
 }
 
 async fn call(
@@ -138,10 +226,16 @@ async fn every_server_function_keeps_to_the_signed_in_org_and_viewers_cannot_act
             .execute(&pool)
             .await
             .unwrap();
+        let (subscriber, list, import, suppressed) =
+            audience_objects(&pool, org, author, marker).await;
         objects.push(Objects {
             campaign: campaign.to_string(),
             job: jobs[0].clone(),
             user: author.to_string(),
+            subscriber,
+            list,
+            import,
+            suppressed,
         });
     }
     let (ours, theirs) = (&objects[0], &objects[1]);
@@ -150,13 +244,11 @@ async fn every_server_function_keeps_to_the_signed_in_org_and_viewers_cannot_act
     app.login(&owner, &a[0].1, &a[0].2).await;
     let viewer = client(&app);
     app.login(&viewer, &a[1].1, &a[1].2).await;
-    let before: String = sqlx::query_scalar(
-        "select md5(string_agg(c::text, ',' order by c.id)) from campaigns c where c.org_id = $1",
-    )
-    .bind(org_b)
-    .fetch_one(&pool)
-    .await
-    .unwrap();
+    let before: String = sqlx::query_scalar(ORG_ROWS)
+        .bind(org_b)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
 
     let mut endpoints: Vec<String> = leptos::server_fn::axum::server_fn_paths()
         .map(|(path, _)| path.trim_start_matches("/api/").to_string())
@@ -208,14 +300,12 @@ async fn every_server_function_keeps_to_the_signed_in_org_and_viewers_cannot_act
         checked.push(endpoint.as_str());
     }
     // Org B's rows are as they were.
-    let after: String = sqlx::query_scalar(
-        "select md5(string_agg(c::text, ',' order by c.id)) from campaigns c where c.org_id = $1",
-    )
-    .bind(org_b)
-    .fetch_one(&pool)
-    .await
-    .unwrap();
-    assert_eq!(before, after, "org B's campaigns changed");
+    let after: String = sqlx::query_scalar(ORG_ROWS)
+        .bind(org_b)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(before, after, "org B's campaigns or audience changed");
     let b_delivery: String = sqlx::query_scalar("select status from deliveries where job_id = $1")
         .bind(&theirs.job)
         .fetch_one(&pool)

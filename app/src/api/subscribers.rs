@@ -1,0 +1,353 @@
+//! The Audience page's subscribers: a keyset-paginated list with search by address, status and
+//! list; one subscriber with their lists and history; add, edit, remove, and erase personal
+//! data. Scoped to the signed-in user's org; admins act, viewers read; every change audited.
+
+use leptos::prelude::*;
+use serde::{Deserialize, Serialize};
+
+use crate::error::AppError;
+
+/// Rows per page of the list.
+pub const PAGE_SIZE: i64 = 50;
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SubscriberRow {
+    pub id: i64,
+    pub email: String,
+    pub name: String,
+    pub status: String,
+    pub erased: bool,
+    /// The suppression's reason, when the address is suppressed.
+    pub suppressed: Option<String>,
+    pub lists: i64,
+    pub created: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ListOption {
+    pub id: i64,
+    pub name: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SubscriberPage {
+    pub rows: Vec<SubscriberRow>,
+    /// The `before` of the next page, when there is one.
+    pub next: Option<i64>,
+    /// The org's lists, for the filter and the add form.
+    pub lists: Vec<ListOption>,
+    pub can_act: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Reached {
+    pub campaign_id: i64,
+    pub campaign: String,
+    pub status: String,
+    pub detail: Option<String>,
+    pub at: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SubscriberDetail {
+    pub id: i64,
+    pub email: String,
+    pub name: String,
+    pub status: String,
+    /// When their personal data was erased.
+    pub erased: Option<String>,
+    pub created: String,
+    /// (reason, source, when), when the address is suppressed.
+    pub suppression: Option<(String, String, String)>,
+    /// Every list of the org, checked where they are a member.
+    pub lists: Vec<(ListOption, bool)>,
+    pub history: Vec<Reached>,
+    pub can_act: bool,
+}
+
+/// How many campaigns a subscriber's history shows.
+pub const HISTORY_SHOWN: i64 = 100;
+
+#[server(endpoint = "subscribers")]
+pub async fn subscribers(
+    q: Option<String>,
+    status: Option<String>,
+    list: Option<String>,
+    before: Option<String>,
+) -> Result<SubscriberPage, AppError> {
+    use crate::db::{
+        lists,
+        subscribers::{self, Filter},
+    };
+    use crate::domain::SubscriberStatus;
+    let (me, pool) = super::signed_in().await?;
+    let given = |v: Option<String>| v.map(|s| s.trim().to_owned()).filter(|s| !s.is_empty());
+    let search = given(q).map(|s| s.to_lowercase());
+    let status = given(status)
+        .map(|s| s.parse::<SubscriberStatus>())
+        .transpose()
+        .map_err(AppError::Invalid)?;
+    let number = |v: Option<String>, what: &str| {
+        given(v)
+            .map(|s| s.parse::<i64>())
+            .transpose()
+            .map_err(|_| AppError::Invalid(format!("The {what} is not a number.")))
+    };
+    let list_id = number(list, "list")?;
+    let before = number(before, "page")?;
+    let mut conn = pool.acquire().await?;
+    let filter = Filter {
+        search: search.as_deref(),
+        status: status.map(|s| s.as_str()),
+        list_id,
+        before,
+    };
+    let (rows, next) = subscribers::page(&mut conn, me.org_id, &filter, PAGE_SIZE).await?;
+    let lists = lists::all(&mut conn, me.org_id)
+        .await?
+        .into_iter()
+        .map(|l| ListOption {
+            id: l.id,
+            name: l.name,
+        })
+        .collect();
+    Ok(SubscriberPage {
+        rows: rows
+            .into_iter()
+            .map(|r| SubscriberRow {
+                id: r.id,
+                email: r.email,
+                name: r.name,
+                status: r.status,
+                erased: r.erased,
+                suppressed: r.suppressed,
+                lists: r.lists,
+                created: r.created,
+            })
+            .collect(),
+        next,
+        lists,
+        can_act: me.role.can_act(),
+    })
+}
+
+#[server(endpoint = "subscriber")]
+pub async fn subscriber(id: i64) -> Result<SubscriberDetail, AppError> {
+    use crate::db::{lists, subscribers};
+    let (me, pool) = super::signed_in().await?;
+    let mut conn = pool.acquire().await?;
+    let d = subscribers::detail(&mut conn, me.org_id, id)
+        .await?
+        .ok_or(AppError::NotFound)?;
+    let lists = lists::all(&mut conn, me.org_id)
+        .await?
+        .into_iter()
+        .map(|l| {
+            let member = d.list_ids.contains(&l.id);
+            (
+                ListOption {
+                    id: l.id,
+                    name: l.name,
+                },
+                member,
+            )
+        })
+        .collect();
+    let history = subscribers::history(&mut conn, me.org_id, id, HISTORY_SHOWN)
+        .await?
+        .into_iter()
+        .map(|h| Reached {
+            campaign_id: h.campaign_id,
+            campaign: h.campaign,
+            status: h.status,
+            detail: h.detail,
+            at: h.at,
+        })
+        .collect();
+    let suppression = match (d.suppression, d.suppression_source, d.suppressed_at) {
+        (Some(reason), source, Some(at)) => Some((reason, source.unwrap_or_default(), at)),
+        _ => None,
+    };
+    Ok(SubscriberDetail {
+        id: d.id,
+        email: d.email,
+        name: d.name,
+        status: d.status,
+        erased: d.erased,
+        created: d.created,
+        suppression,
+        lists,
+        history,
+        can_act: me.role.can_act(),
+    })
+}
+
+/// Adds a subscriber (confirmed) to the chosen lists; the browser goes on to their page.
+#[server(endpoint = "add_subscriber")]
+pub async fn add_subscriber(
+    email: String,
+    #[server(default)] name: String,
+    #[server(default)] lists: Vec<i64>,
+) -> Result<i64, AppError> {
+    use crate::db::{audit, subscribers};
+    use crate::domain::{audience::person_name, EmailAddress};
+    let (me, pool) = super::signed_in().await?;
+    if !me.role.can_act() {
+        return Err(AppError::Forbidden);
+    }
+    let email = EmailAddress::parse(&email)
+        .map_err(|e| AppError::Invalid(super::sentence(&e.to_string())))?;
+    let name = person_name(&name).map_err(AppError::Invalid)?;
+    let mut tx = pool.begin().await?;
+    let id = subscribers::add(&mut tx, me.org_id, &email, &name)
+        .await?
+        .ok_or_else(|| {
+            AppError::Conflict(format!("{} is a subscriber already.", email.as_str()))
+        })?;
+    subscribers::set_lists(&mut tx, me.org_id, id, &lists).await?;
+    audit::record(
+        &mut tx,
+        audit::Entry {
+            org_id: me.org_id,
+            actor_id: Some(me.user_id),
+            action: "subscriber.add",
+            object_type: "subscriber",
+            object_id: Some(id.to_string()),
+            before: None,
+            after: Some(
+                serde_json::json!({ "email": email.as_str(), "name": name, "lists": lists }),
+            ),
+        },
+    )
+    .await?;
+    tx.commit().await?;
+    leptos_axum::redirect(&format!("/audience/subscribers/{id}"));
+    Ok(id)
+}
+
+#[server(endpoint = "save_subscriber")]
+pub async fn save_subscriber(
+    id: i64,
+    #[server(default)] name: String,
+    status: String,
+    #[server(default)] lists: Vec<i64>,
+) -> Result<String, AppError> {
+    use crate::db::{audit, subscribers};
+    use crate::domain::{audience::person_name, SubscriberStatus};
+    let (me, pool) = super::signed_in().await?;
+    if !me.role.can_act() {
+        return Err(AppError::Forbidden);
+    }
+    let name = person_name(&name).map_err(AppError::Invalid)?;
+    let status: SubscriberStatus = status.parse().map_err(AppError::Invalid)?;
+    let mut tx = pool.begin().await?;
+    let before = subscribers::detail(&mut tx, me.org_id, id)
+        .await?
+        .ok_or(AppError::NotFound)?;
+    if before.erased.is_some() {
+        return Err(AppError::Conflict(
+            "This subscriber's personal data was erased: there is nothing left to edit.".into(),
+        ));
+    }
+    subscribers::update(&mut tx, me.org_id, id, &name, status.as_str(), &lists).await?;
+    audit::record(
+        &mut tx,
+        audit::Entry {
+            org_id: me.org_id,
+            actor_id: Some(me.user_id),
+            action: "subscriber.edit",
+            object_type: "subscriber",
+            object_id: Some(id.to_string()),
+            before: Some(serde_json::json!({
+                "name": before.name, "status": before.status, "lists": before.list_ids,
+            })),
+            after: Some(
+                serde_json::json!({ "name": name, "status": status.as_str(), "lists": lists }),
+            ),
+        },
+    )
+    .await?;
+    tx.commit().await?;
+    Ok("Saved.".into())
+}
+
+/// Deletes a subscriber nobody has mailed yet; one with a history must be erased instead.
+#[server(endpoint = "remove_subscriber")]
+pub async fn remove_subscriber(id: i64) -> Result<String, AppError> {
+    use crate::db::audit;
+    use crate::db::subscribers::{self, Removal};
+    let (me, pool) = super::signed_in().await?;
+    if !me.role.can_act() {
+        return Err(AppError::Forbidden);
+    }
+    let mut tx = pool.begin().await?;
+    let before = subscribers::detail(&mut tx, me.org_id, id)
+        .await?
+        .ok_or(AppError::NotFound)?;
+    match subscribers::remove(&mut tx, me.org_id, id).await? {
+        Removal::Removed => {}
+        Removal::NotFound => return Err(AppError::NotFound),
+        Removal::HasHistory => {
+            return Err(AppError::Conflict(
+                "Campaigns have been sent to this subscriber, and their history keeps them: erase their personal data instead.".into(),
+            ))
+        }
+    }
+    audit::record(
+        &mut tx,
+        audit::Entry {
+            org_id: me.org_id,
+            actor_id: Some(me.user_id),
+            action: "subscriber.remove",
+            object_type: "subscriber",
+            object_id: Some(id.to_string()),
+            before: Some(serde_json::json!({ "email": before.email, "name": before.name })),
+            after: None,
+        },
+    )
+    .await?;
+    tx.commit().await?;
+    leptos_axum::redirect("/audience");
+    Ok(format!("{} was removed.", before.email))
+}
+
+/// Erases a subscriber's personal data (and that of every other spelling of the same address);
+/// the address stays suppressed so it is never mailed again. The audit entry does not repeat
+/// the address.
+#[server(endpoint = "erase_subscriber")]
+pub async fn erase_subscriber(id: i64) -> Result<String, AppError> {
+    use crate::db::{audit, subscribers};
+    let (me, pool) = super::signed_in().await?;
+    if !me.role.can_act() {
+        return Err(AppError::Forbidden);
+    }
+    let mut tx = pool.begin().await?;
+    if subscribers::detail(&mut tx, me.org_id, id).await?.is_none() {
+        return Err(AppError::NotFound);
+    }
+    let (erased, rows) = subscribers::erase(&mut tx, me.org_id, id)
+        .await?
+        .ok_or_else(|| AppError::Conflict("This subscriber was erased already.".into()))?;
+    audit::record(
+        &mut tx,
+        audit::Entry {
+            org_id: me.org_id,
+            actor_id: Some(me.user_id),
+            action: "subscriber.erase",
+            object_type: "subscriber",
+            object_id: Some(id.to_string()),
+            before: None,
+            after: Some(serde_json::json!({ "erased": true, "subscribers": rows })),
+        },
+    )
+    .await?;
+    tx.commit().await?;
+    let variants = if rows > 1 {
+        format!(" (with {} other spellings of the address)", rows - 1)
+    } else {
+        String::new()
+    };
+    Ok(format!(
+        "{erased}'s personal data was erased{variants}; the address stays suppressed."
+    ))
+}

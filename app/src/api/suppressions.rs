@@ -1,0 +1,146 @@
+//! The Audience page's suppression list: search; add one address or many (pasted, one per
+//! line or comma-separated); remove with confirmation. A suppression takes effect for campaigns
+//! already sending: the delivery worker re-checks it when it claims each message.
+
+use leptos::prelude::*;
+use serde::{Deserialize, Serialize};
+
+use crate::error::AppError;
+
+pub const PAGE_SIZE: i64 = 50;
+/// The most addresses one "add" takes.
+pub const MAX_ADDED: usize = 1000;
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SuppressionRow {
+    pub email: String,
+    pub reason: String,
+    pub source: String,
+    pub created: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SuppressionPage {
+    pub rows: Vec<SuppressionRow>,
+    pub next: Option<String>,
+    pub can_act: bool,
+}
+
+#[server(endpoint = "suppressions")]
+pub async fn suppressions(
+    q: Option<String>,
+    after: Option<String>,
+) -> Result<SuppressionPage, AppError> {
+    let (me, pool) = super::signed_in().await?;
+    let search = q.map(|s| s.trim().to_lowercase()).filter(|s| !s.is_empty());
+    let after = after.filter(|s| !s.is_empty());
+    let cursor = match &after {
+        Some(c) => Some(
+            c.split_once('|')
+                .filter(|(at, _)| {
+                    chrono::NaiveDateTime::parse_from_str(at, "%Y-%m-%dT%H:%M:%S%.f").is_ok()
+                })
+                .ok_or_else(|| AppError::Invalid("The page link is not valid.".into()))?,
+        ),
+        None => None,
+    };
+    let mut conn = pool.acquire().await?;
+    let (rows, next) = crate::db::suppression_admin::page(
+        &mut conn,
+        me.org_id,
+        search.as_deref(),
+        cursor,
+        PAGE_SIZE,
+    )
+    .await?;
+    Ok(SuppressionPage {
+        rows: rows
+            .into_iter()
+            .map(|r| SuppressionRow {
+                email: r.email,
+                reason: r.reason,
+                source: r.source,
+                created: r.created,
+            })
+            .collect(),
+        next,
+        can_act: me.role.can_act(),
+    })
+}
+
+/// Suppresses the addresses given (reason `manual`, source: who added them). An address
+/// suppressed already keeps its reason.
+#[server(endpoint = "add_suppressions")]
+pub async fn add_suppressions(addresses: String) -> Result<String, AppError> {
+    use crate::db::{audience, audit};
+    use crate::domain::EmailAddress;
+    let (me, pool) = super::signed_in().await?;
+    if !me.role.can_act() {
+        return Err(AppError::Forbidden);
+    }
+    let list = EmailAddress::parse_list(&addresses, MAX_ADDED).map_err(AppError::Invalid)?;
+    let mut tx = pool.begin().await?;
+    let mut added = Vec::new();
+    for a in &list {
+        if audience::suppress(
+            &mut tx,
+            me.org_id,
+            a,
+            "manual",
+            &format!("added by {}", me.email),
+        )
+        .await?
+        {
+            added.push(a.lower());
+        }
+    }
+    if !added.is_empty() {
+        audit::record(
+            &mut tx,
+            audit::Entry {
+                org_id: me.org_id,
+                actor_id: Some(me.user_id),
+                action: "suppression.add",
+                object_type: "suppression",
+                object_id: None,
+                before: None,
+                after: Some(serde_json::json!({ "addresses": added })),
+            },
+        )
+        .await?;
+    }
+    tx.commit().await?;
+    Ok(match (added.len(), list.len() - added.len()) {
+        (n, 0) => format!("{n} suppressed."),
+        (n, k) => format!("{n} suppressed; {k} already were."),
+    })
+}
+
+#[server(endpoint = "remove_suppression")]
+pub async fn remove_suppression(email: String) -> Result<String, AppError> {
+    use crate::db::{audit, suppression_admin};
+    let (me, pool) = super::signed_in().await?;
+    if !me.role.can_act() {
+        return Err(AppError::Forbidden);
+    }
+    let lower = email.trim().to_lowercase();
+    let mut tx = pool.begin().await?;
+    let reason = suppression_admin::remove(&mut tx, me.org_id, &lower)
+        .await?
+        .ok_or(AppError::NotFound)?;
+    audit::record(
+        &mut tx,
+        audit::Entry {
+            org_id: me.org_id,
+            actor_id: Some(me.user_id),
+            action: "suppression.remove",
+            object_type: "suppression",
+            object_id: Some(lower.clone()),
+            before: Some(serde_json::json!({ "reason": reason })),
+            after: None,
+        },
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(format!("{lower} may be mailed again."))
+}

@@ -1,0 +1,331 @@
+//! An org's subscribers as the Audience pages see them: a keyset-paginated list with search,
+//! one subscriber with their lists and history, and the admin's changes (add, edit, remove,
+//! erase). Every statement is scoped by the org.
+
+use sqlx::PgConnection;
+
+use crate::domain::EmailAddress;
+
+#[derive(sqlx::FromRow, Debug, Clone)]
+pub struct Row {
+    pub id: i64,
+    pub email: String,
+    pub name: String,
+    pub status: String,
+    pub erased: bool,
+    pub suppressed: Option<String>,
+    pub lists: i64,
+    pub created: String,
+}
+
+pub struct Filter<'a> {
+    /// Part of the address, lower case.
+    pub search: Option<&'a str>,
+    pub status: Option<&'a str>,
+    pub list_id: Option<i64>,
+    /// Ids below this one (the keyset of the previous page).
+    pub before: Option<i64>,
+}
+
+/// One page, newest first; the second value is the `before` of the next page.
+pub async fn page(
+    conn: &mut PgConnection,
+    org_id: i64,
+    f: &Filter<'_>,
+    limit: i64,
+) -> sqlx::Result<(Vec<Row>, Option<i64>)> {
+    let mut rows: Vec<Row> = sqlx::query_as(
+        "select s.id, s.email, s.name, s.status, s.erased_at is not null as erased,
+                (select x.reason from suppressions x where x.org_id = s.org_id and x.email_lower = s.email_lower) as suppressed,
+                (select count(*) from list_members m where m.subscriber_id = s.id) as lists,
+                to_char(s.created_at at time zone o.timezone, 'YYYY-MM-DD HH24:MI') as created
+         from subscribers s join orgs o on o.id = s.org_id
+         where s.org_id = $1
+           and ($2::text is null or strpos(s.email_lower, $2) > 0)
+           and ($3::text is null or s.status = $3)
+           and ($4::bigint is null or exists (select 1 from list_members m
+                where m.list_id = $4 and m.subscriber_id = s.id and m.org_id = s.org_id))
+           and ($5::bigint is null or s.id < $5)
+         order by s.id desc
+         limit $6",
+    )
+    .bind(org_id)
+    .bind(f.search)
+    .bind(f.status)
+    .bind(f.list_id)
+    .bind(f.before)
+    .bind(limit + 1)
+    .fetch_all(conn)
+    .await?;
+    let more = rows.len() as i64 > limit;
+    rows.truncate(limit as usize);
+    let next = if more {
+        rows.last().map(|r| r.id)
+    } else {
+        None
+    };
+    Ok((rows, next))
+}
+
+#[derive(sqlx::FromRow, Debug, Clone)]
+pub struct Detail {
+    pub id: i64,
+    pub email: String,
+    pub name: String,
+    pub status: String,
+    pub erased: Option<String>,
+    pub created: String,
+    pub suppression: Option<String>,
+    pub suppression_source: Option<String>,
+    pub suppressed_at: Option<String>,
+    pub list_ids: Vec<i64>,
+}
+
+pub async fn detail(conn: &mut PgConnection, org_id: i64, id: i64) -> sqlx::Result<Option<Detail>> {
+    sqlx::query_as(
+        "select s.id, s.email, s.name, s.status,
+                to_char(s.erased_at at time zone o.timezone, 'YYYY-MM-DD HH24:MI') as erased,
+                to_char(s.created_at at time zone o.timezone, 'YYYY-MM-DD HH24:MI') as created,
+                x.reason as suppression, x.source as suppression_source,
+                to_char(x.created_at at time zone o.timezone, 'YYYY-MM-DD HH24:MI') as suppressed_at,
+                coalesce((select array_agg(m.list_id order by m.list_id) from list_members m
+                          where m.subscriber_id = s.id and m.org_id = s.org_id), '{}') as list_ids
+         from subscribers s join orgs o on o.id = s.org_id
+         left join suppressions x on x.org_id = s.org_id and x.email_lower = s.email_lower
+         where s.org_id = $1 and s.id = $2",
+    )
+    .bind(org_id)
+    .bind(id)
+    .fetch_optional(conn)
+    .await
+}
+
+/// Which campaigns reached (or tried to reach) a subscriber, and how: newest first.
+#[derive(sqlx::FromRow, Debug, Clone)]
+pub struct Reached {
+    pub campaign_id: i64,
+    pub campaign: String,
+    /// The delivery's state, or the send's when it never became a delivery.
+    pub status: String,
+    pub detail: Option<String>,
+    pub at: String,
+}
+
+pub async fn history(
+    conn: &mut PgConnection,
+    org_id: i64,
+    id: i64,
+    limit: i64,
+) -> sqlx::Result<Vec<Reached>> {
+    sqlx::query_as(
+        "select c.id as campaign_id, c.name as campaign,
+                coalesce(d.status, s.status) as status,
+                coalesce(d.smtp_reply, d.last_error) as detail,
+                to_char(coalesce(d.updated_at, s.updated_at) at time zone o.timezone, 'YYYY-MM-DD HH24:MI') as at
+         from sends s
+         join campaigns c on c.org_id = s.org_id and c.id = s.campaign_id
+         join orgs o on o.id = s.org_id
+         left join deliveries d on d.job_id = s.job_id
+         where s.org_id = $1 and s.subscriber_id = $2
+         order by s.id desc
+         limit $3",
+    )
+    .bind(org_id)
+    .bind(id)
+    .bind(limit)
+    .fetch_all(conn)
+    .await
+}
+
+/// Adds one subscriber; `None` when the address is there already (same spelling).
+pub async fn add(
+    conn: &mut PgConnection,
+    org_id: i64,
+    email: &EmailAddress,
+    name: &str,
+) -> sqlx::Result<Option<i64>> {
+    sqlx::query_scalar(
+        "insert into subscribers (org_id, email, email_lower, name) values ($1, $2, $3, $4)
+         on conflict (org_id, email) do nothing returning id",
+    )
+    .bind(org_id)
+    .bind(email.as_str())
+    .bind(email.lower())
+    .bind(name)
+    .fetch_optional(conn)
+    .await
+}
+
+/// Changes a subscriber's name and status and sets their lists to exactly `list_ids` (each
+/// of the org's). False when no such subscriber (or one that was erased).
+pub async fn update(
+    conn: &mut PgConnection,
+    org_id: i64,
+    id: i64,
+    name: &str,
+    status: &str,
+    list_ids: &[i64],
+) -> sqlx::Result<bool> {
+    let found = sqlx::query(
+        "update subscribers set name = $3, status = $4
+         where org_id = $1 and id = $2 and erased_at is null",
+    )
+    .bind(org_id)
+    .bind(id)
+    .bind(name)
+    .bind(status)
+    .execute(&mut *conn)
+    .await?
+    .rows_affected()
+        == 1;
+    if found {
+        set_lists(conn, org_id, id, list_ids).await?;
+    }
+    Ok(found)
+}
+
+/// Sets a subscriber's memberships to exactly `list_ids`; lists of other orgs are ignored.
+pub async fn set_lists(
+    conn: &mut PgConnection,
+    org_id: i64,
+    id: i64,
+    list_ids: &[i64],
+) -> sqlx::Result<()> {
+    sqlx::query(
+        "with gone as (delete from list_members where org_id = $1 and subscriber_id = $2
+                       and not (list_id = any($3)))
+         insert into list_members (org_id, list_id, subscriber_id)
+         select $1, l.id, $2 from lists l where l.org_id = $1 and l.id = any($3)
+         on conflict do nothing",
+    )
+    .bind(org_id)
+    .bind(id)
+    .bind(list_ids)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+pub enum Removal {
+    Removed,
+    NotFound,
+    /// Campaigns reached them: their history keeps the row (erase the personal data instead).
+    HasHistory,
+}
+
+pub async fn remove(conn: &mut PgConnection, org_id: i64, id: i64) -> sqlx::Result<Removal> {
+    let row: Option<(bool,)> = sqlx::query_as(
+        "select exists (select 1 from sends where org_id = $1 and subscriber_id = $2)
+             or exists (select 1 from deliveries where org_id = $1 and subscriber_id = $2)
+         from subscribers where org_id = $1 and id = $2 for update",
+    )
+    .bind(org_id)
+    .bind(id)
+    .fetch_optional(&mut *conn)
+    .await?;
+    match row {
+        None => Ok(Removal::NotFound),
+        Some((true,)) => Ok(Removal::HasHistory),
+        Some((false,)) => {
+            sqlx::query("delete from subscribers where org_id = $1 and id = $2")
+                .bind(org_id)
+                .bind(id)
+                .execute(conn)
+                .await?;
+            Ok(Removal::Removed)
+        }
+    }
+}
+
+/// Erases the personal data of a subscriber's address: in every subscriber of the org with
+/// that address (case variants are the same person), their sends and every delivery to it, the
+/// address becomes a hash; names and attributes go, memberships end. The address stays
+/// suppressed (a suppression is written if there was none), so it is never mailed again; the
+/// hash is suppressed too, so a send or delivery still queued for them is suppressed when it is
+/// claimed, and counted as such, like any other. Returns the address and how many subscriber
+/// rows were erased, or `None` when there is no such subscriber or it was erased already.
+pub async fn erase(
+    conn: &mut PgConnection,
+    org_id: i64,
+    id: i64,
+) -> sqlx::Result<Option<(String, i64)>> {
+    let found: Option<(String, String)> = sqlx::query_as(
+        "select email, email_lower from subscribers
+         where org_id = $1 and id = $2 and erased_at is null for update",
+    )
+    .bind(org_id)
+    .bind(id)
+    .fetch_optional(&mut *conn)
+    .await?;
+    let Some((email, lower)) = found else {
+        return Ok(None);
+    };
+    let erased: i64 = sqlx::query_scalar(
+        "with hashed as (select 'erased-' || encode(sha256(convert_to($2, 'UTF8')), 'hex') as h),
+         kept as (
+             insert into suppressions (org_id, email_lower, reason, source)
+             select $1, $2, 'manual', 'erasure' union all
+             select $1, h, 'manual', 'erasure' from hashed
+             on conflict (org_id, email_lower) do nothing
+         ),
+         members as (
+             delete from list_members m using subscribers s
+             where m.org_id = $1 and s.org_id = $1 and m.subscriber_id = s.id and s.email_lower = $2
+         ),
+         sent as (update sends set email_lower = (select h from hashed) where org_id = $1 and email_lower = $2),
+         mailed as (
+             update deliveries set recipient = (select h from hashed), email_lower = (select h from hashed),
+                                   smtp_reply = null, last_error = null
+             where org_id = $1 and email_lower = $2
+         ),
+         people as (
+             update subscribers
+             set email = 'erased-' || encode(sha256(convert_to(email, 'UTF8')), 'hex'),
+                 email_lower = (select h from hashed),
+                 name = '', attributes = '{}', status = 'blocklisted', erased_at = now()
+             where org_id = $1 and email_lower = $2 and erased_at is null
+             returning 1
+         )
+         select count(*) from people",
+    )
+    .bind(org_id)
+    .bind(&lower)
+    .fetch_one(conn)
+    .await?;
+    Ok(Some((email, erased)))
+}
+
+#[derive(sqlx::FromRow, Debug, Clone)]
+pub struct Exported {
+    pub id: i64,
+    pub email: String,
+    pub name: String,
+    pub status: String,
+    pub created: String,
+}
+
+/// The next batch of an export, by id (erased subscribers are left out): all the org's
+/// subscribers, or one list's members.
+pub async fn export_batch(
+    conn: &mut PgConnection,
+    org_id: i64,
+    list_id: Option<i64>,
+    after: i64,
+    limit: i64,
+) -> sqlx::Result<Vec<Exported>> {
+    sqlx::query_as(
+        "select s.id, s.email, s.name, s.status,
+                to_char(s.created_at at time zone 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"') as created
+         from subscribers s
+         where s.org_id = $1 and s.id > $3 and s.erased_at is null
+           and ($2::bigint is null or exists (select 1 from list_members m
+                where m.list_id = $2 and m.subscriber_id = s.id and m.org_id = s.org_id))
+         order by s.id limit $4",
+    )
+    .bind(org_id)
+    .bind(list_id)
+    .bind(after)
+    .bind(limit)
+    .fetch_all(conn)
+    .await
+}

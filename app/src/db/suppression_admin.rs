@@ -1,0 +1,69 @@
+//! The org's suppression list as admins see it: search, add, remove. Writing an opt-out from
+//! mail (unsubscribe, bounce) is `audience::suppress`; this is the manual side.
+
+use sqlx::PgConnection;
+
+#[derive(sqlx::FromRow, Debug, Clone)]
+pub struct Row {
+    pub email: String,
+    pub reason: String,
+    pub source: String,
+    pub created: String,
+    /// Keyset of this row: `<created_at, UTC, to the µs>|<email>`.
+    pub cursor: String,
+}
+
+/// One page, newest first; the second value is the cursor of the next page.
+pub async fn page(
+    conn: &mut PgConnection,
+    org_id: i64,
+    search: Option<&str>,
+    after: Option<(&str, &str)>,
+    limit: i64,
+) -> sqlx::Result<(Vec<Row>, Option<String>)> {
+    let (after_at, after_email) = after.unzip();
+    let mut rows: Vec<Row> = sqlx::query_as(
+        "select x.email_lower as email, x.reason, x.source,
+                to_char(x.created_at at time zone o.timezone, 'YYYY-MM-DD HH24:MI') as created,
+                to_char(x.created_at at time zone 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US') || '|' || x.email_lower as cursor
+         from suppressions x join orgs o on o.id = x.org_id
+         where x.org_id = $1
+           and ($2::text is null or strpos(x.email_lower, $2) > 0)
+           and x.email_lower not like 'erased-%'
+           and ($3::timestamp is null
+                or (x.created_at, x.email_lower) < ($3::timestamp at time zone 'UTC', $4::text))
+         order by x.created_at desc, x.email_lower desc
+         limit $5",
+    )
+    .bind(org_id)
+    .bind(search)
+    .bind(after_at)
+    .bind(after_email)
+    .bind(limit + 1)
+    .fetch_all(conn)
+    .await?;
+    let more = rows.len() as i64 > limit;
+    rows.truncate(limit as usize);
+    let next = if more {
+        rows.last().map(|r| r.cursor.clone())
+    } else {
+        None
+    };
+    Ok((rows, next))
+}
+
+/// Removes a suppression: the address may be mailed again. Returns its reason, or `None` when
+/// it was not suppressed.
+pub async fn remove(
+    conn: &mut PgConnection,
+    org_id: i64,
+    email_lower: &str,
+) -> sqlx::Result<Option<String>> {
+    sqlx::query_scalar(
+        "delete from suppressions where org_id = $1 and email_lower = $2 returning reason",
+    )
+    .bind(org_id)
+    .bind(email_lower)
+    .fetch_optional(conn)
+    .await
+}

@@ -1,0 +1,218 @@
+//! The rules of an org's audience: subscriber statuses, names of people and lists, and how one
+//! row of an imported CSV file is checked. Kept free of the CSV parser so the browser build
+//! shares them.
+
+use serde::{Deserialize, Serialize};
+use std::collections::HashSet;
+use std::fmt;
+use std::str::FromStr;
+
+use super::EmailAddress;
+
+/// Stored as text (`subscribers.status`). Opt-outs are not a status: they are suppressions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SubscriberStatus {
+    Unconfirmed,
+    Confirmed,
+    Blocklisted,
+}
+
+impl SubscriberStatus {
+    pub const ALL: [SubscriberStatus; 3] = [
+        SubscriberStatus::Confirmed,
+        SubscriberStatus::Unconfirmed,
+        SubscriberStatus::Blocklisted,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SubscriberStatus::Unconfirmed => "unconfirmed",
+            SubscriberStatus::Confirmed => "confirmed",
+            SubscriberStatus::Blocklisted => "blocklisted",
+        }
+    }
+}
+
+impl fmt::Display for SubscriberStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for SubscriberStatus {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::ALL
+            .into_iter()
+            .find(|v| v.as_str() == s)
+            .ok_or_else(|| {
+                format!("The status {s:?} is not one of confirmed, unconfirmed or blocklisted.")
+            })
+    }
+}
+
+/// The longest name of a person or a list, in characters.
+pub const NAME_MAX: usize = 200;
+
+/// A subscriber's name: trimmed, at most [`NAME_MAX`] characters, no control characters. May
+/// be empty.
+pub fn person_name(input: &str) -> Result<String, String> {
+    let name = input.trim();
+    if name.chars().count() > NAME_MAX {
+        return Err(format!(
+            "The name is too long (at most {NAME_MAX} characters)."
+        ));
+    }
+    if name.chars().any(char::is_control) {
+        return Err("The name contains a control character (a NUL, tab or line break).".into());
+    }
+    Ok(name.to_string())
+}
+
+/// A list's name: as a person's name, and not empty.
+pub fn list_name(input: &str) -> Result<String, String> {
+    let name = person_name(input).map_err(|e| e.replace("The name", "The list's name"))?;
+    if name.is_empty() {
+        return Err("The list's name is empty: give it a name.".into());
+    }
+    Ok(name)
+}
+
+/// Where the columns of an imported file are, found by its header row (case-insensitive):
+/// `email` is required, `name` is optional; other columns are ignored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CsvColumns {
+    pub email: usize,
+    pub name: Option<usize>,
+}
+
+impl CsvColumns {
+    pub fn from_header(header: &[&[u8]]) -> Result<Self, String> {
+        let names: Vec<String> = header
+            .iter()
+            .map(|h| {
+                String::from_utf8_lossy(h)
+                    .trim_start_matches('\u{feff}')
+                    .trim()
+                    .to_lowercase()
+            })
+            .collect();
+        let at = |wanted: &str| names.iter().position(|n| n == wanted);
+        let email = at("email").ok_or_else(|| {
+            "The file has no \"email\" column: its first line must be a header naming the columns (email, and optionally name).".to_string()
+        })?;
+        Ok(CsvColumns {
+            email,
+            name: at("name"),
+        })
+    }
+
+    /// Checks one data row: `seen` holds the addresses of earlier rows of the same file, so a
+    /// duplicate is reported instead of silently merged.
+    pub fn check(
+        &self,
+        fields: &[&[u8]],
+        seen: &mut HashSet<String>,
+    ) -> Result<(EmailAddress, String), String> {
+        let text = |i: usize, what: &str| -> Result<&str, String> {
+            let raw = fields.get(i).copied().unwrap_or_default();
+            let s = std::str::from_utf8(raw)
+                .map_err(|_| format!("the {what} is not valid UTF-8 (save the file as UTF-8)"))?;
+            if s.contains('\0') {
+                return Err(format!("the {what} contains a NUL character"));
+            }
+            Ok(s)
+        };
+        let email = text(self.email, "address")?;
+        if email.chars().count() > 254 {
+            return Err("the address is too long (at most 254 characters)".into());
+        }
+        let email = EmailAddress::parse(email).map_err(|e| e.to_string())?;
+        let name = match self.name {
+            Some(i) => text(i, "name")?,
+            None => "",
+        };
+        let name = person_name(name).map_err(|e| lower_first(e.trim_end_matches('.')))?;
+        if !seen.insert(email.lower().to_owned()) {
+            return Err(format!(
+                "{} appears earlier in the file (kept once)",
+                email.as_str()
+            ));
+        }
+        Ok((email, name))
+    }
+}
+
+fn lower_first(s: &str) -> String {
+    let mut c = s.chars();
+    c.next()
+        .map(|f| f.to_lowercase().chain(c).collect())
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_and_statuses_are_checked_with_messages_naming_the_field() {
+        assert_eq!(person_name("  Ann  ").unwrap(), "Ann");
+        assert!(person_name(&"x".repeat(201))
+            .unwrap_err()
+            .contains("too long"));
+        assert!(person_name("a\0b")
+            .unwrap_err()
+            .contains("control character"));
+        assert!(list_name(" ").unwrap_err().contains("list's name is empty"));
+        assert!(list_name(&"x".repeat(201))
+            .unwrap_err()
+            .starts_with("The list's name is too long"));
+        assert_eq!("blocklisted".parse(), Ok(SubscriberStatus::Blocklisted));
+        assert!("gone"
+            .parse::<SubscriberStatus>()
+            .unwrap_err()
+            .contains("\"gone\""));
+    }
+
+    #[test]
+    fn a_header_names_the_columns_and_each_row_is_checked() {
+        assert!(CsvColumns::from_header(&[b"mail", b"name"])
+            .unwrap_err()
+            .contains("no \"email\" column"));
+        let cols = CsvColumns::from_header(&["\u{feff}Name".as_bytes(), b" EMAIL "]).unwrap();
+        assert_eq!(
+            cols,
+            CsvColumns {
+                email: 1,
+                name: Some(0)
+            }
+        );
+        let mut seen = HashSet::new();
+        let (e, n) = cols.check(&[b" Ann ", b"Ann@X.org"], &mut seen).unwrap();
+        assert_eq!((e.as_str(), n.as_str()), ("Ann@X.org", "Ann"));
+        let err = |f: &[&[u8]], seen: &mut HashSet<String>| cols.check(f, seen).unwrap_err();
+        assert_eq!(
+            err(&[b"Ann", b"ann@x.org"], &mut seen),
+            "ann@x.org appears earlier in the file (kept once)"
+        );
+        assert_eq!(
+            err(&[b"B", b"nope"], &mut seen),
+            "“nope” is not a valid e-mail address"
+        );
+        assert_eq!(
+            err(&[b"\xff\xfe", b"c@x.org"], &mut seen),
+            "the name is not valid UTF-8 (save the file as UTF-8)"
+        );
+        assert_eq!(
+            err(&[b"C", b"c\0@x.org"], &mut seen),
+            "the address contains a NUL character"
+        );
+        let long = "n".repeat(1_000_000);
+        assert_eq!(
+            err(&[long.as_bytes(), b"d@x.org"], &mut seen),
+            "the name is too long (at most 200 characters)"
+        );
+        assert!(err(&[b"E"], &mut seen).contains("empty"), "a short row");
+    }
+}

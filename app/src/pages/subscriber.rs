@@ -1,0 +1,137 @@
+//! One subscriber: edit their name, status and lists; which campaigns reached them and how;
+//! remove them (only before any campaign did) or erase their personal data.
+
+use leptos::prelude::*;
+use leptos_router::components::A;
+use leptos_router::hooks::use_params_map;
+
+use crate::api::subscribers::{
+    subscriber, EraseSubscriber, RemoveSubscriber, SaveSubscriber, SubscriberDetail,
+};
+use crate::domain::SubscriberStatus;
+use crate::error::AppError;
+
+const FIELD: &str = "mt-1 block rounded border border-slate-300 px-2 py-1.5 dark:border-slate-600 dark:bg-slate-900";
+
+#[component]
+pub fn SubscriberPage() -> impl IntoView {
+    let params = use_params_map();
+    let id = move || params.read().get("id").and_then(|s| s.parse::<i64>().ok());
+    let save = ServerAction::<SaveSubscriber>::new();
+    let erase = ServerAction::<EraseSubscriber>::new();
+    let remove = ServerAction::<RemoveSubscriber>::new();
+    let detail = Resource::new(
+        move || (id(), save.version().get(), erase.version().get()),
+        |(id, _, _)| async move {
+            match id {
+                Some(id) => subscriber(id).await,
+                None => Err(AppError::NotFound),
+            }
+        },
+    );
+    view! {
+        <super::audience::AudienceTabs current="Subscribers"/>
+        {move || super::action_outcome(save.value().get(), "save-result")}
+        {move || super::action_outcome(erase.value().get(), "erase-result")}
+        {move || super::action_outcome(remove.value().get(), "remove-result")}
+        <Suspense fallback=|| view! { <p>"Loading…"</p> }>
+            {move || Suspend::new(async move {
+                match detail.await {
+                    Err(e) => view! { <p role="alert" class="text-red-700">{e.to_string()}</p> }.into_any(),
+                    Ok(d) => view! { <Detail d save erase remove/> }.into_any(),
+                }
+            })}
+        </Suspense>
+    }
+}
+
+#[component]
+fn Detail(
+    d: SubscriberDetail,
+    save: ServerAction<SaveSubscriber>,
+    erase: ServerAction<EraseSubscriber>,
+    remove: ServerAction<RemoveSubscriber>,
+) -> impl IntoView {
+    let editable = d.can_act && d.erased.is_none();
+    let (id, name) = (d.id, d.name.clone());
+    let suppression = d.suppression.clone().map(|(reason, source, at)| view! {
+        <p class="mb-3 rounded bg-slate-100 px-3 py-2 text-sm dark:bg-slate-800" data-test="suppression">
+            {format!("Suppressed ({reason}, {source}) since {at}: no campaign reaches this address.")}
+        </p>
+    });
+    let erased = d.erased.clone().map(|at| {
+        view! {
+            <p class="mb-3 rounded bg-amber-50 px-3 py-2 text-sm text-amber-900" data-test="erased">
+                {format!("Personal data erased on {at}. The address stays suppressed.")}
+            </p>
+        }
+    });
+    let (status, lists) = (d.status.clone(), d.lists.clone());
+    let form = editable.then(move || view! {
+        <ActionForm action=save attr:class="mb-6 grid max-w-xl gap-3 text-sm">
+            <input type="hidden" name="id" value=id.to_string()/>
+            <label>"Name"<input name="name" maxlength="200" value=name class=FIELD data-test="name"/></label>
+            <label>"Status"
+                <select name="status" class=FIELD data-test="status">
+                    {SubscriberStatus::ALL.into_iter().map(|s| view! {
+                        <option value=s.as_str() selected=status == s.as_str()>{s.as_str()}</option>
+                    }).collect_view()}
+                </select>
+            </label>
+            <fieldset class="flex flex-wrap gap-3"><legend>"Lists"</legend>
+                {lists.iter().enumerate().map(|(k, (l, member))| view! {
+                    <label class="flex items-center gap-1"><input type="checkbox" name=format!("lists[{k}]") value=l.id.to_string() checked=*member data-test="list-member"/>{l.name.clone()}</label>
+                }).collect_view()}
+            </fieldset>
+            <button type="submit" data-test="save" class="justify-self-start rounded bg-indigo-600 px-3 py-1.5 font-medium text-white hover:bg-indigo-700">"Save"</button>
+        </ActionForm>
+    });
+    let email = d.email.clone();
+    let actions = editable.then(move || {
+        view! {
+            <div class="mb-6 flex gap-3">
+                <super::Confirm label="Remove" test="remove" question=format!("Remove {email}? Only possible while no campaign has reached them.")>
+                    <ActionForm action=remove>
+                        <input type="hidden" name="id" value=id.to_string()/>
+                        <button type="submit" data-test="confirm-remove" class="rounded bg-red-600 px-3 py-1.5 font-medium text-white hover:bg-red-700">"Remove"</button>
+                    </ActionForm>
+                </super::Confirm>
+                <super::Confirm label="Erase personal data" test="erase" question=format!("Erase {email}'s personal data? The address becomes a hash everywhere, their name goes, and they stay suppressed. This cannot be undone.")>
+                    <ActionForm action=erase>
+                        <input type="hidden" name="id" value=id.to_string()/>
+                        <button type="submit" data-test="confirm-erase" class="rounded bg-red-600 px-3 py-1.5 font-medium text-white hover:bg-red-700">"Erase"</button>
+                    </ActionForm>
+                </super::Confirm>
+            </div>
+        }
+    });
+    let history = if d.history.is_empty() {
+        view! { <p class="text-sm text-slate-600 dark:text-slate-300" data-test="no-history">"No campaign has been sent to them yet."</p> }.into_any()
+    } else {
+        view! {
+            <table class="w-full rounded bg-white text-sm shadow dark:bg-slate-900" data-test="history">
+                <thead class="text-left text-slate-500"><tr><th class="p-3">"Campaign"</th><th class="p-3">"Outcome"</th><th class="p-3">"When"</th><th class="p-3">"Detail"</th></tr></thead>
+                <tbody>
+                    {d.history.into_iter().map(|h| view! {
+                        <tr class="border-t border-slate-100 dark:border-slate-800" data-test="history-row">
+                            <td class="p-3"><A href=format!("/campaigns/{}", h.campaign_id) attr:class="text-indigo-700 hover:underline dark:text-indigo-300">{h.campaign}</A></td>
+                            <td class="p-3">{h.status}</td>
+                            <td class="p-3 whitespace-nowrap text-slate-500">{h.at}</td>
+                            <td class="p-3 font-mono text-xs text-slate-600 break-all">{h.detail}</td>
+                        </tr>
+                    }).collect_view()}
+                </tbody>
+            </table>
+        }.into_any()
+    };
+    view! {
+        <h2 class="mb-1 text-xl font-semibold" data-test="subscriber-email">{d.email.clone()}</h2>
+        <p class="mb-3 text-sm text-slate-500">{format!("{} · added {}", d.status, d.created)}</p>
+        {suppression}
+        {erased}
+        {form}
+        {actions}
+        <h3 class="mb-2 font-semibold">"History"</h3>
+        {history}
+    }
+}

@@ -1,0 +1,448 @@
+//! CSV in and out of an org's audience, outside the server functions because both stream:
+//! `POST /api/lists/{id}/import` (a form upload, spooled to a temporary file, then read row by
+//! row in the background while the import's page shows its progress) and
+//! `GET /api/audience/export.csv` (written batch by batch as it is read).
+//!
+//! An import is one transaction: a file that cannot be read as a whole (no header, no `email`
+//! column, not CSV) imports nothing; a bad row is reported with its line and the reason, and the
+//! good rows go in. Importing the same file again changes nothing.
+
+use std::collections::HashSet;
+use std::path::{Path as FsPath, PathBuf};
+
+use axum::body::Body;
+use axum::extract::{DefaultBodyLimit, Multipart, Path, Query, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use serde::Deserialize;
+use sqlx::PgPool;
+use tokio::io::AsyncWriteExt;
+
+use app::api::lists::ERRORS_KEPT;
+use app::api::CurrentUser;
+use app::db::imports::{self, Progress};
+use app::domain::{CsvColumns, EmailAddress};
+
+use crate::http::AppState;
+
+/// The largest file an import takes (about a million rows of address and name).
+pub const MAX_IMPORT_BYTES: usize = 64 * 1024 * 1024;
+/// Rows written per statement.
+const BATCH: usize = 1000;
+/// Rows per chunk of an export.
+const EXPORT_BATCH: i64 = 2000;
+
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route(
+            "/api/lists/{id}/import",
+            post(import).layer(DefaultBodyLimit::max(MAX_IMPORT_BYTES + 64 * 1024)),
+        )
+        .route("/api/audience/export.csv", get(export))
+}
+
+/// Plain-text answers for a form post or a download link: what was wrong, never internals.
+fn refuse(status: StatusCode, message: &str) -> Response {
+    (
+        status,
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        message.to_owned(),
+    )
+        .into_response()
+}
+
+fn internal(e: impl std::fmt::Display) -> Response {
+    tracing::error!(error = %e, "audience file request failed");
+    refuse(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "Something went wrong on our side; it has been logged. Please try again.",
+    )
+}
+
+async fn signed_in(pool: &PgPool, headers: &HeaderMap) -> Result<CurrentUser, Response> {
+    let Some(token) = app::auth::token_from_headers(headers) else {
+        return Err(refuse(StatusCode::UNAUTHORIZED, "Please sign in."));
+    };
+    match app::db::sessions::lookup(pool, &app::auth::hash_token(&token)).await {
+        Ok(Some(me)) => Ok(me),
+        Ok(None) => Err(refuse(StatusCode::UNAUTHORIZED, "Please sign in.")),
+        Err(e) => Err(internal(e)),
+    }
+}
+
+async fn import(
+    State(state): State<AppState>,
+    Path(list_id): Path<i64>,
+    headers: HeaderMap,
+    multipart: Multipart,
+) -> Response {
+    let pool = state.pool.clone();
+    let me = match signed_in(&pool, &headers).await {
+        Ok(me) => me,
+        Err(r) => return r,
+    };
+    if !me.role.can_act() {
+        return refuse(
+            StatusCode::FORBIDDEN,
+            "Your role does not allow this action.",
+        );
+    }
+    let found = match pool.acquire().await {
+        Ok(mut c) => app::db::lists::name(&mut c, me.org_id, list_id).await,
+        Err(e) => Err(e),
+    };
+    match found {
+        Ok(Some(_)) => {}
+        Ok(None) => return refuse(StatusCode::NOT_FOUND, "Not found."),
+        Err(e) => return internal(e),
+    }
+    let path =
+        std::env::temp_dir().join(format!("mailroom-import-{}.csv", app::auth::dialog_token()));
+    let file_name = match spool(multipart, &path).await {
+        Ok(name) => name,
+        Err(r) => {
+            let _ = tokio::fs::remove_file(&path).await;
+            return r;
+        }
+    };
+    let id = match pool.acquire().await {
+        Ok(mut c) => imports::start(&mut c, me.org_id, list_id, me.user_id, &file_name).await,
+        Err(e) => Err(e),
+    };
+    let id = match id {
+        Ok(id) => id,
+        Err(e) => {
+            let _ = tokio::fs::remove_file(&path).await;
+            return internal(e);
+        }
+    };
+    tokio::spawn(run(pool, me, list_id, id, path));
+    Redirect::to(&format!("/audience/imports/{id}")).into_response()
+}
+
+/// Writes the form's `file` field to `path` as it arrives; returns the file's name.
+async fn spool(mut multipart: Multipart, path: &FsPath) -> Result<String, Response> {
+    let bad = |m: &str| refuse(StatusCode::BAD_REQUEST, m);
+    loop {
+        let field = match multipart.next_field().await {
+            Ok(Some(f)) => f,
+            Ok(None) => return Err(bad("No file was sent: choose a CSV file to import.")),
+            Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+                return Err(too_large());
+            }
+            Err(e) => {
+                return Err(bad(&format!(
+                    "The upload could not be read: {}.",
+                    e.body_text()
+                )))
+            }
+        };
+        if field.name() != Some("file") {
+            continue;
+        }
+        let name: String = field.file_name().unwrap_or("").chars().take(200).collect();
+        let mut out = tokio::fs::File::create(path).await.map_err(internal)?;
+        let mut field = field;
+        let mut size = 0usize;
+        loop {
+            match field.chunk().await {
+                Ok(Some(chunk)) => {
+                    size += chunk.len();
+                    if size > MAX_IMPORT_BYTES {
+                        return Err(too_large());
+                    }
+                    out.write_all(&chunk).await.map_err(internal)?;
+                }
+                Ok(None) => break,
+                Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => return Err(too_large()),
+                Err(e) => {
+                    return Err(bad(&format!(
+                        "The upload could not be read: {}.",
+                        e.body_text()
+                    )))
+                }
+            }
+        }
+        out.flush().await.map_err(internal)?;
+        if size == 0 {
+            return Err(bad("The file is empty: nothing to import."));
+        }
+        return Ok(name);
+    }
+}
+
+fn too_large() -> Response {
+    refuse(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        &format!(
+            "The file is larger than {} MB: split it into smaller files.",
+            MAX_IMPORT_BYTES / (1024 * 1024)
+        ),
+    )
+}
+
+/// What the reader hands the writer: checked rows, and the errors of the others.
+struct Batch {
+    rows: Vec<(EmailAddress, String)>,
+    errors: Vec<(u64, String)>,
+    read: u64,
+}
+
+/// Reads the spooled file and writes it in one transaction; removes the file at the end.
+async fn run(pool: PgPool, me: CurrentUser, list_id: i64, id: i64, path: PathBuf) {
+    if let Err(e) = write(&pool, &me, list_id, id, &path).await {
+        tracing::error!(import = id, error = %e, "import failed");
+        let failed = async {
+            let mut c = pool.acquire().await?;
+            let none = serde_json::json!([]);
+            let p = Progress {
+                rows_read: 0,
+                created: 0,
+                added: 0,
+                error_count: 0,
+                errors: &none,
+            };
+            imports::finish(
+                &mut c,
+                id,
+                &p,
+                Some("Something went wrong on our side; nothing was imported. Please try again."),
+            )
+            .await
+        };
+        if let Err(e) = failed.await {
+            tracing::error!(import = id, error = %e, "could not record a failed import");
+        }
+    }
+    let _ = tokio::fs::remove_file(&path).await;
+}
+
+async fn write(
+    pool: &PgPool,
+    me: &CurrentUser,
+    list_id: i64,
+    id: i64,
+    path: &FsPath,
+) -> anyhow::Result<()> {
+    let (send, mut batches) = tokio::sync::mpsc::channel::<Batch>(4);
+    let reading = {
+        let path = path.to_owned();
+        tokio::task::spawn_blocking(move || read(&path, &send))
+    };
+    let mut tx = pool.begin().await?;
+    let (mut read_rows, mut created, mut added, mut error_count) = (0i64, 0i64, 0i64, 0i64);
+    let mut errors: Vec<serde_json::Value> = Vec::new();
+    while let Some(b) = batches.recv().await {
+        read_rows += b.read as i64;
+        error_count += b.errors.len() as i64;
+        for (row, error) in b.errors {
+            if errors.len() < ERRORS_KEPT {
+                errors.push(serde_json::json!({ "row": row, "error": error }));
+            }
+        }
+        if !b.rows.is_empty() {
+            let (c, a) = imports::insert_batch(&mut tx, me.org_id, list_id, &b.rows).await?;
+            created += c;
+            added += a;
+        }
+        let errors = serde_json::Value::Array(errors.clone());
+        let p = Progress {
+            rows_read: read_rows,
+            created,
+            added,
+            error_count,
+            errors: &errors,
+        };
+        imports::report(pool, id, &p).await?;
+    }
+    let outcome = reading.await?;
+    let errors = serde_json::Value::Array(errors);
+    match outcome {
+        Ok(()) => {
+            let p = Progress {
+                rows_read: read_rows,
+                created,
+                added,
+                error_count,
+                errors: &errors,
+            };
+            imports::finish(&mut tx, id, &p, None).await?;
+            app::db::audit::record(
+                &mut tx,
+                app::db::audit::Entry {
+                    org_id: me.org_id,
+                    actor_id: Some(me.user_id),
+                    action: "list.import",
+                    object_type: "list",
+                    object_id: Some(list_id.to_string()),
+                    before: None,
+                    after: Some(serde_json::json!({
+                        "import": id, "rows": read_rows, "created": created, "added": added, "errors": error_count,
+                    })),
+                },
+            )
+            .await?;
+            tx.commit().await?;
+        }
+        Err(message) => {
+            tx.rollback().await?;
+            let none = serde_json::json!([]);
+            let p = Progress {
+                rows_read: read_rows,
+                created: 0,
+                added: 0,
+                error_count,
+                errors: &none,
+            };
+            let mut c = pool.acquire().await?;
+            imports::finish(&mut c, id, &p, Some(&message)).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Reads the file row by row (never whole), checks each row, and sends batches. `Err` is a
+/// problem with the file as a whole: then nothing is imported.
+fn read(path: &FsPath, out: &tokio::sync::mpsc::Sender<Batch>) -> Result<(), String> {
+    let mut reader = csv::ReaderBuilder::new()
+        .has_headers(false)
+        .flexible(true)
+        .from_path(path)
+        .map_err(|e| format!("The file could not be opened: {e}"))?;
+    let mut record = csv::ByteRecord::new();
+    let not_csv = |e: csv::Error| format!("The file is not readable as CSV: {e}.");
+    if !reader.read_byte_record(&mut record).map_err(not_csv)? {
+        return Err("The file is empty: nothing to import.".into());
+    }
+    let header: Vec<&[u8]> = record.iter().collect();
+    let columns = CsvColumns::from_header(&header)?;
+    let mut seen = HashSet::new();
+    let mut batch = Batch {
+        rows: Vec::new(),
+        errors: Vec::new(),
+        read: 0,
+    };
+    while reader.read_byte_record(&mut record).map_err(not_csv)? {
+        let line = record.position().map_or(0, |p| p.line());
+        // A line with nothing on it is not a row.
+        if record.iter().all(|f| f.iter().all(u8::is_ascii_whitespace)) {
+            continue;
+        }
+        batch.read += 1;
+        let fields: Vec<&[u8]> = record.iter().collect();
+        match columns.check(&fields, &mut seen) {
+            Ok(row) => batch.rows.push(row),
+            Err(e) => batch.errors.push((line, e)),
+        }
+        if batch.read as usize >= BATCH {
+            let full = std::mem::replace(
+                &mut batch,
+                Batch {
+                    rows: Vec::new(),
+                    errors: Vec::new(),
+                    read: 0,
+                },
+            );
+            if out.blocking_send(full).is_err() {
+                return Err("The import stopped.".into());
+            }
+        }
+    }
+    if batch.read > 0 && out.blocking_send(batch).is_err() {
+        return Err("The import stopped.".into());
+    }
+    Ok(())
+}
+
+#[derive(Deserialize)]
+struct ExportQuery {
+    list: Option<String>,
+}
+
+/// The org's subscribers (or one list's members) as CSV: email, name, status, created (UTC).
+async fn export(
+    State(state): State<AppState>,
+    Query(q): Query<ExportQuery>,
+    headers: HeaderMap,
+) -> Response {
+    let pool = state.pool.clone();
+    let me = match signed_in(&pool, &headers).await {
+        Ok(me) => me,
+        Err(r) => return r,
+    };
+    let list_id = match q.list.as_deref().map(str::trim).filter(|s| !s.is_empty()) {
+        None => None,
+        Some(s) => match s.parse::<i64>() {
+            Ok(id) => Some(id),
+            Err(_) => return refuse(StatusCode::BAD_REQUEST, "The list is not a number."),
+        },
+    };
+    let file = match list_id {
+        None => "subscribers.csv".to_string(),
+        Some(id) => {
+            let found = match pool.acquire().await {
+                Ok(mut c) => app::db::lists::name(&mut c, me.org_id, id).await,
+                Err(e) => Err(e),
+            };
+            match found {
+                Ok(Some(_)) => format!("list-{id}.csv"),
+                Ok(None) => return refuse(StatusCode::NOT_FOUND, "Not found."),
+                Err(e) => return internal(e),
+            }
+        }
+    };
+    let org_id = me.org_id;
+    // State: (the last id written, whether the header is out, finished).
+    let chunks = futures::stream::unfold((0i64, false, false), move |(after, header, done)| {
+        let pool = pool.clone();
+        async move {
+            if done {
+                return None;
+            }
+            let mut w = csv::Writer::from_writer(Vec::new());
+            if !header {
+                if let Err(e) = w.write_record(["email", "name", "status", "created"]) {
+                    return Some((Err(std::io::Error::other(e)), (after, true, true)));
+                }
+            }
+            let rows = match pool.acquire().await {
+                Ok(mut c) => {
+                    app::db::subscribers::export_batch(&mut c, org_id, list_id, after, EXPORT_BATCH)
+                        .await
+                }
+                Err(e) => Err(e),
+            };
+            let rows = match rows {
+                Ok(rows) => rows,
+                Err(e) => {
+                    tracing::error!(error = %e, "export failed");
+                    return Some((Err(std::io::Error::other(e)), (after, true, true)));
+                }
+            };
+            let last = rows.last().map(|r| r.id);
+            for r in &rows {
+                if let Err(e) = w.write_record([&r.email, &r.name, &r.status, &r.created]) {
+                    return Some((Err(std::io::Error::other(e)), (after, true, true)));
+                }
+            }
+            let bytes = w
+                .into_inner()
+                .map_err(|e| std::io::Error::other(e.to_string()));
+            let finished = (rows.len() as i64) < EXPORT_BATCH;
+            Some((bytes, (last.unwrap_or(after), true, finished)))
+        }
+    });
+    (
+        [
+            (header::CONTENT_TYPE, "text/csv; charset=utf-8".to_string()),
+            (
+                header::CONTENT_DISPOSITION,
+                format!("attachment; filename=\"{file}\""),
+            ),
+        ],
+        Body::from_stream(chunks),
+    )
+        .into_response()
+}

@@ -1,0 +1,461 @@
+//! Subscribers, lists and the suppression list over HTTP, as the Audience pages call them:
+//! keyset pages with search and filters; add/edit with clear refusals; remove only before any
+//! campaign reached them, erase after (the address a hash everywhere, still suppressed);
+//! lists created, renamed, deleted (not while a live campaign sends to them); suppressions added
+//! and removed; every change audited.
+
+use app::domain::Role;
+use serde_json::Value;
+
+use crate::helpers::{org_with_users, test_db};
+use crate::test_app::{json, signed_in, spawn_app, TestApp};
+
+async fn call(app: &TestApp, c: &reqwest::Client, endpoint: &str, args: &[(&str, &str)]) -> Value {
+    let (_, body) = app.call_with(c, endpoint, args).await;
+    json(&body)
+}
+
+#[tokio::test]
+async fn subscribers_page_by_keyset_filter_and_are_added_and_edited_with_clear_refusals() {
+    let pool = test_db().await;
+    let (org, users) =
+        org_with_users(&pool, "acme", &[Role::Owner, Role::Admin, Role::Viewer]).await;
+    let (lists, _) = crate::campaigns::audience_of(&pool, org, 120).await;
+    let app = spawn_app(pool.clone()).await;
+    let admin = signed_in(&app, &users[1].1, &users[1].2).await;
+    let viewer = signed_in(&app, &users[2].1, &users[2].2).await;
+
+    // Keyset pages: newest first, 50 a page, every subscriber once.
+    let mut seen = Vec::new();
+    let mut before = String::new();
+    loop {
+        let page = call(&app, &viewer, "subscribers", &[("before", &before)]).await;
+        for r in page["rows"].as_array().unwrap() {
+            seen.push(r["id"].as_i64().unwrap());
+        }
+        match page["next"].as_i64() {
+            Some(n) => before = n.to_string(),
+            None => break,
+        }
+    }
+    let total: i64 = sqlx::query_scalar("select count(*) from subscribers")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(seen.len() as i64, total);
+    assert!(
+        seen.windows(2).all(|w| w[0] > w[1]),
+        "newest first, no repeats"
+    );
+
+    // Search is by part of the address, case-insensitive; the list filter keeps its members.
+    let found = call(&app, &viewer, "subscribers", &[("q", "P11@")]).await;
+    let emails: Vec<&str> = found["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["email"].as_str().unwrap())
+        .collect();
+    assert_eq!(emails, ["p11@example.org"]);
+    let in_list = call(
+        &app,
+        &viewer,
+        "subscribers",
+        &[("list", &lists[0].to_string())],
+    )
+    .await;
+    assert!(!in_list["rows"].as_array().unwrap().is_empty());
+    let bad = call(&app, &viewer, "subscribers", &[("status", "gone")]).await;
+    assert!(
+        bad["Invalid"].as_str().unwrap().contains("\"gone\""),
+        "{bad}"
+    );
+
+    // Adding: a viewer cannot; a bad address or a long name is refused naming it; a duplicate too.
+    assert_eq!(
+        call(
+            &app,
+            &viewer,
+            "add_subscriber",
+            &[("email", "new@example.org")]
+        )
+        .await,
+        "Forbidden"
+    );
+    let r = call(
+        &app,
+        &admin,
+        "add_subscriber",
+        &[("email", "not an address")],
+    )
+    .await;
+    assert_eq!(
+        r["Invalid"],
+        "“not an address” is not a valid e-mail address."
+    );
+    let long = "x".repeat(201);
+    let r = call(
+        &app,
+        &admin,
+        "add_subscriber",
+        &[("email", "new@example.org"), ("name", &long)],
+    )
+    .await;
+    assert!(
+        r["Invalid"].as_str().unwrap().contains("name is too long"),
+        "{r}"
+    );
+    let l0 = lists[0].to_string();
+    let id = call(
+        &app,
+        &admin,
+        "add_subscriber",
+        &[
+            ("email", "New@Example.org"),
+            ("name", "<b>New</b>"),
+            ("lists[0]", &l0),
+        ],
+    )
+    .await
+    .as_i64()
+    .unwrap();
+    let r = call(
+        &app,
+        &admin,
+        "add_subscriber",
+        &[("email", "New@Example.org")],
+    )
+    .await;
+    assert_eq!(r["Conflict"], "New@Example.org is a subscriber already.");
+    let d = call(&app, &viewer, "subscriber", &[("id", &id.to_string())]).await;
+    assert_eq!(
+        (d["name"].as_str(), d["status"].as_str()),
+        (Some("<b>New</b>"), Some("confirmed"))
+    );
+    let member_of: Vec<i64> = d["lists"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|l| l[1] == true)
+        .map(|l| l[0]["id"].as_i64().unwrap())
+        .collect();
+    assert_eq!(member_of, [lists[0]]);
+
+    // Editing sets name, status and exactly the lists checked.
+    let (l1, l2) = (lists[1].to_string(), lists[2].to_string());
+    let id_s = id.to_string();
+    let r = call(
+        &app,
+        &admin,
+        "save_subscriber",
+        &[
+            ("id", &id_s),
+            ("name", "Newt"),
+            ("status", "unconfirmed"),
+            ("lists[0]", &l1),
+            ("lists[1]", &l2),
+        ],
+    )
+    .await;
+    assert_eq!(r, "Saved.");
+    let d = call(&app, &viewer, "subscriber", &[("id", &id_s)]).await;
+    let mut member_of: Vec<i64> = d["lists"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|l| l[1] == true)
+        .map(|l| l[0]["id"].as_i64().unwrap())
+        .collect();
+    member_of.sort();
+    assert_eq!(
+        (d["name"].as_str(), d["status"].as_str(), member_of),
+        (Some("Newt"), Some("unconfirmed"), vec![lists[1], lists[2]])
+    );
+    let r = call(
+        &app,
+        &admin,
+        "save_subscriber",
+        &[("id", &id_s), ("status", "vip")],
+    )
+    .await;
+    assert!(r["Invalid"].as_str().unwrap().contains("\"vip\""), "{r}");
+    let audit: Vec<String> =
+        sqlx::query_scalar("select action from audit_log where object_id = $1 order by id")
+            .bind(&id_s)
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert_eq!(audit, ["subscriber.add", "subscriber.edit"]);
+
+    // Nobody mailed them yet: they can be removed.
+    let r = call(&app, &admin, "remove_subscriber", &[("id", &id_s)]).await;
+    assert_eq!(r, "New@Example.org was removed.");
+    assert_eq!(
+        call(&app, &viewer, "subscriber", &[("id", &id_s)]).await,
+        "NotFound"
+    );
+}
+
+#[tokio::test]
+async fn a_reached_subscriber_cannot_be_removed_but_erased_everywhere_and_stays_suppressed() {
+    let pool = test_db().await;
+    let (org, users) = org_with_users(&pool, "acme", &[Role::Owner, Role::Admin]).await;
+    let (lists, n) = crate::campaigns::audience_of(&pool, org, 10).await;
+    let id = crate::campaigns::approved(&pool, org, users[0].0, users[1].0, &lists, "Hi").await;
+    // The campaign starts and hands its sends off; nothing is delivered yet.
+    let notifier = mailroom::progress::Notifier::default();
+    mailroom::campaign::round(&pool, &crate::campaigns::cfg(), &notifier)
+        .await
+        .unwrap();
+    let (subscriber, lower): (i64, String) = sqlx::query_as(
+        "select subscriber_id, email_lower from sends where campaign_id = $1 order by id limit 1",
+    )
+    .bind(id)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    let app = spawn_app(pool.clone()).await;
+    let admin = signed_in(&app, &users[1].1, &users[1].2).await;
+    let sid = subscriber.to_string();
+
+    let d = call(&app, &admin, "subscriber", &[("id", &sid)]).await;
+    assert_eq!(d["history"].as_array().unwrap().len(), 1, "{d}");
+    assert_eq!(d["history"][0]["campaign_id"], id);
+    let r = call(&app, &admin, "remove_subscriber", &[("id", &sid)]).await;
+    assert!(
+        r["Conflict"]
+            .as_str()
+            .unwrap()
+            .contains("erase their personal data instead"),
+        "{r}"
+    );
+
+    let r = call(&app, &admin, "erase_subscriber", &[("id", &sid)]).await;
+    assert!(
+        r.as_str().unwrap().contains("personal data was erased"),
+        "{r}"
+    );
+    let r = call(&app, &admin, "erase_subscriber", &[("id", &sid)]).await;
+    assert_eq!(r["Conflict"], "This subscriber was erased already.");
+    // The address is nowhere in the subscriber, its sends or its deliveries.
+    let left: i64 = sqlx::query_scalar(
+        "select (select count(*) from subscribers where email_lower = $1 or name <> '' and id = $2)
+              + (select count(*) from sends where email_lower = $1)
+              + (select count(*) from deliveries where email_lower = $1 or recipient ilike $1)
+              + (select count(*) from audit_log where after::text ilike '%' || $1 || '%')",
+    )
+    .bind(&lower)
+    .bind(subscriber)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(left, 0);
+    // It stays suppressed (the hash too, so what was queued for them is suppressed at claim).
+    let suppressed: i64 = sqlx::query_scalar(
+        "select count(*) from suppressions where email_lower in ($1, 'erased-' || encode(sha256(convert_to($1, 'UTF8')), 'hex'))",
+    )
+    .bind(&lower)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(suppressed, 2);
+    let d = call(&app, &admin, "subscriber", &[("id", &sid)]).await;
+    assert!(
+        d["erased"].is_string() && d["email"].as_str().unwrap().starts_with("erased-"),
+        "{d}"
+    );
+    let r = call(
+        &app,
+        &admin,
+        "save_subscriber",
+        &[("id", &sid), ("status", "confirmed")],
+    )
+    .await;
+    assert!(r["Conflict"].as_str().unwrap().contains("erased"), "{r}");
+    // The campaign still accounts for everyone: the erased recipient ends suppressed, not sent.
+    let sink = crate::smtp_sink::SmtpSink::start();
+    let mut worker =
+        mailroom::delivery::Worker::new(pool.clone(), crate::delivery_worker::config(&sink), "t");
+    for _ in 0..50 {
+        worker.round().await.unwrap();
+    }
+    worker.close().await;
+    assert!(sink
+        .messages()
+        .iter()
+        .all(|m| !m.to.iter().any(|t| t.to_lowercase().contains(&lower))));
+    let suppressed_deliveries: i64 = sqlx::query_scalar(
+        "select count(*) from deliveries where campaign_id = $1 and subscriber_id = $2 and status = 'suppressed'",
+    )
+    .bind(id)
+    .bind(subscriber)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(suppressed_deliveries, 1);
+    assert_eq!(sink.messages().len(), n - 1);
+}
+
+#[tokio::test]
+async fn lists_are_created_renamed_and_deleted_but_not_under_a_live_campaign() {
+    let pool = test_db().await;
+    let (org, users) = org_with_users(&pool, "acme", &[Role::Owner, Role::Admin]).await;
+    let app = spawn_app(pool.clone()).await;
+    let admin = signed_in(&app, &users[1].1, &users[1].2).await;
+    assert_eq!(
+        call(&app, &admin, "create_list", &[("name", "  News  ")]).await,
+        "List \"News\" created."
+    );
+    let r = call(&app, &admin, "create_list", &[("name", "News")]).await;
+    assert_eq!(r["Conflict"], "There is a list named \"News\" already.");
+    let r = call(&app, &admin, "create_list", &[("name", " ")]).await;
+    assert!(r["Invalid"].as_str().unwrap().contains("empty"), "{r}");
+    call(&app, &admin, "create_list", &[("name", "Events")]).await;
+    let all = call(&app, &admin, "lists", &[]).await;
+    let id_of = |name: &str| {
+        all["lists"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|l| l["name"] == name)
+            .unwrap()["id"]
+            .as_i64()
+            .unwrap()
+            .to_string()
+    };
+    let (news, events) = (id_of("News"), id_of("Events"));
+    let r = call(
+        &app,
+        &admin,
+        "rename_list",
+        &[("id", &news), ("name", "Events")],
+    )
+    .await;
+    assert!(r["Conflict"].is_string(), "{r}");
+    assert_eq!(
+        call(
+            &app,
+            &admin,
+            "rename_list",
+            &[("id", &news), ("name", "Newsletter")]
+        )
+        .await,
+        "Renamed to \"Newsletter\"."
+    );
+
+    // A draft sending to Events keeps it; once the draft is gone, it can be deleted.
+    let mut tx = pool.begin().await.unwrap();
+    let draft = crate::helpers::draft(&mut tx, org, users[1].0, "Launch").await;
+    sqlx::query("insert into campaign_lists (org_id, campaign_id, list_id) values ($1, $2, $3)")
+        .bind(org)
+        .bind(draft)
+        .bind(events.parse::<i64>().unwrap())
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    let r = call(&app, &admin, "delete_list", &[("id", &events)]).await;
+    assert!(r["Conflict"].as_str().unwrap().contains("(Launch)"), "{r}");
+    sqlx::query("update campaigns set status = 'cancelled' where id = $1")
+        .bind(draft)
+        .execute(&pool)
+        .await
+        .unwrap();
+    let r = call(&app, &admin, "delete_list", &[("id", &events)]).await;
+    assert_eq!(
+        r,
+        "List \"Events\" deleted; its 0 members are still subscribers."
+    );
+    let actions: Vec<String> =
+        sqlx::query_scalar("select action from audit_log where object_type = 'list' order by id")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        actions,
+        ["list.create", "list.create", "list.rename", "list.delete"]
+    );
+}
+
+#[tokio::test]
+async fn suppressions_are_added_searched_and_removed_by_admins_only() {
+    let pool = test_db().await;
+    let (_, users) = org_with_users(&pool, "acme", &[Role::Owner, Role::Admin, Role::Viewer]).await;
+    let app = spawn_app(pool.clone()).await;
+    let admin = signed_in(&app, &users[1].1, &users[1].2).await;
+    let viewer = signed_in(&app, &users[2].1, &users[2].2).await;
+    assert_eq!(
+        call(
+            &app,
+            &viewer,
+            "add_suppressions",
+            &[("addresses", "a@example.org")]
+        )
+        .await,
+        "Forbidden"
+    );
+    let r = call(
+        &app,
+        &admin,
+        "add_suppressions",
+        &[("addresses", "a@example.org, b@example.org\nnope")],
+    )
+    .await;
+    assert_eq!(r["Invalid"], "“nope” is not a valid e-mail address.");
+    let r = call(
+        &app,
+        &admin,
+        "add_suppressions",
+        &[("addresses", "A@example.org, b@example.org")],
+    )
+    .await;
+    assert_eq!(r, "2 suppressed.");
+    let r = call(
+        &app,
+        &admin,
+        "add_suppressions",
+        &[("addresses", "a@example.org\nc@example.org")],
+    )
+    .await;
+    assert_eq!(r, "1 suppressed; 1 already were.");
+    let page = call(&app, &viewer, "suppressions", &[("q", "A@")]).await;
+    let rows = page["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(
+        (rows[0]["email"].as_str(), rows[0]["reason"].as_str()),
+        (Some("a@example.org"), Some("manual"))
+    );
+    assert!(rows[0]["source"].as_str().unwrap().contains(&users[1].1));
+    assert_eq!(
+        call(
+            &app,
+            &viewer,
+            "remove_suppression",
+            &[("email", "a@example.org")]
+        )
+        .await,
+        "Forbidden"
+    );
+    assert_eq!(
+        call(
+            &app,
+            &admin,
+            "remove_suppression",
+            &[("email", "a@example.org")]
+        )
+        .await,
+        "a@example.org may be mailed again."
+    );
+    assert_eq!(
+        call(
+            &app,
+            &admin,
+            "remove_suppression",
+            &[("email", "a@example.org")]
+        )
+        .await,
+        "NotFound"
+    );
+    let left = call(&app, &viewer, "suppressions", &[]).await;
+    assert_eq!(left["rows"].as_array().unwrap().len(), 2);
+}
