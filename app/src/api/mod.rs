@@ -1,13 +1,17 @@
 //! Server functions: the dashboard's whole API. Each one starts from [`current_user`] (or is
 //! the login itself), so every read and write is scoped to the signed-in user's organisation.
 
+pub mod audit_log;
 pub mod auth;
 pub mod campaign_bin;
 pub mod campaign_edit;
 pub mod campaigns;
 pub mod deliveries;
 pub mod digests;
+pub mod invites;
 pub mod overview;
+pub mod settings;
+pub mod users;
 
 use serde::{Deserialize, Serialize};
 

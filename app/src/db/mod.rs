@@ -4,6 +4,7 @@
 
 pub mod audience;
 pub mod audit;
+pub mod audit_log;
 pub mod campaign_bin;
 pub mod campaign_edit;
 pub mod campaign_progress;
@@ -23,10 +24,13 @@ pub mod metrics;
 pub mod migrate;
 pub mod orgs;
 pub mod overview;
+pub mod password_tokens;
 pub mod rate_limit;
 pub mod secrets;
 pub mod sends;
 pub mod sessions;
+pub mod settings;
+pub mod user_admin;
 pub mod users;
 
 pub use sqlx::PgPool;

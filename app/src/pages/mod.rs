@@ -1,3 +1,4 @@
+mod audit_log;
 mod campaign;
 mod campaign_bin;
 mod campaign_editor;
@@ -6,10 +7,12 @@ mod campaigns;
 mod deliveries;
 mod digest_resend;
 mod digests;
+mod invite;
 mod layout;
 mod login;
 mod overview;
 mod placeholder;
+mod settings;
 
 use leptos::prelude::*;
 use leptos_meta::{provide_meta_context, MetaTags, Stylesheet, Title};
@@ -72,6 +75,7 @@ pub fn App() -> impl IntoView {
             <Router>
                 <Routes fallback=|| view! { <placeholder::NotFound/> }>
                     <Route path=path!("/login") view=login::LoginPage/>
+                    <Route path=path!("/invite/:token") view=invite::InvitePage ssr=SsrMode::Async/>
                     <ParentRoute path=path!("") view=layout::Layout>
                         <Route path=path!("") view=overview::OverviewPage/>
                         <Route path=path!("campaigns") view=campaigns::CampaignsPage/>
@@ -84,7 +88,8 @@ pub fn App() -> impl IntoView {
                         // Async: rendered whole on the server, so the filtered list reads without JavaScript.
                         <Route path=path!("deliveries") view=deliveries::DeliveriesPage ssr=SsrMode::Async/>
                         <Route path=path!("deliveries/message") view=deliveries::CapturedPage ssr=SsrMode::Async/>
-                        <Route path=path!("settings") view=|| view! { <placeholder::Placeholder title="Settings" issue=7/> }/>
+                        <Route path=path!("settings") view=settings::SettingsPage ssr=SsrMode::Async/>
+                        <Route path=path!("settings/audit") view=audit_log::AuditPage ssr=SsrMode::Async/>
                     </ParentRoute>
                 </Routes>
             </Router>
