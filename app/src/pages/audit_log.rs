@@ -148,7 +148,7 @@ fn Entry(e: AuditEntry) -> impl IntoView {
     };
     let change = |label: &'static str, json: Option<String>| {
         json.map(|j| view! {
-            <div><span class="text-slate-400">{label}</span> <code class="break-all">{j}</code></div>
+            <div><span class="text-slate-400">{label} ": "</span><code class="break-all">{j}</code></div>
         })
     };
     view! {
