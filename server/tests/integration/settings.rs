@@ -532,6 +532,27 @@ async fn a_reset_ends_the_old_password_and_sessions_and_its_link_sets_a_new_one(
         "{body}"
     );
     let newest = token_of(&pool, &jobs[1].0).await;
+    // A link of a user who was disabled since does not work while they are disabled.
+    let disable = |on: &'static str| {
+        let (app, owner, id) = (&app, &owner, admin_id.to_string());
+        async move {
+            app.call_with(
+                owner,
+                "set_user_disabled",
+                &[("user_id", &id), ("disabled", on)],
+            )
+            .await
+        }
+    };
+    assert_eq!(disable("true").await.0, 200);
+    let (status, body) = accept(&app, &newest, "", "the-new-password-123").await;
+    assert!(
+        refusal(status, &body)
+            .1
+            .contains("expired or was already used"),
+        "{body}"
+    );
+    assert_eq!(disable("false").await.0, 200);
     let (status, body) = accept(&app, &newest, "", "the-new-password-123").await;
     assert!(status.is_success() || status.is_redirection(), "{body}");
     assert!(can_login(&app, &u[1].1, "the-new-password-123").await);
@@ -739,4 +760,58 @@ async fn the_delivery_worker_sends_an_invite_with_its_link_and_never_a_retired_o
         "{:?}",
         states[1]
     );
+}
+
+#[tokio::test]
+async fn the_pages_render_on_the_server_so_their_forms_work_before_the_wasm_loads() {
+    let pool = test_db().await;
+    let (_, u) = org_with_users(&pool, "acme", &[Role::Owner, Role::Viewer]).await;
+    let app = spawn_app(pool.clone()).await;
+    let owner = signed_in(&app, &u[0].1, &u[0].2).await;
+    let viewer = signed_in(&app, &u[1].1, &u[1].2).await;
+    let get = |c: &reqwest::Client, path: &str| {
+        let (c, url) = (c.clone(), format!("{}{path}", app.base));
+        async move { c.get(url).send().await.unwrap().text().await.unwrap() }
+    };
+    let page = get(&owner, "/settings").await;
+    for needle in [
+        "id=\"sender-form\"",
+        "news@example.org",
+        "Europe/Berlin",
+        "id=\"invite-form\"",
+        "data-test=\"change-role\"",
+    ] {
+        assert!(page.contains(needle), "{needle} in the owner's page");
+    }
+    let page = get(&viewer, "/settings").await;
+    assert!(page.contains("Only an owner can change the sender identity."));
+    assert!(!page.contains("id=\"invite-form\"") && !page.contains("data-test=\"change-role\""));
+    let (status, _) = app
+        .call_with(
+            &owner,
+            "invite_user",
+            &[
+                ("email", "pat@acme.example"),
+                ("name", "Pat <b>Bold</b>"),
+                ("role", "viewer"),
+            ],
+        )
+        .await;
+    assert_eq!(status, 200);
+    let page = get(&viewer, "/settings/audit").await;
+    assert!(
+        page.contains("data-action=\"user.invite\""),
+        "the audit log is server-rendered"
+    );
+    assert!(!page.contains("<b>Bold</b>"), "names are escaped");
+
+    let job = invite_jobs(&pool, "pat@acme.example").await.remove(0).0;
+    let token = token_of(&pool, &job).await;
+    let page = get(&client(&app), &format!("/invite/{token}")).await;
+    assert!(
+        page.contains("pat@acme.example") && page.contains("id=\"accept-form\""),
+        "{page}"
+    );
+    let page = get(&client(&app), "/invite/not-a-real-token").await;
+    assert!(page.contains("expired or was already used"));
 }
