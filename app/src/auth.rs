@@ -49,6 +49,13 @@ pub fn new_session_token() -> String {
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
 }
 
+/// A token naming one opening of a dialog (96 random bits, URL-safe): a job keyed by it is
+/// queued once however often that dialog is submitted.
+pub fn dialog_token() -> String {
+    let bytes: [u8; 12] = rand::random();
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+}
+
 /// What the database stores instead of the token: a leaked table grants no session.
 pub fn hash_token(token: &str) -> Vec<u8> {
     Sha256::digest(token.as_bytes()).to_vec()

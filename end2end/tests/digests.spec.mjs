@@ -55,9 +55,9 @@ test('digests: toggle an opt-out, preview, resend with confirmation, see the his
   await expect(manualRows(page)).toHaveCount(before + 1);
   const row = manualRows(page).first();
   await expect(row).toContainText('Olivia Owner');
-  // Adam opted out: only Olivia gets it.
-  await expect(row.locator('[data-test=recipient-count]')).toHaveText('1');
-  await expect(row.locator('[data-test=digest-recipient]')).toContainText('olivia@acme.example');
+  // Adam opted out: Olivia and Amy (the other admin) get it, Adam does not.
+  await expect(row.locator('[data-test=recipient-count]')).toHaveText('2');
+  await expect(row.locator('[data-test=digest-recipient]')).toHaveText([/amy@acme\.example/, /olivia@acme\.example/]);
   expect(errors).toEqual([]);
 });
 

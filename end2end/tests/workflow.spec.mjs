@@ -1,4 +1,10 @@
 import { test, expect } from '@playwright/test';
+import { execFileSync } from 'node:child_process';
+
+const psqlBin = process.env.MAILROOM_E2E_PSQL ?? '/usr/lib/postgresql/15/bin/psql';
+function sql(statement) {
+  return execFileSync(psqlBin, [process.env.MAILROOM_E2E_PG, '-v', 'ON_ERROR_STOP=1', '-qAt', '-c', statement], { encoding: 'utf8' }).trim();
+}
 
 async function hydrated(page) {
   await expect(page.locator('#app')).toHaveAttribute('data-hydrated', 'true', { timeout: 20_000 });
@@ -24,7 +30,16 @@ async function signIn(page, email, password) {
   await expect(page.locator('#org-name')).toHaveText('Acme Analytics');
 }
 
-test('four eyes: the owner writes and submits, cannot approve; a second admin approves and watches it send', async ({ page, browser }) => {
+// Another admin, signed in in a browser context of their own.
+async function asAdmin(browser, errors, email, password) {
+  const context = await browser.newContext();
+  const page = await context.newPage();
+  page.on('pageerror', (e) => errors.push(String(e)));
+  await signIn(page, email, password);
+  return { context, page };
+}
+
+test('four eyes: the owner writes, tests and submits, cannot approve; an editing admin cannot either; a third admin approves and all watch it send', async ({ page, browser }) => {
   const errors = [];
   page.on('pageerror', (e) => errors.push(String(e)));
   await signIn(page, process.env.MAILROOM_E2E_EMAIL, process.env.MAILROOM_E2E_PASSWORD);
@@ -47,6 +62,13 @@ test('four eyes: the owner writes and submits, cannot approve; a second admin ap
   await expect(page.locator('[data-test=estimate]')).toHaveText(/^[1-9]\d*$/);
   const estimate = Number(await page.locator('[data-test=estimate]').textContent());
 
+  // A test to herself: a double click sends it once, and it is not the campaign's sending.
+  await hydrated(page);
+  await page.locator('[data-test=test-addresses]').fill('olivia@acme.example');
+  await page.locator('[data-test=send-test]').dblclick();
+  await expect(page.locator('[data-test=test-result]')).toHaveText('Test of version 2 queued to olivia@acme.example.');
+  expect(sql(`select count(*) from deliveries where job_id like 'test:${id}:2:%'`)).toBe('1');
+
   // Submit it, then try to approve it herself: four eyes refuse.
   await page.goto(`/campaigns/${id}`);
   await hydrated(page);
@@ -59,20 +81,38 @@ test('four eyes: the owner writes and submits, cannot approve; a second admin ap
   await page.locator('[data-test=confirm-approve]').click();
   await expect(page.locator('[data-test=action-result]')).toContainText('another admin must approve');
 
-  // A second admin, in another browser, approves exactly what the dialog shows.
-  const adamContext = await browser.newContext();
-  const adam = await adamContext.newPage();
-  adam.on('pageerror', (e) => errors.push(String(e)));
-  await signIn(adam, process.env.MAILROOM_E2E_ADMIN_EMAIL, process.env.MAILROOM_E2E_ADMIN_PASSWORD);
+  // A second admin edits it (so it goes back to draft), submits it, and cannot approve it
+  // either: they last edited it.
+  const adamSession = await asAdmin(browser, errors, process.env.MAILROOM_E2E_ADMIN_EMAIL, process.env.MAILROOM_E2E_ADMIN_PASSWORD);
+  const adam = adamSession.page;
+  await adam.goto(`/campaigns/${id}/edit`);
+  await hydrated(adam);
+  await adam.locator('[data-test=body]').fill('Hello {{ name }}, our spring sale starts today. **Everything** must go.');
+  await adam.locator('[data-test=save]').click();
+  await expect(adam.locator('[data-test=save-result]')).toHaveText('Saved (version 3).');
   await adam.goto(`/campaigns/${id}`);
   await hydrated(adam);
+  await expect(adam.locator('[data-test=campaign-status]')).toHaveText('draft');
+  await openDialog(adam, 'submit');
+  await adam.locator('[data-test=confirm-submit]').click();
+  await expect(adam.locator('[data-test=action-result]')).toHaveText('Campaign submitted.');
   await openDialog(adam, 'approve');
-  await expect(adam.locator('[data-test=approval-preview]')).toContainText('Hello ');
-  await expect(adam.locator('[data-test=four-eyes-note]')).toHaveCount(0);
-  await adam.screenshot({ path: 'end2end/test-results/campaign-approval.png', fullPage: true });
+  await expect(adam.locator('[data-test=four-eyes-note]')).toBeVisible();
   await adam.locator('[data-test=confirm-approve]').click();
-  await expect(adam.locator('[data-test=action-result]')).toHaveText('Campaign approved.');
+  await expect(adam.locator('[data-test=action-result]')).toContainText('another admin must approve');
 
+  // A third admin, who neither wrote nor edited it, approves exactly what the dialog shows.
+  const amySession = await asAdmin(browser, errors, process.env.MAILROOM_E2E_ADMIN2_EMAIL, process.env.MAILROOM_E2E_ADMIN2_PASSWORD);
+  const amy = amySession.page;
+  await amy.goto(`/campaigns/${id}`);
+  await hydrated(amy);
+  await openDialog(amy, 'approve');
+  await expect(amy.locator('[data-test=approval-preview]')).toContainText('Everything');
+  await expect(amy.frameLocator('[data-test=approval-preview] iframe').locator('strong')).toHaveText('Everything');
+  await expect(amy.locator('[data-test=four-eyes-note]')).toHaveCount(0);
+  await amy.screenshot({ path: 'end2end/test-results/campaign-approval.png', fullPage: true });
+  await amy.locator('[data-test=confirm-approve]').click();
+  await expect(amy.locator('[data-test=action-result]')).toHaveText('Campaign approved.');
   // The owner's open page follows the send live, to 100 %, without a reload.
   await page.evaluate(() => { window.__noReload = 'still here'; });
   await expect(page.locator('[data-test=campaign-status]')).toHaveText('sent', { timeout: 40_000 });
@@ -92,6 +132,7 @@ test('four eyes: the owner writes and submits, cannot approve; a second admin ap
   await binned.locator('[data-test=restore]').click();
   await expect(page.locator('[data-test=restore-result]')).toHaveText('Restored.');
   await expect(binned).toHaveCount(0);
-  await adamContext.close();
+  await adamSession.context.close();
+  await amySession.context.close();
   expect(errors).toEqual([]);
 });

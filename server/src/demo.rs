@@ -61,6 +61,7 @@ const ORGS: [OrgSpec; 2] = [
         users: &[
             ("olivia", "Olivia Owner", Role::Owner),
             ("adam", "Adam Admin", Role::Admin),
+            ("amy", "Amy Admin", Role::Admin),
             ("vera", "Vera Viewer", Role::Viewer),
         ],
     },

@@ -4,6 +4,10 @@
 //! with a reason, pause, resume, cancel. Each is a compare-and-set that says who changed the
 //! campaign first when it lost, scoped to the signed-in user's org and written to the audit log.
 
+// A server function takes one argument per field of the plain form that posts to it (the
+// editor's has eight); the macro's generated client function cannot carry an item attribute.
+#![allow(clippy::too_many_arguments)]
+
 use leptos::prelude::*;
 use serde::{Deserialize, Serialize};
 
@@ -22,7 +26,10 @@ pub struct ListChoice {
 pub struct Preview {
     pub to: String,
     pub subject: String,
-    pub body: String,
+    /// The text part (a Markdown body's source, filled in); `None` for an HTML body.
+    pub text: Option<String>,
+    /// The HTML part, shown in a sandboxed frame.
+    pub html: Option<String>,
 }
 
 /// A recipient not reached for sure: `failed` with the server's reply, or `unknown`.
@@ -44,8 +51,12 @@ pub struct Sheet {
     pub name: String,
     pub subject: String,
     pub body: String,
+    /// `markdown` or `html`.
+    pub format: String,
     pub status: String,
     pub version: i32,
+    /// A fresh token for the test-send dialog: the same dialog submitted twice sends once.
+    pub test_token: String,
     /// Local `YYYY-MM-DDTHH:MM`, or `None` for "as soon as approved".
     pub schedule: Option<String>,
     pub timezone: String,
@@ -140,6 +151,8 @@ pub async fn campaign_sheet(id: i64) -> Result<Sheet, AppError> {
         mine: me.user_id == c.author_id || me.user_id == c.last_editor_id,
         problems,
         started: c.recipients_total.is_some(),
+        test_token: crate::auth::dialog_token(),
+        format: c.body_format,
         name: c.name,
         subject: c.subject,
         body: c.body,
@@ -155,13 +168,14 @@ fn render_preview(
     let (name, email) = sample.ok_or("No recipient yet: choose lists with subscribers.")?;
     let compiled = Compiled::new(&crate::db::campaigns::Content {
         id: c.id,
+        org_id: 0,
         subject: c.subject.clone(),
         body: c.body.clone(),
         body_format: c.body_format.clone(),
         content_version: c.content_version,
     })
     .map_err(|e| format!("The template does not compile: {e}"))?;
-    let (subject, body) = compiled
+    let m = compiled
         .render(&Fields {
             name: &name,
             email: &email,
@@ -170,8 +184,9 @@ fn render_preview(
         .map_err(|e| format!("The template cannot be rendered: {e}"))?;
     Ok(Preview {
         to: email,
-        subject,
-        body,
+        subject: m.subject,
+        text: m.text,
+        html: m.html,
     })
 }
 
@@ -184,7 +199,7 @@ pub async fn new_campaign(name: String) -> Result<i64, AppError> {
     if !me.role.can_act() {
         return Err(AppError::Forbidden);
     }
-    let content = CampaignContent::parse(&name, "", "", "").map_err(AppError::Invalid)?;
+    let content = CampaignContent::parse(&name, "", "", "", "").map_err(AppError::Invalid)?;
     let mut tx = pool.begin().await?;
     let id = campaigns::create_draft(
         &mut tx,
@@ -254,6 +269,7 @@ pub async fn save_campaign(
     name: String,
     subject: String,
     body: String,
+    #[server(default)] format: String,
     #[server(default)] lists: Vec<i64>,
     #[server(default)] schedule: String,
 ) -> Result<String, AppError> {
@@ -264,14 +280,14 @@ pub async fn save_campaign(
     if !me.role.can_act() {
         return Err(AppError::Forbidden);
     }
-    let content =
-        CampaignContent::parse(&name, &subject, &body, &schedule).map_err(AppError::Invalid)?;
+    let content = CampaignContent::parse(&name, &subject, &body, &format, &schedule)
+        .map_err(AppError::Invalid)?;
     let mut tx = pool.begin().await?;
     let changes = Changes {
         name: &content.name,
         subject: &content.subject,
         body: &content.body,
-        body_format: "markdown",
+        body_format: content.format.as_str(),
         list_ids: &lists,
         scheduled_local: content.schedule.as_deref(),
     };
@@ -307,7 +323,7 @@ pub async fn save_campaign(
             before: Some(serde_json::json!({ "version": version })),
             after: Some(serde_json::json!({
                 "version": new_version, "name": content.name, "subject": content.subject,
-                "lists": lists, "schedule": content.schedule,
+                "format": content.format.as_str(), "lists": lists, "schedule": content.schedule,
             })),
         },
     )

@@ -5,6 +5,7 @@ pub mod audit_log;
 pub mod auth;
 pub mod campaign_bin;
 pub mod campaign_edit;
+pub mod campaign_test;
 pub mod campaigns;
 pub mod deliveries;
 pub mod digests;

@@ -161,6 +161,21 @@ pub async fn save(
     Ok(version)
 }
 
+/// The content version of a campaign that is not in the recycle bin.
+pub async fn content_version(
+    conn: &mut PgConnection,
+    org_id: i64,
+    id: i64,
+) -> sqlx::Result<Option<i32>> {
+    sqlx::query_scalar(
+        "select content_version from campaigns where org_id = $1 and id = $2 and deleted_at is null",
+    )
+    .bind(org_id)
+    .bind(id)
+    .fetch_optional(conn)
+    .await
+}
+
 /// Recipients the campaign would reach now: distinct addresses over its lists, confirmed, not
 /// erased, not suppressed (the same rules as materialisation).
 pub async fn estimate(conn: &mut PgConnection, org_id: i64, id: i64) -> sqlx::Result<i64> {

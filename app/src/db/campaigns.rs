@@ -77,6 +77,7 @@ pub async fn list(
 #[derive(sqlx::FromRow, Clone, Debug)]
 pub struct Content {
     pub id: i64,
+    pub org_id: i64,
     pub subject: String,
     pub body: String,
     pub body_format: String,
@@ -88,7 +89,7 @@ pub struct Content {
 pub async fn contents(conn: &mut PgConnection, refs: &[(i64, i64)]) -> sqlx::Result<Vec<Content>> {
     let (orgs, ids): (Vec<i64>, Vec<i64>) = refs.iter().copied().unzip();
     sqlx::query_as(
-        "select c.id, c.subject, c.body, c.body_format, c.content_version
+        "select c.id, c.org_id, c.subject, c.body, c.body_format, c.content_version
          from campaigns c join unnest($1::bigint[], $2::bigint[]) as r(org_id, id)
            on c.org_id = r.org_id and c.id = r.id",
     )

@@ -75,6 +75,18 @@ pub struct Claimed {
     pub user_id: Option<i64>,
 }
 
+impl Claimed {
+    /// The campaign whose content this message shows: a campaign delivery's own, or the one a
+    /// test message tries out (kept out of `campaign_id` so a test never counts in, or waits
+    /// for, the campaign's sending).
+    pub fn content_campaign(&self) -> Option<i64> {
+        match self.job_id.parse::<JobId>() {
+            Ok(JobId::Test { campaign_id, .. }) => Some(campaign_id),
+            _ => self.campaign_id,
+        }
+    }
+}
+
 /// Claims up to `limit` due deliveries in one short statement (its own transaction), marking
 /// them `sending` for `holder` with a lease and the next attempt number.
 ///

@@ -187,6 +187,38 @@ mod tests {
     }
 }
 
+/// How a campaign's body is written. Markdown goes out as text (the source) and HTML (rendered);
+/// HTML goes out as HTML. Stored as text (`campaigns.body_format`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BodyFormat {
+    #[default]
+    Markdown,
+    Html,
+}
+
+impl BodyFormat {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BodyFormat::Markdown => "markdown",
+            BodyFormat::Html => "html",
+        }
+    }
+}
+
+impl FromStr for BodyFormat {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "markdown" => Ok(BodyFormat::Markdown),
+            "html" => Ok(BodyFormat::Html),
+            other => Err(format!(
+                "The body format {other:?} is not one of markdown or html."
+            )),
+        }
+    }
+}
+
 /// A draft's editable content, checked: a name of 1–200 characters, a one-line subject of at
 /// most 300, a body of at most 200,000, and a schedule (`YYYY-MM-DDTHH:MM`, the org's local
 /// time) or none (as soon as approved).
@@ -195,11 +227,22 @@ pub struct CampaignContent {
     pub name: String,
     pub subject: String,
     pub body: String,
+    pub format: BodyFormat,
     pub schedule: Option<String>,
 }
 
 impl CampaignContent {
-    pub fn parse(name: &str, subject: &str, body: &str, schedule: &str) -> Result<Self, String> {
+    pub fn parse(
+        name: &str,
+        subject: &str,
+        body: &str,
+        format: &str,
+        schedule: &str,
+    ) -> Result<Self, String> {
+        let format: BodyFormat = match format.trim() {
+            "" => BodyFormat::default(),
+            f => f.parse()?,
+        };
         let name = name.trim();
         if name.is_empty() {
             return Err("The name is empty: give the campaign a name.".into());
@@ -235,6 +278,7 @@ impl CampaignContent {
             name: name.into(),
             subject: subject.into(),
             body: body.replace("\r\n", "\n"),
+            format,
             schedule,
         })
     }
@@ -246,23 +290,38 @@ mod content_tests {
 
     #[test]
     fn content_is_checked_with_messages_that_name_the_field() {
-        let ok = CampaignContent::parse(" Launch ", "Hi {{ name }}", "a\r\nb", "2030-01-02T09:30")
-            .unwrap();
+        let ok = CampaignContent::parse(
+            " Launch ",
+            "Hi {{ name }}",
+            "a\r\nb",
+            "",
+            "2030-01-02T09:30",
+        )
+        .unwrap();
         assert_eq!(ok.name, "Launch");
         assert_eq!(ok.body, "a\nb");
         assert_eq!(ok.schedule.as_deref(), Some("2030-01-02T09:30"));
         assert_eq!(
-            CampaignContent::parse("x", "", "", "").unwrap().schedule,
+            CampaignContent::parse("x", "", "", "", "")
+                .unwrap()
+                .schedule,
             None
         );
-        let err =
-            |n: &str, s: &str, b: &str, t: &str| CampaignContent::parse(n, s, b, t).unwrap_err();
+        let err = |n: &str, s: &str, b: &str, t: &str| {
+            CampaignContent::parse(n, s, b, "", t).unwrap_err()
+        };
         assert!(err(" ", "", "", "").contains("name is empty"));
         assert!(err(&"n".repeat(201), "", "", "").contains("name is too long"));
         assert!(err("x", "a\nb", "", "").contains("one line"));
         assert!(err("x", &"s".repeat(301), "", "").contains("subject is too long"));
         assert!(err("x", "", "\0", "").contains("NUL"));
         assert!(err("x", "", "", "tomorrow").contains("\"tomorrow\" is not a date"));
+        let html = CampaignContent::parse("x", "", "<p>hi</p>", "html", "").unwrap();
+        assert_eq!(html.format, BodyFormat::Html);
+        assert_eq!(ok.format, BodyFormat::Markdown, "markdown unless said");
+        assert!(CampaignContent::parse("x", "", "", "rtf", "")
+            .unwrap_err()
+            .contains("\"rtf\" is not one of markdown or html"));
     }
 
     #[test]

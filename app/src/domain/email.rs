@@ -54,6 +54,32 @@ impl EmailAddress {
         address.to_lowercase()
     }
 
+    /// Addresses typed into one field, separated by commas, semicolons, spaces or new lines:
+    /// at least one and at most `max`, each valid, duplicates (by comparison form) dropped.
+    /// The error names the first bad address.
+    pub fn parse_list(input: &str, max: usize) -> Result<Vec<Self>, String> {
+        let mut out: Vec<Self> = Vec::new();
+        for part in input
+            .split([',', ';', ' ', '\n', '\r', '\t'])
+            .filter(|p| !p.is_empty())
+        {
+            let a = Self::parse(part).map_err(|e| format!("{}.", capitalised(&e.to_string())))?;
+            if !out.iter().any(|o| o.lower == a.lower) {
+                out.push(a);
+            }
+        }
+        if out.is_empty() {
+            return Err("Give at least one e-mail address.".into());
+        }
+        if out.len() > max {
+            return Err(format!(
+                "At most {max} addresses at a time ({} given).",
+                out.len()
+            ));
+        }
+        Ok(out)
+    }
+
     /// The address as the user typed it (trimmed).
     pub fn as_str(&self) -> &str {
         &self.original
@@ -63,6 +89,13 @@ impl EmailAddress {
     pub fn lower(&self) -> &str {
         &self.lower
     }
+}
+
+fn capitalised(s: &str) -> String {
+    let mut c = s.chars();
+    c.next()
+        .map(|f| f.to_uppercase().chain(c).collect())
+        .unwrap_or_default()
 }
 
 impl fmt::Display for EmailAddress {
@@ -87,6 +120,23 @@ impl From<EmailAddress> for String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_list_of_addresses_is_split_checked_and_deduplicated() {
+        let l = EmailAddress::parse_list("a@x.org, B@x.org;\nb@X.org  c@x.org", 5).unwrap();
+        let shown: Vec<&str> = l.iter().map(|a| a.as_str()).collect();
+        assert_eq!(shown, ["a@x.org", "B@x.org", "c@x.org"]);
+        assert_eq!(
+            EmailAddress::parse_list("a@x.org, nope", 5).unwrap_err(),
+            "“nope” is not a valid e-mail address."
+        );
+        assert!(EmailAddress::parse_list(" , ", 5)
+            .unwrap_err()
+            .contains("at least one"));
+        assert!(EmailAddress::parse_list("a@x.org b@x.org c@x.org", 2)
+            .unwrap_err()
+            .contains("At most 2 addresses at a time (3 given)"));
+    }
 
     #[test]
     fn lower_form_folds_case_everywhere_and_keeps_the_original() {

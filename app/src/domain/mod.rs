@@ -11,7 +11,7 @@ mod role;
 mod week_key;
 
 pub use backoff::Backoff;
-pub use campaign::{CampaignContent, CampaignStatus, Transition, TransitionError};
+pub use campaign::{BodyFormat, CampaignContent, CampaignStatus, Transition, TransitionError};
 pub use delivery::{DeliveryCursor, DeliveryKind, DeliveryStatus};
 pub use email::{EmailAddress, EmailError};
 pub use job_id::{JobId, JobIdError};

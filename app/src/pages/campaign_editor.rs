@@ -7,6 +7,7 @@ use leptos::prelude::*;
 use leptos_router::hooks::use_params_map;
 
 use crate::api::campaign_edit::{campaign_sheet, SaveCampaign, Sheet};
+use crate::api::campaign_test::{SendTest, MAX_TEST_ADDRESSES};
 use crate::error::AppError;
 
 #[component]
@@ -14,6 +15,7 @@ pub fn EditorPage() -> impl IntoView {
     let params = use_params_map();
     let id = move || params.read().get("id").and_then(|s| s.parse::<i64>().ok());
     let save = ServerAction::<SaveCampaign>::new();
+    let test = ServerAction::<SendTest>::new();
     let sheet = Resource::new(
         move || (id(), save.version().get()),
         |(id, _)| async move {
@@ -32,7 +34,7 @@ pub fn EditorPage() -> impl IntoView {
             {move || Suspend::new(async move {
                 match sheet.await {
                     Err(e) => view! { <p role="alert" class="text-red-700">{e.to_string()}</p> }.into_any(),
-                    Ok(s) => view! { <Editor s save/> }.into_any(),
+                    Ok(s) => view! { <Editor s save test/> }.into_any(),
                 }
             })}
         </Suspense>
@@ -42,7 +44,11 @@ pub fn EditorPage() -> impl IntoView {
 const FIELD: &str = "rounded border border-slate-300 px-2 py-1";
 
 #[component]
-fn Editor(s: Sheet, save: ServerAction<SaveCampaign>) -> impl IntoView {
+fn Editor(
+    s: Sheet,
+    save: ServerAction<SaveCampaign>,
+    test: ServerAction<SendTest>,
+) -> impl IntoView {
     let lists = s
         .lists
         .iter()
@@ -57,18 +63,12 @@ fn Editor(s: Sheet, save: ServerAction<SaveCampaign>) -> impl IntoView {
         })
         .collect_view();
     let preview = match s.preview.clone() {
-        Ok(p) => view! {
-            <div data-test="preview" class="rounded border border-slate-200 bg-white p-3 text-sm">
-                <p class="text-slate-500">"To: " {p.to}</p>
-                <p class="font-medium" data-test="preview-subject">{p.subject}</p>
-                <pre class="whitespace-pre-wrap font-sans">{p.body}</pre>
-            </div>
-        }
-        .into_any(),
+        Ok(p) => view! { <super::campaign_preview::PreviewBox p test="preview"/> }.into_any(),
         Err(e) => view! { <p data-test="preview-problem" class="text-sm text-slate-600">{e}</p> }
             .into_any(),
     };
     let locked = !(s.status == "draft" || s.status == "submitted");
+    let test_form = view! { <TestSend s=s.clone() test/> };
     view! {
         <h1 class="mb-1 text-2xl font-semibold">"Edit campaign"</h1>
         {(s.status == "submitted").then(|| view! {
@@ -86,6 +86,12 @@ fn Editor(s: Sheet, save: ServerAction<SaveCampaign>) -> impl IntoView {
                 </label>
                 <label class="grid gap-1">"Subject"
                     <input name="subject" maxlength="300" value=s.subject.clone() class=FIELD data-test="subject"/>
+                </label>
+                <label class="grid gap-1">"Body format"
+                    <select name="format" class=FIELD data-test="format">
+                        <option value="markdown" selected=s.format == "markdown">"Markdown (sent as HTML and text)"</option>
+                        <option value="html" selected=s.format == "html">"HTML"</option>
+                    </select>
                 </label>
                 <label class="grid gap-1">"Body"
                     <textarea name="body" rows="10" class=FIELD data-test="body">{s.body.clone()}</textarea>
@@ -107,7 +113,34 @@ fn Editor(s: Sheet, save: ServerAction<SaveCampaign>) -> impl IntoView {
                 <h2 class="mb-2 font-semibold">"Preview"</h2>
                 {preview}
                 <p class="mt-2 text-sm">"Recipients now (after de-duplication and suppression): " <strong data-test="estimate">{s.estimate}</strong></p>
+                {test_form}
             </div>
         </div>
     }
+}
+
+/// Sends the version shown to a few addresses. The form carries this page's dialog token: a
+/// double click queues each message once.
+#[component]
+fn TestSend(s: Sheet, test: ServerAction<SendTest>) -> impl IntoView {
+    if !s.can_act {
+        return ().into_any();
+    }
+    view! {
+        <ActionForm action=test attr:class="mt-4 grid gap-2 rounded border border-slate-200 p-3 text-sm">
+            <h2 class="font-semibold">"Send a test"</h2>
+            <input type="hidden" name="id" value=s.id.to_string()/>
+            <input type="hidden" name="version" value=s.version.to_string()/>
+            <input type="hidden" name="token" value=s.test_token.clone()/>
+            <label class="grid gap-1">{format!("To (up to {MAX_TEST_ADDRESSES} addresses; it does not count as sending the campaign)")}
+                <input name="addresses" required class=FIELD data-test="test-addresses" placeholder="you@example.com"/>
+            </label>
+            {move || super::action_outcome(test.value().get(), "test-result")}
+            <button type="submit" data-test="send-test" disabled=move || test.pending().get()
+                class="justify-self-start rounded border border-slate-300 px-3 py-1.5 hover:bg-slate-100 disabled:opacity-50">
+                {format!("Send version {} as a test", s.version)}
+            </button>
+        </ActionForm>
+    }
+    .into_any()
 }

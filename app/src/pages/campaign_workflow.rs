@@ -204,14 +204,9 @@ fn Approval(s: Sheet) -> impl IntoView {
         <p class="text-sm text-red-700" data-test="zero-note">"It would reach nobody now: approval will be refused."</p>
     });
     let preview = match s.preview.clone() {
-        Ok(p) => view! {
-            <div class="rounded border border-slate-200 p-2 text-sm" data-test="approval-preview">
-                <p class="text-slate-500">"To: " {p.to}</p>
-                <p class="font-medium">{p.subject}</p>
-                <pre class="whitespace-pre-wrap font-sans">{p.body}</pre>
-            </div>
+        Ok(p) => {
+            view! { <super::campaign_preview::PreviewBox p test="approval-preview"/> }.into_any()
         }
-        .into_any(),
         Err(e) => view! { <p class="text-sm text-red-700">{e}</p> }.into_any(),
     };
     view! {

@@ -2,6 +2,7 @@ mod audit_log;
 mod campaign;
 mod campaign_bin;
 mod campaign_editor;
+mod campaign_preview;
 mod campaign_workflow;
 mod campaigns;
 mod deliveries;

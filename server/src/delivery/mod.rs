@@ -202,20 +202,21 @@ async fn claim_and_send(
         .collect();
     let mut refs: Vec<(i64, i64)> = batch
         .iter()
-        .filter_map(|c| Some((c.org_id, c.campaign_id?)))
+        .filter_map(|c| Some((c.org_id, c.content_campaign()?)))
         .collect();
     refs.sort_unstable();
     refs.dedup();
     // Each campaign's templates compile once per batch; one that does not compile fails its
     // messages at render time (final, with the reason), not the batch.
-    let mut campaigns: HashMap<i64, Compiled> = HashMap::new();
+    // Keyed by (org, campaign): a test job names its campaign by id alone.
+    let mut campaigns: HashMap<(i64, i64), Compiled> = HashMap::new();
     let mut names: HashMap<i64, String> = HashMap::new();
     if !refs.is_empty() {
         let mut conn = pool.acquire().await?;
         for k in app::db::campaigns::contents(&mut conn, &refs).await? {
             match Compiled::new(&k) {
                 Ok(compiled) => {
-                    campaigns.insert(k.id, compiled);
+                    campaigns.insert((k.org_id, k.id), compiled);
                 }
                 Err(e) => {
                     tracing::warn!(campaign = k.id, error = %e, "campaign templates do not compile")
@@ -273,7 +274,7 @@ async fn claim_and_send(
 /// What the renderers read, loaded once per batch.
 struct Lookups<'a> {
     senders: &'a HashMap<i64, Sender>,
-    campaigns: &'a HashMap<i64, Compiled>,
+    campaigns: &'a HashMap<(i64, i64), Compiled>,
     names: &'a HashMap<i64, String>,
     digests: &'a HashMap<i64, DigestContent>,
     invites: &'a invite::Invites,
@@ -294,7 +295,9 @@ async fn send_chunk(
             message_id_domain: &cfg.message_id_domain,
             links: &cfg.links,
             sender: looked_up.senders.get(&c.org_id),
-            campaign: c.campaign_id.and_then(|id| looked_up.campaigns.get(&id)),
+            campaign: c
+                .content_campaign()
+                .and_then(|id| looked_up.campaigns.get(&(c.org_id, id))),
             subscriber_name: c
                 .subscriber_id
                 .and_then(|id| looked_up.names.get(&id))

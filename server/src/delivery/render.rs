@@ -8,7 +8,7 @@ use lettre::message::header::{ContentType, HeaderName, HeaderValue};
 use lettre::message::{Mailbox, Message, MultiPart};
 use lettre::Address;
 
-use app::campaign_render::{Compiled, Fields};
+use app::campaign_render::{Compiled, Fields, Rendered as CampaignMessage};
 use app::db::deliveries::{Claimed, Sender};
 use app::db::digests::Content as DigestContent;
 use app::domain::JobId;
@@ -57,11 +57,35 @@ pub fn render(cx: &Inputs<'_>, c: &Claimed) -> anyhow::Result<Rendered> {
     if let Some(reply_to) = &sender.reply_to {
         builder = builder.reply_to(reply_to.parse()?);
     }
-    let (subject, body) = match &job {
-        JobId::Test { .. } => (
-            "Mailroom test message".to_string(),
-            format!("This is a test message from Mailroom.\n\n{}\n", c.job_id),
-        ),
+    let message = match &job {
+        JobId::Test {
+            content_version, ..
+        } => match cx.campaign {
+            // A test of a campaign: its content as the version the dialog showed, to the address
+            // typed in. There is no subscriber, so no working unsubscribe link.
+            Some(content) => {
+                anyhow::ensure!(
+                    content.content_version == *content_version,
+                    "the campaign was edited after this test was queued (version {} now, the test was of version {content_version})",
+                    content.content_version
+                );
+                let mut m = content.render(&Fields {
+                    name: "Test Recipient",
+                    email: &c.recipient,
+                    unsubscribe_url: &format!("{}/u/test-message", cx.links.public_url),
+                })?;
+                m.subject = format!("[Test] {}", m.subject);
+                m
+            }
+            None => CampaignMessage {
+                subject: "Mailroom test message".to_string(),
+                text: Some(format!(
+                    "This is a test message from Mailroom.\n\n{}\n",
+                    c.job_id
+                )),
+                html: None,
+            },
+        },
         JobId::Campaign {
             campaign_id,
             subscriber_id,
@@ -92,41 +116,51 @@ pub fn render(cx: &Inputs<'_>, c: &Claimed) -> anyhow::Result<Rendered> {
                     LIST_UNSUBSCRIBE_POST,
                     "List-Unsubscribe=One-Click".into(),
                 ));
-            let (subject, body) = content.render(&Fields {
+            let mut m = content.render(&Fields {
                 name: cx.subscriber_name.unwrap_or(""),
                 email: &c.recipient,
                 unsubscribe_url: &link,
             })?;
-            (subject, format!("{body}\n\n--\nUnsubscribe: {link}\n"))
+            // Every copy carries the link, whatever the author's template says.
+            if let Some(text) = &mut m.text {
+                text.push_str(&format!("\n\n--\nUnsubscribe: {link}\n"));
+            }
+            m
         }
         JobId::Invite { .. } => {
-            super::invite::subject_and_body(cx.invites, &cx.links.public_url, &job, c)?
+            let (subject, text) =
+                super::invite::subject_and_body(cx.invites, &cx.links.public_url, &job, c)?;
+            CampaignMessage {
+                subject,
+                text: Some(text),
+                html: None,
+            }
         }
         JobId::Digest { .. } => {
             let digest = cx
                 .digest
                 .filter(|d| Some(d.id) == c.digest_send_id)
                 .context("the digest's content was not loaded (or was never stored)")?;
-            let message = builder.subject(digest.subject.clone()).multipart(
-                MultiPart::alternative_plain_html(
-                    digest.content_text.clone(),
-                    digest.content_html.clone(),
-                ),
-            )?;
-            return Ok(Rendered {
-                from,
-                to,
-                bytes: message.formatted(),
-            });
+            CampaignMessage {
+                subject: digest.subject.clone(),
+                text: Some(digest.content_text.clone()),
+                html: Some(digest.content_html.clone()),
+            }
         }
+    };
+    let builder = builder.subject(message.subject);
+    let message = match (message.text, message.html) {
+        (Some(text), Some(html)) => {
+            builder.multipart(MultiPart::alternative_plain_html(text, html))?
+        }
+        (None, Some(html)) => builder.header(ContentType::TEXT_HTML).body(html)?,
+        (text, None) => builder
+            .header(ContentType::TEXT_PLAIN)
+            .body(text.unwrap_or_default())?,
     };
     Ok(Rendered {
         from,
         to,
-        bytes: builder
-            .header(ContentType::TEXT_PLAIN)
-            .subject(subject)
-            .body(body)?
-            .formatted(),
+        bytes: message.formatted(),
     })
 }

@@ -125,7 +125,7 @@ async fn four_eyes_approve_the_exact_version_shown_and_every_refusal_says_why() 
         "{s}"
     );
     assert!(
-        preview["body"].as_str().unwrap().starts_with("Dear "),
+        preview["text"].as_str().unwrap().starts_with("Dear "),
         "rendered for a real recipient"
     );
 

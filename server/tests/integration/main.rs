@@ -3,6 +3,7 @@
 //! the real `mailroom` binary for process-level behaviour (signals, embedded cluster, bad input).
 
 mod campaign_processes;
+mod campaign_test_send;
 mod campaign_workflow;
 mod campaigns;
 mod cli_errors;

@@ -109,6 +109,17 @@ fn case(endpoint: &str) -> Option<Case> {
             },
             acts: true,
         },
+        "campaign_test" => Case::Object {
+            args: |o| {
+                vec![
+                    ("id", o.campaign.clone()),
+                    ("version", "1".into()),
+                    ("token", "t".into()),
+                    ("addresses", "x@example.com".into()),
+                ]
+            },
+            acts: true,
+        },
         "digest_opt_in" => Case::Object {
             args: |o| vec![("user_id", o.user.clone()), ("enabled", "false".into())],
             acts: true,

@@ -1,0 +1,69 @@
+//! Test sends: a campaign's content, as the version the editor showed, to a few addresses typed
+//! in, through the delivery engine as `test:<campaign>:<version>:<dialog token>:<email>` jobs.
+//! The same dialog submitted twice queues each message once; a new edit (or a new dialog) can be
+//! tested again. Test mail never touches the campaign's recipients or counts.
+
+use leptos::prelude::*;
+
+use crate::error::AppError;
+
+/// The most addresses one test send goes to.
+pub const MAX_TEST_ADDRESSES: usize = 10;
+
+#[server(endpoint = "campaign_test")]
+pub async fn send_test(
+    id: i64,
+    version: i32,
+    token: String,
+    addresses: String,
+) -> Result<String, AppError> {
+    use crate::db::{audit, campaign_edit, deliveries};
+    use crate::domain::{EmailAddress, JobId};
+    let (me, pool) = super::signed_in().await?;
+    if !me.role.can_act() {
+        return Err(AppError::Forbidden);
+    }
+    let to = EmailAddress::parse_list(&addresses, MAX_TEST_ADDRESSES).map_err(AppError::Invalid)?;
+    let mut tx = pool.begin().await?;
+    let now = campaign_edit::content_version(&mut tx, me.org_id, id)
+        .await?
+        .ok_or(AppError::NotFound)?;
+    if now != version {
+        return Err(AppError::Conflict(format!(
+            "The campaign was saved after this page was loaded (version {now} now, you saw {version}): reload to test what it says now."
+        )));
+    }
+    let mut queued = Vec::new();
+    for address in &to {
+        let job = JobId::test(id, version, &token, address)
+            .map_err(|_| AppError::Invalid("This dialog has expired: reload the page.".into()))?;
+        let mut d = deliveries::NewDelivery::plain(&job, me.org_id, address);
+        d.content_version = Some(version);
+        if deliveries::enqueue(&mut tx, d).await? {
+            queued.push(address.as_str());
+        }
+    }
+    if queued.is_empty() {
+        return Ok(
+            "Already sent: this test went out once; reload the page to send another.".into(),
+        );
+    }
+    audit::record(
+        &mut tx,
+        audit::Entry {
+            org_id: me.org_id,
+            actor_id: Some(me.user_id),
+            action: "campaign.test",
+            object_type: "campaign",
+            object_id: Some(id.to_string()),
+            before: None,
+            after: Some(serde_json::json!({ "version": version, "to": queued })),
+        },
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(format!(
+        "Test of version {version} queued to {}.",
+        queued.join(", ")
+    ))
+}

@@ -1,0 +1,235 @@
+//! Test sends over HTTP, as the editor posts them: the version shown goes to the addresses typed
+//! in through the delivery engine; a double-submitted dialog queues once; a stale version, a bad
+//! address or a viewer is refused; the messages render the campaign (Markdown as text + HTML,
+//! fields escaped in the HTML) and the campaign's counts are untouched.
+
+use app::domain::Role;
+use mailroom::delivery::Worker;
+
+use crate::campaigns::audience_of;
+use crate::helpers::{org_with_users, test_db};
+use crate::smtp_sink::SmtpSink;
+use crate::test_app::{json, signed_in, spawn_app};
+
+#[tokio::test]
+async fn a_test_send_goes_once_per_dialog_renders_the_version_shown_and_counts_nothing() {
+    let pool = test_db().await;
+    let (org, users) =
+        org_with_users(&pool, "acme", &[Role::Owner, Role::Admin, Role::Viewer]).await;
+    let (lists, _) = audience_of(&pool, org, 5).await;
+    let app = spawn_app(pool.clone()).await;
+    let admin = signed_in(&app, &users[1].1, &users[1].2).await;
+    let viewer = signed_in(&app, &users[2].1, &users[2].2).await;
+
+    let (_, body) = app
+        .call_with(&admin, "new_campaign", &[("name", "Launch")])
+        .await;
+    let id = json(&body).as_i64().unwrap().to_string();
+    let l0 = lists[0].to_string();
+    let (status, body) = app
+        .call_with(
+            &admin,
+            "save_campaign",
+            &[
+                ("id", &id),
+                ("version", "1"),
+                ("name", "Launch"),
+                ("subject", "Hello {{ name }}"),
+                ("body", "# News for {{ name }}\n\n*Big* day."),
+                ("format", "markdown"),
+                ("lists[0]", &l0),
+            ],
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let sheet = json(
+        &app.call_with(&admin, "campaign_sheet", &[("id", &id)])
+            .await
+            .1,
+    );
+    let token = sheet["test_token"].as_str().unwrap().to_string();
+    assert_eq!(sheet["format"], "markdown");
+    let html = sheet["preview"]["Ok"]["html"].as_str().unwrap();
+    assert!(html.contains("<h1>News for Person"), "{html}");
+
+    let send = |version: &'static str, to: &'static str, token: String| {
+        let (app, admin, id) = (&app, &admin, id.clone());
+        async move {
+            app.call_with(
+                admin,
+                "campaign_test",
+                &[
+                    ("id", id.as_str()),
+                    ("version", version),
+                    ("token", token.as_str()),
+                    ("addresses", to),
+                ],
+            )
+            .await
+        }
+    };
+    // Bad input is refused naming the address; nothing is queued.
+    let (_, body) = send("2", "me@example.com, not-an-address", token.clone()).await;
+    assert_eq!(
+        json(&body)["Invalid"],
+        "“not-an-address” is not a valid e-mail address."
+    );
+    // A version other than the one saved last is refused.
+    let (_, body) = send("1", "me@example.com", token.clone()).await;
+    assert!(
+        json(&body)["Conflict"]
+            .as_str()
+            .unwrap()
+            .contains("version 2 now, you saw 1"),
+        "{body}"
+    );
+    // A viewer cannot send tests.
+    let (_, body) = app
+        .call_with(
+            &viewer,
+            "campaign_test",
+            &[
+                ("id", &id),
+                ("version", "2"),
+                ("token", &token),
+                ("addresses", "v@example.com"),
+            ],
+        )
+        .await;
+    assert_eq!(json(&body), "Forbidden");
+    let queued = || async {
+        sqlx::query_scalar::<_, String>(
+            "select job_id from deliveries where kind = 'test' order by job_id",
+        )
+        .fetch_all(&pool)
+        .await
+        .unwrap()
+    };
+    assert!(queued().await.is_empty());
+
+    // The dialog submitted twice (a double click) queues each message once.
+    let (status, body) = send("2", "me@example.com, Boss@Example.com", token.clone()).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        json(&body),
+        "Test of version 2 queued to me@example.com, Boss@Example.com."
+    );
+    let (_, body) = send("2", "me@example.com, Boss@Example.com", token.clone()).await;
+    assert!(
+        json(&body).as_str().unwrap().starts_with("Already sent"),
+        "{body}"
+    );
+    assert_eq!(
+        queued().await,
+        [
+            format!("test:{id}:2:{token}:boss@example.com"),
+            format!("test:{id}:2:{token}:me@example.com"),
+        ]
+    );
+    let audits: i64 = sqlx::query_scalar(
+        "select count(*) from audit_log where action = 'campaign.test' and object_id = $1",
+    )
+    .bind(&id)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(audits, 1);
+
+    // The delivery worker sends them (the campaign is a draft: tests do not wait for sending).
+    let sink = SmtpSink::start();
+    let mut worker = Worker::new(pool.clone(), crate::delivery_worker::config(&sink), "t");
+    worker.round().await.unwrap();
+    worker.close().await;
+    let got = sink.messages();
+    assert_eq!(got.len(), 2);
+    for m in &got {
+        assert!(
+            m.data.contains("Subject: [Test] Hello Test Recipient"),
+            "{}",
+            m.data
+        );
+        assert!(m.data.contains("multipart/alternative"), "{}", m.data);
+        assert!(
+            m.data.contains("<h1>News for Test Recipient</h1>"),
+            "{}",
+            m.data
+        );
+        assert!(m.data.contains("# News for Test Recipient"), "{}", m.data);
+    }
+    let delivered: i64 = sqlx::query_scalar(
+        "select count(*) from deliveries where kind = 'test' and status = 'delivered'",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(delivered, 2);
+    // The campaign's counts are untouched: no progress slot, no send.
+    let counted: i64 = sqlx::query_scalar(
+        "select (select count(*) from progress_slots where campaign_id = $1)
+              + (select count(*) from sends where campaign_id = $1)",
+    )
+    .bind(id.parse::<i64>().unwrap())
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(counted, 0);
+}
+
+#[tokio::test]
+async fn a_test_queued_before_an_edit_fails_with_the_reason_instead_of_sending_other_text() {
+    let pool = test_db().await;
+    let (org, users) = org_with_users(&pool, "acme", &[Role::Owner, Role::Admin]).await;
+    let app = spawn_app(pool.clone()).await;
+    let admin = signed_in(&app, &users[1].1, &users[1].2).await;
+    let (_, body) = app
+        .call_with(&admin, "new_campaign", &[("name", "Launch")])
+        .await;
+    let id = json(&body).as_i64().unwrap().to_string();
+    let (_, body) = app
+        .call_with(
+            &admin,
+            "campaign_test",
+            &[
+                ("id", &id),
+                ("version", "1"),
+                ("token", "tok"),
+                ("addresses", "me@example.com"),
+            ],
+        )
+        .await;
+    assert!(json(&body).as_str().unwrap().contains("queued"), "{body}");
+    let (status, body) = app
+        .call_with(
+            &admin,
+            "save_campaign",
+            &[
+                ("id", &id),
+                ("version", "1"),
+                ("name", "Launch"),
+                ("subject", "Changed"),
+                ("body", "<p>x</p>"),
+                ("format", "html"),
+            ],
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let _ = org;
+    let sink = SmtpSink::start();
+    let mut worker = Worker::new(pool.clone(), crate::delivery_worker::config(&sink), "t");
+    worker.round().await.unwrap();
+    worker.close().await;
+    assert!(sink.messages().is_empty());
+    let (status, error): (String, String) = sqlx::query_as(
+        "select status, coalesce(last_error, smtp_reply, '') from deliveries where kind = 'test'",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(status, "failed");
+    assert!(
+        error.contains(
+            "edited after this test was queued (version 2 now, the test was of version 1)"
+        ),
+        "{error}"
+    );
+}
