@@ -18,14 +18,20 @@ pub fn hash_password(password: &str) -> Result<String, argon2::password_hash::Er
         .to_string())
 }
 
-/// Verifies a password against a stored hash. With no stored hash (unknown address) it still
-/// verifies against a fixed hash, so a wrong address costs the same time as a wrong password.
+/// Stored instead of a hash while a user has no password: invited and not yet accepted, or
+/// reset by an owner and not yet set again. Never a valid hash, so nothing verifies against it.
+pub const NO_PASSWORD_INVITED: &str = "!invited";
+pub const NO_PASSWORD_RESET: &str = "!reset";
+
+/// Verifies a password against a stored hash. With no usable stored hash (unknown address, or
+/// a user without a password yet) it still verifies against a fixed hash, so a wrong address
+/// costs the same time as a wrong password.
 pub fn verify_password(stored: Option<&str>, password: &str) -> bool {
     static DUMMY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     let dummy = DUMMY.get_or_init(|| hash_password("not-a-password").unwrap_or_default());
     let (hash, real) = match stored {
-        Some(h) => (h, true),
-        None => (dummy.as_str(), false),
+        Some(h) if !h.starts_with('!') => (h, true),
+        _ => (dummy.as_str(), false),
     };
     let ok = PasswordHash::new(hash)
         .map(|parsed| {
@@ -87,6 +93,10 @@ mod tests {
         assert!(!verify_password(Some(&h), "wrong"));
         assert!(!verify_password(None, "not-a-password"));
         assert!(!verify_password(Some("garbage"), "x"));
+        assert!(!verify_password(
+            Some(NO_PASSWORD_INVITED),
+            "not-a-password"
+        ));
     }
 
     #[test]

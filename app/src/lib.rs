@@ -24,6 +24,9 @@ pub mod domain;
 pub mod error;
 /// Pages and the layout around them.
 pub mod pages;
+/// Set-password links for invitations and resets, derived from their job id (server only).
+#[cfg(feature = "ssr")]
+pub mod password_token;
 /// Signed unsubscribe tokens (RFC 8058 one-click), verified against a list of keys (server only).
 #[cfg(feature = "ssr")]
 pub mod unsubscribe;

@@ -66,8 +66,9 @@ pub async fn logout() -> Result<(), AppError> {
     Ok(())
 }
 
+/// Adds a `Set-Cookie` header to the server function's response.
 #[cfg(feature = "ssr")]
-fn set_cookie(value: &str) -> Result<(), AppError> {
+pub(super) fn set_cookie(value: &str) -> Result<(), AppError> {
     let response = expect_context::<leptos_axum::ResponseOptions>();
     let value = http::HeaderValue::from_str(value).map_err(|_| AppError::Internal)?;
     response.append_header(http::header::SET_COOKIE, value);

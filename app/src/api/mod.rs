@@ -1,6 +1,7 @@
 //! Server functions: the dashboard's whole API. Each one starts from [`current_user`] (or is
 //! the login itself), so every read and write is scoped to the signed-in user's organisation.
 
+pub mod audit_log;
 pub mod auth;
 pub mod campaign_bin;
 pub mod campaign_edit;
@@ -8,10 +9,13 @@ pub mod campaign_test;
 pub mod campaigns;
 pub mod deliveries;
 pub mod digests;
+pub mod invites;
 pub mod lists;
 pub mod overview;
+pub mod settings;
 pub mod subscribers;
 pub mod suppressions;
+pub mod users;
 
 use serde::{Deserialize, Serialize};
 

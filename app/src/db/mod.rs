@@ -4,6 +4,7 @@
 
 pub mod audience;
 pub mod audit;
+pub mod audit_log;
 pub mod campaign_bin;
 pub mod campaign_edit;
 pub mod campaign_progress;
@@ -25,12 +26,15 @@ pub mod metrics;
 pub mod migrate;
 pub mod orgs;
 pub mod overview;
+pub mod password_tokens;
 pub mod rate_limit;
 pub mod secrets;
 pub mod sends;
 pub mod sessions;
+pub mod settings;
 pub mod subscribers;
 pub mod suppression_admin;
+pub mod user_admin;
 pub mod users;
 
 pub use sqlx::PgPool;

@@ -78,13 +78,16 @@ pub enum DeliveryKind {
     Test,
     Digest,
     Campaign,
+    /// A set-password link: an invitation or a password reset.
+    Invite,
 }
 
 impl DeliveryKind {
-    pub const ALL: [DeliveryKind; 3] = [
+    pub const ALL: [DeliveryKind; 4] = [
         DeliveryKind::Test,
         DeliveryKind::Digest,
         DeliveryKind::Campaign,
+        DeliveryKind::Invite,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -92,6 +95,7 @@ impl DeliveryKind {
             DeliveryKind::Test => "test",
             DeliveryKind::Digest => "digest",
             DeliveryKind::Campaign => "campaign",
+            DeliveryKind::Invite => "invite",
         }
     }
 }

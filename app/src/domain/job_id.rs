@@ -29,10 +29,18 @@ pub enum JobId {
         token: String,
         email_lower: String,
     },
+    /// `invite:<org id>:<user id>:<password token id>`: the mail carrying a set-password link
+    /// (an invitation or a reset). It names the token's row, never the token itself: job ids are
+    /// shown on the Deliveries page, and the link is a credential.
+    Invite {
+        org_id: i64,
+        user_id: i64,
+        token_id: i64,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("“{0}” is not a job id (expected campaign:<cid>:<sid>, digest:<org>:<week>:<user> or test:<cid>:<version>:<token>:<email>)")]
+#[error("“{0}” is not a job id (expected campaign:<cid>:<sid>, digest:<org>:<week>:<user> test:<cid>:<version>:<token>:<email> or invite:<org>:<user>:<token id>)")]
 pub struct JobIdError(pub String);
 
 impl JobId {
@@ -60,7 +68,7 @@ impl JobId {
     /// Priority of its kind for the delivery worker: test > digest > campaign (lower first).
     pub fn priority(&self) -> i16 {
         match self {
-            JobId::Test { .. } => 0,
+            JobId::Test { .. } | JobId::Invite { .. } => 0,
             JobId::Digest { .. } => 1,
             JobId::Campaign { .. } => 2,
         }
@@ -71,6 +79,7 @@ impl JobId {
             JobId::Test { .. } => "test",
             JobId::Digest { .. } => "digest",
             JobId::Campaign { .. } => "campaign",
+            JobId::Invite { .. } => "invite",
         }
     }
 
@@ -113,6 +122,11 @@ impl fmt::Display for JobId {
                     "test:{campaign_id}:{content_version}:{token}:{email_lower}"
                 )
             }
+            JobId::Invite {
+                org_id,
+                user_id,
+                token_id,
+            } => write!(f, "invite:{org_id}:{user_id}:{token_id}"),
         }
     }
 }
@@ -165,6 +179,19 @@ impl FromStr for JobId {
                 }
                 JobId::test(id(c, s)?, id(v, s)?, token, &email).map_err(|_| bad())
             }
+            "invite" => {
+                let mut parts = rest.splitn(3, ':');
+                let (Some(org), Some(user), Some(token)) =
+                    (parts.next(), parts.next(), parts.next())
+                else {
+                    return Err(bad());
+                };
+                Ok(JobId::Invite {
+                    org_id: id(org, s)?,
+                    user_id: id(user, s)?,
+                    token_id: id(token, s)?,
+                })
+            }
             _ => Err(bad()),
         }
     }
@@ -209,7 +236,14 @@ mod tests {
         let e = EmailAddress::parse("Ann@Example.org").unwrap();
         let t = JobId::test(7, 2, "dlg-abc_1", &e).unwrap();
         assert_eq!(t.to_string(), "test:7:2:dlg-abc_1:ann@example.org");
-        for j in [c, d, m, t] {
+        let i = JobId::Invite {
+            org_id: 3,
+            user_id: 9,
+            token_id: 12,
+        };
+        assert_eq!(i.to_string(), "invite:3:9:12");
+        assert_eq!((i.kind(), i.priority()), ("invite", 0));
+        for j in [c, d, m, t, i] {
             assert_eq!(j.to_string().parse::<JobId>().unwrap(), j);
         }
     }
@@ -229,6 +263,9 @@ mod tests {
             "test:1:2:tok",
             "test:1:2:bad token:a@b.org",
             "test:1:2:t:A@b.org",
+            "invite:1:2",
+            "invite:1:2:x",
+            "invite:1:2:3:4",
         ] {
             let err = s.parse::<JobId>().unwrap_err();
             assert!(err.to_string().contains(&format!("“{s}”")), "{s}");

@@ -12,6 +12,8 @@ pub enum Role {
 }
 
 impl Role {
+    pub const ALL: [Role; 3] = [Role::Owner, Role::Admin, Role::Viewer];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Role::Owner => "owner",
@@ -23,6 +25,11 @@ impl Role {
     /// Owners and admins change things; viewers only look.
     pub fn can_act(self) -> bool {
         matches!(self, Role::Owner | Role::Admin)
+    }
+
+    /// Only owners manage the organisation itself: its users and its settings.
+    pub fn manages_org(self) -> bool {
+        matches!(self, Role::Owner)
     }
 
     /// Whose weekly-digest opt-in this user may change: an owner anyone's, an admin their own.
@@ -75,5 +82,12 @@ mod tests {
         assert!("root".parse::<Role>().unwrap_err().contains("root"));
         assert!(!Role::Viewer.can_act());
         assert!(Role::Admin.can_act());
+    }
+
+    #[test]
+    fn only_owners_manage_the_org() {
+        assert!(Role::Owner.manages_org());
+        assert!(!Role::Admin.manages_org());
+        assert!(!Role::Viewer.manages_org());
     }
 }

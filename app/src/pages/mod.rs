@@ -1,4 +1,5 @@
 mod audience;
+mod audit_log;
 mod campaign;
 mod campaign_bin;
 mod campaign_editor;
@@ -9,11 +10,13 @@ mod deliveries;
 mod digest_resend;
 mod digests;
 mod import;
+mod invite;
 mod layout;
 mod lists;
 mod login;
 mod overview;
-mod placeholder;
+mod not_found;
+mod settings;
 mod subscriber;
 mod suppressions;
 
@@ -145,8 +148,9 @@ pub fn App() -> impl IntoView {
         <Title text="Mailroom"/>
         <div id="app" data-hydrated=move || hydrated.get().to_string()>
             <Router>
-                <Routes fallback=|| view! { <placeholder::NotFound/> }>
+                <Routes fallback=|| view! { <not_found::NotFound/> }>
                     <Route path=path!("/login") view=login::LoginPage/>
+                    <Route path=path!("/invite/:token") view=invite::InvitePage ssr=SsrMode::Async/>
                     <ParentRoute path=path!("") view=layout::Layout>
                         <Route path=path!("") view=overview::OverviewPage/>
                         <Route path=path!("campaigns") view=campaigns::CampaignsPage/>
@@ -163,7 +167,8 @@ pub fn App() -> impl IntoView {
                         // Async: rendered whole on the server, so the filtered list reads without JavaScript.
                         <Route path=path!("deliveries") view=deliveries::DeliveriesPage ssr=SsrMode::Async/>
                         <Route path=path!("deliveries/message") view=deliveries::CapturedPage ssr=SsrMode::Async/>
-                        <Route path=path!("settings") view=|| view! { <placeholder::Placeholder title="Settings" issue=7/> }/>
+                        <Route path=path!("settings") view=settings::SettingsPage ssr=SsrMode::Async/>
+                        <Route path=path!("settings/audit") view=audit_log::AuditPage ssr=SsrMode::Async/>
                     </ParentRoute>
                 </Routes>
             </Router>

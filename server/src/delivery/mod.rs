@@ -4,6 +4,7 @@
 //! them.
 
 mod held;
+mod invite;
 mod ledger;
 mod render;
 mod send;
@@ -247,11 +248,13 @@ async fn claim_and_send(
             .map(|d| (d.id, d))
             .collect()
     };
+    let invites = invite::Invites::load(pool, &batch).await?;
     let looked_up = Lookups {
         senders: &senders,
         campaigns: &campaigns,
         names: &names,
         digests: &digests,
+        invites: &invites,
     };
     let per_connection = batch.len().div_ceil(connections.len().max(1));
     let chunks = batch
@@ -274,6 +277,7 @@ struct Lookups<'a> {
     campaigns: &'a HashMap<(i64, i64), Compiled>,
     names: &'a HashMap<i64, String>,
     digests: &'a HashMap<i64, DigestContent>,
+    invites: &'a invite::Invites,
 }
 
 /// Sends a chunk in order over one connection (reconnecting after a broken one), handing each
@@ -299,6 +303,7 @@ async fn send_chunk(
                 .and_then(|id| looked_up.names.get(&id))
                 .map(String::as_str),
             digest: c.digest_send_id.and_then(|id| looked_up.digests.get(&id)),
+            invites: looked_up.invites,
         };
         let outcome = send_one(cfg, ledger, &cx, c, conn).await;
         recorded.push(ledger.record(ledger::Result {

@@ -1,6 +1,6 @@
 //! One renderer per kind builds each message at send time from the delivery's typed references
 //! (deliveries never carry bodies): test mail, and campaign mail with its RFC 8058 one-click
-//! unsubscribe headers, and the weekly digest (its content was rendered once, when its week was
+//! unsubscribe headers, set-password mail (invitations and resets), and the weekly digest (its content was rendered once, when its week was
 //! claimed, and is wrapped here per recipient).
 
 use anyhow::Context;
@@ -36,6 +36,8 @@ pub struct Inputs<'a> {
     /// The recipient's name, for campaign mail.
     pub subscriber_name: Option<&'a str>,
     pub digest: Option<&'a DigestContent>,
+    /// Set-password links (invitations and resets) of the batch.
+    pub invites: &'a super::invite::Invites,
 }
 
 const LIST_UNSUBSCRIBE: HeaderName = HeaderName::new_from_ascii_str("List-Unsubscribe");
@@ -124,6 +126,15 @@ pub fn render(cx: &Inputs<'_>, c: &Claimed) -> anyhow::Result<Rendered> {
                 text.push_str(&format!("\n\n--\nUnsubscribe: {link}\n"));
             }
             m
+        }
+        JobId::Invite { .. } => {
+            let (subject, text) =
+                super::invite::subject_and_body(cx.invites, &cx.links.public_url, &job, c)?;
+            CampaignMessage {
+                subject,
+                text: Some(text),
+                html: None,
+            }
         }
         JobId::Digest { .. } => {
             let digest = cx

@@ -27,6 +27,7 @@ mod procs;
 mod progress_stream;
 mod rate_limit;
 mod schema;
+mod settings;
 mod smtp_sink;
 mod smtp_tls;
 mod tenancy;

@@ -50,7 +50,34 @@ fn case(endpoint: &str) -> Option<Case> {
         | "campaign_bin"
         | "subscribers"
         | "lists"
-        | "suppressions" => Case::Scoped(vec![]),
+        | "suppressions"
+        | "settings"
+        | "users"
+        | "audit_log" => Case::Scoped(vec![]),
+        // The set-password page: the link's token is the credential, no session.
+        "invite_info" | "accept_invite" => Case::Public,
+        "set_user_role" => Case::Object {
+            args: |o| vec![("user_id", o.user.clone()), ("role", "admin".into())],
+            acts: true,
+        },
+        "set_user_disabled" => Case::Object {
+            args: |o| vec![("user_id", o.user.clone()), ("disabled", "true".into())],
+            acts: true,
+        },
+        "reset_password" => Case::Object {
+            args: |o| vec![("user_id", o.user.clone())],
+            acts: true,
+        },
+        "save_sender" => Case::ActsOnOwnOrg(vec![
+            ("from_name", "Taken over".into()),
+            ("from_address", "x@example.org".into()),
+            ("reply_to", "".into()),
+        ]),
+        "invite_user" => Case::ActsOnOwnOrg(vec![
+            ("email", "intruder@example.org".into()),
+            ("name", "".into()),
+            ("role", "owner".into()),
+        ]),
         "campaign_detail" | "campaign_sheet" => Case::Object {
             args: id,
             acts: false,
@@ -312,6 +339,21 @@ async fn every_server_function_keeps_to_the_signed_in_org_and_viewers_cannot_act
         .await
         .unwrap();
     assert_eq!(b_delivery, "failed", "org B's delivery was not retried");
+    let (role, disabled, hash): (String, bool, String) =
+        sqlx::query_as("select role, disabled, password_hash from users where id = $1")
+            .bind(theirs.user.parse::<i64>().unwrap())
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        (role.as_str(), disabled),
+        ("owner", false),
+        "org B's owner was not changed"
+    );
+    assert!(
+        !hash.starts_with('!'),
+        "org B's owner's password was not reset"
+    );
     eprintln!(
         "tenancy checked for {} server functions: {checked:?}",
         checked.len()

@@ -1,0 +1,325 @@
+//! Settings: the sender identity, the org's time zone (and a link to the digest schedule), and
+//! the users with the owner's management actions. Every form is an `ActionForm`, so it works
+//! before the wasm has loaded; confirmations are `<details>` panels, which open without it.
+
+use leptos::prelude::*;
+use leptos_router::components::A;
+
+use super::action_outcome as outcome;
+use crate::api::settings::{settings_view, SaveSender, SettingsData};
+use crate::api::users::{
+    users_view, InviteUser, ResetPassword, SetUserDisabled, SetUserRole, UserEntry,
+};
+use crate::domain::Role;
+
+const INPUT: &str =
+    "mt-1 block w-full rounded border border-slate-300 px-2 py-1.5 disabled:bg-slate-100";
+const BUTTON: &str = "rounded bg-indigo-600 px-3 py-1.5 font-medium text-white hover:bg-indigo-700 disabled:opacity-50";
+const SMALL_BUTTON: &str =
+    "rounded border border-slate-300 px-2 py-1 hover:bg-slate-100 disabled:opacity-50";
+
+/// The section's tabs; `current` is the path shown.
+#[component]
+pub fn SettingsTabs(current: &'static str) -> impl IntoView {
+    let tab = |href: &'static str, label: &'static str| {
+        let class = if href == current {
+            "rounded-t border-b-2 border-indigo-600 px-3 py-2 font-medium text-indigo-700"
+        } else {
+            "rounded-t px-3 py-2 text-slate-600 hover:text-slate-900"
+        };
+        view! { <A href=href attr:class=class>{label}</A> }
+    };
+    view! {
+        <h1 class="text-2xl font-semibold mb-2">"Settings"</h1>
+        <nav aria-label="Settings sections" class="mb-6 flex gap-2 border-b border-slate-200 text-sm">
+            {tab("/settings", "Organisation and users")}
+            {tab("/settings/audit", "Audit log")}
+        </nav>
+    }
+}
+
+#[component]
+pub fn SettingsPage() -> impl IntoView {
+    let save = ServerAction::<SaveSender>::new();
+    let invite = ServerAction::<InviteUser>::new();
+    let role = ServerAction::<SetUserRole>::new();
+    let disable = ServerAction::<SetUserDisabled>::new();
+    let reset = ServerAction::<ResetPassword>::new();
+    let settings = Resource::new(move || save.version().get(), |_| settings_view());
+    let users = Resource::new(
+        move || {
+            (
+                invite.version().get(),
+                role.version().get(),
+                disable.version().get(),
+                reset.version().get(),
+            )
+        },
+        |_| users_view(),
+    );
+    let actions = UserActions {
+        role,
+        disable,
+        reset,
+    };
+    view! {
+        <SettingsTabs current="/settings"/>
+        <Suspense fallback=|| view! { <p>"Loading…"</p> }>
+            {move || Suspend::new(async move {
+                match settings.await {
+                    Err(e) => view! { <p role="alert" class="text-red-700">{e.to_string()}</p> }.into_any(),
+                    Ok(s) => view! { <Sender s action=save/> }.into_any(),
+                }
+            })}
+        </Suspense>
+        <section class="mt-6 rounded-lg bg-white p-4 shadow" aria-labelledby="users-heading">
+            <h2 id="users-heading" class="text-lg font-semibold mb-3">"Users"</h2>
+            {move || outcome(invite.value().get(), "invite-result")}
+            {move || outcome(role.value().get(), "role-result")}
+            {move || outcome(disable.value().get(), "disable-result")}
+            {move || outcome(reset.value().get(), "reset-result")}
+            <Suspense fallback=|| view! { <p>"Loading…"</p> }>
+                {move || Suspend::new(async move {
+                    match users.await {
+                        Err(e) => view! { <p role="alert" class="text-red-700">{e.to_string()}</p> }.into_any(),
+                        Ok(d) => view! {
+                            <UsersTable users=d.users can_manage=d.can_manage actions/>
+                            {d.can_manage.then(|| view! { <InviteForm action=invite/> })}
+                            {(!d.can_manage).then(|| view! {
+                                <p class="mt-3 text-sm text-slate-500">"Only an owner can invite users or change them."</p>
+                            })}
+                        }.into_any(),
+                    }
+                })}
+            </Suspense>
+        </section>
+    }
+}
+
+#[component]
+fn Sender(s: SettingsData, action: ServerAction<SaveSender>) -> impl IntoView {
+    let disabled = !s.can_manage;
+    view! {
+        <section class="rounded-lg bg-white p-4 shadow" aria-labelledby="sender-heading">
+            <h2 id="sender-heading" class="text-lg font-semibold mb-1">"Sender identity"</h2>
+            <p class="mb-3 text-sm text-slate-600">"Every message of this organisation (campaigns, digests, invitations) is sent with these."</p>
+            {move || outcome(action.value().get(), "sender-result")}
+            <ActionForm action=action attr:id="sender-form" attr:class="grid gap-3 text-sm md:grid-cols-3">
+                <label class="block">
+                    <span class="text-slate-600">"From name"</span>
+                    <input name="from_name" value=s.from_name.clone() required maxlength="200" disabled=disabled class=INPUT/>
+                </label>
+                <label class="block">
+                    <span class="text-slate-600">"From address"</span>
+                    <input name="from_address" type="email" value=s.from_address.clone() required disabled=disabled class=INPUT/>
+                </label>
+                <label class="block">
+                    <span class="text-slate-600">"Reply-To " <span class="text-slate-400">"(optional)"</span></span>
+                    <input name="reply_to" type="email" value=s.reply_to.clone() disabled=disabled
+                        placeholder="Replies go to the From address" class=INPUT/>
+                </label>
+                {s.can_manage.then(|| view! {
+                    <div>
+                        <button type="submit" id="save-sender" disabled=move || action.pending().get() class=BUTTON>
+                            "Save sender identity"
+                        </button>
+                    </div>
+                })}
+            </ActionForm>
+            {disabled.then(|| view! { <p class="mt-2 text-sm text-slate-500">"Only an owner can change the sender identity."</p> })}
+            <p class="mt-4 text-sm text-slate-600" data-test="timezone">
+                "Time zone: " <strong>{s.timezone.clone()}</strong>
+                " — dates and times in the dashboard are shown in it. The weekly digest's day, hour and time zone are set on the "
+                <A href="/digests" attr:class="text-indigo-700 underline">"Digests page"</A> "."
+            </p>
+        </section>
+    }
+}
+
+/// The owner's per-user actions.
+#[derive(Clone, Copy)]
+struct UserActions {
+    role: ServerAction<SetUserRole>,
+    disable: ServerAction<SetUserDisabled>,
+    reset: ServerAction<ResetPassword>,
+}
+
+#[component]
+fn UsersTable(users: Vec<UserEntry>, can_manage: bool, actions: UserActions) -> impl IntoView {
+    view! {
+        <div class="overflow-x-auto">
+            <table id="users" class="w-full text-sm">
+                <thead class="text-left text-slate-500">
+                    <tr>
+                        <th class="p-2">"User"</th><th class="p-2">"Role"</th><th class="p-2">"State"</th>
+                        <th class="p-2">"Added"</th>
+                        {can_manage.then(|| view! { <th class="p-2"><span class="sr-only">"Actions"</span></th> })}
+                    </tr>
+                </thead>
+                <tbody>
+                    {users.into_iter().map(|u| view! { <UserRow u can_manage actions/> }).collect_view()}
+                </tbody>
+            </table>
+        </div>
+    }
+    .into_any()
+}
+
+fn state(u: &UserEntry) -> (&'static str, &'static str) {
+    match (u.disabled, u.awaiting.as_deref()) {
+        (true, _) => ("Disabled", "bg-slate-200 text-slate-700"),
+        (false, Some("invited")) => ("Invitation sent", "bg-sky-100 text-sky-800"),
+        (false, Some(_)) => ("Reset link sent", "bg-amber-100 text-amber-800"),
+        (false, None) => ("Active", "bg-green-100 text-green-800"),
+    }
+}
+
+#[component]
+fn UserRow(u: UserEntry, can_manage: bool, actions: UserActions) -> impl IntoView {
+    let (label, class) = state(&u);
+    let manage = can_manage.then(|| view! { <UserControls u=u.clone() actions/> });
+    view! {
+        <tr class="border-t border-slate-100 align-top" data-test="user-row" data-email=u.email.clone()
+            data-role=u.role.as_str() data-state=label>
+            <td class="p-2">
+                <div class="font-medium">{u.name.clone()} {u.is_me.then_some(" (you)")}</div>
+                <div class="text-slate-500">{u.email.clone()}</div>
+            </td>
+            <td class="p-2" data-test="role">{u.role.as_str()}</td>
+            <td class="p-2"><span class=format!("rounded-full px-2 py-0.5 text-xs {class}") data-test="state">{label}</span></td>
+            <td class="p-2 whitespace-nowrap text-slate-500">{u.created.clone()}</td>
+            {manage.map(|m| view! { <td class="p-2">{m}</td> })}
+        </tr>
+    }
+}
+
+#[component]
+fn UserControls(u: UserEntry, actions: UserActions) -> impl IntoView {
+    let UserActions {
+        role,
+        disable,
+        reset,
+    } = actions;
+    let id = u.id;
+    let who = u.name.clone();
+    let current = u.role;
+    let toggle = if u.disabled {
+        view! {
+            <ActionForm action=disable>
+                <input type="hidden" name="user_id" value=id.to_string()/>
+                <input type="hidden" name="disabled" value="false"/>
+                <button type="submit" data-test="enable" class=SMALL_BUTTON disabled=move || disable.pending().get()>"Enable"</button>
+            </ActionForm>
+        }
+        .into_any()
+    } else {
+        view! {
+            <details class="relative">
+                <summary data-test="disable" class="cursor-pointer list-none rounded border border-slate-300 px-2 py-1 hover:bg-slate-100">"Disable…"</summary>
+                <div role="dialog" aria-label=format!("Disable {who}")
+                    class="absolute right-0 z-10 mt-2 w-72 rounded-lg border border-slate-200 bg-white p-4 shadow-lg">
+                    <p class="mb-3">{format!("{who} is signed out everywhere and cannot sign in until enabled again.")}</p>
+                    <ActionForm action=disable>
+                        <input type="hidden" name="user_id" value=id.to_string()/>
+                        <input type="hidden" name="disabled" value="true"/>
+                        <button type="submit" data-test="confirm-disable" disabled=move || disable.pending().get()
+                            class="rounded bg-red-600 px-3 py-1.5 font-medium text-white hover:bg-red-700 disabled:opacity-50">
+                            "Disable"
+                        </button>
+                    </ActionForm>
+                </div>
+            </details>
+        }
+        .into_any()
+    };
+    let (link_label, link_text, link_button) = if u.awaiting.as_deref() == Some("invited") {
+        (
+            "Send new link…",
+            format!(
+                "A new invitation is e-mailed to {}; the earlier link stops working.",
+                u.email
+            ),
+            "Send invitation",
+        )
+    } else {
+        (
+            "Reset password…",
+            format!(
+                "{who}'s password stops working at once and they are signed out everywhere. A link to choose a new one is e-mailed to {}.",
+                u.email
+            ),
+            "Send reset link",
+        )
+    };
+    let reset_panel = (!u.disabled).then(|| {
+        view! {
+            <details class="relative">
+                <summary data-test="reset" class="cursor-pointer list-none rounded border border-slate-300 px-2 py-1 hover:bg-slate-100">{link_label}</summary>
+                <div role="dialog" aria-label=format!("New password link for {who}")
+                    class="absolute right-0 z-10 mt-2 w-72 rounded-lg border border-slate-200 bg-white p-4 shadow-lg">
+                    <p class="mb-3">{link_text}</p>
+                    <ActionForm action=reset>
+                        <input type="hidden" name="user_id" value=id.to_string()/>
+                        <button type="submit" data-test="confirm-reset" disabled=move || reset.pending().get() class=BUTTON>
+                            {link_button}
+                        </button>
+                    </ActionForm>
+                </div>
+            </details>
+        }
+    });
+    view! {
+        <div class="flex flex-wrap items-start gap-2">
+            <ActionForm action=role attr:class="flex gap-1">
+                <input type="hidden" name="user_id" value=id.to_string()/>
+                <label>
+                    <span class="sr-only">{format!("Role of {}", u.name)}</span>
+                    <select name="role" data-test="role-select" class="rounded border border-slate-300 px-1 py-1">
+                        {Role::ALL.into_iter().map(|r| view! {
+                            <option value=r.as_str() selected=r == current>{r.as_str()}</option>
+                        }).collect_view()}
+                    </select>
+                </label>
+                <button type="submit" data-test="change-role" class=SMALL_BUTTON disabled=move || role.pending().get()>"Change role"</button>
+            </ActionForm>
+            {toggle}
+            {reset_panel}
+        </div>
+    }
+    .into_any()
+}
+
+#[component]
+fn InviteForm(action: ServerAction<InviteUser>) -> impl IntoView {
+    view! {
+        <div class="mt-6 border-t border-slate-100 pt-4">
+            <h3 class="font-semibold mb-1">"Invite a user"</h3>
+            <p class="mb-3 text-sm text-slate-600">
+                "They receive an e-mail with a link to choose their password (valid for 7 days, once)."
+            </p>
+            <ActionForm action=action attr:id="invite-form" attr:class="grid gap-3 text-sm md:grid-cols-4 md:items-end">
+                <label class="block">
+                    <span class="text-slate-600">"E-mail address"</span>
+                    <input name="email" type="email" required class=INPUT/>
+                </label>
+                <label class="block">
+                    <span class="text-slate-600">"Name " <span class="text-slate-400">"(optional)"</span></span>
+                    <input name="name" maxlength="200" class=INPUT/>
+                </label>
+                <label class="block">
+                    <span class="text-slate-600">"Role"</span>
+                    <select name="role" class=INPUT>
+                        <option value="viewer">"viewer — reads everything"</option>
+                        <option value="admin" selected>"admin — also acts"</option>
+                        <option value="owner">"owner — also manages users and settings"</option>
+                    </select>
+                </label>
+                <div>
+                    <button type="submit" id="send-invite" disabled=move || action.pending().get() class=BUTTON>
+                        "Send invitation"
+                    </button>
+                </div>
+            </ActionForm>
+        </div>
+    }
+}

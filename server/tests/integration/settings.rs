@@ -1,0 +1,817 @@
+//! Settings over real HTTP on a real PostgreSQL: the sender identity, user management (invite
+//! through the delivery engine, the set-password link, roles, disabling, resets, the last
+//! owner), and the audit log page.
+
+use app::domain::{JobId, Role};
+use reqwest::StatusCode;
+use serde_json::Value;
+use sqlx::PgPool;
+
+use crate::helpers::{org_with_users, test_db};
+use crate::test_app::{client, json, signed_in, spawn_app, TestApp};
+
+/// The error variant and message of a refused call (`{"Invalid": "…"}` → ("Invalid", "…")).
+fn refusal(status: StatusCode, body: &str) -> (String, String) {
+    assert_eq!(status, 500, "expected a refusal: {body}");
+    match json(body) {
+        Value::String(s) => (s, String::new()),
+        Value::Object(m) => {
+            let (k, v) = m.into_iter().next().unwrap();
+            (k, v.as_str().unwrap_or_default().to_owned())
+        }
+        other => panic!("{other}"),
+    }
+}
+
+async fn audit_rows(pool: &PgPool, org: i64, action: &str) -> Vec<(Option<Value>, Option<Value>)> {
+    sqlx::query_as(
+        "select before, after from audit_log where org_id = $1 and action = $2 order by id",
+    )
+    .bind(org)
+    .bind(action)
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
+/// The invite deliveries queued for `email`: (job id, priority, user id).
+async fn invite_jobs(pool: &PgPool, email: &str) -> Vec<(String, i16, Option<i64>)> {
+    sqlx::query_as(
+        "select job_id, priority, user_id from deliveries where kind = 'invite' and email_lower = lower($1) order by created_at, job_id",
+    )
+    .bind(email)
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
+/// The raw token of the link an `invite:` job carries (what the recipient finds in the mail).
+async fn token_of(pool: &PgPool, job_id: &str) -> String {
+    let key = app::password_token::key(pool).await.unwrap();
+    app::password_token::token(&key, &job_id.parse::<JobId>().unwrap())
+}
+
+async fn accept(app: &TestApp, token: &str, name: &str, password: &str) -> (StatusCode, String) {
+    let c = client(app);
+    let r = c
+        .post(format!("{}/api/accept_invite", app.base))
+        .form(&[("token", token), ("name", name), ("password", password)])
+        .send()
+        .await
+        .unwrap();
+    let cookie = r.headers().get("set-cookie").is_some();
+    let status = r.status();
+    let body = r.text().await.unwrap();
+    if status.is_success() || status.is_redirection() {
+        assert!(cookie, "setting the password signs the user in");
+    }
+    (status, body)
+}
+
+async fn can_login(app: &TestApp, email: &str, password: &str) -> bool {
+    let r = app.login(&client(app), email, password).await;
+    r.headers().get("set-cookie").is_some()
+}
+
+#[tokio::test]
+async fn the_sender_identity_is_owner_only_validated_field_by_field_and_audited() {
+    let pool = test_db().await;
+    let (org, u) = org_with_users(&pool, "acme", &[Role::Owner, Role::Admin, Role::Viewer]).await;
+    let app = spawn_app(pool.clone()).await;
+    let owner = signed_in(&app, &u[0].1, &u[0].2).await;
+    let admin = signed_in(&app, &u[1].1, &u[1].2).await;
+    let viewer = signed_in(&app, &u[2].1, &u[2].2).await;
+    let save = |c: &reqwest::Client, name: &str, from: &str, reply: &str| {
+        let (c, args) = (
+            c.clone(),
+            [
+                ("from_name", name.to_owned()),
+                ("from_address", from.to_owned()),
+                ("reply_to", reply.to_owned()),
+            ],
+        );
+        let app = &app;
+        async move {
+            let args: Vec<(&str, &str)> = args.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            app.call_with(&c, "save_sender", &args).await
+        }
+    };
+
+    // Everyone reads it; only the owner may change it.
+    let (status, body) = app.call(&viewer, "settings").await;
+    assert_eq!(status, 200, "{body}");
+    let s = json(&body);
+    assert_eq!(
+        (s["from_address"].as_str(), s["timezone"].as_str()),
+        (Some("news@example.org"), Some("Europe/Berlin"))
+    );
+    assert_eq!(s["can_manage"], false);
+    for c in [&admin, &viewer] {
+        let (status, body) = save(c, "Acme", "hello@acme.example", "").await;
+        assert_eq!(refusal(status, &body).0, "Forbidden");
+    }
+
+    // Each bad field is refused, naming it; nothing is written.
+    for (name, from, reply, field) in [
+        ("", "hello@acme.example", "", "From name"),
+        ("Acme", "not an address", "", "From address"),
+        ("Acme", "hello@acme.example", "nope@", "Reply-To"),
+        (
+            "Acme\r\nBcc: x@evil.example",
+            "hello@acme.example",
+            "",
+            "From name",
+        ),
+        (&"x".repeat(201), "hello@acme.example", "", "From name"),
+    ] {
+        let (status, body) = save(&owner, name, from, reply).await;
+        let (kind, message) = refusal(status, &body);
+        assert_eq!(kind, "Invalid", "{body}");
+        assert!(message.starts_with(field), "{field}: {message}");
+    }
+    assert!(audit_rows(&pool, org, "settings.sender").await.is_empty());
+
+    let (status, body) = save(
+        &owner,
+        " Acme News ",
+        "Hello@Acme.example",
+        "replies@acme.example",
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let (name, from, reply): (String, String, Option<String>) =
+        sqlx::query_as("select from_name, from_address, reply_to from orgs where id = $1")
+            .bind(org)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        (name.as_str(), from.as_str(), reply.as_deref()),
+        (
+            "Acme News",
+            "Hello@Acme.example",
+            Some("replies@acme.example")
+        )
+    );
+    let rows = audit_rows(&pool, org, "settings.sender").await;
+    assert_eq!(rows.len(), 1);
+    assert_eq!(
+        rows[0].0.as_ref().unwrap()["from_address"],
+        "news@example.org"
+    );
+    assert_eq!(
+        rows[0].1.as_ref().unwrap()["from_address"],
+        "Hello@Acme.example"
+    );
+    assert_eq!(
+        rows[0].1.as_ref().unwrap()["reply_to"],
+        "replies@acme.example"
+    );
+
+    // An empty Reply-To clears it.
+    let (status, _) = save(&owner, "Acme", "hello@acme.example", "  ").await;
+    assert_eq!(status, 200);
+    let reply: Option<String> = sqlx::query_scalar("select reply_to from orgs where id = $1")
+        .bind(org)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(reply, None);
+}
+
+#[tokio::test]
+async fn an_invite_is_one_user_and_one_invite_delivery_and_its_link_sets_a_password_once() {
+    let pool = test_db().await;
+    let (org, u) = org_with_users(&pool, "acme", &[Role::Owner, Role::Admin]).await;
+    let (_, other) = org_with_users(&pool, "other", &[Role::Owner]).await;
+    let app = spawn_app(pool.clone()).await;
+    let owner = signed_in(&app, &u[0].1, &u[0].2).await;
+    let admin = signed_in(&app, &u[1].1, &u[1].2).await;
+    let invite = |c: &reqwest::Client, email: &str, role: &str| {
+        let (c, email, role) = (c.clone(), email.to_owned(), role.to_owned());
+        let app = &app;
+        async move {
+            app.call_with(
+                &c,
+                "invite_user",
+                &[("email", &email), ("name", ""), ("role", &role)],
+            )
+            .await
+        }
+    };
+
+    let (status, body) = invite(&admin, "new@acme.example", "admin").await;
+    assert_eq!(
+        refusal(status, &body).0,
+        "Forbidden",
+        "admins do not manage users"
+    );
+    let (status, body) = invite(&owner, "new@", "admin").await;
+    assert!(
+        refusal(status, &body).1.starts_with("E-mail address"),
+        "{body}"
+    );
+    let (status, body) = invite(&owner, "new@acme.example", "root").await;
+    assert!(refusal(status, &body).1.starts_with("Role"), "{body}");
+
+    // Sent twice (a double click, or two tabs): one user, one delivery, and the second says why.
+    let (first, second) = tokio::join!(
+        invite(&owner, "New@acme.example", "admin"),
+        invite(&owner, "new@ACME.example", "admin")
+    );
+    let (ok, refused) = if first.0 == 200 {
+        (first, second)
+    } else {
+        (second, first)
+    };
+    assert_eq!(ok.0, 200, "{}", ok.1);
+    // Whichever request won, its spelling of the address is the one stored.
+    let sent = json(&ok.1).as_str().unwrap().to_owned();
+    let spelled = sent
+        .strip_prefix("Invitation sent to ")
+        .and_then(|r| r.strip_suffix('.'))
+        .unwrap()
+        .to_owned();
+    assert_eq!(spelled.to_lowercase(), "new@acme.example");
+    let (kind, message) = refusal(refused.0, &refused.1);
+    assert_eq!(kind, "Conflict");
+    assert!(
+        message.contains("already invited") || message.contains("already"),
+        "{message}"
+    );
+    let (status, body) = invite(&owner, "new@acme.example", "viewer").await;
+    let (_, message) = refusal(status, &body);
+    assert!(
+        message.contains("was already invited") && message.contains("nothing was sent again"),
+        "{message}"
+    );
+    let users: Vec<(i64, String)> =
+        sqlx::query_as("select id, role from users where email_lower = 'new@acme.example'")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert_eq!(users.len(), 1);
+    let (new_id, role) = users[0].clone();
+    assert_eq!(role, "admin");
+    let jobs = invite_jobs(&pool, "new@acme.example").await;
+    assert_eq!(jobs.len(), 1, "{jobs:?}");
+    let (job, priority, user_id) = jobs[0].clone();
+    assert!(job.starts_with(&format!("invite:{org}:{new_id}:")), "{job}");
+    assert_eq!((priority, user_id), (0, Some(new_id)));
+    let (_, after) = audit_rows(&pool, org, "user.invite").await.remove(0);
+    assert_eq!(after.unwrap()["role"], "admin");
+
+    // Another organisation's login cannot be invited, and the refusal does not say whose it is.
+    let (status, body) = invite(&owner, &other[0].1, "viewer").await;
+    let (_, message) = refusal(status, &body);
+    assert_eq!(
+        message,
+        format!(
+            "{} already has a Mailroom login, so it cannot be invited.",
+            other[0].1
+        )
+    );
+
+    // The list shows the pending invitation; the invitee cannot sign in yet.
+    let (_, body) = app.call(&admin, "users").await;
+    let listed = json(&body)["users"].as_array().unwrap().clone();
+    let entry = listed
+        .iter()
+        .find(|x| x["email"] == spelled.as_str())
+        .unwrap();
+    assert_eq!(entry["awaiting"], "invited");
+    assert!(!can_login(&app, "new@acme.example", "!invited").await);
+
+    // Only the token's hash is stored; the link works with the token itself.
+    let token = token_of(&pool, &job).await;
+    let stored: Vec<u8> =
+        sqlx::query_scalar("select token_hash from password_tokens where user_id = $1")
+            .bind(new_id)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(stored, app::auth::hash_token(&token));
+    let c = client(&app);
+    let (status, body) = app.call_with(&c, "invite_info", &[("token", &token)]).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        (
+            json(&body)["email"].as_str(),
+            json(&body)["purpose"].as_str()
+        ),
+        (Some(spelled.as_str()), Some("invite"))
+    );
+    let (status, body) = app
+        .call_with(&c, "invite_info", &[("token", "forged")])
+        .await;
+    assert!(refusal(status, &body)
+        .1
+        .contains("expired or was already used"));
+
+    let (status, body) = accept(&app, &token, "Nina New", "short").await;
+    assert!(refusal(status, &body).1.starts_with("Password"), "{body}");
+    let (status, body) = accept(&app, &token, "Nina New", "a-long-enough-password").await;
+    assert!(
+        status.is_success() || status.is_redirection(),
+        "{status}: {body}"
+    );
+    assert!(can_login(&app, "new@acme.example", "a-long-enough-password").await);
+    let name: String = sqlx::query_scalar("select name from users where id = $1")
+        .bind(new_id)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(name, "Nina New");
+
+    // Used once: the same link again is refused, and the password stays.
+    let (status, body) = accept(&app, &token, "Mallory", "another-long-password").await;
+    assert!(
+        refusal(status, &body)
+            .1
+            .contains("expired or was already used"),
+        "{body}"
+    );
+    assert!(can_login(&app, "new@acme.example", "a-long-enough-password").await);
+    assert!(!can_login(&app, "new@acme.example", "another-long-password").await);
+    assert_eq!(audit_rows(&pool, org, "user.accept_invite").await.len(), 1);
+
+    // An expired link is dead too.
+    let (status, _) = app
+        .call_with(
+            &owner,
+            "reset_password",
+            &[("user_id", &new_id.to_string())],
+        )
+        .await;
+    assert_eq!(status, 200);
+    let jobs = invite_jobs(&pool, "new@acme.example").await;
+    let token = token_of(&pool, &jobs[1].0).await;
+    sqlx::query("update password_tokens set expires_at = now() - interval '1 second' where user_id = $1 and used_at is null")
+        .bind(new_id)
+        .execute(&pool)
+        .await
+        .unwrap();
+    let (status, body) = accept(&app, &token, "", "yet-another-password").await;
+    assert!(refusal(status, &body).1.contains("expired"), "{body}");
+}
+
+#[tokio::test]
+async fn disabling_ends_sessions_and_blocks_login_and_the_last_owner_is_kept() {
+    let pool = test_db().await;
+    let (org, u) = org_with_users(&pool, "acme", &[Role::Owner, Role::Admin, Role::Viewer]).await;
+    let app = spawn_app(pool.clone()).await;
+    let owner = signed_in(&app, &u[0].1, &u[0].2).await;
+    let admin = signed_in(&app, &u[1].1, &u[1].2).await;
+    let viewer = signed_in(&app, &u[2].1, &u[2].2).await;
+    let (owner_id, admin_id) = (u[0].0.to_string(), u[1].0.to_string());
+    let disable = |c: &reqwest::Client, id: &str, on: bool| {
+        let (c, id, on) = (c.clone(), id.to_owned(), on.to_string());
+        let app = &app;
+        async move {
+            app.call_with(
+                &c,
+                "set_user_disabled",
+                &[("user_id", &id), ("disabled", &on)],
+            )
+            .await
+        }
+    };
+    let set_role = |c: &reqwest::Client, id: &str, role: &str| {
+        let (c, id, role) = (c.clone(), id.to_owned(), role.to_owned());
+        let app = &app;
+        async move {
+            app.call_with(&c, "set_user_role", &[("user_id", &id), ("role", &role)])
+                .await
+        }
+    };
+
+    for c in [&admin, &viewer] {
+        let (status, body) = disable(c, &owner_id, true).await;
+        assert_eq!(refusal(status, &body).0, "Forbidden");
+        let (status, body) = set_role(c, &admin_id, "owner").await;
+        assert_eq!(refusal(status, &body).0, "Forbidden");
+        let (status, body) = app
+            .call_with(c, "reset_password", &[("user_id", &owner_id)])
+            .await;
+        assert_eq!(refusal(status, &body).0, "Forbidden");
+    }
+
+    // Disabled: the open session ends at once, and the password no longer signs in.
+    let (status, body) = disable(&owner, &admin_id, true).await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = app.call(&admin, "overview").await;
+    assert_eq!(refusal(status, &body).0, "NotSignedIn");
+    let sessions: i64 = sqlx::query_scalar("select count(*) from sessions where user_id = $1")
+        .bind(u[1].0)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(sessions, 0);
+    assert!(!can_login(&app, &u[1].1, &u[1].2).await);
+    let (before, after) = audit_rows(&pool, org, "user.disable").await.remove(0);
+    assert_eq!(
+        (
+            before.unwrap()["disabled"].clone(),
+            after.unwrap()["disabled"].clone()
+        ),
+        (Value::from(false), Value::from(true))
+    );
+    // Enabled again: the same password works.
+    let (status, _) = disable(&owner, &admin_id, false).await;
+    assert_eq!(status, 200);
+    assert!(can_login(&app, &u[1].1, &u[1].2).await);
+
+    // The last active owner can be neither demoted nor disabled, even by themselves.
+    for (status, body) in [
+        set_role(&owner, &owner_id, "admin").await,
+        disable(&owner, &owner_id, true).await,
+    ] {
+        let (kind, message) = refusal(status, &body);
+        assert_eq!(kind, "Conflict");
+        assert!(message.contains("last active owner"), "{message}");
+    }
+    // With a second owner, the first may step down; then the second is the last.
+    let (status, body) = set_role(&owner, &admin_id, "owner").await;
+    assert_eq!(
+        (status.as_u16(), json(&body)),
+        (200, Value::from(format!("{} is now owner.", u[1].1)))
+    );
+    let (status, body) = set_role(&owner, &owner_id, "viewer").await;
+    assert_eq!(status, 200, "{body}");
+    let second = signed_in(&app, &u[1].1, &u[1].2).await;
+    let (status, body) = disable(&second, &admin_id, true).await;
+    assert!(refusal(status, &body).1.contains("last active owner"));
+    let roles = audit_rows(&pool, org, "user.role").await;
+    assert_eq!(roles.len(), 2);
+    assert_eq!(roles[1].0.as_ref().unwrap()["role"], "owner");
+    assert_eq!(roles[1].1.as_ref().unwrap()["role"], "viewer");
+}
+
+#[tokio::test]
+async fn two_owners_demoting_each_other_at_once_leave_one_owner() {
+    let pool = test_db().await;
+    let (org, u) = org_with_users(&pool, "acme", &[Role::Owner, Role::Owner]).await;
+    let app = spawn_app(pool.clone()).await;
+    let a = signed_in(&app, &u[0].1, &u[0].2).await;
+    let b = signed_in(&app, &u[1].1, &u[1].2).await;
+    let (ida, idb) = (u[0].0.to_string(), u[1].0.to_string());
+    let args_a = [("user_id", idb.as_str()), ("role", "admin")];
+    let args_b = [("user_id", ida.as_str()), ("role", "admin")];
+    let (ra, rb) = tokio::join!(
+        app.call_with(&a, "set_user_role", &args_a),
+        app.call_with(&b, "set_user_role", &args_b)
+    );
+    let owners: i64 = sqlx::query_scalar(
+        "select count(*) from users where org_id = $1 and role = 'owner' and not disabled",
+    )
+    .bind(org)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(owners, 1, "{ra:?} {rb:?}");
+}
+
+#[tokio::test]
+async fn a_reset_ends_the_old_password_and_sessions_and_its_link_sets_a_new_one() {
+    let pool = test_db().await;
+    let (org, u) = org_with_users(&pool, "acme", &[Role::Owner, Role::Admin]).await;
+    let app = spawn_app(pool.clone()).await;
+    let owner = signed_in(&app, &u[0].1, &u[0].2).await;
+    let admin = signed_in(&app, &u[1].1, &u[1].2).await;
+    let admin_id = u[1].0;
+
+    let (status, body) = app
+        .call_with(
+            &owner,
+            "reset_password",
+            &[("user_id", &admin_id.to_string())],
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert!(json(&body)
+        .as_str()
+        .unwrap()
+        .contains("old password no longer works"));
+    // Decided: an owner's reset takes effect at once (the password may be known to someone else).
+    assert!(!can_login(&app, &u[1].1, &u[1].2).await);
+    let (status, body) = app.call(&admin, "overview").await;
+    assert_eq!(refusal(status, &body).0, "NotSignedIn");
+    let jobs = invite_jobs(&pool, &u[1].1).await;
+    assert_eq!(jobs.len(), 1);
+    let token = token_of(&pool, &jobs[0].0).await;
+    let c = client(&app);
+    let (_, body) = app.call_with(&c, "invite_info", &[("token", &token)]).await;
+    assert_eq!(json(&body)["purpose"], "reset");
+    let (_, body) = app.call(&owner, "users").await;
+    let listed = json(&body)["users"].clone();
+    let entry = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["id"] == admin_id)
+        .unwrap()
+        .clone();
+    assert_eq!(entry["awaiting"], "reset");
+
+    // A second reset retires the first link.
+    let (status, _) = app
+        .call_with(
+            &owner,
+            "reset_password",
+            &[("user_id", &admin_id.to_string())],
+        )
+        .await;
+    assert_eq!(status, 200);
+    let jobs = invite_jobs(&pool, &u[1].1).await;
+    assert_eq!(jobs.len(), 2);
+    let (status, body) = accept(&app, &token, "", "the-first-links-password").await;
+    assert!(
+        refusal(status, &body)
+            .1
+            .contains("expired or was already used"),
+        "{body}"
+    );
+    let newest = token_of(&pool, &jobs[1].0).await;
+    // A link of a user who was disabled since does not work while they are disabled.
+    let disable = |on: &'static str| {
+        let (app, owner, id) = (&app, &owner, admin_id.to_string());
+        async move {
+            app.call_with(
+                owner,
+                "set_user_disabled",
+                &[("user_id", &id), ("disabled", on)],
+            )
+            .await
+        }
+    };
+    assert_eq!(disable("true").await.0, 200);
+    let (status, body) = accept(&app, &newest, "", "the-new-password-123").await;
+    assert!(
+        refusal(status, &body)
+            .1
+            .contains("expired or was already used"),
+        "{body}"
+    );
+    assert_eq!(disable("false").await.0, 200);
+    let (status, body) = accept(&app, &newest, "", "the-new-password-123").await;
+    assert!(status.is_success() || status.is_redirection(), "{body}");
+    assert!(can_login(&app, &u[1].1, "the-new-password-123").await);
+    assert!(!can_login(&app, &u[1].1, &u[1].2).await);
+    assert_eq!(audit_rows(&pool, org, "user.reset_password").await.len(), 2);
+    assert_eq!(audit_rows(&pool, org, "user.set_password").await.len(), 1);
+}
+
+#[tokio::test]
+async fn the_audit_log_lists_the_orgs_entries_filtered_and_a_page_at_a_time() {
+    let pool = test_db().await;
+    let (org, u) = org_with_users(&pool, "acme", &[Role::Owner, Role::Admin, Role::Viewer]).await;
+    let (other_org, _) = org_with_users(&pool, "other", &[Role::Owner]).await;
+    let app = spawn_app(pool.clone()).await;
+    let owner = signed_in(&app, &u[0].1, &u[0].2).await;
+    let viewer = signed_in(&app, &u[2].1, &u[2].2).await;
+    let admin_id = u[1].0.to_string();
+    app.call_with(
+        &owner,
+        "set_user_role",
+        &[("user_id", &admin_id), ("role", "viewer")],
+    )
+    .await;
+    app.call_with(
+        &owner,
+        "set_user_role",
+        &[("user_id", &admin_id), ("role", "admin")],
+    )
+    .await;
+    app.call_with(
+        &owner,
+        "save_sender",
+        &[
+            ("from_name", "Acme"),
+            ("from_address", "a@acme.example"),
+            ("reply_to", ""),
+        ],
+    )
+    .await;
+    let mut tx = pool.begin().await.unwrap();
+    for i in 0..60 {
+        let (o, actor) = if i % 2 == 0 {
+            (org, Some(u[1].0))
+        } else {
+            (other_org, None)
+        };
+        app::db::audit::record(
+            &mut tx,
+            app::db::audit::Entry {
+                org_id: o,
+                actor_id: actor,
+                action: "test.bulk",
+                object_type: "thing",
+                object_id: Some(i.to_string()),
+                before: None,
+                after: Some(serde_json::json!({ "i": i })),
+            },
+        )
+        .await
+        .unwrap();
+    }
+    tx.commit().await.unwrap();
+    let page = |action: &str, actor: &str, before: &str| {
+        let (action, actor, before) = (action.to_owned(), actor.to_owned(), before.to_owned());
+        let (app, viewer) = (&app, &viewer);
+        async move {
+            let (status, body) = app
+                .call_with(
+                    viewer,
+                    "audit_log",
+                    &[("action", &action), ("actor", &actor), ("before", &before)],
+                )
+                .await;
+            assert_eq!(status, 200, "viewers read the log: {body}");
+            json(&body)
+        }
+    };
+
+    // Filtered by action: both role changes, newest first, with who and before/after.
+    let p = page("user.role", "", "").await;
+    let rows = p["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 2);
+    assert_eq!(rows[0]["actor"], u[0].1.as_str());
+    assert!(rows[0]["before"].as_str().unwrap().contains("\"viewer\""));
+    assert!(rows[0]["after"].as_str().unwrap().contains("\"admin\""));
+    assert!(p["actions"]
+        .as_array()
+        .unwrap()
+        .contains(&Value::from("settings.sender")));
+
+    // Filtered by user: the admin's 30 bulk entries (only this org's), in pages of 50.
+    let p = page("", &admin_id, "").await;
+    assert_eq!(p["rows"].as_array().unwrap().len(), 30);
+    assert!(p["next"].is_null());
+
+    // Unfiltered: 33 entries of this org → one page; in pages the keyset never repeats a row.
+    let all = page("", "", "").await;
+    assert_eq!(all["rows"].as_array().unwrap().len(), 33);
+    let bulk = page("test.bulk", "", "").await;
+    let first: Vec<i64> = bulk["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_i64().unwrap())
+        .collect();
+    assert_eq!(first.len(), 30);
+    let mid = first[9].to_string();
+    let rest = page("test.bulk", "", &mid).await;
+    let ids: Vec<i64> = rest["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_i64().unwrap())
+        .collect();
+    assert_eq!(ids, first[10..].to_vec());
+
+    let (status, body) = app.call_with(&viewer, "audit_log", &[("actor", "x")]).await;
+    assert!(refusal(status, &body).1.contains("not a valid user"));
+}
+
+#[tokio::test]
+async fn the_delivery_worker_sends_an_invite_with_its_link_and_never_a_retired_one() {
+    use mailroom::delivery::Worker;
+    let pool = test_db().await;
+    let (org, u) = org_with_users(&pool, "acme", &[Role::Owner, Role::Admin]).await;
+    let app = spawn_app(pool.clone()).await;
+    let owner = signed_in(&app, &u[0].1, &u[0].2).await;
+    let (status, body) = app
+        .call_with(
+            &owner,
+            "invite_user",
+            &[
+                ("email", "ivy@example.org"),
+                ("name", "Ivy"),
+                ("role", "viewer"),
+            ],
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    // Two resets of the admin before any worker runs: only the newest link is worth sending.
+    for _ in 0..2 {
+        let (status, _) = app
+            .call_with(
+                &owner,
+                "reset_password",
+                &[("user_id", &u[1].0.to_string())],
+            )
+            .await;
+        assert_eq!(status, 200);
+    }
+
+    let sink = crate::smtp_sink::SmtpSink::start();
+    let mut worker = Worker::new(pool.clone(), crate::delivery_worker::config(&sink), "w");
+    while worker.round().await.unwrap() > 0 {}
+
+    let got = sink.messages();
+    assert_eq!(got.len(), 2, "the invitation and the newest reset");
+    let invite_job = invite_jobs(&pool, "ivy@example.org").await.remove(0).0;
+    let link = format!(
+        "http://mailroom.test/invite/{}",
+        token_of(&pool, &invite_job).await
+    );
+    let ivy = got.iter().find(|m| m.to == ["ivy@example.org"]).unwrap();
+    assert_eq!(ivy.from, "news@example.org");
+    assert!(
+        ivy.data
+            .contains("Subject: You are invited to acme on Mailroom"),
+        "{}",
+        ivy.data
+    );
+    assert!(
+        ivy.data.contains(&link),
+        "the link is in the message: {}",
+        ivy.data
+    );
+    assert!(ivy.message_id().contains("invite."), "{}", ivy.message_id());
+    let resets = invite_jobs(&pool, &u[1].1).await;
+    let newest = format!(
+        "http://mailroom.test/invite/{}",
+        token_of(&pool, &resets[1].0).await
+    );
+    let reset = got.iter().find(|m| m.to == [u[1].1.clone()]).unwrap();
+    assert!(reset
+        .data
+        .contains("Subject: Set a new Mailroom password for acme"));
+    assert!(reset.data.contains(&newest));
+
+    let states: Vec<(String, String, Option<String>)> = sqlx::query_as(
+        "select job_id, status, coalesce(smtp_reply, last_error) from deliveries where org_id = $1 and kind = 'invite' order by created_at, job_id",
+    )
+    .bind(org)
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(states.len(), 3);
+    assert_eq!(states[0].1, "delivered");
+    assert_eq!(states[2].1, "delivered");
+    assert_eq!(states[1].1, "failed", "the retired link was not sent");
+    assert!(
+        states[1]
+            .2
+            .as_deref()
+            .unwrap_or_default()
+            .contains("replaced"),
+        "{:?}",
+        states[1]
+    );
+}
+
+#[tokio::test]
+async fn the_pages_render_on_the_server_so_their_forms_work_before_the_wasm_loads() {
+    let pool = test_db().await;
+    let (_, u) = org_with_users(&pool, "acme", &[Role::Owner, Role::Viewer]).await;
+    let app = spawn_app(pool.clone()).await;
+    let owner = signed_in(&app, &u[0].1, &u[0].2).await;
+    let viewer = signed_in(&app, &u[1].1, &u[1].2).await;
+    let get = |c: &reqwest::Client, path: &str| {
+        let (c, url) = (c.clone(), format!("{}{path}", app.base));
+        async move { c.get(url).send().await.unwrap().text().await.unwrap() }
+    };
+    let page = get(&owner, "/settings").await;
+    for needle in [
+        "id=\"sender-form\"",
+        "news@example.org",
+        "Europe/Berlin",
+        "id=\"invite-form\"",
+        "data-test=\"change-role\"",
+    ] {
+        assert!(page.contains(needle), "{needle} in the owner's page");
+    }
+    let page = get(&viewer, "/settings").await;
+    assert!(page.contains("Only an owner can change the sender identity."));
+    assert!(!page.contains("id=\"invite-form\"") && !page.contains("data-test=\"change-role\""));
+    let (status, _) = app
+        .call_with(
+            &owner,
+            "invite_user",
+            &[
+                ("email", "pat@acme.example"),
+                ("name", "Pat <b>Bold</b>"),
+                ("role", "viewer"),
+            ],
+        )
+        .await;
+    assert_eq!(status, 200);
+    let page = get(&viewer, "/settings/audit").await;
+    assert!(
+        page.contains("data-action=\"user.invite\""),
+        "the audit log is server-rendered"
+    );
+    assert!(!page.contains("<b>Bold</b>"), "names are escaped");
+
+    let job = invite_jobs(&pool, "pat@acme.example").await.remove(0).0;
+    let token = token_of(&pool, &job).await;
+    let page = get(&client(&app), &format!("/invite/{token}")).await;
+    assert!(
+        page.contains("pat@acme.example") && page.contains("id=\"accept-form\""),
+        "{page}"
+    );
+    let page = get(&client(&app), "/invite/not-a-real-token").await;
+    assert!(page.contains("expired or was already used"));
+}
