@@ -3,12 +3,14 @@
 //! posts: it writes a suppression and answers 200. `GET /u/{token}` only shows that
 //! confirmation page: link scanners and prefetchers follow GETs, so a GET never unsubscribes.
 //! Exempt from the dashboard's same-origin check by design; the HMAC token is the credential.
+//! The confirmation page is also the subscriber's preference page: `POST /u/{token}/lists`
+//! takes them off the lists they uncheck (never onto one) without unsubscribing from the rest.
 
 use anyhow::{anyhow, Context};
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::Router;
 use base64::Engine;
 use sqlx::PgPool;
@@ -62,6 +64,7 @@ struct Unsubscribe {
 pub fn routes(pool: PgPool, keys: Keys) -> Router {
     Router::new()
         .route("/u/{token}", get(confirm_page).post(unsubscribe))
+        .route("/u/{token}/lists", post(preferences))
         .with_state(Unsubscribe { pool, keys })
 }
 
@@ -71,17 +74,102 @@ async fn confirm_page(State(s): State<Unsubscribe>, Path(token): Path<String>) -
     };
     let target = async {
         let mut conn = s.pool.acquire().await?;
-        app::db::audience::unsubscribe_target(&mut conn, claim.org_id, claim.subscriber_id).await
+        let who =
+            app::db::audience::unsubscribe_target(&mut conn, claim.org_id, claim.subscriber_id)
+                .await?;
+        let lists =
+            app::db::audience::member_lists(&mut conn, claim.org_id, claim.subscriber_id).await?;
+        Ok::<_, sqlx::Error>(who.map(|w| (w, lists)))
     };
     match target.await {
-        Ok(Some((org, email))) => page(
-            StatusCode::OK,
-            "Unsubscribe",
-            &format!(
-                "<p>Stop all mailing-list mail from <strong>{}</strong> to <strong>{}</strong>?</p>
-                 <form method=\"post\"><button type=\"submit\">Unsubscribe</button></form>",
+        Ok(Some(((org, email), lists))) => {
+            let (org, email) = (
                 html_escape::encode_text(&org),
-                html_escape::encode_text(&email)
+                html_escape::encode_text(&email),
+            );
+            let mut body = format!(
+                "<p>Stop all mailing-list mail from <strong>{org}</strong> to <strong>{email}</strong>?</p>
+                 <form method=\"post\"><button type=\"submit\" id=\"unsubscribe\">Unsubscribe from everything</button></form>"
+            );
+            if !lists.is_empty() {
+                let boxes: String = lists
+                    .iter()
+                    .map(|(id, name)| {
+                        format!(
+                            "<label style=\"display:block\"><input type=\"checkbox\" name=\"keep\" value=\"{id}\" checked> {}</label>",
+                            html_escape::encode_text(name)
+                        )
+                    })
+                    .collect();
+                body.push_str(&format!(
+                    "<h2>Or choose your lists</h2>
+                     <p>Uncheck the lists you no longer want; you stay on the others.</p>
+                     <form method=\"post\" action=\"/u/{token}/lists\">{boxes}
+                     <p><button type=\"submit\" id=\"save-lists\">Save my lists</button></p></form>",
+                    token = html_escape::encode_double_quoted_attribute(&token),
+                ));
+            }
+            page(StatusCode::OK, "Your subscription", &body)
+        }
+        Ok(None) => invalid(),
+        Err(e) => unavailable(e),
+    }
+}
+
+/// The preference form: `keep` repeated, one per list to stay on.
+async fn preferences(
+    State(s): State<Unsubscribe>,
+    Path(token): Path<String>,
+    body: axum::body::Bytes,
+) -> Response {
+    let Some(claim) = s.keys.verify(&token) else {
+        return invalid();
+    };
+    let keep: Vec<i64> = url::form_urlencoded::parse(&body)
+        .filter(|(k, _)| k == "keep")
+        .filter_map(|(_, v)| v.parse().ok())
+        .collect();
+    let done = async {
+        let mut tx = s.pool.begin().await?;
+        if app::db::audience::unsubscribe_target(&mut tx, claim.org_id, claim.subscriber_id)
+            .await?
+            .is_none()
+        {
+            return Ok(None);
+        }
+        let left =
+            app::db::audience::leave_lists(&mut tx, claim.org_id, claim.subscriber_id, &keep)
+                .await?;
+        if !left.is_empty() {
+            app::db::audit::record(
+                &mut tx,
+                app::db::audit::Entry {
+                    org_id: claim.org_id,
+                    actor_id: None,
+                    action: "subscriber.preferences",
+                    object_type: "subscriber",
+                    object_id: Some(claim.subscriber_id.to_string()),
+                    before: None,
+                    after: Some(serde_json::json!({ "left": left, "by": "preference page" })),
+                },
+            )
+            .await?;
+        }
+        tx.commit().await?;
+        Ok::<_, sqlx::Error>(Some(left))
+    };
+    match done.await {
+        Ok(Some(left)) if left.is_empty() => page(
+            StatusCode::OK,
+            "Saved",
+            "<p>Nothing changed: you stay on all your lists.</p>",
+        ),
+        Ok(Some(left)) => page(
+            StatusCode::OK,
+            "Saved",
+            &format!(
+                "<p>You are off {}. You stay on your other lists.</p>",
+                html_escape::encode_text(&left.join(", "))
             ),
         ),
         Ok(None) => invalid(),

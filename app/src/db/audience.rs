@@ -143,3 +143,41 @@ pub async fn subscriber_names(
     .fetch_all(conn)
     .await
 }
+
+/// The lists a subscriber is on: (id, name), by name. The preference page shows them.
+pub async fn member_lists(
+    conn: &mut PgConnection,
+    org_id: i64,
+    subscriber_id: i64,
+) -> sqlx::Result<Vec<(i64, String)>> {
+    sqlx::query_as(
+        "select l.id, l.name from list_members m join lists l on l.org_id = m.org_id and l.id = m.list_id
+         where m.org_id = $1 and m.subscriber_id = $2 order by l.name, l.id",
+    )
+    .bind(org_id)
+    .bind(subscriber_id)
+    .fetch_all(conn)
+    .await
+}
+
+/// Takes a subscriber off every list except `keep` (never onto one): the preference page.
+/// Returns the names of the lists left.
+pub async fn leave_lists(
+    conn: &mut PgConnection,
+    org_id: i64,
+    subscriber_id: i64,
+    keep: &[i64],
+) -> sqlx::Result<Vec<String>> {
+    sqlx::query_scalar(
+        "with gone as (
+             delete from list_members where org_id = $1 and subscriber_id = $2 and not (list_id = any($3))
+             returning list_id
+         )
+         select l.name from gone join lists l on l.org_id = $1 and l.id = gone.list_id order by l.name",
+    )
+    .bind(org_id)
+    .bind(subscriber_id)
+    .bind(keep)
+    .fetch_all(conn)
+    .await
+}

@@ -177,3 +177,89 @@ async fn generated_keys_are_stored_once_and_shared_by_every_replica() {
     let short = load_keys(&pool, Some("c2hvcnQ=")).await.unwrap_err();
     assert!(short.to_string().contains("at least 16 bytes"), "{short}");
 }
+
+#[tokio::test]
+async fn the_preference_page_takes_a_subscriber_off_the_lists_they_uncheck_and_onto_none() {
+    use app::db::audience;
+    use app::domain::EmailAddress;
+    use app::unsubscribe::Claim;
+    let pool = test_db().await;
+    let (org, _) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let mut tx = pool.begin().await.unwrap();
+    let news = audience::create_list(&mut tx, org, "News").await.unwrap();
+    let events = audience::create_list(&mut tx, org, "Events <live>")
+        .await
+        .unwrap();
+    let other = audience::create_list(&mut tx, org, "Other").await.unwrap();
+    let ann = EmailAddress::parse("ann@example.org").unwrap();
+    let ids = audience::insert_subscribers(&mut tx, org, &[(ann, "Ann".into())])
+        .await
+        .unwrap();
+    audience::add_members(&mut tx, org, news, &ids)
+        .await
+        .unwrap();
+    audience::add_members(&mut tx, org, events, &ids)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    let token = crate::helpers::test_keys().sign(Claim {
+        org_id: org,
+        subscriber_id: ids[0],
+        campaign_id: 1,
+    });
+    let app = spawn_app(pool.clone()).await;
+    let http = reqwest::Client::new();
+
+    let page = http
+        .get(format!("{}/u/{token}", app.base))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        page.contains(&format!("value=\"{news}\" checked> News")),
+        "{page}"
+    );
+    assert!(page.contains("Events &lt;live&gt;"), "escaped: {page}");
+    assert!(!page.contains("Other"), "only their own lists: {page}");
+
+    // Keep News (and try to join Other, which the form never offers): off Events only.
+    let r = http
+        .post(format!("{}/u/{token}/lists", app.base))
+        .header("Content-Type", "application/x-www-form-urlencoded")
+        .body(format!("keep={news}&keep={other}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    assert!(r
+        .text()
+        .await
+        .unwrap()
+        .contains("You are off Events &lt;live&gt;."));
+    let lists: Vec<i64> = sqlx::query_scalar(
+        "select list_id from list_members where subscriber_id = $1 order by list_id",
+    )
+    .bind(ids[0])
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(lists, [news]);
+    assert!(suppressions(&pool).await.is_empty(), "not unsubscribed");
+    let audited: (Option<i64>, String) =
+        sqlx::query_as("select actor_id, action from audit_log where object_id = $1")
+            .bind(ids[0].to_string())
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(audited, (None, "subscriber.preferences".to_string()));
+    let r = http
+        .post(format!("{}/u/{token}x/lists", app.base))
+        .body("")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+}
