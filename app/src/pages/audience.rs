@@ -84,7 +84,7 @@ pub fn SubscribersPage() -> impl IntoView {
         <Suspense fallback=|| view! { <p>"Loading…"</p> }>
             {move || Suspend::new(async move {
                 match page.await {
-                    Err(e) => view! { <p role="alert" class="text-red-700">{e.to_string()}</p> }.into_any(),
+                    Err(e) => view! { <p role="alert" class="text-red-700 dark:text-red-300">{e.to_string()}</p> }.into_any(),
                     Ok(p) => view! { <Subscribers p query add/> }.into_any(),
                 }
             })}
@@ -162,7 +162,7 @@ fn Subscribers(
     } else {
         view! {
             <table id="subscribers" class="w-full rounded bg-white text-sm shadow dark:bg-slate-900">
-                <thead class="text-left text-slate-500"><tr>
+                <thead class="text-left text-slate-500 dark:text-slate-400"><tr>
                     <th class="p-3">"Address"</th><th class="p-3">"Name"</th><th class="p-3">"Status"</th>
                     <th class="p-3">"Lists"</th><th class="p-3">"Added"</th>
                 </tr></thead>
@@ -173,17 +173,17 @@ fn Subscribers(
                             <td class="p-3">{r.name.clone()}</td>
                             <td class="p-3">
                                 {if r.erased { "erased".to_string() } else { r.status.clone() }}
-                                {r.suppressed.clone().map(|why| view! { <span class="ml-2 rounded-full bg-slate-100 px-2 py-0.5 text-xs text-slate-700" data-test="suppressed">{format!("suppressed: {why}")}</span> })}
+                                {r.suppressed.clone().map(|why| view! { <span class="ml-2 rounded-full bg-slate-100 px-2 py-0.5 text-xs text-slate-700 dark:bg-slate-800 dark:text-slate-300" data-test="suppressed">{format!("suppressed: {why}")}</span> })}
                             </td>
                             <td class="p-3">{r.lists}</td>
-                            <td class="p-3 whitespace-nowrap text-slate-500">{r.created.clone()}</td>
+                            <td class="p-3 whitespace-nowrap text-slate-500 dark:text-slate-400">{r.created.clone()}</td>
                         </tr>
                     }).collect_view()}
                 </tbody>
             </table>
             <nav class="mt-4 flex gap-4 text-sm">
-                {first.map(|href| view! { <A href=href attr:class="text-indigo-700 underline">"First page"</A> })}
-                {next.map(|href| view! { <A href=href attr:id="next-page" attr:class="text-indigo-700 underline">"Next page"</A> })}
+                {first.map(|href| view! { <A href=href attr:class="text-indigo-700 underline dark:text-indigo-300">"First page"</A> })}
+                {next.map(|href| view! { <A href=href attr:id="next-page" attr:class="text-indigo-700 underline dark:text-indigo-300">"Next page"</A> })}
             </nav>
         }.into_any()
     };

@@ -62,7 +62,7 @@ pub fn AuditPage() -> impl IntoView {
         <Suspense fallback=|| view! { <p>"Loading…"</p> }>
             {move || Suspend::new(async move {
                 match page.await {
-                    Err(e) => view! { <p role="alert" class="text-red-700">{e.to_string()}</p> }.into_any(),
+                    Err(e) => view! { <p role="alert" class="text-red-700 dark:text-red-300">{e.to_string()}</p> }.into_any(),
                     Ok(p) => {
                         let q = query.get_untracked();
                         let next = p.next.map(|n| q.href(Some(n)));
@@ -74,12 +74,12 @@ pub fn AuditPage() -> impl IntoView {
                             } else {
                                 "Nothing has been recorded yet. Changes to settings, users, campaigns and digests appear here as they happen."
                             };
-                            view! { <p id="no-audit" class="text-slate-600">{hint}</p> }.into_any()
+                            view! { <p id="no-audit" class="text-slate-600 dark:text-slate-300">{hint}</p> }.into_any()
                         } else {
                             view! {
                                 <div class="overflow-x-auto">
-                                    <table id="audit-log" class="w-full rounded bg-white text-sm shadow">
-                                        <thead class="text-left text-slate-500">
+                                    <table id="audit-log" class="w-full rounded bg-white text-sm shadow dark:bg-slate-900">
+                                        <thead class="text-left text-slate-500 dark:text-slate-400">
                                             <tr>
                                                 <th class="p-3">{format!("When ({})", p.timezone)}</th><th class="p-3">"Who"</th>
                                                 <th class="p-3">"Action"</th><th class="p-3">"Object"</th><th class="p-3">"Change"</th>
@@ -91,8 +91,8 @@ pub fn AuditPage() -> impl IntoView {
                                     </table>
                                 </div>
                                 <nav class="mt-4 flex gap-4 text-sm">
-                                    {first.map(|href| view! { <A href=href attr:class="text-indigo-700 underline">"Newest entries"</A> })}
-                                    {next.map(|href| view! { <A href=href attr:id="next-page" attr:class="text-indigo-700 underline">"Older entries"</A> })}
+                                    {first.map(|href| view! { <A href=href attr:class="text-indigo-700 underline dark:text-indigo-300">"Newest entries"</A> })}
+                                    {next.map(|href| view! { <A href=href attr:id="next-page" attr:class="text-indigo-700 underline dark:text-indigo-300">"Older entries"</A> })}
                                 </nav>
                             }.into_any()
                         };
@@ -112,8 +112,8 @@ fn Filters(q: Query, actions: Vec<String>, users: Vec<(i64, String)>) -> impl In
     view! {
         <Form method="GET" action="/settings/audit" attr:id="audit-filters" attr:class="mb-4 flex flex-wrap items-end gap-3 text-sm">
             <label class="block">
-                <span class="text-slate-600">"Action"</span>
-                <select name="action" class="mt-1 block rounded border border-slate-300 px-2 py-1.5">
+                <span class="text-slate-600 dark:text-slate-300">"Action"</span>
+                <select name="action" class="mt-1 block rounded border border-slate-300 px-2 py-1.5 dark:border-slate-600">
                     <option value="" selected=q.action.is_empty()>"All actions"</option>
                     {actions.into_iter().map(|a| {
                         let selected = a == q.action;
@@ -122,8 +122,8 @@ fn Filters(q: Query, actions: Vec<String>, users: Vec<(i64, String)>) -> impl In
                 </select>
             </label>
             <label class="block">
-                <span class="text-slate-600">"User"</span>
-                <select name="actor" class="mt-1 block rounded border border-slate-300 px-2 py-1.5">
+                <span class="text-slate-600 dark:text-slate-300">"User"</span>
+                <select name="actor" class="mt-1 block rounded border border-slate-300 px-2 py-1.5 dark:border-slate-600">
                     <option value="" selected=q.actor.is_empty()>"Everyone"</option>
                     {users.into_iter().map(|(id, name)| {
                         let id = id.to_string();
@@ -135,7 +135,7 @@ fn Filters(q: Query, actions: Vec<String>, users: Vec<(i64, String)>) -> impl In
             <button id="apply-audit-filters" type="submit" class="rounded bg-indigo-600 px-3 py-1.5 font-medium text-white hover:bg-indigo-700">
                 "Filter"
             </button>
-            <A href="/settings/audit" attr:class="py-1.5 text-indigo-700 underline">"Clear"</A>
+            <A href="/settings/audit" attr:class="py-1.5 text-indigo-700 underline dark:text-indigo-300">"Clear"</A>
         </Form>
     }
 }
@@ -152,8 +152,8 @@ fn Entry(e: AuditEntry) -> impl IntoView {
         })
     };
     view! {
-        <tr class="border-t border-slate-100 align-top" data-test="audit-row" data-action=e.action.clone()>
-            <td class="p-3 whitespace-nowrap text-slate-500">{e.at.clone()}</td>
+        <tr class="border-t border-slate-100 align-top dark:border-slate-800" data-test="audit-row" data-action=e.action.clone()>
+            <td class="p-3 whitespace-nowrap text-slate-500 dark:text-slate-400">{e.at.clone()}</td>
             <td class="p-3" data-test="actor">{e.actor.clone().unwrap_or_else(|| "system".into())}</td>
             <td class="p-3 font-mono text-xs">{e.action.clone()}</td>
             <td class="p-3 whitespace-nowrap">{object}</td>

@@ -33,7 +33,7 @@ pub fn CampaignPage() -> impl IntoView {
         }
     });
     view! {
-        <p class="mb-2 text-sm"><a href="/campaigns" class="text-sky-700 hover:underline">"← Campaigns"</a></p>
+        <p class="mb-2 text-sm"><a href="/campaigns" class="text-sky-700 hover:underline dark:text-sky-300">"← Campaigns"</a></p>
         {move || super::action_outcome(act.value().get(), "action-result")}
         <Suspense fallback=|| view! { <p>"Loading…"</p> }>
             {move || Suspend::new(async move {
@@ -45,7 +45,7 @@ pub fn CampaignPage() -> impl IntoView {
                         let problems = s.problems.clone();
                         view! { <CampaignView detail=d live/> <Panel s act status/> <Problems problems/> }.into_any()
                     }
-                    (Err(e), _) | (_, Err(e)) => view! { <p role="alert" class="text-red-700">{e.to_string()}</p> }.into_any(),
+                    (Err(e), _) | (_, Err(e)) => view! { <p role="alert" class="text-red-700 dark:text-red-300">{e.to_string()}</p> }.into_any(),
                 }
             })}
         </Suspense>
@@ -60,7 +60,7 @@ const SEGMENTS: [(&str, &str, &str); 7] = [
     ("suppressed", "Suppressed", "bg-slate-500"),
     ("cancelled", "Cancelled", "bg-slate-300"),
     ("in_flight", "Sending", "bg-sky-500"),
-    ("queued", "Queued", "bg-slate-100"),
+    ("queued", "Queued", "bg-slate-100 dark:bg-slate-800"),
 ];
 
 fn count(p: &Progress, field: &str) -> i64 {
@@ -108,7 +108,7 @@ fn CampaignView(detail: CampaignWithProgress, live: RwSignal<Progress>) -> impl 
                 view! {
                     <div class="flex items-center gap-2">
                         <span class=format!("inline-block h-3 w-3 rounded-sm {colour}")></span>
-                        <dt class="text-slate-600">{label}</dt>
+                        <dt class="text-slate-600 dark:text-slate-300">{label}</dt>
                         <dd class="font-medium tabular-nums" data-test=format!("count-{field}")>{count(&p, field)}</dd>
                     </div>
                 }
@@ -118,13 +118,13 @@ fn CampaignView(detail: CampaignWithProgress, live: RwSignal<Progress>) -> impl 
     view! {
         <div class="flex items-baseline gap-3 mb-1">
             <h1 class="text-2xl font-semibold" id="campaign-name">{detail.name.clone()}</h1>
-            <span class="rounded-full bg-slate-100 px-2 py-0.5 text-sm" data-test="campaign-status">{move || live.with(|p| p.status.clone())}</span>
+            <span class="rounded-full bg-slate-100 px-2 py-0.5 text-sm dark:bg-slate-800" data-test="campaign-status">{move || live.with(|p| p.status.clone())}</span>
             <span class="text-xs" data-test="live">
                 {move || if connected.get() { "● live" } else { "○ not live" }}
             </span>
         </div>
-        <p class="text-slate-600 mb-4">"Subject: " {detail.subject.clone()}</p>
-        <section class="rounded bg-white shadow p-4 mb-4" aria-label="Send progress">
+        <p class="text-slate-600 mb-4 dark:text-slate-300">"Subject: " {detail.subject.clone()}</p>
+        <section class="rounded bg-white shadow p-4 mb-4 dark:bg-slate-900" aria-label="Send progress">
             <div class="flex justify-between text-sm mb-2">
                 <span data-test="progress-summary">
                     {move || live.with(|p| format!("{} of {} recipients done", p.done(), p.total))}
@@ -134,7 +134,7 @@ fn CampaignView(detail: CampaignWithProgress, live: RwSignal<Progress>) -> impl 
                     " · ETA: " <span data-test="eta">{move || progress::eta_seconds(&live.get(), rate()).map_or("—".to_string(), progress::human_duration)}</span>
                 </span>
             </div>
-            <div class="flex h-4 w-full overflow-hidden rounded bg-slate-100" data-test="progress-bar">{bar}</div>
+            <div class="flex h-4 w-full overflow-hidden rounded bg-slate-100 dark:bg-slate-800" data-test="progress-bar">{bar}</div>
             <dl class="mt-3 grid grid-cols-2 gap-1 text-sm sm:grid-cols-4">{legend}</dl>
             <RateChart history/>
         </section>
@@ -168,7 +168,7 @@ fn RateChart(history: RwSignal<Vec<(i64, i64)>>) -> impl IntoView {
             <svg viewBox="0 0 300 48" class="h-12 w-full" role="img" aria-label="Send rate over time" data-test="rate-chart">
                 <polyline points=points fill="none" stroke="currentColor" stroke-width="1.5" class="text-sky-600"></polyline>
             </svg>
-            <figcaption class="text-xs text-slate-500">"Send rate since this page opened"</figcaption>
+            <figcaption class="text-xs text-slate-500 dark:text-slate-400">"Send rate since this page opened"</figcaption>
         </figure>
     }
 }

@@ -9,22 +9,22 @@ pub fn BinPage() -> impl IntoView {
     let restore = ServerAction::<RestoreCampaign>::new();
     let bin = Resource::new(move || restore.version().get(), |_| campaign_bin());
     view! {
-        <p class="mb-2 text-sm"><a href="/campaigns" class="text-sky-700 hover:underline">"← Campaigns"</a></p>
+        <p class="mb-2 text-sm"><a href="/campaigns" class="text-sky-700 hover:underline dark:text-sky-300">"← Campaigns"</a></p>
         <h1 class="mb-4 text-2xl font-semibold">"Recycle bin"</h1>
         {move || super::action_outcome(restore.value().get(), "restore-result")}
         <Suspense fallback=|| view! { <p>"Loading…"</p> }>
             {move || Suspend::new(async move {
                 match bin.await {
-                    Err(e) => view! { <p role="alert" class="text-red-700">{e.to_string()}</p> }.into_any(),
-                    Ok(rows) if rows.is_empty() => view! { <p class="text-slate-600">"The recycle bin is empty."</p> }.into_any(),
+                    Err(e) => view! { <p role="alert" class="text-red-700 dark:text-red-300">{e.to_string()}</p> }.into_any(),
+                    Ok(rows) if rows.is_empty() => view! { <p class="text-slate-600 dark:text-slate-300">"The recycle bin is empty."</p> }.into_any(),
                     Ok(rows) => view! {
-                        <table class="w-full rounded bg-white text-sm shadow">
-                            <thead class="text-left text-slate-500">
+                        <table class="w-full rounded bg-white text-sm shadow dark:bg-slate-900">
+                            <thead class="text-left text-slate-500 dark:text-slate-400">
                                 <tr><th class="p-3">"Name"</th><th class="p-3">"Status"</th><th class="p-3">"Deleted"</th><th class="p-3">"Purged after"</th><th></th></tr>
                             </thead>
                             <tbody>
                                 {rows.into_iter().map(|b| view! {
-                                    <tr class="border-t border-slate-100" data-test="binned">
+                                    <tr class="border-t border-slate-100 dark:border-slate-800" data-test="binned">
                                         <td class="p-3 font-medium">{b.name}</td>
                                         <td class="p-3">{b.status}</td>
                                         <td class="p-3">{b.deleted}</td>
@@ -32,7 +32,7 @@ pub fn BinPage() -> impl IntoView {
                                         <td class="p-3">
                                             <ActionForm action=restore>
                                                 <input type="hidden" name="id" value=b.id.to_string()/>
-                                                <button type="submit" data-test="restore" class="rounded border border-slate-300 px-3 py-1 hover:bg-slate-100">"Restore"</button>
+                                                <button type="submit" data-test="restore" class="rounded border border-slate-300 px-3 py-1 hover:bg-slate-100 dark:border-slate-600 dark:hover:bg-slate-800">"Restore"</button>
                                             </ActionForm>
                                         </td>
                                     </tr>

@@ -33,7 +33,7 @@ pub fn EditorPage() -> impl IntoView {
         <Suspense fallback=|| view! { <p>"Loading…"</p> }>
             {move || Suspend::new(async move {
                 match sheet.await {
-                    Err(e) => view! { <p role="alert" class="text-red-700">{e.to_string()}</p> }.into_any(),
+                    Err(e) => view! { <p role="alert" class="text-red-700 dark:text-red-300">{e.to_string()}</p> }.into_any(),
                     Ok(s) => view! { <Editor s save test/> }.into_any(),
                 }
             })}
@@ -41,7 +41,7 @@ pub fn EditorPage() -> impl IntoView {
     }
 }
 
-const FIELD: &str = "rounded border border-slate-300 px-2 py-1";
+const FIELD: &str = "rounded border border-slate-300 px-2 py-1 dark:border-slate-600";
 
 #[component]
 fn Editor(
@@ -57,14 +57,14 @@ fn Editor(
             view! {
                 <label class="flex items-center gap-2">
                     <input type="checkbox" name=format!("lists[{k}]") value=l.id.to_string() checked=l.chosen data-test="list-choice"/>
-                    {l.name.clone()} <span class="text-slate-500">{format!("({} members)", l.members)}</span>
+                    {l.name.clone()} <span class="text-slate-500 dark:text-slate-400">{format!("({} members)", l.members)}</span>
                 </label>
             }
         })
         .collect_view();
     let preview = match s.preview.clone() {
         Ok(p) => view! { <super::campaign_preview::PreviewBox p test="preview"/> }.into_any(),
-        Err(e) => view! { <p data-test="preview-problem" class="text-sm text-slate-600">{e}</p> }
+        Err(e) => view! { <p data-test="preview-problem" class="text-sm text-slate-600 dark:text-slate-300">{e}</p> }
             .into_any(),
     };
     let locked = !(s.status == "draft" || s.status == "submitted");
@@ -72,10 +72,10 @@ fn Editor(
     view! {
         <h1 class="mb-1 text-2xl font-semibold">"Edit campaign"</h1>
         {(s.status == "submitted").then(|| view! {
-            <p class="mb-3 rounded bg-amber-50 px-3 py-2 text-sm text-amber-900">"It is submitted: saving sends it back to draft, and it must be submitted and approved again."</p>
+            <p class="mb-3 rounded bg-amber-50 px-3 py-2 text-sm text-amber-900 dark:bg-amber-950 dark:text-amber-200">"It is submitted: saving sends it back to draft, and it must be submitted and approved again."</p>
         })}
         {locked.then(|| view! {
-            <p class="mb-3 rounded bg-slate-100 px-3 py-2 text-sm">{format!("It is {}: its content can no longer change.", s.status)}</p>
+            <p class="mb-3 rounded bg-slate-100 px-3 py-2 text-sm dark:bg-slate-800">{format!("It is {}: its content can no longer change.", s.status)}</p>
         })}
         <div class="grid gap-6 lg:grid-cols-2">
             <ActionForm action=save attr:class="grid gap-3">
@@ -96,7 +96,7 @@ fn Editor(
                 <label class="grid gap-1">"Body"
                     <textarea name="body" rows="10" class=FIELD data-test="body">{s.body.clone()}</textarea>
                 </label>
-                <span class="text-xs text-slate-500">"Fields: {{ name }}, {{ email }}, {{ unsubscribe_url }} (an unsubscribe link is also added to every message)."</span>
+                <span class="text-xs text-slate-500 dark:text-slate-400">"Fields: {{ name }}, {{ email }}, {{ unsubscribe_url }} (an unsubscribe link is also added to every message)."</span>
                 <fieldset class="grid gap-1">
                     <legend>"Send to"</legend>
                     {lists}
@@ -127,7 +127,7 @@ fn TestSend(s: Sheet, test: ServerAction<SendTest>) -> impl IntoView {
         return ().into_any();
     }
     view! {
-        <ActionForm action=test attr:class="mt-4 grid gap-2 rounded border border-slate-200 p-3 text-sm">
+        <ActionForm action=test attr:class="mt-4 grid gap-2 rounded border border-slate-200 p-3 text-sm dark:border-slate-700">
             <h2 class="font-semibold">"Send a test"</h2>
             <input type="hidden" name="id" value=s.id.to_string()/>
             <input type="hidden" name="version" value=s.version.to_string()/>
@@ -137,7 +137,7 @@ fn TestSend(s: Sheet, test: ServerAction<SendTest>) -> impl IntoView {
             </label>
             {move || super::action_outcome(test.value().get(), "test-result")}
             <button type="submit" data-test="send-test" disabled=move || test.pending().get()
-                class="justify-self-start rounded border border-slate-300 px-3 py-1.5 hover:bg-slate-100 disabled:opacity-50">
+                class="justify-self-start rounded border border-slate-300 px-3 py-1.5 hover:bg-slate-100 disabled:opacity-50 dark:border-slate-600 dark:hover:bg-slate-800">
                 {format!("Send version {} as a test", s.version)}
             </button>
         </ActionForm>

@@ -64,7 +64,7 @@ pub fn Panel(s: Sheet, act: ServerAction<CampaignAction>, status: Signal<String>
         view! { <li data-test="approved-by">"Approved by " {who} " at " {s.approved_at.clone().unwrap_or_default()}</li> }
     });
     let rejected = s.rejection_reason.clone().filter(|_| s.status == "draft").map(|r| {
-        view! { <p data-test="rejection" class="mb-3 rounded bg-amber-50 px-3 py-2 text-amber-900">"Rejected: " {r}</p> }
+        view! { <p data-test="rejection" class="mb-3 rounded bg-amber-50 px-3 py-2 text-amber-900 dark:bg-amber-950 dark:text-amber-200">"Rejected: " {r}</p> }
     });
     let (can_delete, delete_id) = (s.can_act, s.id);
     let editable = s.can_act && (s.status == "draft" || s.status == "submitted");
@@ -87,10 +87,10 @@ pub fn Panel(s: Sheet, act: ServerAction<CampaignAction>, status: Signal<String>
                         <textarea name="reason" required maxlength="500" rows="2" class="rounded border px-2 py-1"></textarea>
                     </label>
                 }.into_any(),
-                _ => view! { <p class="text-sm text-slate-600">{note}</p> }.into_any(),
+                _ => view! { <p class="text-sm text-slate-600 dark:text-slate-300">{note}</p> }.into_any(),
             };
             view! {
-                <details class="rounded border border-slate-200 bg-white" data-test=format!("dialog-{verb}")>
+                <details class="rounded border border-slate-200 bg-white dark:border-slate-700 dark:bg-slate-900" data-test=format!("dialog-{verb}")>
                     <summary class="cursor-pointer px-3 py-1.5 font-medium" data-test=format!("open-{verb}")>{label}</summary>
                     <div role="dialog" aria-label=label class="grid gap-2 p-3">
                         <ActionForm action=act attr:class="grid gap-2">
@@ -110,9 +110,9 @@ pub fn Panel(s: Sheet, act: ServerAction<CampaignAction>, status: Signal<String>
         .collect_view()
     };
     view! {
-        <section class="mb-4 rounded bg-white p-4 shadow" aria-label="Workflow">
+        <section class="mb-4 rounded bg-white p-4 shadow dark:bg-slate-900" aria-label="Workflow">
             {rejected}
-            <ul class="mb-3 text-sm text-slate-600">
+            <ul class="mb-3 text-sm text-slate-600 dark:text-slate-300">
                 <li>"Version " <span data-test="version">{s.version}</span> " · written by " {s.author.clone()} " · last edited by " {s.last_editor.clone()}</li>
                 <li>"Goes out " {schedule} " · " <span data-test="estimate">{s.estimate}</span> {if s.started { " recipients" } else { " recipients now" }}</li>
                 {approval}
@@ -145,19 +145,19 @@ pub fn Problems(problems: Vec<Problem>) -> impl IntoView {
                 leptos_router::location::Url::escape(&p.recipient)
             );
             view! {
-                <tr class="border-t border-slate-100" data-test="problem">
+                <tr class="border-t border-slate-100 dark:border-slate-800" data-test="problem">
                     <td class="p-2">{p.recipient}</td>
                     <td class="p-2">{p.status}</td>
-                    <td class="p-2 text-slate-600">{p.reason}</td>
-                    <td class="p-2"><a href=href class="text-sky-700 hover:underline">"Details / retry"</a></td>
+                    <td class="p-2 text-slate-600 dark:text-slate-300">{p.reason}</td>
+                    <td class="p-2"><a href=href class="text-sky-700 hover:underline dark:text-sky-300">"Details / retry"</a></td>
                 </tr>
             }
         })
         .collect_view();
     Some(view! {
-        <section class="mb-4 rounded bg-white p-4 shadow" aria-label="Not delivered">
+        <section class="mb-4 rounded bg-white p-4 shadow dark:bg-slate-900" aria-label="Not delivered">
             <h2 class="mb-2 font-semibold">"Failed and unknown recipients"</h2>
-            <p class="mb-2 text-sm text-slate-600">"Unknown: the connection broke after the message was handed over; it may have arrived. Retry it only on purpose."</p>
+            <p class="mb-2 text-sm text-slate-600 dark:text-slate-300">"Unknown: the connection broke after the message was handed over; it may have arrived. Retry it only on purpose."</p>
             <table class="w-full text-sm"><tbody>{rows}</tbody></table>
         </section>
     })
@@ -168,15 +168,15 @@ pub fn Problems(problems: Vec<Problem>) -> impl IntoView {
 fn DeleteDialog(id: i64) -> impl IntoView {
     let delete = ServerAction::<DeleteCampaign>::new();
     view! {
-        <details class="rounded border border-slate-200 bg-white" data-test="dialog-delete">
+        <details class="rounded border border-slate-200 bg-white dark:border-slate-700 dark:bg-slate-900" data-test="dialog-delete">
             <summary class="cursor-pointer px-3 py-1.5 font-medium" data-test="open-delete">"Delete"</summary>
             <div role="dialog" aria-label="Delete" class="grid gap-2 p-3">
-                <p class="text-sm text-slate-600">"It goes to the recycle bin, where it can be restored until it is purged."</p>
+                <p class="text-sm text-slate-600 dark:text-slate-300">"It goes to the recycle bin, where it can be restored until it is purged."</p>
                 <ActionForm action=delete>
                     <input type="hidden" name="id" value=id.to_string()/>
                     <button type="submit" data-test="confirm-delete" class="rounded bg-red-600 px-3 py-1.5 font-medium text-white hover:bg-red-700">"Yes, delete"</button>
                 </ActionForm>
-                {move || delete.value().get().and_then(|r| r.err()).map(|e| view! { <p role="alert" class="text-sm text-red-700">{e.to_string()}</p> })}
+                {move || delete.value().get().and_then(|r| r.err()).map(|e| view! { <p role="alert" class="text-sm text-red-700 dark:text-red-300">{e.to_string()}</p> })}
             </div>
         </details>
     }
@@ -189,7 +189,7 @@ fn CloneButton(id: i64) -> impl IntoView {
     view! {
         <ActionForm action=clone>
             <input type="hidden" name="id" value=id.to_string()/>
-            <button type="submit" data-test="clone" class="rounded border border-slate-300 px-3 py-1.5 hover:bg-slate-100">"Clone"</button>
+            <button type="submit" data-test="clone" class="rounded border border-slate-300 px-3 py-1.5 hover:bg-slate-100 dark:border-slate-600 dark:hover:bg-slate-800">"Clone"</button>
         </ActionForm>
     }
 }
@@ -198,16 +198,16 @@ fn CloneButton(id: i64) -> impl IntoView {
 #[component]
 fn Approval(s: Sheet) -> impl IntoView {
     let warning = s.mine.then(|| view! {
-        <p class="text-sm text-amber-800" data-test="four-eyes-note">"You wrote or last edited this campaign: unless your organisation allows self-approval, another admin must approve it."</p>
+        <p class="text-sm text-amber-800 dark:text-amber-300" data-test="four-eyes-note">"You wrote or last edited this campaign: unless your organisation allows self-approval, another admin must approve it."</p>
     });
     let zero = (s.estimate == 0).then(|| view! {
-        <p class="text-sm text-red-700" data-test="zero-note">"It would reach nobody now: approval will be refused."</p>
+        <p class="text-sm text-red-700 dark:text-red-300" data-test="zero-note">"It would reach nobody now: approval will be refused."</p>
     });
     let preview = match s.preview.clone() {
         Ok(p) => {
             view! { <super::campaign_preview::PreviewBox p test="approval-preview"/> }.into_any()
         }
-        Err(e) => view! { <p class="text-sm text-red-700">{e}</p> }.into_any(),
+        Err(e) => view! { <p class="text-sm text-red-700 dark:text-red-300">{e}</p> }.into_any(),
     };
     view! {
         <p class="text-sm">"You approve version " {s.version} " for " <strong>{s.estimate}</strong> " recipients."</p>

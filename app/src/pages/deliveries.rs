@@ -43,11 +43,11 @@ fn given(s: String) -> Option<String> {
 
 pub(super) fn badge_class(s: DeliveryStatus) -> &'static str {
     match s {
-        DeliveryStatus::Delivered => "bg-green-100 text-green-800",
-        DeliveryStatus::Failed => "bg-red-100 text-red-800",
-        DeliveryStatus::Unknown => "bg-amber-100 text-amber-800",
-        DeliveryStatus::Queued | DeliveryStatus::Sending => "bg-sky-100 text-sky-800",
-        DeliveryStatus::Suppressed | DeliveryStatus::Cancelled => "bg-slate-100 text-slate-700",
+        DeliveryStatus::Delivered => "bg-green-100 text-green-800 dark:bg-green-900 dark:text-green-200",
+        DeliveryStatus::Failed => "bg-red-100 text-red-800 dark:bg-red-900 dark:text-red-200",
+        DeliveryStatus::Unknown => "bg-amber-100 text-amber-800 dark:bg-amber-900 dark:text-amber-300",
+        DeliveryStatus::Queued | DeliveryStatus::Sending => "bg-sky-100 text-sky-800 dark:bg-sky-900 dark:text-sky-200",
+        DeliveryStatus::Suppressed | DeliveryStatus::Cancelled => "bg-slate-100 text-slate-700 dark:bg-slate-800 dark:text-slate-300",
     }
 }
 
@@ -90,13 +90,13 @@ pub fn DeliveriesPage() -> impl IntoView {
         <Suspense fallback=|| view! { <p>"Loading…"</p> }>
             {move || Suspend::new(async move {
                 match counts.await {
-                    Err(e) => view! { <p role="alert" class="text-red-700">{e.to_string()}</p> }.into_any(),
+                    Err(e) => view! { <p role="alert" class="text-red-700 dark:text-red-300">{e.to_string()}</p> }.into_any(),
                     Ok(counts) => view! {
                         <div id="delivery-counts" class="mb-6 grid grid-cols-2 gap-3 md:grid-cols-7">
                             {counts.into_iter().map(|c| view! {
                                 <A href=format!("/deliveries?status={}", c.status) attr:data-test=format!("count-{}", c.status)
-                                    attr:class="block rounded-lg bg-white p-3 shadow hover:ring-2 hover:ring-indigo-200">
-                                    <div class="text-sm text-slate-500">{c.status.to_string()}</div>
+                                    attr:class="block rounded-lg bg-white p-3 shadow hover:ring-2 hover:ring-indigo-200 dark:bg-slate-900 dark:hover:ring-indigo-800">
+                                    <div class="text-sm text-slate-500 dark:text-slate-400">{c.status.to_string()}</div>
                                     <div class="text-2xl font-semibold" data-test="count-value">{c.count}</div>
                                 </A>
                             }).collect_view()}
@@ -109,16 +109,16 @@ pub fn DeliveriesPage() -> impl IntoView {
         <Suspense fallback=|| view! { <p>"Loading…"</p> }>
             {move || Suspend::new(async move {
                 match page.await {
-                    Err(e) => view! { <p role="alert" class="text-red-700">{e.to_string()}</p> }.into_any(),
-                    Ok(p) if p.rows.is_empty() => view! { <p id="no-deliveries" class="text-slate-600">"No deliveries match."</p> }.into_any(),
+                    Err(e) => view! { <p role="alert" class="text-red-700 dark:text-red-300">{e.to_string()}</p> }.into_any(),
+                    Ok(p) if p.rows.is_empty() => view! { <p id="no-deliveries" class="text-slate-600 dark:text-slate-300">"No deliveries match."</p> }.into_any(),
                     Ok(p) => {
                         let q = query.get_untracked();
                         let next = p.next.as_deref().map(|n| q.href(Some(n)));
                         let first = (!q.after.is_empty()).then(|| q.href(None));
                         let can_retry = p.can_retry;
                         view! {
-                            <table id="deliveries" class="w-full rounded bg-white shadow text-sm">
-                                <thead class="text-left text-slate-500">
+                            <table id="deliveries" class="w-full rounded bg-white shadow text-sm dark:bg-slate-900">
+                                <thead class="text-left text-slate-500 dark:text-slate-400">
                                     <tr>
                                         <th class="p-3">"Recipient"</th><th class="p-3">"Kind"</th><th class="p-3">"Status"</th>
                                         <th class="p-3">"Attempt"</th><th class="p-3">"Updated"</th><th class="p-3">"Reply / error"</th><th class="p-3"></th>
@@ -129,8 +129,8 @@ pub fn DeliveriesPage() -> impl IntoView {
                                 </tbody>
                             </table>
                             <nav class="mt-4 flex gap-4 text-sm">
-                                {first.map(|href| view! { <A href=href attr:class="text-indigo-700 underline">"First page"</A> })}
-                                {next.map(|href| view! { <A href=href attr:id="next-page" attr:class="text-indigo-700 underline">"Next page"</A> })}
+                                {first.map(|href| view! { <A href=href attr:class="text-indigo-700 underline dark:text-indigo-300">"First page"</A> })}
+                                {next.map(|href| view! { <A href=href attr:id="next-page" attr:class="text-indigo-700 underline dark:text-indigo-300">"Next page"</A> })}
                             </nav>
                         }.into_any()
                     }
@@ -147,8 +147,8 @@ fn Filters(query: Memo<Query>) -> impl IntoView {
     view! {
         <Form method="GET" action="/deliveries" attr:id="delivery-filters" attr:class="mb-4 flex flex-wrap items-end gap-3 text-sm">
             <label class="block">
-                <span class="text-slate-600">"Status"</span>
-                <select name="status" class="mt-1 block rounded border border-slate-300 px-2 py-1.5">
+                <span class="text-slate-600 dark:text-slate-300">"Status"</span>
+                <select name="status" class="mt-1 block rounded border border-slate-300 px-2 py-1.5 dark:border-slate-600">
                     <option value="" selected=move || q().status.is_empty()>"All states"</option>
                     {DeliveryStatus::ALL.into_iter().map(|s| view! {
                         <option value=s.as_str() selected=move || q().status == s.as_str()>{s.as_str()}</option>
@@ -156,8 +156,8 @@ fn Filters(query: Memo<Query>) -> impl IntoView {
                 </select>
             </label>
             <label class="block">
-                <span class="text-slate-600">"Kind"</span>
-                <select name="kind" class="mt-1 block rounded border border-slate-300 px-2 py-1.5">
+                <span class="text-slate-600 dark:text-slate-300">"Kind"</span>
+                <select name="kind" class="mt-1 block rounded border border-slate-300 px-2 py-1.5 dark:border-slate-600">
                     <option value="" selected=move || q().kind.is_empty()>"All kinds"</option>
                     {DeliveryKind::ALL.into_iter().map(|k| view! {
                         <option value=k.as_str() selected=move || q().kind == k.as_str()>{k.as_str()}</option>
@@ -165,14 +165,14 @@ fn Filters(query: Memo<Query>) -> impl IntoView {
                 </select>
             </label>
             <label class="block">
-                <span class="text-slate-600">"Recipient contains"</span>
+                <span class="text-slate-600 dark:text-slate-300">"Recipient contains"</span>
                 <input name="recipient" type="search" prop:value=move || q().recipient value=move || q().recipient
-                    class="mt-1 block rounded border border-slate-300 px-2 py-1.5"/>
+                    class="mt-1 block rounded border border-slate-300 px-2 py-1.5 dark:border-slate-600"/>
             </label>
             <button id="apply-filters" type="submit" class="rounded bg-indigo-600 px-3 py-1.5 font-medium text-white hover:bg-indigo-700">
                 "Filter"
             </button>
-            <A href="/deliveries" attr:class="py-1.5 text-indigo-700 underline">"Clear"</A>
+            <A href="/deliveries" attr:class="py-1.5 text-indigo-700 underline dark:text-indigo-300">"Clear"</A>
         </Form>
     }
 }
@@ -189,16 +189,16 @@ fn Row(
     });
     let open = d.captured.then(|| {
         let href = format!("/deliveries/message?job={}", Url::escape(&d.job_id));
-        view! { <A href=href attr:class="text-indigo-700 underline" attr:data-test="open-message">"Open"</A> }
+        view! { <A href=href attr:class="text-indigo-700 underline dark:text-indigo-300" attr:data-test="open-message">"Open"</A> }
     });
     view! {
-        <tr class="border-t border-slate-100 align-top" data-test="delivery-row" data-job=d.job_id.clone() data-status=d.status.as_str()>
+        <tr class="border-t border-slate-100 align-top dark:border-slate-800" data-test="delivery-row" data-job=d.job_id.clone() data-status=d.status.as_str()>
             <td class="p-3 font-medium whitespace-nowrap">{d.recipient.clone()}</td>
             <td class="p-3">{d.kind.clone()}</td>
             <td class="p-3"><span class=format!("rounded-full px-2 py-0.5 {}", badge_class(d.status)) data-test="status">{d.status.as_str()}</span></td>
             <td class="p-3">{d.attempt}</td>
-            <td class="p-3 text-slate-500 whitespace-nowrap">{d.updated.clone()}</td>
-            <td class="p-3 text-slate-600 font-mono text-xs break-all" data-test="detail">{d.detail.clone()}</td>
+            <td class="p-3 text-slate-500 whitespace-nowrap dark:text-slate-400">{d.updated.clone()}</td>
+            <td class="p-3 text-slate-600 font-mono text-xs break-all dark:text-slate-300" data-test="detail">{d.detail.clone()}</td>
             <td class="p-3 whitespace-nowrap">{retry_control}{open}</td>
         </tr>
     }
@@ -230,7 +230,7 @@ fn RetryPanel(
         });
     };
     let warning = status.may_have_arrived().then(|| view! {
-        <p data-test="unknown-warning" class="mb-3 rounded bg-amber-50 px-3 py-2 text-amber-900">
+        <p data-test="unknown-warning" class="mb-3 rounded bg-amber-50 px-3 py-2 text-amber-900 dark:bg-amber-950 dark:text-amber-200">
             "Warning: " {recipient.clone()} " may already have received this message. The worker lost "
             "track of it while the body was being sent, so retrying can deliver a second copy."
         </p>
@@ -238,13 +238,13 @@ fn RetryPanel(
     view! {
         <details class="relative inline-block mr-3" prop:open=is_open>
             <summary on:click=toggle data-test="retry"
-                class="cursor-pointer list-none rounded border border-slate-300 px-2 py-1 hover:bg-slate-100">
+                class="cursor-pointer list-none rounded border border-slate-300 px-2 py-1 hover:bg-slate-100 dark:border-slate-600 dark:hover:bg-slate-800">
                 "Retry"
             </summary>
             <div role="dialog" aria-label=format!("Retry the delivery to {recipient}")
-                class="absolute right-0 z-10 mt-2 w-80 whitespace-normal rounded-lg border border-slate-200 bg-white p-4 text-sm shadow-lg">
+                class="absolute right-0 z-10 mt-2 w-80 whitespace-normal rounded-lg border border-slate-200 bg-white p-4 text-sm shadow-lg dark:border-slate-700 dark:bg-slate-900">
                 <p class="mb-2 font-semibold">"Retry this delivery?"</p>
-                <p class="mb-3 text-slate-600">
+                <p class="mb-3 text-slate-600 dark:text-slate-300">
                     {format!("It goes back to the queue ({status} now) and is sent to {recipient} again.")}
                 </p>
                 {warning}
@@ -255,7 +255,7 @@ fn RetryPanel(
                         "Retry now"
                     </button>
                     <button type="button" data-test="cancel-retry" on:click=move |_| open_job.set(None)
-                        class="rounded border border-slate-300 px-3 py-1.5 hover:bg-slate-100">
+                        class="rounded border border-slate-300 px-3 py-1.5 hover:bg-slate-100 dark:border-slate-600 dark:hover:bg-slate-800">
                         "Cancel"
                     </button>
                 </ActionForm>
@@ -271,20 +271,20 @@ pub fn CapturedPage() -> impl IntoView {
     let job = Memo::new(move |_| params.read().get("job").unwrap_or_default());
     let message = Resource::new(move || job.get(), captured_message);
     view! {
-        <A href="/deliveries" attr:class="text-indigo-700 underline text-sm">"← Deliveries"</A>
+        <A href="/deliveries" attr:class="text-indigo-700 underline text-sm dark:text-indigo-300">"← Deliveries"</A>
         <Suspense fallback=|| view! { <p>"Loading…"</p> }>
             {move || Suspend::new(async move {
                 match message.await {
-                    Err(e) => view! { <p role="alert" class="mt-4 text-red-700">{e.to_string()}</p> }.into_any(),
+                    Err(e) => view! { <p role="alert" class="mt-4 text-red-700 dark:text-red-300">{e.to_string()}</p> }.into_any(),
                     Ok(m) => view! {
                         <h1 class="mt-2 mb-1 text-2xl font-semibold">{format!("Message to {}", m.recipient)}</h1>
-                        <p class="mb-4 font-mono text-xs text-slate-500">{m.job_id}</p>
+                        <p class="mb-4 font-mono text-xs text-slate-500 dark:text-slate-400">{m.job_id}</p>
                         {m.truncated.then(|| view! {
-                            <p role="status" data-test="truncated" class="mb-2 rounded bg-amber-50 px-3 py-2 text-sm text-amber-900">
+                            <p role="status" data-test="truncated" class="mb-2 rounded bg-amber-50 px-3 py-2 text-sm text-amber-900 dark:bg-amber-950 dark:text-amber-200">
                                 {format!("Only the first {} MiB of this message are shown.", crate::api::deliveries::CAPTURED_SHOW_BYTES / (1024 * 1024))}
                             </p>
                         })}
-                        <pre id="captured-message" class="overflow-x-auto whitespace-pre-wrap break-all rounded bg-white p-4 text-xs shadow">{m.text}</pre>
+                        <pre id="captured-message" class="overflow-x-auto whitespace-pre-wrap break-all rounded bg-white p-4 text-xs shadow dark:bg-slate-900">{m.text}</pre>
                     }.into_any(),
                 }
             })}

@@ -29,7 +29,7 @@ pub fn DigestsPage() -> impl IntoView {
         <Suspense fallback=|| view! { <p>"Loading…"</p> }>
             {move || Suspend::new(async move {
                 match data.await {
-                    Err(e) => view! { <p role="alert" class="text-red-700">{e.to_string()}</p> }.into_any(),
+                    Err(e) => view! { <p role="alert" class="text-red-700 dark:text-red-300">{e.to_string()}</p> }.into_any(),
                     Ok(d) => view! {
                         <ThisWeek d=d.clone()/>
                         <div class="mb-6 grid gap-6 md:grid-cols-2">
@@ -46,15 +46,15 @@ pub fn DigestsPage() -> impl IntoView {
             <Suspense fallback=|| view! { <p>"Loading…"</p> }>
                 {move || Suspend::new(async move {
                     match preview.await {
-                        Err(e) => view! { <p role="alert" class="text-red-700">{e.to_string()}</p> }.into_any(),
+                        Err(e) => view! { <p role="alert" class="text-red-700 dark:text-red-300">{e.to_string()}</p> }.into_any(),
                         Ok(p) => view! {
-                            <p class="mb-2 text-sm" data-test="preview-subject"><span class="text-slate-500">"Subject: "</span>{p.subject}</p>
+                            <p class="mb-2 text-sm" data-test="preview-subject"><span class="text-slate-500 dark:text-slate-400">"Subject: "</span>{p.subject}</p>
                             // Sandboxed: the digest's HTML cannot run script or reach the page.
                             <iframe id="digest-preview" title="Digest preview" sandbox="" srcdoc=p.html
-                                class="h-96 w-full rounded border border-slate-200 bg-white"></iframe>
+                                class="h-96 w-full rounded border border-slate-200 bg-white dark:border-slate-700 dark:bg-slate-900"></iframe>
                             <details class="mt-2 text-sm">
-                                <summary class="cursor-pointer text-indigo-700">"Plain-text version"</summary>
-                                <pre id="digest-preview-text" class="mt-2 whitespace-pre-wrap rounded bg-white p-3 text-xs shadow">{p.text}</pre>
+                                <summary class="cursor-pointer text-indigo-700 dark:text-indigo-300">"Plain-text version"</summary>
+                                <pre id="digest-preview-text" class="mt-2 whitespace-pre-wrap rounded bg-white p-3 text-xs shadow dark:bg-slate-900">{p.text}</pre>
                             </details>
                         }.into_any(),
                     }
@@ -72,7 +72,7 @@ fn ThisWeek(d: DigestsData) -> impl IntoView {
         _ => "not sent yet".to_string(),
     };
     view! {
-        <section class="mb-6 flex flex-wrap items-center justify-between gap-4 rounded-lg bg-white p-4 shadow">
+        <section class="mb-6 flex flex-wrap items-center justify-between gap-4 rounded-lg bg-white p-4 shadow dark:bg-slate-900">
             <p data-test="this-week">
                 "This week's digest (" {d.this_week.clone()} ") is scheduled for "
                 <strong>{d.this_week_at.clone()}</strong> " (" {d.timezone.clone()} "): "
@@ -93,29 +93,29 @@ fn Schedule(d: DigestsData, action: ServerAction<SaveDigestSchedule>) -> impl In
     let (weekday, hour) = (d.weekday, d.hour);
     let disabled = !d.can_act;
     view! {
-        <section class="rounded-lg bg-white p-4 shadow">
+        <section class="rounded-lg bg-white p-4 shadow dark:bg-slate-900">
             <h2 class="text-lg font-semibold mb-3">"Schedule"</h2>
             <ActionForm action=action attr:id="digest-schedule" attr:class="grid gap-3 text-sm">
                 <label class="block">
-                    <span class="text-slate-600">"Day"</span>
-                    <select name="weekday" disabled=disabled class="mt-1 block w-full rounded border border-slate-300 px-2 py-1.5">
+                    <span class="text-slate-600 dark:text-slate-300">"Day"</span>
+                    <select name="weekday" disabled=disabled class="mt-1 block w-full rounded border border-slate-300 px-2 py-1.5 dark:border-slate-600">
                         {(1..=7i16).map(|n| view! {
                             <option value=n.to_string() selected=n == weekday>{WEEKDAYS[(n - 1) as usize]}</option>
                         }).collect_view()}
                     </select>
                 </label>
                 <label class="block">
-                    <span class="text-slate-600">"Hour"</span>
-                    <select name="hour" disabled=disabled class="mt-1 block w-full rounded border border-slate-300 px-2 py-1.5">
+                    <span class="text-slate-600 dark:text-slate-300">"Hour"</span>
+                    <select name="hour" disabled=disabled class="mt-1 block w-full rounded border border-slate-300 px-2 py-1.5 dark:border-slate-600">
                         {(0..24i16).map(|h| view! {
                             <option value=h.to_string() selected=h == hour>{format!("{h:02}:00")}</option>
                         }).collect_view()}
                     </select>
                 </label>
                 <label class="block">
-                    <span class="text-slate-600">"Time zone"</span>
+                    <span class="text-slate-600 dark:text-slate-300">"Time zone"</span>
                     <input name="timezone" value=d.timezone.clone() disabled=disabled required
-                        class="mt-1 block w-full rounded border border-slate-300 px-2 py-1.5"/>
+                        class="mt-1 block w-full rounded border border-slate-300 px-2 py-1.5 dark:border-slate-600"/>
                 </label>
                 {d.can_act.then(|| view! {
                     <button type="submit" id="save-schedule" disabled=move || action.pending().get()
@@ -131,9 +131,9 @@ fn Schedule(d: DigestsData, action: ServerAction<SaveDigestSchedule>) -> impl In
 #[component]
 fn Admins(admins: Vec<DigestAdmin>, action: ServerAction<SetDigestOptIn>) -> impl IntoView {
     view! {
-        <section class="rounded-lg bg-white p-4 shadow">
+        <section class="rounded-lg bg-white p-4 shadow dark:bg-slate-900">
             <h2 class="text-lg font-semibold mb-3">"Who receives it"</h2>
-            <ul id="digest-admins" class="divide-y divide-slate-100 text-sm">
+            <ul id="digest-admins" class="divide-y divide-slate-100 text-sm dark:divide-slate-800">
                 {admins.into_iter().map(|a| view! { <AdminRow a action/> }).collect_view()}
             </ul>
         </section>
@@ -155,7 +155,7 @@ fn AdminRow(a: DigestAdmin, action: ServerAction<SetDigestOptIn>) -> impl IntoVi
         <li class="flex items-center justify-between gap-3 py-2" data-test="digest-admin" data-email=a.email.clone()>
             <div>
                 <div class="font-medium">{a.name.clone()}</div>
-                <div class="text-slate-500">{a.email.clone()} " · " {a.role.clone()}</div>
+                <div class="text-slate-500 dark:text-slate-400">{a.email.clone()} " · " {a.role.clone()}</div>
             </div>
             <ActionForm action=action>
                 <input type="hidden" name="user_id" value=a.user_id.to_string()/>
@@ -173,13 +173,13 @@ fn AdminRow(a: DigestAdmin, action: ServerAction<SetDigestOptIn>) -> impl IntoVi
 #[component]
 fn History(rows: Vec<HistoryEntry>) -> impl IntoView {
     if rows.is_empty() {
-        return view! { <p id="no-digests" class="text-slate-600">"No digest has been sent yet."</p> }.into_any();
+        return view! { <p id="no-digests" class="text-slate-600 dark:text-slate-300">"No digest has been sent yet."</p> }.into_any();
     }
     view! {
         <section>
             <h2 class="text-lg font-semibold mb-2">"History"</h2>
-            <table id="digest-history" class="w-full rounded bg-white text-sm shadow">
-                <thead class="text-left text-slate-500">
+            <table id="digest-history" class="w-full rounded bg-white text-sm shadow dark:bg-slate-900">
+                <thead class="text-left text-slate-500 dark:text-slate-400">
                     <tr>
                         <th class="p-3">"Week"</th><th class="p-3">"Kind"</th><th class="p-3">"Scheduled / sent"</th>
                         <th class="p-3">"Triggered by"</th><th class="p-3">"Recipients"</th>
@@ -208,7 +208,7 @@ fn HistoryRow(r: HistoryEntry) -> impl IntoView {
             let class = status
                 .parse::<DeliveryStatus>()
                 .map(badge_class)
-                .unwrap_or("bg-slate-100 text-slate-700");
+                .unwrap_or("bg-slate-100 text-slate-700 dark:bg-slate-800 dark:text-slate-300");
             view! {
                 <li data-test="digest-recipient" data-status=status.clone()>
                     {to.clone()} " " <span class=format!("rounded-full px-2 py-0.5 text-xs {class}")>{status.clone()}</span>
@@ -217,7 +217,7 @@ fn HistoryRow(r: HistoryEntry) -> impl IntoView {
         })
         .collect_view();
     view! {
-        <tr class="border-t border-slate-100 align-top" data-test="digest-row" data-kind=r.kind.clone() data-week=r.week_key.clone()>
+        <tr class="border-t border-slate-100 align-top dark:border-slate-800" data-test="digest-row" data-kind=r.kind.clone() data-week=r.week_key.clone()>
             <td class="p-3 font-mono text-xs">{r.covers_week.clone()}<div class="text-slate-400">{r.week_key.clone()}</div></td>
             <td class="p-3">{r.kind.clone()}</td>
             <td class="p-3 whitespace-nowrap">{r.scheduled_at.clone()}<div class="text-slate-400">{r.created_at.clone()}</div></td>

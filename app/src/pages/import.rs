@@ -45,7 +45,7 @@ pub fn ImportPage() -> impl IntoView {
         <Transition fallback=|| view! { <p>"Loading…"</p> }>
             {move || Suspend::new(async move {
                 match status.await {
-                    Err(e) => view! { <p role="alert" class="text-red-700">{e.to_string()}</p> }.into_any(),
+                    Err(e) => view! { <p role="alert" class="text-red-700 dark:text-red-300">{e.to_string()}</p> }.into_any(),
                     Ok(v) => view! { <Import v/> }.into_any(),
                 }
             })}
@@ -76,14 +76,14 @@ fn Import(v: ImportView) -> impl IntoView {
         view! {
             <h3 class="mt-4 mb-2 font-semibold">"Rows refused"</h3>
             <table class="w-full rounded bg-white text-sm shadow dark:bg-slate-900" data-test="import-errors">
-                <thead class="text-left text-slate-500"><tr><th class="p-2">"Line"</th><th class="p-2">"Reason"</th></tr></thead>
+                <thead class="text-left text-slate-500 dark:text-slate-400"><tr><th class="p-2">"Line"</th><th class="p-2">"Reason"</th></tr></thead>
                 <tbody>
                     {v.errors.into_iter().map(|e| view! {
                         <tr class="border-t border-slate-100 dark:border-slate-800" data-test="import-error"><td class="p-2">{e.row}</td><td class="p-2">{e.error}</td></tr>
                     }).collect_view()}
                 </tbody>
             </table>
-            {(more > 0).then(|| view! { <p class="mt-2 text-sm text-slate-600">{format!("… and {} more.", super::thousands(more))}</p> })}
+            {(more > 0).then(|| view! { <p class="mt-2 text-sm text-slate-600 dark:text-slate-300">{format!("… and {} more.", super::thousands(more))}</p> })}
         }
     });
     view! {
@@ -91,9 +91,9 @@ fn Import(v: ImportView) -> impl IntoView {
         {running.then(|| view! { <Meta http_equiv="refresh" content="2"/> })}
         <p class="mb-2 text-sm"><A href="/audience/lists" attr:class="text-indigo-700 underline dark:text-indigo-300">"← Lists"</A></p>
         <h2 class="mb-1 text-xl font-semibold">{format!("Import into {}", v.list_name)}</h2>
-        <p class="mb-3 text-sm text-slate-500">{format!("{} · started {}", v.file_name, v.started)}</p>
+        <p class="mb-3 text-sm text-slate-500 dark:text-slate-400">{format!("{} · started {}", v.file_name, v.started)}</p>
         <p role="status" data-test="import-status" data-status=v.status.clone()
-            class=if running { "rounded bg-sky-50 px-3 py-2 text-sky-900" } else if v.status == "done" { "rounded bg-green-50 px-3 py-2 text-green-800" } else { "rounded bg-red-50 px-3 py-2 text-red-700" }>
+            class=if running { "rounded bg-sky-50 px-3 py-2 text-sky-900 dark:bg-sky-950 dark:text-sky-200" } else if v.status == "done" { "rounded bg-green-50 px-3 py-2 text-green-800 dark:bg-green-950 dark:text-green-200" } else { "rounded bg-red-50 px-3 py-2 text-red-700 dark:bg-red-950 dark:text-red-300" }>
             {headline}
         </p>
         {running.then(|| view! { <progress class="mt-2 w-full" aria-label="Import progress"></progress> })}

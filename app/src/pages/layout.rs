@@ -21,12 +21,12 @@ pub fn Layout() -> impl IntoView {
     // gets a real redirect instead of a page that redirects after loading.
     let user = Resource::new_blocking(|| (), |_| me());
     view! {
-        <Suspense fallback=|| view! { <p class="p-8 text-slate-500">"Loading…"</p> }>
+        <Suspense fallback=|| view! { <p class="p-8 text-slate-500 dark:text-slate-400">"Loading…"</p> }>
             {move || Suspend::new(async move {
                 match user.await {
                     Ok(Some(u)) => view! { <Signed user=u/> }.into_any(),
                     Ok(None) => view! { <Redirect path="/login"/> }.into_any(),
-                    Err(e) => view! { <p class="p-8 text-red-700" role="alert">{e.to_string()}</p> }.into_any(),
+                    Err(e) => view! { <p class="p-8 text-red-700 dark:text-red-300" role="alert">{e.to_string()}</p> }.into_any(),
                 }
             })}
         </Suspense>
@@ -52,13 +52,13 @@ fn Signed(user: CurrentUser) -> impl IntoView {
                     .collect_view()}
             </nav>
             <div class="flex-1">
-                <header class="flex items-center justify-end gap-4 border-b border-slate-200 bg-white px-6 py-3 text-sm">
+                <header class="flex items-center justify-end gap-4 border-b border-slate-200 bg-white px-6 py-3 text-sm dark:border-slate-700 dark:bg-slate-900">
                     <span id="whoami">
-                        {user.name.clone()} " · " <span class="text-slate-500">{user.org_name.clone()}</span>
-                        " · " <span class="text-slate-500">{user.role.to_string()}</span>
+                        {user.name.clone()} " · " <span class="text-slate-500 dark:text-slate-400">{user.org_name.clone()}</span>
+                        " · " <span class="text-slate-500 dark:text-slate-400">{user.role.to_string()}</span>
                     </span>
                     <ActionForm action=logout>
-                        <button id="logout" type="submit" class="rounded border border-slate-300 px-3 py-1 hover:bg-slate-100">
+                        <button id="logout" type="submit" class="rounded border border-slate-300 px-3 py-1 hover:bg-slate-100 dark:border-slate-600 dark:hover:bg-slate-800">
                             "Sign out"
                         </button>
                     </ActionForm>

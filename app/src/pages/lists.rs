@@ -33,7 +33,7 @@ pub fn ListsPage() -> impl IntoView {
         <Suspense fallback=|| view! { <p>"Loading…"</p> }>
             {move || Suspend::new(async move {
                 match all.await {
-                    Err(e) => view! { <p role="alert" class="text-red-700">{e.to_string()}</p> }.into_any(),
+                    Err(e) => view! { <p role="alert" class="text-red-700 dark:text-red-300">{e.to_string()}</p> }.into_any(),
                     Ok(v) => {
                         let can_act = v.can_act;
                         let new_list = can_act.then(|| view! {
@@ -100,7 +100,7 @@ fn ListCard(
                 <h2 class="text-base font-semibold">{l.name.clone()}</h2>
                 <A href=format!("/audience?list={}", l.id) attr:class="text-indigo-700 hover:underline dark:text-indigo-300" attr:data-test="members">{members}</A>
                 <a href=format!("/api/audience/export.csv?list={}", l.id) download class="text-indigo-700 hover:underline dark:text-indigo-300">"Export CSV"</a>
-                <span class="ml-auto text-slate-500">{format!("created {}", l.created)}</span>
+                <span class="ml-auto text-slate-500 dark:text-slate-400">{format!("created {}", l.created)}</span>
             </div>
             {manage}
         </section>

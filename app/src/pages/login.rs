@@ -14,21 +14,21 @@ pub fn LoginPage() -> impl IntoView {
     };
     view! {
         <div class="min-h-screen flex items-center justify-center">
-            <div class="w-full max-w-sm rounded-xl bg-white p-8 shadow">
+            <div class="w-full max-w-sm rounded-xl bg-white p-8 shadow dark:bg-slate-900">
                 <h1 class="mb-6 text-2xl font-semibold">"Sign in to Mailroom"</h1>
                 <ActionForm action=login attr:class="space-y-4">
                     <label class="block">
-                        <span class="text-sm text-slate-600">"E-mail address"</span>
+                        <span class="text-sm text-slate-600 dark:text-slate-300">"E-mail address"</span>
                         <input name="email" type="email" required autocomplete="username"
-                            class="mt-1 w-full rounded border border-slate-300 px-3 py-2"/>
+                            class="mt-1 w-full rounded border border-slate-300 px-3 py-2 dark:border-slate-600"/>
                     </label>
                     <label class="block">
-                        <span class="text-sm text-slate-600">"Password"</span>
+                        <span class="text-sm text-slate-600 dark:text-slate-300">"Password"</span>
                         <input name="password" type="password" required autocomplete="current-password"
-                            class="mt-1 w-full rounded border border-slate-300 px-3 py-2"/>
+                            class="mt-1 w-full rounded border border-slate-300 px-3 py-2 dark:border-slate-600"/>
                     </label>
                     <Show when=move || error().is_some()>
-                        <p id="login-error" role="alert" class="rounded bg-red-50 px-3 py-2 text-sm text-red-700">
+                        <p id="login-error" role="alert" class="rounded bg-red-50 px-3 py-2 text-sm text-red-700 dark:bg-red-950 dark:text-red-300">
                             {error}
                         </p>
                     </Show>

@@ -11,7 +11,7 @@ pub fn OverviewPage() -> impl IntoView {
             {move || Suspend::new(async move {
                 match data.await {
                     Ok(o) => view! { <Figures o/> }.into_any(),
-                    Err(e) => view! { <p role="alert" class="text-red-700">{e.to_string()}</p> }.into_any(),
+                    Err(e) => view! { <p role="alert" class="text-red-700 dark:text-red-300">{e.to_string()}</p> }.into_any(),
                 }
             })}
         </Suspense>
@@ -25,8 +25,8 @@ fn Card(
     #[prop(optional)] hint: Option<String>,
 ) -> impl IntoView {
     view! {
-        <div class="rounded-lg bg-white p-4 shadow">
-            <div class="text-sm text-slate-500">{label}</div>
+        <div class="rounded-lg bg-white p-4 shadow dark:bg-slate-900">
+            <div class="text-sm text-slate-500 dark:text-slate-400">{label}</div>
             <div class="text-2xl font-semibold">{value}</div>
             {hint.map(|h| view! { <div class="text-xs text-slate-400">{h}</div> })}
         </div>
@@ -41,7 +41,7 @@ fn Figures(o: Overview) -> impl IntoView {
         .unwrap_or("?");
     view! {
         <h1 id="org-name" class="text-2xl font-semibold mb-1">{o.org_name.clone()}</h1>
-        <p class="mb-6 text-slate-500">
+        <p class="mb-6 text-slate-500 dark:text-slate-400">
             {format!("Weekly digest: {weekday}s at {:02}:00 ({}). Last scheduled digest: {}.",
                 o.digest_hour, o.timezone, o.last_digest.clone().unwrap_or_else(|| "none yet".into()))}
         </p>
@@ -60,13 +60,13 @@ fn Figures(o: Overview) -> impl IntoView {
             <Card label="In the queue now" value=o.queued_now.to_string()/>
         </div>
         <h2 class="mt-8 mb-2 text-lg font-semibold">"Recent activity"</h2>
-        <ul class="rounded-lg bg-white shadow divide-y divide-slate-100 text-sm">
+        <ul class="rounded-lg bg-white shadow divide-y divide-slate-100 text-sm dark:bg-slate-900 dark:divide-slate-800">
             {if o.recent.is_empty() {
-                view! { <li class="p-3 text-slate-500">"Nothing yet."</li> }.into_any()
+                view! { <li class="p-3 text-slate-500 dark:text-slate-400">"Nothing yet."</li> }.into_any()
             } else {
                 o.recent.into_iter().map(|r| view! {
                     <li class="p-3">
-                        <span class="text-slate-500">{r.at}</span> " · " {r.actor.unwrap_or_else(|| "system".into())}
+                        <span class="text-slate-500 dark:text-slate-400">{r.at}</span> " · " {r.actor.unwrap_or_else(|| "system".into())}
                         " · " {r.action} " (" {r.object_type} ")"
                     </li>
                 }).collect_view().into_any()

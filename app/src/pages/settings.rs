@@ -13,25 +13,25 @@ use crate::api::users::{
 use crate::domain::Role;
 
 const INPUT: &str =
-    "mt-1 block w-full rounded border border-slate-300 px-2 py-1.5 disabled:bg-slate-100";
+    "mt-1 block w-full rounded border border-slate-300 px-2 py-1.5 disabled:bg-slate-100 dark:border-slate-600";
 const BUTTON: &str = "rounded bg-indigo-600 px-3 py-1.5 font-medium text-white hover:bg-indigo-700 disabled:opacity-50";
 const SMALL_BUTTON: &str =
-    "rounded border border-slate-300 px-2 py-1 hover:bg-slate-100 disabled:opacity-50";
+    "rounded border border-slate-300 px-2 py-1 hover:bg-slate-100 disabled:opacity-50 dark:border-slate-600 dark:hover:bg-slate-800";
 
 /// The section's tabs; `current` is the path shown.
 #[component]
 pub fn SettingsTabs(current: &'static str) -> impl IntoView {
     let tab = |href: &'static str, label: &'static str| {
         let class = if href == current {
-            "rounded-t border-b-2 border-indigo-600 px-3 py-2 font-medium text-indigo-700"
+            "rounded-t border-b-2 border-indigo-600 px-3 py-2 font-medium text-indigo-700 dark:text-indigo-300"
         } else {
-            "rounded-t px-3 py-2 text-slate-600 hover:text-slate-900"
+            "rounded-t px-3 py-2 text-slate-600 hover:text-slate-900 dark:text-slate-300"
         };
         view! { <A href=href attr:class=class>{label}</A> }
     };
     view! {
         <h1 class="text-2xl font-semibold mb-2">"Settings"</h1>
-        <nav aria-label="Settings sections" class="mb-6 flex gap-2 border-b border-slate-200 text-sm">
+        <nav aria-label="Settings sections" class="mb-6 flex gap-2 border-b border-slate-200 text-sm dark:border-slate-700">
             {tab("/settings", "Organisation and users")}
             {tab("/settings/audit", "Audit log")}
         </nav>
@@ -67,12 +67,12 @@ pub fn SettingsPage() -> impl IntoView {
         <Suspense fallback=|| view! { <p>"Loading…"</p> }>
             {move || Suspend::new(async move {
                 match settings.await {
-                    Err(e) => view! { <p role="alert" class="text-red-700">{e.to_string()}</p> }.into_any(),
+                    Err(e) => view! { <p role="alert" class="text-red-700 dark:text-red-300">{e.to_string()}</p> }.into_any(),
                     Ok(s) => view! { <Sender s action=save/> }.into_any(),
                 }
             })}
         </Suspense>
-        <section class="mt-6 rounded-lg bg-white p-4 shadow" aria-labelledby="users-heading">
+        <section class="mt-6 rounded-lg bg-white p-4 shadow dark:bg-slate-900" aria-labelledby="users-heading">
             <h2 id="users-heading" class="text-lg font-semibold mb-3">"Users"</h2>
             {move || outcome(invite.value().get(), "invite-result")}
             {move || outcome(role.value().get(), "role-result")}
@@ -81,12 +81,12 @@ pub fn SettingsPage() -> impl IntoView {
             <Suspense fallback=|| view! { <p>"Loading…"</p> }>
                 {move || Suspend::new(async move {
                     match users.await {
-                        Err(e) => view! { <p role="alert" class="text-red-700">{e.to_string()}</p> }.into_any(),
+                        Err(e) => view! { <p role="alert" class="text-red-700 dark:text-red-300">{e.to_string()}</p> }.into_any(),
                         Ok(d) => view! {
                             <UsersTable users=d.users can_manage=d.can_manage actions/>
                             {d.can_manage.then(|| view! { <InviteForm action=invite/> })}
                             {(!d.can_manage).then(|| view! {
-                                <p class="mt-3 text-sm text-slate-500">"Only an owner can invite users or change them."</p>
+                                <p class="mt-3 text-sm text-slate-500 dark:text-slate-400">"Only an owner can invite users or change them."</p>
                             })}
                         }.into_any(),
                     }
@@ -100,21 +100,21 @@ pub fn SettingsPage() -> impl IntoView {
 fn Sender(s: SettingsData, action: ServerAction<SaveSender>) -> impl IntoView {
     let disabled = !s.can_manage;
     view! {
-        <section class="rounded-lg bg-white p-4 shadow" aria-labelledby="sender-heading">
+        <section class="rounded-lg bg-white p-4 shadow dark:bg-slate-900" aria-labelledby="sender-heading">
             <h2 id="sender-heading" class="text-lg font-semibold mb-1">"Sender identity"</h2>
-            <p class="mb-3 text-sm text-slate-600">"Every message of this organisation (campaigns, digests, invitations) is sent with these."</p>
+            <p class="mb-3 text-sm text-slate-600 dark:text-slate-300">"Every message of this organisation (campaigns, digests, invitations) is sent with these."</p>
             {move || outcome(action.value().get(), "sender-result")}
             <ActionForm action=action attr:id="sender-form" attr:class="grid gap-3 text-sm md:grid-cols-3">
                 <label class="block">
-                    <span class="text-slate-600">"From name"</span>
+                    <span class="text-slate-600 dark:text-slate-300">"From name"</span>
                     <input name="from_name" value=s.from_name.clone() required maxlength="200" disabled=disabled class=INPUT/>
                 </label>
                 <label class="block">
-                    <span class="text-slate-600">"From address"</span>
+                    <span class="text-slate-600 dark:text-slate-300">"From address"</span>
                     <input name="from_address" type="email" value=s.from_address.clone() required disabled=disabled class=INPUT/>
                 </label>
                 <label class="block">
-                    <span class="text-slate-600">"Reply-To " <span class="text-slate-400">"(optional)"</span></span>
+                    <span class="text-slate-600 dark:text-slate-300">"Reply-To " <span class="text-slate-400">"(optional)"</span></span>
                     <input name="reply_to" type="email" value=s.reply_to.clone() disabled=disabled
                         placeholder="Replies go to the From address" class=INPUT/>
                 </label>
@@ -126,11 +126,11 @@ fn Sender(s: SettingsData, action: ServerAction<SaveSender>) -> impl IntoView {
                     </div>
                 })}
             </ActionForm>
-            {disabled.then(|| view! { <p class="mt-2 text-sm text-slate-500">"Only an owner can change the sender identity."</p> })}
-            <p class="mt-4 text-sm text-slate-600" data-test="timezone">
+            {disabled.then(|| view! { <p class="mt-2 text-sm text-slate-500 dark:text-slate-400">"Only an owner can change the sender identity."</p> })}
+            <p class="mt-4 text-sm text-slate-600 dark:text-slate-300" data-test="timezone">
                 "Time zone: " <strong>{s.timezone.clone()}</strong>
                 " — dates and times in the dashboard are shown in it. The weekly digest's day, hour and time zone are set on the "
-                <A href="/digests" attr:class="text-indigo-700 underline">"Digests page"</A> "."
+                <A href="/digests" attr:class="text-indigo-700 underline dark:text-indigo-300">"Digests page"</A> "."
             </p>
         </section>
     }
@@ -149,7 +149,7 @@ fn UsersTable(users: Vec<UserEntry>, can_manage: bool, actions: UserActions) -> 
     view! {
         <div class="overflow-x-auto">
             <table id="users" class="w-full text-sm">
-                <thead class="text-left text-slate-500">
+                <thead class="text-left text-slate-500 dark:text-slate-400">
                     <tr>
                         <th class="p-2">"User"</th><th class="p-2">"Role"</th><th class="p-2">"State"</th>
                         <th class="p-2">"Added"</th>
@@ -167,10 +167,10 @@ fn UsersTable(users: Vec<UserEntry>, can_manage: bool, actions: UserActions) -> 
 
 fn state(u: &UserEntry) -> (&'static str, &'static str) {
     match (u.disabled, u.awaiting.as_deref()) {
-        (true, _) => ("Disabled", "bg-slate-200 text-slate-700"),
-        (false, Some("invited")) => ("Invitation sent", "bg-sky-100 text-sky-800"),
-        (false, Some(_)) => ("Reset link sent", "bg-amber-100 text-amber-800"),
-        (false, None) => ("Active", "bg-green-100 text-green-800"),
+        (true, _) => ("Disabled", "bg-slate-200 text-slate-700 dark:text-slate-300"),
+        (false, Some("invited")) => ("Invitation sent", "bg-sky-100 text-sky-800 dark:bg-sky-900 dark:text-sky-200"),
+        (false, Some(_)) => ("Reset link sent", "bg-amber-100 text-amber-800 dark:bg-amber-900 dark:text-amber-300"),
+        (false, None) => ("Active", "bg-green-100 text-green-800 dark:bg-green-900 dark:text-green-200"),
     }
 }
 
@@ -179,15 +179,15 @@ fn UserRow(u: UserEntry, can_manage: bool, actions: UserActions) -> impl IntoVie
     let (label, class) = state(&u);
     let manage = can_manage.then(|| view! { <UserControls u=u.clone() actions/> });
     view! {
-        <tr class="border-t border-slate-100 align-top" data-test="user-row" data-email=u.email.clone()
+        <tr class="border-t border-slate-100 align-top dark:border-slate-800" data-test="user-row" data-email=u.email.clone()
             data-role=u.role.as_str() data-state=label>
             <td class="p-2">
                 <div class="font-medium">{u.name.clone()} {u.is_me.then_some(" (you)")}</div>
-                <div class="text-slate-500">{u.email.clone()}</div>
+                <div class="text-slate-500 dark:text-slate-400">{u.email.clone()}</div>
             </td>
             <td class="p-2" data-test="role">{u.role.as_str()}</td>
             <td class="p-2"><span class=format!("rounded-full px-2 py-0.5 text-xs {class}") data-test="state">{label}</span></td>
-            <td class="p-2 whitespace-nowrap text-slate-500">{u.created.clone()}</td>
+            <td class="p-2 whitespace-nowrap text-slate-500 dark:text-slate-400">{u.created.clone()}</td>
             {manage.map(|m| view! { <td class="p-2">{m}</td> })}
         </tr>
     }
@@ -215,9 +215,9 @@ fn UserControls(u: UserEntry, actions: UserActions) -> impl IntoView {
     } else {
         view! {
             <details class="relative">
-                <summary data-test="disable" class="cursor-pointer list-none rounded border border-slate-300 px-2 py-1 hover:bg-slate-100">"Disable…"</summary>
+                <summary data-test="disable" class="cursor-pointer list-none rounded border border-slate-300 px-2 py-1 hover:bg-slate-100 dark:border-slate-600 dark:hover:bg-slate-800">"Disable…"</summary>
                 <div role="dialog" aria-label=format!("Disable {who}")
-                    class="absolute right-0 z-10 mt-2 w-72 rounded-lg border border-slate-200 bg-white p-4 shadow-lg">
+                    class="absolute right-0 z-10 mt-2 w-72 rounded-lg border border-slate-200 bg-white p-4 shadow-lg dark:border-slate-700 dark:bg-slate-900">
                     <p class="mb-3">{format!("{who} is signed out everywhere and cannot sign in until enabled again.")}</p>
                     <ActionForm action=disable>
                         <input type="hidden" name="user_id" value=id.to_string()/>
@@ -254,9 +254,9 @@ fn UserControls(u: UserEntry, actions: UserActions) -> impl IntoView {
     let reset_panel = (!u.disabled).then(|| {
         view! {
             <details class="relative">
-                <summary data-test="reset" class="cursor-pointer list-none rounded border border-slate-300 px-2 py-1 hover:bg-slate-100">{link_label}</summary>
+                <summary data-test="reset" class="cursor-pointer list-none rounded border border-slate-300 px-2 py-1 hover:bg-slate-100 dark:border-slate-600 dark:hover:bg-slate-800">{link_label}</summary>
                 <div role="dialog" aria-label=format!("New password link for {who}")
-                    class="absolute right-0 z-10 mt-2 w-72 rounded-lg border border-slate-200 bg-white p-4 shadow-lg">
+                    class="absolute right-0 z-10 mt-2 w-72 rounded-lg border border-slate-200 bg-white p-4 shadow-lg dark:border-slate-700 dark:bg-slate-900">
                     <p class="mb-3">{link_text}</p>
                     <ActionForm action=reset>
                         <input type="hidden" name="user_id" value=id.to_string()/>
@@ -274,7 +274,7 @@ fn UserControls(u: UserEntry, actions: UserActions) -> impl IntoView {
                 <input type="hidden" name="user_id" value=id.to_string()/>
                 <label>
                     <span class="sr-only">{format!("Role of {}", u.name)}</span>
-                    <select name="role" data-test="role-select" class="rounded border border-slate-300 px-1 py-1">
+                    <select name="role" data-test="role-select" class="rounded border border-slate-300 px-1 py-1 dark:border-slate-600">
                         {Role::ALL.into_iter().map(|r| view! {
                             <option value=r.as_str() selected=r == current>{r.as_str()}</option>
                         }).collect_view()}
@@ -292,22 +292,22 @@ fn UserControls(u: UserEntry, actions: UserActions) -> impl IntoView {
 #[component]
 fn InviteForm(action: ServerAction<InviteUser>) -> impl IntoView {
     view! {
-        <div class="mt-6 border-t border-slate-100 pt-4">
+        <div class="mt-6 border-t border-slate-100 pt-4 dark:border-slate-800">
             <h3 class="font-semibold mb-1">"Invite a user"</h3>
-            <p class="mb-3 text-sm text-slate-600">
+            <p class="mb-3 text-sm text-slate-600 dark:text-slate-300">
                 "They receive an e-mail with a link to choose their password (valid for 7 days, once)."
             </p>
             <ActionForm action=action attr:id="invite-form" attr:class="grid gap-3 text-sm md:grid-cols-4 md:items-end">
                 <label class="block">
-                    <span class="text-slate-600">"E-mail address"</span>
+                    <span class="text-slate-600 dark:text-slate-300">"E-mail address"</span>
                     <input name="email" type="email" required class=INPUT/>
                 </label>
                 <label class="block">
-                    <span class="text-slate-600">"Name " <span class="text-slate-400">"(optional)"</span></span>
+                    <span class="text-slate-600 dark:text-slate-300">"Name " <span class="text-slate-400">"(optional)"</span></span>
                     <input name="name" maxlength="200" class=INPUT/>
                 </label>
                 <label class="block">
-                    <span class="text-slate-600">"Role"</span>
+                    <span class="text-slate-600 dark:text-slate-300">"Role"</span>
                     <select name="role" class=INPUT>
                         <option value="viewer">"viewer — reads everything"</option>
                         <option value="admin" selected>"admin — also acts"</option>

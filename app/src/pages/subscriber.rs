@@ -37,7 +37,7 @@ pub fn SubscriberPage() -> impl IntoView {
         <Suspense fallback=|| view! { <p>"Loading…"</p> }>
             {move || Suspend::new(async move {
                 match detail.await {
-                    Err(e) => view! { <p role="alert" class="text-red-700">{e.to_string()}</p> }.into_any(),
+                    Err(e) => view! { <p role="alert" class="text-red-700 dark:text-red-300">{e.to_string()}</p> }.into_any(),
                     Ok(d) => view! { <Detail d save erase remove/> }.into_any(),
                 }
             })}
@@ -61,7 +61,7 @@ fn Detail(
     });
     let erased = d.erased.clone().map(|at| {
         view! {
-            <p class="mb-3 rounded bg-amber-50 px-3 py-2 text-sm text-amber-900" data-test="erased">
+            <p class="mb-3 rounded bg-amber-50 px-3 py-2 text-sm text-amber-900 dark:bg-amber-950 dark:text-amber-200" data-test="erased">
                 {format!("Personal data erased on {at}. The address stays suppressed.")}
             </p>
         }
@@ -110,14 +110,14 @@ fn Detail(
     } else {
         view! {
             <table class="w-full rounded bg-white text-sm shadow dark:bg-slate-900" data-test="history">
-                <thead class="text-left text-slate-500"><tr><th class="p-3">"Campaign"</th><th class="p-3">"Outcome"</th><th class="p-3">"When"</th><th class="p-3">"Detail"</th></tr></thead>
+                <thead class="text-left text-slate-500 dark:text-slate-400"><tr><th class="p-3">"Campaign"</th><th class="p-3">"Outcome"</th><th class="p-3">"When"</th><th class="p-3">"Detail"</th></tr></thead>
                 <tbody>
                     {d.history.into_iter().map(|h| view! {
                         <tr class="border-t border-slate-100 dark:border-slate-800" data-test="history-row">
                             <td class="p-3"><A href=format!("/campaigns/{}", h.campaign_id) attr:class="text-indigo-700 hover:underline dark:text-indigo-300">{h.campaign}</A></td>
                             <td class="p-3">{h.status}</td>
-                            <td class="p-3 whitespace-nowrap text-slate-500">{h.at}</td>
-                            <td class="p-3 font-mono text-xs text-slate-600 break-all">{h.detail}</td>
+                            <td class="p-3 whitespace-nowrap text-slate-500 dark:text-slate-400">{h.at}</td>
+                            <td class="p-3 font-mono text-xs text-slate-600 break-all dark:text-slate-300">{h.detail}</td>
                         </tr>
                     }).collect_view()}
                 </tbody>
@@ -126,7 +126,7 @@ fn Detail(
     };
     view! {
         <h2 class="mb-1 text-xl font-semibold" data-test="subscriber-email">{d.email.clone()}</h2>
-        <p class="mb-3 text-sm text-slate-500">{format!("{} · added {}", d.status, d.created)}</p>
+        <p class="mb-3 text-sm text-slate-500 dark:text-slate-400">{format!("{} · added {}", d.status, d.created)}</p>
         {suppression}
         {erased}
         {form}

@@ -37,7 +37,7 @@ pub fn SuppressionsPage() -> impl IntoView {
         <Suspense fallback=|| view! { <p>"Loading…"</p> }>
             {move || Suspend::new(async move {
                 match page.await {
-                    Err(e) => view! { <p role="alert" class="text-red-700">{e.to_string()}</p> }.into_any(),
+                    Err(e) => view! { <p role="alert" class="text-red-700 dark:text-red-300">{e.to_string()}</p> }.into_any(),
                     Ok(p) => view! { <Suppressions p q=query.get_untracked().0 add remove/> }.into_any(),
                 }
             })}
@@ -69,7 +69,7 @@ fn Suppressions(
     } else {
         view! {
             <table id="suppressions" class="w-full rounded bg-white text-sm shadow dark:bg-slate-900">
-                <thead class="text-left text-slate-500"><tr><th class="p-3">"Address"</th><th class="p-3">"Reason"</th><th class="p-3">"Source"</th><th class="p-3">"Since"</th><th class="p-3"></th></tr></thead>
+                <thead class="text-left text-slate-500 dark:text-slate-400"><tr><th class="p-3">"Address"</th><th class="p-3">"Reason"</th><th class="p-3">"Source"</th><th class="p-3">"Since"</th><th class="p-3"></th></tr></thead>
                 <tbody>
                     {p.rows.into_iter().map(|r| {
                         let email = r.email.clone();
@@ -77,8 +77,8 @@ fn Suppressions(
                             <tr class="border-t border-slate-100 dark:border-slate-800" data-test="suppression-row" data-email=r.email.clone()>
                                 <td class="p-3 font-medium">{r.email.clone()}</td>
                                 <td class="p-3">{r.reason}</td>
-                                <td class="p-3 text-slate-600">{r.source}</td>
-                                <td class="p-3 whitespace-nowrap text-slate-500">{r.created}</td>
+                                <td class="p-3 text-slate-600 dark:text-slate-300">{r.source}</td>
+                                <td class="p-3 whitespace-nowrap text-slate-500 dark:text-slate-400">{r.created}</td>
                                 <td class="p-3 text-right">{can_act.then(|| view! {
                                     <super::Confirm label="Remove" test="remove" question=format!("Remove the suppression of {email}? Campaigns may mail it again.")>
                                         <ActionForm action=remove>
@@ -100,11 +100,11 @@ fn Suppressions(
             <label class="block"><span class="text-slate-600 dark:text-slate-300">"Address contains"</span>
                 <input name="q" type="search" value=q.clone() class=FIELD data-test="search"/>
             </label>
-            <button type="submit" class="rounded border border-slate-300 px-3 py-1.5 hover:bg-slate-100 dark:border-slate-600">"Search"</button>
+            <button type="submit" class="rounded border border-slate-300 px-3 py-1.5 hover:bg-slate-100 dark:border-slate-600 dark:hover:bg-slate-800">"Search"</button>
         </Form>
         {rows}
         <nav class="mt-4 flex gap-4 text-sm">
-            {next.map(|href| view! { <A href=href attr:id="next-page" attr:class="text-indigo-700 underline">"Next page"</A> })}
+            {next.map(|href| view! { <A href=href attr:id="next-page" attr:class="text-indigo-700 underline dark:text-indigo-300">"Next page"</A> })}
         </nav>
     }
 }
