@@ -108,7 +108,11 @@ test('four eyes: the owner writes, tests and submits, cannot approve; an editing
   await hydrated(amy);
   await openDialog(amy, 'approve');
   await expect(amy.locator('[data-test=approval-preview]')).toContainText('Everything');
-  await expect(amy.frameLocator('[data-test=approval-preview] iframe').locator('strong')).toHaveText('Everything');
+  // The Markdown body as HTML, in the sandboxed frame (retried: the panel may re-render once
+  // more after the page re-reads the campaign, replacing the frame).
+  await expect(async () => {
+    await expect(amy.frameLocator('[data-test=approval-preview] iframe').locator('strong')).toHaveText('Everything', { timeout: 1_000 });
+  }).toPass({ timeout: 10_000 });
   await expect(amy.locator('[data-test=four-eyes-note]')).toHaveCount(0);
   await amy.screenshot({ path: 'end2end/test-results/campaign-approval.png', fullPage: true });
   await amy.locator('[data-test=confirm-approve]').click();
