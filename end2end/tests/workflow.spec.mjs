@@ -90,6 +90,11 @@ test('four eyes: the owner writes, tests and submits, cannot approve; an editing
   await adam.locator('[data-test=body]').fill('Hello {{ name }}, our spring sale starts today. **Everything** must go.');
   await adam.locator('[data-test=save]').click();
   await expect(adam.locator('[data-test=save-result]')).toHaveText('Saved (version 3).');
+  // The preview shows the Markdown body as HTML in a sandboxed frame (retried: the preview is
+  // re-rendered once the campaign is read again after the save, replacing the frame).
+  await expect(async () => {
+    await expect(adam.frameLocator('[data-test=preview] iframe').locator('strong')).toHaveText('Everything', { timeout: 1_000 });
+  }).toPass({ timeout: 10_000 });
   await adam.goto(`/campaigns/${id}`);
   await hydrated(adam);
   await expect(adam.locator('[data-test=campaign-status]')).toHaveText('draft');
@@ -108,11 +113,6 @@ test('four eyes: the owner writes, tests and submits, cannot approve; an editing
   await hydrated(amy);
   await openDialog(amy, 'approve');
   await expect(amy.locator('[data-test=approval-preview]')).toContainText('Everything');
-  // The Markdown body as HTML, in the sandboxed frame (retried: the panel may re-render once
-  // more after the page re-reads the campaign, replacing the frame).
-  await expect(async () => {
-    await expect(amy.frameLocator('[data-test=approval-preview] iframe').locator('strong')).toHaveText('Everything', { timeout: 1_000 });
-  }).toPass({ timeout: 10_000 });
   await expect(amy.locator('[data-test=four-eyes-note]')).toHaveCount(0);
   await amy.screenshot({ path: 'end2end/test-results/campaign-approval.png', fullPage: true });
   await amy.locator('[data-test=confirm-approve]').click();
