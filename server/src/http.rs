@@ -46,6 +46,7 @@ pub fn router(state: AppState, api: ApiConfig) -> Router {
         move || {
             provide_context(pool.clone());
             provide_context(api.clone());
+            provide_context(app::api::RequestUser::default());
         }
     };
     Router::new()

@@ -86,15 +86,25 @@ mod server_side {
         Ok(signed_in().await?.0)
     }
 
+    /// The signed-in user of one request, looked up once however many server functions its
+    /// page render calls (the server provides a fresh one per request).
+    #[derive(Clone, Default)]
+    pub struct RequestUser(std::sync::Arc<tokio::sync::OnceCell<Option<CurrentUser>>>);
+
     /// The signed-in user and the database pool. Everything is taken from the request's context
     /// before the first await: a resource fetched while a page renders on the server may outlive
     /// its reactive owner, and a context read after an await would then find nothing.
     pub async fn signed_in() -> Result<(CurrentUser, PgPool), AppError> {
         let parts = use_context::<http::request::Parts>().ok_or(AppError::NotSignedIn)?;
         let pool = pool()?;
+        let cache = use_context::<RequestUser>().unwrap_or_default();
         let token = crate::auth::token_from_headers(&parts.headers).ok_or(AppError::NotSignedIn)?;
-        let me = crate::db::sessions::lookup(&pool, &crate::auth::hash_token(&token))
+        let hash = crate::auth::hash_token(&token);
+        let me = cache
+            .0
+            .get_or_try_init(|| crate::db::sessions::lookup(&pool, &hash))
             .await?
+            .clone()
             .ok_or(AppError::NotSignedIn)?;
         Ok((me, pool))
     }

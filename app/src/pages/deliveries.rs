@@ -43,11 +43,19 @@ fn given(s: String) -> Option<String> {
 
 pub(super) fn badge_class(s: DeliveryStatus) -> &'static str {
     match s {
-        DeliveryStatus::Delivered => "bg-green-100 text-green-800 dark:bg-green-900 dark:text-green-200",
+        DeliveryStatus::Delivered => {
+            "bg-green-100 text-green-800 dark:bg-green-900 dark:text-green-200"
+        }
         DeliveryStatus::Failed => "bg-red-100 text-red-800 dark:bg-red-900 dark:text-red-200",
-        DeliveryStatus::Unknown => "bg-amber-100 text-amber-800 dark:bg-amber-900 dark:text-amber-300",
-        DeliveryStatus::Queued | DeliveryStatus::Sending => "bg-sky-100 text-sky-800 dark:bg-sky-900 dark:text-sky-200",
-        DeliveryStatus::Suppressed | DeliveryStatus::Cancelled => "bg-slate-100 text-slate-700 dark:bg-slate-800 dark:text-slate-300",
+        DeliveryStatus::Unknown => {
+            "bg-amber-100 text-amber-800 dark:bg-amber-900 dark:text-amber-300"
+        }
+        DeliveryStatus::Queued | DeliveryStatus::Sending => {
+            "bg-sky-100 text-sky-800 dark:bg-sky-900 dark:text-sky-200"
+        }
+        DeliveryStatus::Suppressed | DeliveryStatus::Cancelled => {
+            "bg-slate-100 text-slate-700 dark:bg-slate-800 dark:text-slate-300"
+        }
     }
 }
 

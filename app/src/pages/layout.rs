@@ -15,26 +15,15 @@ const NAV: [(&str, &str); 6] = [
 
 /// Every signed-in page: navigation, who is signed in, and the page itself. Nobody signed in →
 /// the login page.
+///
+/// The page (the `Outlet`) sits outside the suspense that waits for the user: a view made
+/// inside a `Suspend` is made again when what it awaits resolves, and a page made twice on the
+/// server fetches every one of its resources twice.
 #[component]
 pub fn Layout() -> impl IntoView {
     // Blocking: the server resolves it before sending the page head, so a signed-out request
     // gets a real redirect instead of a page that redirects after loading.
     let user = Resource::new_blocking(|| (), |_| me());
-    view! {
-        <Suspense fallback=|| view! { <p class="p-8 text-slate-500 dark:text-slate-400">"Loading…"</p> }>
-            {move || Suspend::new(async move {
-                match user.await {
-                    Ok(Some(u)) => view! { <Signed user=u/> }.into_any(),
-                    Ok(None) => view! { <Redirect path="/login"/> }.into_any(),
-                    Err(e) => view! { <p class="p-8 text-red-700 dark:text-red-300" role="alert">{e.to_string()}</p> }.into_any(),
-                }
-            })}
-        </Suspense>
-    }
-}
-
-#[component]
-fn Signed(user: CurrentUser) -> impl IntoView {
     let logout = ServerAction::<Logout>::new();
     view! {
         <div class="min-h-screen md:flex">
@@ -52,21 +41,37 @@ fn Signed(user: CurrentUser) -> impl IntoView {
                     .collect_view()}
             </nav>
             <div class="flex-1">
-                <header class="flex items-center justify-end gap-4 border-b border-slate-200 bg-white px-6 py-3 text-sm dark:border-slate-700 dark:bg-slate-900">
-                    <span id="whoami">
-                        {user.name.clone()} " · " <span class="text-slate-500 dark:text-slate-400">{user.org_name.clone()}</span>
-                        " · " <span class="text-slate-500 dark:text-slate-400">{user.role.to_string()}</span>
-                    </span>
-                    <ActionForm action=logout>
-                        <button id="logout" type="submit" class="rounded border border-slate-300 px-3 py-1 hover:bg-slate-100 dark:border-slate-600 dark:hover:bg-slate-800">
-                            "Sign out"
-                        </button>
-                    </ActionForm>
+                <header class="flex min-h-12 items-center justify-end gap-4 border-b border-slate-200 bg-white px-6 py-3 text-sm dark:border-slate-700 dark:bg-slate-900">
+                    <Suspense fallback=|| view! { <span class="text-slate-500 dark:text-slate-400">"…"</span> }>
+                        {move || Suspend::new(async move {
+                            match user.await {
+                                Ok(Some(u)) => view! { <Who user=u logout/> }.into_any(),
+                                Ok(None) => view! { <Redirect path="/login"/> }.into_any(),
+                                Err(e) => view! { <span class="text-red-700 dark:text-red-300" role="alert">{e.to_string()}</span> }.into_any(),
+                            }
+                        })}
+                    </Suspense>
                 </header>
                 <main class="p-6">
                     <Outlet/>
                 </main>
             </div>
         </div>
+    }
+}
+
+/// Who is signed in, and the way out.
+#[component]
+fn Who(user: CurrentUser, logout: ServerAction<Logout>) -> impl IntoView {
+    view! {
+        <span id="whoami">
+            {user.name.clone()} " · " <span class="text-slate-500 dark:text-slate-400">{user.org_name.clone()}</span>
+            " · " <span class="text-slate-500 dark:text-slate-400">{user.role.to_string()}</span>
+        </span>
+        <ActionForm action=logout>
+            <button id="logout" type="submit" class="rounded border border-slate-300 px-3 py-1 hover:bg-slate-100 dark:border-slate-600 dark:hover:bg-slate-800">
+                "Sign out"
+            </button>
+        </ActionForm>
     }
 }

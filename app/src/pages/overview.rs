@@ -46,18 +46,18 @@ fn Figures(o: Overview) -> impl IntoView {
                 o.digest_hour, o.timezone, o.last_digest.clone().unwrap_or_else(|| "none yet".into()))}
         </p>
         <div class="grid grid-cols-2 gap-4 md:grid-cols-4">
-            <Card label="Subscribers" value=o.subscribers.to_string() hint=format!("{} confirmed", o.confirmed)/>
-            <Card label="Lists" value=o.lists.to_string()/>
-            <Card label="Suppressed addresses" value=o.suppressions.to_string()/>
-            <Card label="Worker hosts alive" value=o.workers_alive.to_string()/>
-            <Card label="Draft campaigns" value=o.campaigns_draft.to_string()/>
-            <Card label="In review / approved" value=o.campaigns_in_review.to_string()/>
-            <Card label="Sending or paused" value=o.campaigns_active.to_string()/>
-            <Card label="Sent campaigns" value=o.campaigns_sent.to_string()/>
-            <Card label="Delivered (7 days)" value=o.delivered_7d.to_string()/>
-            <Card label="Failed (7 days)" value=o.failed_7d.to_string()/>
-            <Card label="Unknown, needs a look" value=o.unknown_open.to_string()/>
-            <Card label="In the queue now" value=o.queued_now.to_string()/>
+            <Card label="Subscribers" value=super::thousands(o.subscribers) hint=format!("{} confirmed", super::thousands(o.confirmed))/>
+            <Card label="Lists" value=super::thousands(o.lists)/>
+            <Card label="Suppressed addresses" value=super::thousands(o.suppressions)/>
+            <Card label="Worker hosts alive" value=super::thousands(o.workers_alive)/>
+            <Card label="Draft campaigns" value=super::thousands(o.campaigns_draft)/>
+            <Card label="In review / approved" value=super::thousands(o.campaigns_in_review)/>
+            <Card label="Sending or paused" value=super::thousands(o.campaigns_active)/>
+            <Card label="Sent campaigns" value=super::thousands(o.campaigns_sent)/>
+            <Card label="Delivered (7 days)" value=super::thousands(o.delivered_7d)/>
+            <Card label="Failed (7 days)" value=super::thousands(o.failed_7d)/>
+            <Card label="Unknown, needs a look" value=super::thousands(o.unknown_open)/>
+            <Card label="In the queue now" value=super::thousands(o.queued_now)/>
         </div>
         <h2 class="mt-8 mb-2 text-lg font-semibold">"Recent activity"</h2>
         <ul class="rounded-lg bg-white shadow divide-y divide-slate-100 text-sm dark:bg-slate-900 dark:divide-slate-800">

@@ -167,10 +167,22 @@ fn UsersTable(users: Vec<UserEntry>, can_manage: bool, actions: UserActions) -> 
 
 fn state(u: &UserEntry) -> (&'static str, &'static str) {
     match (u.disabled, u.awaiting.as_deref()) {
-        (true, _) => ("Disabled", "bg-slate-200 text-slate-700 dark:text-slate-300"),
-        (false, Some("invited")) => ("Invitation sent", "bg-sky-100 text-sky-800 dark:bg-sky-900 dark:text-sky-200"),
-        (false, Some(_)) => ("Reset link sent", "bg-amber-100 text-amber-800 dark:bg-amber-900 dark:text-amber-300"),
-        (false, None) => ("Active", "bg-green-100 text-green-800 dark:bg-green-900 dark:text-green-200"),
+        (true, _) => (
+            "Disabled",
+            "bg-slate-200 text-slate-700 dark:text-slate-300",
+        ),
+        (false, Some("invited")) => (
+            "Invitation sent",
+            "bg-sky-100 text-sky-800 dark:bg-sky-900 dark:text-sky-200",
+        ),
+        (false, Some(_)) => (
+            "Reset link sent",
+            "bg-amber-100 text-amber-800 dark:bg-amber-900 dark:text-amber-300",
+        ),
+        (false, None) => (
+            "Active",
+            "bg-green-100 text-green-800 dark:bg-green-900 dark:text-green-200",
+        ),
     }
 }
 
