@@ -1,8 +1,10 @@
 //! Worker throughput with 0 and with N open progress streams (issue 6). One `mailroom serve`
 //! (dashboard and workers in one process, as most installs run it) sends a campaign to Postfix's
 //! `smtp-sink`; during the "streams" runs, N clients hold its progress stream open on that same
-//! replica and read every event. Runs alternate (0, N, 0, N, …) so that a growing deliveries
-//! table does not favour either side.
+//! replica and read every event. After an uncounted warm-up, runs alternate (0, N, 0, N, …) so
+//! that a growing deliveries table does not favour either side. Besides messages/s (wall clock,
+//! sensitive to anything else on the machine), each run reports the CPU the replica and
+//! PostgreSQL spent per 1,000 messages.
 //!
 //! Run through `bench/progress-streams.sh`. Usage: progress_streams_bench <mailroom binary>
 //! [recipients=30000] [streams=100] [rounds=2]
@@ -25,6 +27,57 @@ fn free_port() -> anyhow::Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port())
+}
+
+/// (pid, ppid, own CPU ticks, waited-for children's CPU ticks) of every process.
+fn processes() -> Vec<(u32, u32, u64, u64)> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| {
+        let pid: u32 = e.ok()?.file_name().to_str()?.parse().ok()?;
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // Fields after the command name (which may hold spaces) and the state: ppid, pgrp,
+        // session, tty, tpgid, flags, 4 fault counts, utime, stime, cutime, cstime.
+        let f: Vec<u64> = stat
+            .rsplit_once(") ")?
+            .1
+            .split_whitespace()
+            .skip(1)
+            .map(|x| x.parse().unwrap_or(0))
+            .collect();
+        Some((
+            pid,
+            *f.first()? as u32,
+            f.get(10)? + f.get(11)?,
+            f.get(12)? + f.get(13)?,
+        ))
+    })
+    .collect()
+}
+
+/// CPU seconds used so far by `replica`, and by the PostgreSQL cluster (the postmaster, its live
+/// backends and the ones it has reaped). /proc counts in USER_HZ, always 100 on Linux.
+fn cpu_seconds(replica: u32, postmaster: u32) -> (f64, f64) {
+    let procs = processes();
+    let own = |pid: u32| procs.iter().find(|p| p.0 == pid).map_or(0, |p| p.2);
+    let reaped = procs.iter().find(|p| p.0 == postmaster).map_or(0, |p| p.3);
+    let backends: u64 = procs
+        .iter()
+        .filter(|p| p.1 == postmaster)
+        .map(|p| p.2)
+        .sum();
+    (
+        own(replica) as f64 / 100.0,
+        (own(postmaster) + reaped + backends) as f64 / 100.0,
+    )
+}
+
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next().map(str::to_string))
+        .unwrap_or_default()
 }
 
 fn stop(child: &mut Child) -> anyhow::Result<()> {
@@ -53,12 +106,11 @@ async fn seed(pool: &PgPool, n: i64) -> anyhow::Result<(i64, (i64, i64), i64)> {
     .bind(app::auth::hash_password(PASSWORD)?)
     .fetch_all(pool)
     .await?;
-    let list: i64 = sqlx::query_scalar(
-        "insert into lists (org_id, name) values ($1, 'everyone') returning id",
-    )
-    .bind(org)
-    .fetch_one(pool)
-    .await?;
+    let list: i64 =
+        sqlx::query_scalar("insert into lists (org_id, name) values ($1, 'everyone') returning id")
+            .bind(org)
+            .fetch_one(pool)
+            .await?;
     sqlx::query(
         "insert into subscribers (org_id, email, email_lower, name)
          select $1, 'p' || i || '@example.org', 'p' || i || '@example.org', 'Person ' || i
@@ -104,7 +156,12 @@ async fn campaign(pool: &PgPool, org: i64, users: (i64, i64), list: i64) -> anyh
 /// `mailroom serve` on the bench's cluster, sending to the sink with campaign_bench's tuning.
 fn serve(bin: &str, data: &Path, port: u16, sink: u16) -> anyhow::Result<Child> {
     Ok(Command::new(bin)
-        .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--data-dir"])
+        .args([
+            "serve",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--data-dir",
+        ])
         .arg(data)
         .args(["--site-root", "target/site"])
         .args(["--smtp-host", "127.0.0.1", "--smtp-port", &sink.to_string()])
@@ -215,9 +272,9 @@ async fn run(pool: &PgPool, id: i64, limit: Duration) -> anyhow::Result<(i64, f6
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().collect();
-    let bin = args
-        .get(1)
-        .context("usage: progress_streams_bench <mailroom binary> [recipients] [streams] [rounds]")?;
+    let bin = args.get(1).context(
+        "usage: progress_streams_bench <mailroom binary> [recipients] [streams] [rounds]",
+    )?;
     let recipients: i64 = args.get(2).map_or(Ok(30_000), |s| s.parse())?;
     let streams: usize = args.get(3).map_or(Ok(100), |s| s.parse())?;
     let rounds: usize = args.get(4).map_or(Ok(2), |s| s.parse())?;
@@ -235,10 +292,21 @@ async fn main() -> anyhow::Result<()> {
         .spawn()
         .context("starting Postfix smtp-sink")?;
     let port = free_port()?;
+    let postmaster: u32 =
+        std::fs::read_to_string(data.path().join("postgres").join("postmaster.pid"))?
+            .lines()
+            .next()
+            .context("an empty postmaster.pid")?
+            .trim()
+            .parse()?;
     let mut replica = serve(bin, data.path(), port, sink_port)?;
     let origin = format!("http://127.0.0.1:{port}");
     let outcome = async {
         let client = signed_in(&origin).await?;
+        // A first campaign warms the caches (the list, the plans); it is not counted.
+        let id = campaign(&pool, org, users, list).await?;
+        let (n, rate) = run(&pool, id, Duration::from_secs(600)).await?;
+        println!("warm-up, no stream: {n} delivered, {rate:.0} messages/s (not counted)");
         let mut figures: Vec<(usize, f64)> = Vec::new();
         for round in 1..=rounds {
             for open in [0, streams] {
@@ -246,15 +314,21 @@ async fn main() -> anyhow::Result<()> {
                 let events = Arc::new(AtomicU64::new(0));
                 let url = format!("{origin}/api/campaigns/{id}/progress");
                 let readers = open_streams(&client, &url, open, events.clone()).await?;
+                let before = cpu_seconds(replica.id(), postmaster);
                 let (n, rate) = run(&pool, id, Duration::from_secs(600)).await?;
+                let after = cpu_seconds(replica.id(), postmaster);
                 // Let the streams take the final reading before they are counted and closed.
                 tokio::time::sleep(Duration::from_millis(500)).await;
                 for r in &readers {
                     r.abort();
                 }
+                let per_k = |s: f64| s * 1000.0 * 1000.0 / n as f64;
                 println!(
-                    "round {round}, {open:>3} open progress streams: {n} delivered, {rate:>6.0} messages/s ({} progress events read by the streams)",
-                    events.load(Ordering::Relaxed)
+                    "round {round}, {open:>3} open progress streams: {n} delivered, {rate:>6.0} messages/s; CPU ms per 1,000 messages: replica {:.0}, PostgreSQL {:.0}; {} progress events read; load {}",
+                    per_k(after.0 - before.0),
+                    per_k(after.1 - before.1),
+                    events.load(Ordering::Relaxed),
+                    load_average(),
                 );
                 figures.push((open, rate));
             }
