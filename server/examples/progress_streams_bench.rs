@@ -307,9 +307,13 @@ async fn main() -> anyhow::Result<()> {
         let id = campaign(&pool, org, users, list).await?;
         let (n, rate) = run(&pool, id, Duration::from_secs(600)).await?;
         println!("warm-up, no stream: {n} delivered, {rate:.0} messages/s (not counted)");
-        let mut figures: Vec<(usize, f64)> = Vec::new();
+        // (open streams, messages/s, replica CPU ms and PostgreSQL CPU ms per 1,000 messages)
+        let mut figures: Vec<(usize, [f64; 3])> = Vec::new();
         for round in 1..=rounds {
-            for open in [0, streams] {
+            // Either side goes first in every other round (autovacuum of the last run's rows and
+            // other work on the machine would otherwise weigh on one side).
+            let order = if round % 2 == 1 { [0, streams] } else { [streams, 0] };
+            for open in order {
                 let id = campaign(&pool, org, users, list).await?;
                 let events = Arc::new(AtomicU64::new(0));
                 let url = format!("{origin}/api/campaigns/{id}/progress");
@@ -330,19 +334,31 @@ async fn main() -> anyhow::Result<()> {
                     events.load(Ordering::Relaxed),
                     load_average(),
                 );
-                figures.push((open, rate));
+                figures.push((
+                    open,
+                    [rate, per_k(after.0 - before.0), per_k(after.1 - before.1)],
+                ));
             }
         }
-        for open in [0, streams] {
-            let rates: Vec<f64> = figures
+        let median = |open: usize, k: usize| {
+            let mut xs: Vec<f64> = figures
                 .iter()
                 .filter(|(o, _)| *o == open)
-                .map(|(_, r)| *r)
+                .map(|(_, f)| f[k])
                 .collect();
+            xs.sort_by(f64::total_cmp);
+            match xs.len() {
+                0 => f64::NAN,
+                n if n % 2 == 1 => xs[n / 2],
+                n => (xs[n / 2 - 1] + xs[n / 2]) / 2.0,
+            }
+        };
+        for open in [0, streams] {
             println!(
-                "mean over {} runs, {open:>3} open progress streams: {:.0} messages/s",
-                rates.len(),
-                rates.iter().sum::<f64>() / rates.len() as f64
+                "median of {rounds} runs, {open:>3} open progress streams: {:.0} messages/s; CPU ms per 1,000 messages: replica {:.0}, PostgreSQL {:.0}",
+                median(open, 0),
+                median(open, 1),
+                median(open, 2),
             );
         }
         anyhow::Ok(())
