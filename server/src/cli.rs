@@ -102,6 +102,11 @@ pub struct ServeArgs {
     #[arg(long, env = "MAILROOM_SECURE_COOKIES")]
     pub secure_cookies: bool,
 
+    /// Serve the dashboard only: run no workers here (no sending, digests or leader jobs), for
+    /// a replica that serves pages while `mailroom worker` processes do the work.
+    #[arg(long, env = "MAILROOM_NO_WORKERS")]
+    pub no_workers: bool,
+
     #[command(flatten)]
     pub worker: WorkerArgs,
 }

@@ -148,21 +148,29 @@ async fn serve(cli: &Cli, args: &ServeArgs) -> anyhow::Result<()> {
             campaign_bin_days: args.worker.campaign_bin_days,
         },
     );
-    let workers = tokio::spawn(worker::run(
-        db.pool.clone(),
-        args.worker.clone(),
-        args.worker.delivery(transport, keys),
-        cli.captured_dir(),
-        worker::Mode::Serve,
-        shutdown.clone(),
-    ));
-    tracing::info!(elapsed_ms = started.elapsed().as_millis() as u64, "ready");
+    let workers = (!args.no_workers).then(|| {
+        tokio::spawn(worker::run(
+            db.pool.clone(),
+            args.worker.clone(),
+            args.worker.delivery(transport, keys),
+            cli.captured_dir(),
+            worker::Mode::Serve,
+            shutdown.clone(),
+        ))
+    });
+    tracing::info!(
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        workers = !args.no_workers,
+        "ready"
+    );
     println!("Mailroom is ready at http://{addr}");
     let stop = shutdown.clone();
     let served = axum::serve(listener, app)
         .with_graceful_shutdown(async move { stop.requested().await })
         .await;
-    let _ = workers.await;
+    if let Some(workers) = workers {
+        let _ = workers.await;
+    }
     db.close().await?;
     served.context("the HTTP server failed")
 }

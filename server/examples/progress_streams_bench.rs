@@ -1,0 +1,373 @@
+//! Worker throughput with 0 and with N open progress streams (issue 6). One `mailroom serve`
+//! (dashboard and workers in one process, as most installs run it) sends a campaign to Postfix's
+//! `smtp-sink`; during the "streams" runs, N clients hold its progress stream open on that same
+//! replica and read every event. After an uncounted warm-up, runs alternate (0, N, 0, N, …) so
+//! that a growing deliveries table does not favour either side. Besides messages/s (wall clock,
+//! sensitive to anything else on the machine), each run reports the CPU the replica and
+//! PostgreSQL spent per 1,000 messages.
+//!
+//! Run through `bench/progress-streams.sh`. Usage: progress_streams_bench <mailroom binary>
+//! [recipients=30000] [streams=100] [rounds=2]
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use sqlx::PgPool;
+
+use mailroom::embedded_pg::{self, EmbeddedPg};
+
+const EMAIL: &str = "a@bench.example";
+const PASSWORD: &str = "bench-password-1234";
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+/// (pid, ppid, own CPU ticks, waited-for children's CPU ticks) of every process.
+fn processes() -> Vec<(u32, u32, u64, u64)> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| {
+        let pid: u32 = e.ok()?.file_name().to_str()?.parse().ok()?;
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // Fields after the command name (which may hold spaces) and the state: ppid, pgrp,
+        // session, tty, tpgid, flags, 4 fault counts, utime, stime, cutime, cstime.
+        let f: Vec<u64> = stat
+            .rsplit_once(") ")?
+            .1
+            .split_whitespace()
+            .skip(1)
+            .map(|x| x.parse().unwrap_or(0))
+            .collect();
+        Some((
+            pid,
+            *f.first()? as u32,
+            f.get(10)? + f.get(11)?,
+            f.get(12)? + f.get(13)?,
+        ))
+    })
+    .collect()
+}
+
+/// CPU seconds used so far by `replica`, and by the PostgreSQL cluster (the postmaster, its live
+/// backends and the ones it has reaped). /proc counts in USER_HZ, always 100 on Linux.
+fn cpu_seconds(replica: u32, postmaster: u32) -> (f64, f64) {
+    let procs = processes();
+    let own = |pid: u32| procs.iter().find(|p| p.0 == pid).map_or(0, |p| p.2);
+    let reaped = procs.iter().find(|p| p.0 == postmaster).map_or(0, |p| p.3);
+    let backends: u64 = procs
+        .iter()
+        .filter(|p| p.1 == postmaster)
+        .map(|p| p.2)
+        .sum();
+    (
+        own(replica) as f64 / 100.0,
+        (own(postmaster) + reaped + backends) as f64 / 100.0,
+    )
+}
+
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next().map(str::to_string))
+        .unwrap_or_default()
+}
+
+fn stop(child: &mut Child) -> anyhow::Result<()> {
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )?;
+    child.wait()?;
+    Ok(())
+}
+
+/// An org with two admins (a signs in) and one list of `n` subscribers: (org, (a, b), list).
+async fn seed(pool: &PgPool, n: i64) -> anyhow::Result<(i64, (i64, i64), i64)> {
+    let org: i64 = sqlx::query_scalar(
+        "insert into orgs (name, slug, from_name, from_address) values ('Bench', 'bench', 'Bench', 'news@bench.example') returning id",
+    )
+    .fetch_one(pool)
+    .await?;
+    let users: Vec<i64> = sqlx::query_scalar(
+        "insert into users (org_id, email, email_lower, name, role, password_hash)
+         values ($1, $2, $2, 'A', 'owner', $3), ($1, 'b@bench.example', 'b@bench.example', 'B', 'admin', 'x')
+         returning id",
+    )
+    .bind(org)
+    .bind(EMAIL)
+    .bind(app::auth::hash_password(PASSWORD)?)
+    .fetch_all(pool)
+    .await?;
+    let list: i64 =
+        sqlx::query_scalar("insert into lists (org_id, name) values ($1, 'everyone') returning id")
+            .bind(org)
+            .fetch_one(pool)
+            .await?;
+    sqlx::query(
+        "insert into subscribers (org_id, email, email_lower, name)
+         select $1, 'p' || i || '@example.org', 'p' || i || '@example.org', 'Person ' || i
+         from generate_series(1, $2) i",
+    )
+    .bind(org)
+    .bind(n)
+    .execute(pool)
+    .await?;
+    sqlx::query(
+        "insert into list_members (org_id, list_id, subscriber_id) select $1, $2, id from subscribers where org_id = $1",
+    )
+    .bind(org)
+    .bind(list)
+    .execute(pool)
+    .await?;
+    Ok((org, (users[0], users[1]), list))
+}
+
+/// An approved campaign to `list`, due only next year (streams open on it before it starts).
+async fn campaign(pool: &PgPool, org: i64, users: (i64, i64), list: i64) -> anyhow::Result<i64> {
+    let id: i64 = sqlx::query_scalar(
+        "insert into campaigns (org_id, name, subject, body, status, author_id, last_editor_id, approver_id,
+                                approved_at, approved_version, scheduled_for)
+         values ($1, 'Bench', 'Hello {{ name }}', 'Dear {{ name }}, this is the bench campaign.', 'approved',
+                 $2, $2, $3, now(), 1, now() + interval '1 year')
+         returning id",
+    )
+    .bind(org)
+    .bind(users.0)
+    .bind(users.1)
+    .fetch_one(pool)
+    .await?;
+    sqlx::query("insert into campaign_lists (org_id, campaign_id, list_id) values ($1, $2, $3)")
+        .bind(org)
+        .bind(id)
+        .bind(list)
+        .execute(pool)
+        .await?;
+    Ok(id)
+}
+
+/// `mailroom serve` on the bench's cluster, sending to the sink with campaign_bench's tuning.
+fn serve(bin: &str, data: &Path, port: u16, sink: u16) -> anyhow::Result<Child> {
+    Ok(Command::new(bin)
+        .args([
+            "serve",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--data-dir",
+        ])
+        .arg(data)
+        .args(["--site-root", "target/site"])
+        .args(["--smtp-host", "127.0.0.1", "--smtp-port", &sink.to_string()])
+        .args(["--smtp-connections", "8", "--delivery-batch", "200"])
+        .args(["--campaign-batch", "500", "--campaign-watermark", "2000"])
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(std::fs::File::create(
+            "/tmp/bench-progress-streams-serve.log",
+        )?))
+        .spawn()?)
+}
+
+async fn signed_in(origin: &str) -> anyhow::Result<reqwest::Client> {
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert("origin", origin.parse()?);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while reqwest::get(format!("{origin}/readyz"))
+        .await
+        .map_or(true, |r| !r.status().is_success())
+    {
+        if Instant::now() > deadline {
+            bail!("the replica at {origin} did not become ready");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let c = reqwest::Client::builder()
+        .cookie_store(true)
+        .redirect(reqwest::redirect::Policy::none())
+        .default_headers(headers)
+        .build()?;
+    let r = c
+        .post(format!("{origin}/api/login"))
+        .form(&[("email", EMAIL), ("password", PASSWORD)])
+        .send()
+        .await?;
+    if r.headers().get("set-cookie").is_none() {
+        bail!("bench login failed: {}", r.status());
+    }
+    Ok(c)
+}
+
+/// Opens `n` progress streams (each waits for its first reading) and reads them in the
+/// background, counting `progress` events into `events`.
+async fn open_streams(
+    c: &reqwest::Client,
+    url: &str,
+    n: usize,
+    events: Arc<AtomicU64>,
+) -> anyhow::Result<Vec<tokio::task::JoinHandle<()>>> {
+    let mut readers = Vec::new();
+    for _ in 0..n {
+        let mut r = c.get(url).send().await?;
+        if !r.status().is_success() {
+            bail!("progress stream: {}", r.status());
+        }
+        let first = r.chunk().await?.context("the stream ended at once")?;
+        if !String::from_utf8_lossy(&first).contains("event: progress") {
+            bail!("the stream's first chunk was not a reading");
+        }
+        let events = events.clone();
+        readers.push(tokio::spawn(async move {
+            while let Ok(Some(chunk)) = r.chunk().await {
+                let k = String::from_utf8_lossy(&chunk)
+                    .matches("event: progress")
+                    .count();
+                events.fetch_add(k as u64, Ordering::Relaxed);
+            }
+        }));
+    }
+    Ok(readers)
+}
+
+/// Starts the campaign and waits until it is sent: (delivered, messages/s from the campaign's
+/// start to its last delivery, both by the database clock).
+async fn run(pool: &PgPool, id: i64, limit: Duration) -> anyhow::Result<(i64, f64)> {
+    sqlx::query("update campaigns set scheduled_for = now() where id = $1")
+        .bind(id)
+        .execute(pool)
+        .await?;
+    app::db::campaign_states::notify_progress(pool, "mailroom_campaign_approved", &[id]).await?;
+    let started = Instant::now();
+    loop {
+        let status: String = sqlx::query_scalar("select status from campaigns where id = $1")
+            .bind(id)
+            .fetch_one(pool)
+            .await?;
+        if status == "sent" {
+            break;
+        }
+        if started.elapsed() > limit {
+            bail!("campaign {id} not sent after {limit:?} (status {status})");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (delivered, seconds): (i64, f64) = sqlx::query_as(
+        "select count(*), extract(epoch from max(d.finished_at) - c.started_at)::float8
+         from deliveries d join campaigns c on c.id = d.campaign_id
+         where d.campaign_id = $1 and d.status = 'delivered'
+         group by c.started_at",
+    )
+    .bind(id)
+    .fetch_one(pool)
+    .await?;
+    Ok((delivered, delivered as f64 / seconds))
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    let bin = args.get(1).context(
+        "usage: progress_streams_bench <mailroom binary> [recipients] [streams] [rounds]",
+    )?;
+    let recipients: i64 = args.get(2).map_or(Ok(30_000), |s| s.parse())?;
+    let streams: usize = args.get(3).map_or(Ok(100), |s| s.parse())?;
+    let rounds: usize = args.get(4).map_or(Ok(2), |s| s.parse())?;
+    let data = tempfile::Builder::new()
+        .prefix("mrpsbench")
+        .tempdir_in("/tmp")?;
+    let pg = EmbeddedPg::open(data.path(), embedded_pg::Options::default()).await?;
+    let pool = mailroom::database::connect(pg.connect_options(embedded_pg::DATABASE)).await?;
+    app::db::migrate::run(&pool, true).await?;
+    let (org, users, list) = seed(&pool, recipients).await?;
+    let sink_port = free_port()?;
+    let mut sink = Command::new("smtp-sink")
+        .args(["-u", "nobody", &format!("127.0.0.1:{sink_port}"), "1024"])
+        .stdout(Stdio::null())
+        .spawn()
+        .context("starting Postfix smtp-sink")?;
+    let port = free_port()?;
+    let postmaster: u32 =
+        std::fs::read_to_string(data.path().join("postgres").join("postmaster.pid"))?
+            .lines()
+            .next()
+            .context("an empty postmaster.pid")?
+            .trim()
+            .parse()?;
+    let mut replica = serve(bin, data.path(), port, sink_port)?;
+    let origin = format!("http://127.0.0.1:{port}");
+    let outcome = async {
+        let client = signed_in(&origin).await?;
+        // A first campaign warms the caches (the list, the plans); it is not counted.
+        let id = campaign(&pool, org, users, list).await?;
+        let (n, rate) = run(&pool, id, Duration::from_secs(600)).await?;
+        println!("warm-up, no stream: {n} delivered, {rate:.0} messages/s (not counted)");
+        // (open streams, messages/s, replica CPU ms and PostgreSQL CPU ms per 1,000 messages)
+        let mut figures: Vec<(usize, [f64; 3])> = Vec::new();
+        for round in 1..=rounds {
+            // Either side goes first in every other round (autovacuum of the last run's rows and
+            // other work on the machine would otherwise weigh on one side).
+            let order = if round % 2 == 1 { [0, streams] } else { [streams, 0] };
+            for open in order {
+                let id = campaign(&pool, org, users, list).await?;
+                let events = Arc::new(AtomicU64::new(0));
+                let url = format!("{origin}/api/campaigns/{id}/progress");
+                let readers = open_streams(&client, &url, open, events.clone()).await?;
+                let before = cpu_seconds(replica.id(), postmaster);
+                let (n, rate) = run(&pool, id, Duration::from_secs(600)).await?;
+                let after = cpu_seconds(replica.id(), postmaster);
+                // Let the streams take the final reading before they are counted and closed.
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                for r in &readers {
+                    r.abort();
+                }
+                let per_k = |s: f64| s * 1000.0 * 1000.0 / n as f64;
+                println!(
+                    "round {round}, {open:>3} open progress streams: {n} delivered, {rate:>6.0} messages/s; CPU ms per 1,000 messages: replica {:.0}, PostgreSQL {:.0}; {} progress events read; load {}",
+                    per_k(after.0 - before.0),
+                    per_k(after.1 - before.1),
+                    events.load(Ordering::Relaxed),
+                    load_average(),
+                );
+                figures.push((
+                    open,
+                    [rate, per_k(after.0 - before.0), per_k(after.1 - before.1)],
+                ));
+            }
+        }
+        let median = |open: usize, k: usize| {
+            let mut xs: Vec<f64> = figures
+                .iter()
+                .filter(|(o, _)| *o == open)
+                .map(|(_, f)| f[k])
+                .collect();
+            xs.sort_by(f64::total_cmp);
+            match xs.len() {
+                0 => f64::NAN,
+                n if n % 2 == 1 => xs[n / 2],
+                n => (xs[n / 2 - 1] + xs[n / 2]) / 2.0,
+            }
+        };
+        for open in [0, streams] {
+            println!(
+                "median of {rounds} runs, {open:>3} open progress streams: {:.0} messages/s; CPU ms per 1,000 messages: replica {:.0}, PostgreSQL {:.0}",
+                median(open, 0),
+                median(open, 1),
+                median(open, 2),
+            );
+        }
+        anyhow::Ok(())
+    }
+    .await;
+    let stopped = stop(&mut replica);
+    let _ = sink.kill();
+    let _ = sink.wait();
+    pool.close().await;
+    pg.shutdown().await?;
+    outcome.and(stopped)
+}
