@@ -3,6 +3,8 @@
 
 /// CSV import into a list (streamed, in the background) and export.
 pub mod audience_io;
+/// The client's address and scheme, from the peer or a trusted reverse proxy.
+pub mod client_addr;
 /// The campaign worker: start, materialise, hand off, sweep, finish.
 pub mod campaign;
 /// Command-line flags and `MAILROOM_*` variables.
@@ -29,6 +31,8 @@ pub mod metrics;
 pub mod progress;
 /// Live campaign progress for browsers: one LISTEN per replica fanned out as server-sent events.
 pub mod progress_stream;
+/// Content-Security-Policy (with the page's nonce) and the other security headers.
+pub mod security_headers;
 /// SIGTERM / Ctrl-C → one shutdown signal for every task.
 pub mod shutdown;
 /// One SMTP conversation driven stage by stage, each outcome classified exactly.
