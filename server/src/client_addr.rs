@@ -39,8 +39,7 @@ pub fn client(headers: &HeaderMap, peer: Option<IpAddr>, trust_proxy: bool) -> C
             .filter_map(|v| v.to_str().ok())
             .flat_map(|v| v.split(','))
             .map(str::trim)
-            .filter(|v| !v.is_empty())
-            .next_back()
+            .rfind(|v| !v.is_empty())
     };
     if !trust_proxy {
         static WARNED: AtomicBool = AtomicBool::new(false);
