@@ -213,5 +213,6 @@ async fn an_unknown_address_gets_the_same_answers_at_the_same_steps_in_the_same_
         t[t.len() / 2]
     };
     let (k, u) = (median(&mut times[0]), median(&mut times[1]));
-    assert!(u * 2 >= k && k * 2 >= u, "known {k:?}, unknown {u:?}");
+    // Within 3x either way (without the dummy verification: ~23 ms against ~4 ms here).
+    assert!(u * 3 >= k && k * 3 >= u, "known {k:?}, unknown {u:?}");
 }
