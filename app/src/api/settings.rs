@@ -1,4 +1,5 @@
-//! Settings: the organisation's sender identity. Everyone reads it; only an owner changes it.
+//! Settings: the organisation's sender identity and its approval policy (four eyes, unless the
+//! owner allows self-approval). Everyone reads them; only an owner changes them.
 
 use leptos::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -12,6 +13,8 @@ pub struct SettingsData {
     /// Empty when replies go to the From address.
     pub reply_to: String,
     pub timezone: String,
+    /// An admin may approve a campaign they wrote or last edited (marked in the audit log).
+    pub allow_self_approval: bool,
     /// The signed-in user is an owner: may change settings and manage users.
     pub can_manage: bool,
 }
@@ -24,7 +27,10 @@ pub async fn settings_view() -> Result<SettingsData, AppError> {
     let (me, pool) = super::signed_in().await?;
     let mut conn = pool.acquire().await?;
     let s = crate::db::settings::sender(&mut conn, me.org_id).await?;
+    let allow_self_approval =
+        crate::db::settings::allows_self_approval(&mut conn, me.org_id).await?;
     Ok(SettingsData {
+        allow_self_approval,
         from_name: s.from_name,
         from_address: s.from_address,
         reply_to: s.reply_to.unwrap_or_default(),
@@ -100,4 +106,42 @@ pub async fn save_sender(
     .await?;
     tx.commit().await?;
     Ok("Sender identity saved.".into())
+}
+
+/// Turns four-eyes approval off or back on for the org (owner only). Off by default; each
+/// self-approval is marked on the campaign and in the audit log.
+#[server(endpoint = "save_approval_policy")]
+pub async fn save_approval_policy(
+    #[server(default)] allow_self_approval: Option<String>,
+) -> Result<String, AppError> {
+    use crate::db::{audit, settings};
+    let (me, pool) = super::signed_in().await?;
+    if !me.role.manages_org() {
+        return Err(AppError::Forbidden);
+    }
+    // A checkbox: present ("on") when checked, absent when not.
+    let allow = allow_self_approval.is_some_and(|v| !v.is_empty() && v != "false");
+    let mut tx = pool.begin().await?;
+    let before = settings::set_self_approval(&mut tx, me.org_id, allow).await?;
+    if before != allow {
+        audit::record(
+            &mut tx,
+            audit::Entry {
+                org_id: me.org_id,
+                actor_id: Some(me.user_id),
+                action: "settings.approval",
+                object_type: "org",
+                object_id: Some(me.org_id.to_string()),
+                before: Some(serde_json::json!({ "allow_self_approval": before })),
+                after: Some(serde_json::json!({ "allow_self_approval": allow })),
+            },
+        )
+        .await?;
+    }
+    tx.commit().await?;
+    Ok(if allow {
+        "Admins may now approve their own campaigns; each such approval is marked.".into()
+    } else {
+        "Four eyes: a campaign is approved by an admin who neither wrote nor last edited it.".into()
+    })
 }

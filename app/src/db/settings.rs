@@ -39,3 +39,29 @@ pub async fn save_sender(
     .fetch_one(conn)
     .await
 }
+
+/// Whether an admin may approve a campaign they wrote or last edited (four eyes off).
+pub async fn allows_self_approval(conn: &mut PgConnection, org_id: i64) -> sqlx::Result<bool> {
+    sqlx::query_scalar("select allow_self_approval from orgs where id = $1")
+        .bind(org_id)
+        .fetch_one(conn)
+        .await
+}
+
+/// Sets it; returns what it was (read under the row lock, for the audit row).
+pub async fn set_self_approval(
+    conn: &mut PgConnection,
+    org_id: i64,
+    allow: bool,
+) -> sqlx::Result<bool> {
+    sqlx::query_scalar(
+        "update orgs o set allow_self_approval = $2
+         from (select id, allow_self_approval from orgs where id = $1 for update) old
+         where o.id = old.id
+         returning old.allow_self_approval",
+    )
+    .bind(org_id)
+    .bind(allow)
+    .fetch_one(conn)
+    .await
+}

@@ -6,7 +6,7 @@ use leptos::prelude::*;
 use leptos_router::components::A;
 
 use super::action_outcome as outcome;
-use crate::api::settings::{settings_view, SaveSender, SettingsData};
+use crate::api::settings::{settings_view, SaveApprovalPolicy, SaveSender, SettingsData};
 use crate::api::users::{
     users_view, InviteUser, ResetPassword, SetUserDisabled, SetUserRole, UserEntry,
 };
@@ -45,7 +45,11 @@ pub fn SettingsPage() -> impl IntoView {
     let role = ServerAction::<SetUserRole>::new();
     let disable = ServerAction::<SetUserDisabled>::new();
     let reset = ServerAction::<ResetPassword>::new();
-    let settings = Resource::new(move || save.version().get(), |_| settings_view());
+    let approval = ServerAction::<SaveApprovalPolicy>::new();
+    let settings = Resource::new(
+        move || (save.version().get(), approval.version().get()),
+        |_| settings_view(),
+    );
     let users = Resource::new(
         move || {
             (
@@ -68,7 +72,7 @@ pub fn SettingsPage() -> impl IntoView {
             {move || Suspend::new(async move {
                 match settings.await {
                     Err(e) => view! { <p role="alert" class="text-red-700 dark:text-red-300">{e.to_string()}</p> }.into_any(),
-                    Ok(s) => view! { <Sender s action=save/> }.into_any(),
+                    Ok(s) => view! { <Sender s=s.clone() action=save/> <Approval s action=approval/> }.into_any(),
                 }
             })}
         </Suspense>
@@ -132,6 +136,27 @@ fn Sender(s: SettingsData, action: ServerAction<SaveSender>) -> impl IntoView {
                 " — dates and times in the dashboard are shown in it. The weekly digest's day, hour and time zone are set on the "
                 <A href="/digests" attr:class="text-indigo-700 underline dark:text-indigo-300">"Digests page"</A> "."
             </p>
+        </section>
+    }
+}
+
+/// Four eyes or not: whether an admin may approve a campaign they wrote or last edited.
+#[component]
+fn Approval(s: SettingsData, action: ServerAction<SaveApprovalPolicy>) -> impl IntoView {
+    let disabled = !s.can_manage;
+    view! {
+        <section class="mt-6 rounded-lg bg-white p-4 shadow dark:bg-slate-900" aria-labelledby="approval-heading">
+            <h2 id="approval-heading" class="text-lg font-semibold mb-1">"Campaign approval"</h2>
+            {move || outcome(action.value().get(), "approval-result")}
+            <ActionForm action=action attr:id="approval-form" attr:class="flex flex-wrap items-center gap-3 text-sm">
+                <label class="flex items-center gap-2">
+                    <input type="checkbox" name="allow_self_approval" checked=s.allow_self_approval disabled=disabled data-test="allow-self-approval"/>
+                    "Let an admin approve a campaign they wrote or last edited (each such approval is marked in the audit log). Off: another admin must approve it."
+                </label>
+                {s.can_manage.then(|| view! {
+                    <button type="submit" id="save-approval" disabled=move || action.pending().get() class=BUTTON>"Save"</button>
+                })}
+            </ActionForm>
         </section>
     }
 }

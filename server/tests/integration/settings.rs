@@ -815,3 +815,93 @@ async fn the_pages_render_on_the_server_so_their_forms_work_before_the_wasm_load
     let page = get(&client(&app), "/invite/not-a-real-token").await;
     assert!(page.contains("expired or was already used"));
 }
+
+#[tokio::test]
+async fn self_approval_is_off_by_default_and_only_an_owner_turns_it_on_which_lets_an_author_approve(
+) {
+    let pool = test_db().await;
+    let (org, users) = org_with_users(&pool, "acme", &[Role::Owner, Role::Admin]).await;
+    let (lists, _) = crate::campaigns::audience_of(&pool, org, 5).await;
+    let app = spawn_app(pool.clone()).await;
+    let owner = signed_in(&app, &users[0].1, &users[0].2).await;
+    let admin = signed_in(&app, &users[1].1, &users[1].2).await;
+    let view = json(&app.call(&owner, "settings").await.1);
+    assert_eq!(view["allow_self_approval"], false);
+
+    // The admin writes and submits a campaign; four eyes refuse their own approval.
+    let (_, body) = app
+        .call_with(&admin, "new_campaign", &[("name", "Mine")])
+        .await;
+    let id = json(&body).as_i64().unwrap().to_string();
+    let l0 = lists[0].to_string();
+    let (status, body) = app
+        .call_with(
+            &admin,
+            "save_campaign",
+            &[
+                ("id", &id),
+                ("version", "1"),
+                ("name", "Mine"),
+                ("subject", "Hi"),
+                ("body", "x"),
+                ("lists[0]", &l0),
+            ],
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let act = |verb: &'static str| {
+        let (app, admin, id) = (&app, &admin, id.clone());
+        async move {
+            app.call_with(
+                admin,
+                "campaign_action",
+                &[("id", &id), ("verb", verb), ("version", "2")],
+            )
+            .await
+            .1
+        }
+    };
+    assert_eq!(json(&act("submit").await), "Campaign submitted.");
+    assert!(json(&act("approve").await)["Conflict"].is_string());
+
+    // Only an owner changes the policy; turning it on is audited.
+    let (status, body) = app
+        .call_with(
+            &admin,
+            "save_approval_policy",
+            &[("allow_self_approval", "on")],
+        )
+        .await;
+    assert_eq!(refusal(status, &body).0, "Forbidden");
+    let (status, body) = app
+        .call_with(
+            &owner,
+            "save_approval_policy",
+            &[("allow_self_approval", "on")],
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        json(&app.call(&owner, "settings").await.1)["allow_self_approval"],
+        true
+    );
+    let rows = audit_rows(&pool, org, "settings.approval").await;
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].1.as_ref().unwrap()["allow_self_approval"], true);
+
+    // Now the author may approve, and it is marked.
+    assert_eq!(json(&act("approve").await), "Campaign approved.");
+    let marked: bool = sqlx::query_scalar("select self_approved from campaigns where id = $1")
+        .bind(id.parse::<i64>().unwrap())
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert!(marked);
+    // Unchecked (the field absent, as a browser sends it): four eyes again.
+    let (status, _) = app.call_with(&owner, "save_approval_policy", &[]).await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        json(&app.call(&owner, "settings").await.1)["allow_self_approval"],
+        false
+    );
+}

@@ -73,6 +73,7 @@ fn case(endpoint: &str) -> Option<Case> {
             ("from_address", "x@example.org".into()),
             ("reply_to", "".into()),
         ]),
+        "save_approval_policy" => Case::ActsOnOwnOrg(vec![("allow_self_approval", "on".into())]),
         "invite_user" => Case::ActsOnOwnOrg(vec![
             ("email", "intruder@example.org".into()),
             ("name", "".into()),
