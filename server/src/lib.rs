@@ -3,11 +3,13 @@
 
 /// CSV import into a list (streamed, in the background) and export.
 pub mod audience_io;
+/// `backup` and `restore` of the embedded database (pg_dump custom format).
+pub mod backup;
 /// The campaign worker: start, materialise, hand off, sweep, finish.
 pub mod campaign;
 /// Command-line flags and `MAILROOM_*` variables.
 pub mod cli;
-/// `serve`, `worker`, `migrate`, `demo`, `user add`.
+/// `serve`, `worker`, `migrate`, `demo`, `user add`, … (dispatch).
 pub mod commands;
 /// Opening the database: `DATABASE_URL`, or the embedded cluster; migrations.
 pub mod database;
