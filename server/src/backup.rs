@@ -7,6 +7,7 @@
 //! drops the scratch database and leaves the old one as it was.
 
 use std::io::Read;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, bail, Context};
@@ -51,7 +52,21 @@ pub async fn backup(cli: &Cli, args: &BackupArgs) -> anyhow::Result<()> {
     let mut partial = args.out.clone().into_os_string();
     partial.push(format!(".partial-{}", std::process::id()));
     let partial = PathBuf::from(partial);
-    let pg = EmbeddedPg::open(&cli.data_dir, embedded_pg::Options::default()).await?;
+    // Created here, owner-only, before pg_dump fills it: the dump holds password hashes and the
+    // signing keys kept in the database.
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&partial)
+        .with_context(|| format!("cannot write {}", partial.display()))?;
+    let pg = match EmbeddedPg::open(&cli.data_dir, embedded_pg::Options::default()).await {
+        Ok(pg) => pg,
+        Err(e) => {
+            let _ = std::fs::remove_file(&partial);
+            return Err(e.into());
+        }
+    };
     let mut cmd = tokio::process::Command::new(&pg_dump);
     cmd.args(pg.libpq_args(DATABASE))
         .args(["--format=custom", "--file"])
@@ -62,13 +77,13 @@ pub async fn backup(cli: &Cli, args: &BackupArgs) -> anyhow::Result<()> {
         let _ = std::fs::remove_file(&partial);
         return Err(e.context("the backup failed"));
     }
-    stopped?;
     std::fs::rename(&partial, &args.out).with_context(|| {
         format!(
             "cannot move the backup into place at {}",
             args.out.display()
         )
     })?;
+    stopped?;
     let size = std::fs::metadata(&args.out).map(|m| m.len()).unwrap_or(0);
     println!(
         "backed up the embedded database of {} to {} ({size} bytes)",

@@ -8,7 +8,9 @@ use sqlx::{ConnectOptions, Connection};
 
 use crate::cli_errors::one_line_naming;
 use crate::helpers::data_dir;
-use crate::procs::{run, wait_postmaster_gone};
+use nix::sys::signal::Signal;
+
+use crate::procs::{run, wait_postmaster_gone, Proc};
 
 /// Every table's row count and md5 of its rows in a stable order, every sequence's position,
 /// and the names of all databases: equal fingerprints mean equal contents.
@@ -82,6 +84,12 @@ fn a_backup_restored_into_a_fresh_data_dir_holds_the_same_data() {
         1,
         "only the finished backup, no partial file"
     );
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(&file).unwrap().permissions().mode() & 0o777,
+        0o600,
+        "the backup holds password hashes and keys: owner only"
+    );
 
     let target = data_dir();
     let dst = target.path().join("fresh");
@@ -148,6 +156,37 @@ fn a_restore_that_must_not_happen_says_why_in_one_line_and_changes_nothing() {
         &stderr,
         &["already holds data", "orgs", "--force", "fresh --data-dir"],
     );
+
+    assert_eq!(
+        fingerprint(dir.path()),
+        before,
+        "the refusal changed nothing"
+    );
+
+    // While another mailroom process uses the data directory, even with --force.
+    let mut worker = Proc::start("worker", dir.path(), &["worker"]);
+    worker.wait_log("worker host started", 120);
+    let (status, _, stderr) = run(
+        &[
+            "restore",
+            "--data-dir",
+            d,
+            "--from",
+            dump.to_str().unwrap(),
+            "--force",
+        ],
+        &[],
+    );
+    assert!(!status.success());
+    one_line_naming(
+        &stderr,
+        &["another mailroom process", "stop every mailroom process"],
+    );
+    worker.signal(Signal::SIGTERM);
+    assert!(worker.wait_exit(60).success(), "{}", worker.log_text());
+    wait_postmaster_gone(dir.path(), 30);
+    // The worker wrote its own rows (heartbeat, leader lease): the new reference.
+    let before = fingerprint(dir.path());
 
     // A missing file, a file that is not a dump, a truncated dump (even with --force).
     let missing = files.path().join("missing.dump");
