@@ -10,6 +10,7 @@ export LEPTOS_OUTPUT_NAME=mailroom
 cargo build --release -p mailroom --bin mailroom
 bin=${CARGO_TARGET_DIR:-target}/release/mailroom
 dir=$(mktemp -d /tmp/mrimport.XXXXXX)
+chmod o+x "$dir" # the embedded PostgreSQL runs as `postgres` when started as root
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 export MAILROOM_DATA_DIR=$dir/data
 logins=$("$bin" demo)

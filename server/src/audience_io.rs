@@ -34,13 +34,16 @@ const BATCH: usize = 1000;
 /// Rows per chunk of an export.
 const EXPORT_BATCH: i64 = 2000;
 
-pub fn routes() -> Router<AppState> {
-    Router::new()
-        .route(
-            "/api/lists/{id}/import",
-            post(import).layer(DefaultBodyLimit::max(MAX_IMPORT_BYTES + 64 * 1024)),
-        )
-        .route("/api/audience/export.csv", get(export))
+/// The upload, apart: it has its own body limit and timeout (see `http::router`).
+pub fn import_routes() -> Router<AppState> {
+    Router::new().route(
+        "/api/lists/{id}/import",
+        post(import).layer(DefaultBodyLimit::max(MAX_IMPORT_BYTES + 64 * 1024)),
+    )
+}
+
+pub fn export_routes() -> Router<AppState> {
+    Router::new().route("/api/audience/export.csv", get(export))
 }
 
 /// Plain-text answers for a form post or a download link: what was wrong, never internals.

@@ -139,6 +139,18 @@ pub struct ServeArgs {
     #[arg(long, env = "MAILROOM_NO_WORKERS")]
     pub no_workers: bool,
 
+    /// Mailroom is reached only through a reverse proxy that sets X-Forwarded-For and
+    /// X-Forwarded-Proto: take the client's address (login throttling) from the last
+    /// X-Forwarded-For entry, and mark cookies Secure when X-Forwarded-Proto is https.
+    #[arg(long, env = "MAILROOM_TRUST_PROXY")]
+    pub trust_proxy: bool,
+
+    /// Seconds a request may take before its answer starts (408 after). Not applied to the live
+    /// progress stream, nor to CSV imports (15 minutes).
+    #[arg(long, env = "MAILROOM_REQUEST_TIMEOUT_SECONDS", default_value_t = 30,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub request_timeout_seconds: u64,
+
     #[command(flatten)]
     pub worker: WorkerArgs,
 }

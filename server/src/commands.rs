@@ -143,6 +143,10 @@ async fn serve(cli: &Cli, args: &ServeArgs) -> anyhow::Result<()> {
             pool: db.pool.clone(),
             unsubscribe_keys: keys.clone(),
             progress,
+            edge: http::Edge {
+                trust_proxy: args.trust_proxy,
+                request_timeout: std::time::Duration::from_secs(args.request_timeout_seconds),
+            },
         },
         app::api::ApiConfig {
             secure_cookies: args.secure_cookies,
@@ -167,6 +171,8 @@ async fn serve(cli: &Cli, args: &ServeArgs) -> anyhow::Result<()> {
     );
     println!("Mailroom is ready at http://{addr}");
     let stop = shutdown.clone();
+    // The peer's address is the client's, unless --trust-proxy (login throttling counts by it).
+    let app = app.into_make_service_with_connect_info::<std::net::SocketAddr>();
     let served = axum::serve(listener, app)
         .with_graceful_shutdown(async move { stop.requested().await })
         .await;

@@ -8,6 +8,9 @@ use axum::Router;
 use leptos::prelude::*;
 use leptos_axum::{generate_route_list, LeptosRoutes};
 use sqlx::PgPool;
+use std::time::Duration;
+use tower_http::limit::RequestBodyLimitLayer;
+use tower_http::timeout::TimeoutLayer;
 
 use app::api::ApiConfig;
 use app::{shell, App};
@@ -20,6 +23,45 @@ pub struct AppState {
     pub unsubscribe_keys: app::unsubscribe::Keys,
     /// Fans the replica's progress notifications out to open campaign pages.
     pub progress: crate::progress_stream::Hub,
+    pub edge: Edge,
+}
+
+/// How the server meets the outside: who the client is, how long a request may take.
+#[derive(Clone, Debug)]
+pub struct Edge {
+    /// Believe a reverse proxy's `X-Forwarded-For` and `X-Forwarded-Proto` (see `client_addr`).
+    pub trust_proxy: bool,
+    /// Time to answer a request (the first byte of the response): 408 after it.
+    pub request_timeout: Duration,
+}
+
+impl Default for Edge {
+    fn default() -> Self {
+        Edge {
+            trust_proxy: false,
+            request_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// The largest request body but a CSV import's: server function arguments and forms, the
+/// largest of which is a pasted list of addresses.
+pub const MAX_REQUEST_BYTES: usize = 2 * 1024 * 1024;
+/// Time for a CSV import's upload (up to 64 MB from a slow link).
+pub const IMPORT_TIMEOUT: Duration = Duration::from_secs(15 * 60);
+
+/// A body limit (413 past it) and a timeout (408) on every route of `router`.
+pub fn bounded<S: Clone + Send + Sync + 'static>(
+    router: Router<S>,
+    max_bytes: usize,
+    timeout: Duration,
+) -> Router<S> {
+    router
+        .layer(RequestBodyLimitLayer::new(max_bytes))
+        .layer(TimeoutLayer::with_status_code(
+            StatusCode::REQUEST_TIMEOUT,
+            timeout,
+        ))
 }
 
 impl FromRef<AppState> for LeptosOptions {
@@ -36,8 +78,12 @@ impl FromRef<AppState> for PgPool {
 
 /// The whole HTTP surface: health probes, server functions and pages, static files, and the
 /// public unsubscribe endpoints (outside the same-origin check: they are authenticated by their
-/// signed token, and mail clients post to them from nowhere).
+/// signed token, and mail clients post to them from nowhere). Every route has a body limit and a
+/// timeout but the progress stream (an event stream, open as long as the page) and the CSV
+/// import (its own 64 MB limit and a long timeout); every response has the security headers.
 pub fn router(state: AppState, api: ApiConfig) -> Router {
+    let edge = state.edge.clone();
+    let dev = state.leptos_options.env == leptos::config::Env::DEV;
     let unsubscribe =
         crate::unsubscribe::routes(state.pool.clone(), state.unsubscribe_keys.clone());
     let routes = generate_route_list(App);
@@ -47,26 +93,44 @@ pub fn router(state: AppState, api: ApiConfig) -> Router {
             provide_context(pool.clone());
             provide_context(api.clone());
             provide_context(app::api::RequestUser::default());
+            crate::security_headers::provide_page_policy(dev);
         }
     };
-    Router::new()
+    let pages = Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(crate::metrics::handler))
-        // An event stream: no request timeout may ever apply to it (by design).
+        .merge(crate::audience_io::export_routes())
+        .leptos_routes_with_context(&state, routes, context.clone(), {
+            let options = state.leptos_options.clone();
+            move || shell(options.clone())
+        })
+        .fallback(leptos_axum::file_and_error_handler_with_context::<
+            AppState,
+            _,
+        >(context, shell));
+    let app = bounded(pages, MAX_REQUEST_BYTES, edge.request_timeout)
+        .merge(bounded(
+            crate::audience_io::import_routes(),
+            crate::audience_io::MAX_IMPORT_BYTES + 64 * 1024,
+            IMPORT_TIMEOUT,
+        ))
         .route(
             "/api/campaigns/{id}/progress",
             get(crate::progress_stream::handler),
         )
-        .merge(crate::audience_io::routes())
-        .leptos_routes_with_context(&state, routes, context, {
-            let options = state.leptos_options.clone();
-            move || shell(options.clone())
-        })
-        .fallback(leptos_axum::file_and_error_handler::<AppState, _>(shell))
         .layer(middleware::from_fn(same_origin_writes))
         .with_state(state)
-        .merge(unsubscribe)
+        .merge(bounded(
+            unsubscribe,
+            MAX_REQUEST_BYTES,
+            edge.request_timeout,
+        ))
+        .layer(middleware::from_fn_with_state(
+            edge.trust_proxy,
+            crate::client_addr::layer,
+        ));
+    crate::security_headers::apply(app, dev)
 }
 
 /// Ready when the database answers.

@@ -9,6 +9,8 @@ pub mod backup;
 pub mod campaign;
 /// Command-line flags and `MAILROOM_*` variables.
 pub mod cli;
+/// The client's address and scheme, from the peer or a trusted reverse proxy.
+pub mod client_addr;
 /// `serve`, `worker`, `migrate`, `demo`, `user add`, … (dispatch).
 pub mod commands;
 /// Opening the database: `DATABASE_URL`, or the embedded cluster; migrations.
@@ -31,6 +33,8 @@ pub mod metrics;
 pub mod progress;
 /// Live campaign progress for browsers: one LISTEN per replica fanned out as server-sent events.
 pub mod progress_stream;
+/// Content-Security-Policy (with the page's nonce) and the other security headers.
+pub mod security_headers;
 /// SIGTERM / Ctrl-C → one shutdown signal for every task.
 pub mod shutdown;
 /// One SMTP conversation driven stage by stage, each outcome classified exactly.

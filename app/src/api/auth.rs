@@ -17,13 +17,32 @@ pub async fn me() -> Result<Option<CurrentUser>, AppError> {
 const WRONG_LOGIN: &str = "Wrong e-mail address or password.";
 
 /// Signs in: on success sets the session cookie and sends the browser to the Overview.
+///
+/// Throttled (see `domain::login_throttle`): a locked attempt is refused before its password is
+/// checked, with the wait in the message and a `Retry-After` header. Whatever the address, known
+/// or not, the answers and the time they take are the same: an unknown address is counted like a
+/// real one and still pays for one Argon2 verification.
 #[server(endpoint = "login")]
 pub async fn login(email: String, password: String) -> Result<(), AppError> {
+    use crate::domain::login_throttle::{self, Keys, Verdict};
     use crate::{auth, db, domain::EmailAddress};
     let email = EmailAddress::parse(&email)
         .map_err(|e| AppError::Invalid(format!("Enter your e-mail address: {e}.")))?;
     let pool = super::pool()?;
-    let secure = super::api_config().secure_cookies;
+    let secure = super::secure_cookies();
+    let response = expect_context::<leptos_axum::ResponseOptions>();
+    // Without a known peer (never so behind `mailroom serve`) all such requests share one count.
+    let ip = super::client()
+        .ip
+        .map(login_throttle::ip_key)
+        .unwrap_or_else(|| "unknown".into());
+    let keys = Keys::new(email.lower(), &ip);
+    if let Verdict::Locked { seconds } = db::login_throttle::begin_attempt(&pool, &keys).await? {
+        if let Ok(v) = http::HeaderValue::from_str(&seconds.to_string()) {
+            response.insert_header(http::header::RETRY_AFTER, v);
+        }
+        return Err(AppError::Invalid(login_throttle::locked_message(seconds)));
+    }
     let row = db::users::find_for_login(&pool, &email).await?;
     let stored = row.as_ref().map(|r| r.password_hash.clone());
     // Argon2 is deliberately slow and takes ~19 MiB: off the async workers, a few at a time.
@@ -35,8 +54,17 @@ pub async fn login(email: String, password: String) -> Result<(), AppError> {
             .map_err(|_| AppError::Internal)?;
     let row = match row {
         Some(r) if ok && !r.disabled => r,
-        _ => return Err(AppError::Invalid(WRONG_LOGIN.into())),
+        _ => {
+            // The failure is already counted; old counters go while we are here.
+            if let Err(e) =
+                db::login_throttle::sweep(&pool, login_throttle::SWEEP_AFTER_SECONDS, 100).await
+            {
+                tracing::warn!(error = %e, "login throttle sweep failed");
+            }
+            return Err(AppError::Invalid(WRONG_LOGIN.into()));
+        }
     };
+    db::login_throttle::record_success(&pool, &keys).await?;
     let token = auth::new_session_token();
     db::sessions::create(
         &pool,
@@ -55,7 +83,7 @@ pub async fn login(email: String, password: String) -> Result<(), AppError> {
 #[server(endpoint = "logout")]
 pub async fn logout() -> Result<(), AppError> {
     use crate::{auth, db};
-    let secure = super::api_config().secure_cookies;
+    let secure = super::secure_cookies();
     if let Some(parts) = use_context::<http::request::Parts>() {
         if let Some(token) = auth::token_from_headers(&parts.headers) {
             db::sessions::delete(&super::pool()?, &auth::hash_token(&token)).await?;

@@ -47,7 +47,7 @@ pub async fn accept_invite(token: String, name: String, password: String) -> Res
     use crate::auth;
     use crate::db::{audit, password_tokens, sessions, user_admin};
     let pool = super::pool()?;
-    let secure = super::api_config().secure_cookies;
+    let secure = super::secure_cookies();
     let name = super::users::valid_name(&name)?;
     let length = password.chars().count();
     if length < MIN_PASSWORD {

@@ -54,6 +54,26 @@ mod server_side {
         pub campaign_bin_days: f64,
     }
 
+    /// Where a request came from, as the router's client layer found it: the peer address, or
+    /// what the trusted proxy said. Login throttling counts by `ip`.
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+    pub struct Client {
+        pub ip: Option<std::net::IpAddr>,
+        /// The browser reached us over HTTPS (said by a trusted proxy).
+        pub https: bool,
+    }
+
+    pub fn client() -> Client {
+        use_context::<http::request::Parts>()
+            .and_then(|p| p.extensions.get::<Client>().copied())
+            .unwrap_or_default()
+    }
+
+    /// Cookies are `Secure` with `--secure-cookies`, or when a trusted proxy says HTTPS.
+    pub fn secure_cookies() -> bool {
+        api_config().secure_cookies || client().https
+    }
+
     /// The database pool, provided by the server as context.
     pub fn pool() -> Result<PgPool, AppError> {
         use_context::<PgPool>().ok_or_else(|| {

@@ -22,6 +22,7 @@ pub mod heartbeat;
 pub mod imports;
 pub mod leader;
 pub mod lists;
+pub mod login_throttle;
 pub mod metrics;
 pub mod migrate;
 pub mod orgs;

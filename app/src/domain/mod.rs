@@ -7,6 +7,7 @@ mod campaign;
 mod delivery;
 mod email;
 mod job_id;
+pub mod login_throttle;
 pub mod progress;
 mod role;
 mod week_key;

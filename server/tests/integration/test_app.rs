@@ -20,6 +20,20 @@ pub async fn spawn_app(pool: PgPool) -> TestApp {
 
 /// The app reading captured mail from `captured_dir`.
 pub async fn spawn_app_capturing(pool: PgPool, captured_dir: Option<PathBuf>) -> TestApp {
+    let api = app::api::ApiConfig {
+        secure_cookies: false,
+        captured_dir,
+        campaign_bin_days: 30.0,
+    };
+    spawn_app_with(pool, api, mailroom::http::Edge::default()).await
+}
+
+/// The app with its own settings (secure cookies, trusted proxy, request timeout).
+pub async fn spawn_app_with(
+    pool: PgPool,
+    api: app::api::ApiConfig,
+    edge: mailroom::http::Edge,
+) -> TestApp {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let options = LeptosOptions::builder()
@@ -37,14 +51,12 @@ pub async fn spawn_app_capturing(pool: PgPool, captured_dir: Option<PathBuf>) ->
             pool: pool.clone(),
             unsubscribe_keys: crate::helpers::test_keys(),
             progress,
+            edge,
         },
-        app::api::ApiConfig {
-            secure_cookies: false,
-            captured_dir,
-            campaign_bin_days: 30.0,
-        },
+        api,
     );
-    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    let service = router.into_make_service_with_connect_info::<std::net::SocketAddr>();
+    tokio::spawn(async move { axum::serve(listener, service).await.unwrap() });
     TestApp {
         base: format!("http://{addr}"),
         pool,

@@ -1,0 +1,128 @@
+//! Request size limits and timeouts over real sockets: a body over the limit is refused on server
+//! functions and on the public unsubscribe routes; a request that stalls is answered 408 when its
+//! time is up; the CSV import takes more than the general limit and more than the general time;
+//! the live progress stream stays open past it.
+
+use std::time::Duration;
+
+use app::domain::Role;
+use mailroom::http::{Edge, MAX_REQUEST_BYTES};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::helpers::{draft, org_with_users, test_db};
+use crate::test_app::{client, spawn_app_with, TestApp};
+
+async fn app_timing_out_after_one_second(pool: sqlx::PgPool) -> TestApp {
+    let api = app::api::ApiConfig {
+        secure_cookies: false,
+        captured_dir: None,
+        campaign_bin_days: 30.0,
+    };
+    let edge = Edge {
+        request_timeout: Duration::from_secs(1),
+        ..Edge::default()
+    };
+    spawn_app_with(pool, api, edge).await
+}
+
+/// Sends `head` then `first` of the body, waits `pause`, sends `rest`; returns the status line.
+async fn raw(app: &TestApp, head: &str, first: &[u8], pause: Duration, rest: &[u8]) -> String {
+    let mut s = TcpStream::connect(app.base.trim_start_matches("http://"))
+        .await
+        .unwrap();
+    s.write_all(head.as_bytes()).await.unwrap();
+    s.write_all(first).await.unwrap();
+    tokio::time::sleep(pause).await;
+    // The server may have answered and closed already.
+    let _ = s.write_all(rest).await;
+    let mut buf = vec![0u8; 256];
+    let n = tokio::time::timeout(Duration::from_secs(10), s.read(&mut buf))
+        .await
+        .expect("no answer")
+        .unwrap();
+    String::from_utf8_lossy(&buf[..n])
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+#[tokio::test]
+async fn a_body_over_the_limit_is_refused_on_server_functions_and_public_routes() {
+    let app = app_timing_out_after_one_second(test_db().await).await;
+    let c = client(&app);
+    let big = "x".repeat(MAX_REQUEST_BYTES + 1);
+    for url in ["/api/login", "/u/not-a-token"] {
+        let r = c
+            .post(format!("{}{url}", app.base))
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(format!("email=a%40b.example&password={big}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 413, "{url}");
+    }
+    // Under the limit, the same request is read (and answered on its merits).
+    let r = c
+        .post(format!("{}/api/login", app.base))
+        .form(&[("email", "a@b.example"), ("password", "x")])
+        .send()
+        .await
+        .unwrap();
+    assert_ne!(r.status(), 413);
+}
+
+#[tokio::test]
+async fn a_stalled_request_times_out_but_an_import_upload_and_the_progress_stream_do_not() {
+    let pool = test_db().await;
+    let (org, users) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let (_, email, password) = &users[0];
+    let mut conn = pool.acquire().await.unwrap();
+    let campaign = draft(&mut conn, org, users[0].0, "Hello").await;
+    let list: i64 =
+        sqlx::query_scalar("insert into lists (org_id, name) values ($1, 'News') returning id")
+            .bind(org)
+            .fetch_one(&mut *conn)
+            .await
+            .unwrap();
+    drop(conn);
+    let app = app_timing_out_after_one_second(pool).await;
+    let host = app.base.trim_start_matches("http://").to_owned();
+
+    // A server function whose body never finishes arriving.
+    let head = format!(
+        "POST /api/login HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: 100\r\n\r\n"
+    );
+    let status = raw(&app, &head, b"email=a", Duration::from_secs(3), b"").await;
+    assert!(status.starts_with("HTTP/1.1 408"), "{status}");
+
+    // An import upload slower than that is still taken.
+    let c = client(&app);
+    let r = app.login(&c, email, password).await;
+    let cookie = r.headers()["set-cookie"].to_str().unwrap();
+    let cookie = cookie.split(';').next().unwrap().to_owned();
+    let body = "--b\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.csv\"\r\nContent-Type: text/csv\r\n\r\nemail,name\r\na@example.org,A\r\n--b--\r\n";
+    let head = format!(
+        "POST /api/lists/{list}/import HTTP/1.1\r\nHost: {host}\r\nOrigin: {}\r\nCookie: {cookie}\r\nContent-Type: multipart/form-data; boundary=b\r\nContent-Length: {}\r\n\r\n",
+        app.base,
+        body.len()
+    );
+    let (first, rest) = body.as_bytes().split_at(20);
+    let status = raw(&app, &head, first, Duration::from_millis(1500), rest).await;
+    assert!(status.starts_with("HTTP/1.1 303"), "{status}");
+
+    // The progress stream is still open after the timeout.
+    let mut stream = c
+        .get(format!("{}/api/campaigns/{campaign}/progress", app.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stream.status(), 200);
+    let open_past_timeout = tokio::time::timeout(Duration::from_millis(2500), async {
+        while let Some(_chunk) = stream.chunk().await.unwrap() {}
+    })
+    .await
+    .is_err();
+    assert!(open_past_timeout, "the progress stream ended");
+}
