@@ -5,9 +5,18 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::telemetry::LogFormat;
 
+/// `mailroom --version`: the package version and the git commit it was built from ("unknown"
+/// when built outside a git checkout).
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("MAILROOM_BUILD_COMMIT"),
+    ")"
+);
+
 /// Mailroom: the weekly digest and campaigns, each sent exactly once.
 #[derive(Debug, Parser)]
-#[command(name = "mailroom", version, about)]
+#[command(name = "mailroom", version = VERSION, about)]
 pub struct Cli {
     /// Where Mailroom keeps its embedded PostgreSQL cluster and captured mail.
     #[arg(
@@ -72,6 +81,29 @@ pub enum Command {
     User(UserCommand),
     /// Run one digest tick now and print what it did (the workers tick by themselves).
     DigestTick(DigestTickArgs),
+    /// Write the embedded database to a file (pg_dump custom format); safe while Mailroom runs.
+    Backup(BackupArgs),
+    /// Load a `mailroom backup` file into the embedded database of --data-dir (stop every
+    /// mailroom process on that data directory first).
+    Restore(RestoreArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct BackupArgs {
+    /// The file to write (replaced only once the dump is complete).
+    #[arg(long, env = "MAILROOM_BACKUP_OUT")]
+    pub out: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct RestoreArgs {
+    /// The backup file to load.
+    #[arg(long, env = "MAILROOM_RESTORE_FROM")]
+    pub from: PathBuf,
+
+    /// Replace a database that already holds data (it is dropped once the restore succeeded).
+    #[arg(long, env = "MAILROOM_RESTORE_FORCE")]
+    pub force: bool,
 }
 
 #[derive(Debug, Args)]

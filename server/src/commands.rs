@@ -81,6 +81,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             );
             Ok(())
         }
+        Command::Backup(args) => crate::backup::backup(&cli, args).await,
+        Command::Restore(args) => crate::backup::restore(&cli, args).await,
         Command::User(UserCommand::Password(args)) => {
             let db = Database::open(&cli, Migrations::Tolerant).await?;
             let result = user_password(&db, args).await;

@@ -3,13 +3,15 @@
 
 /// CSV import into a list (streamed, in the background) and export.
 pub mod audience_io;
+/// `backup` and `restore` of the embedded database (pg_dump custom format).
+pub mod backup;
 /// The campaign worker: start, materialise, hand off, sweep, finish.
 pub mod campaign;
 /// Command-line flags and `MAILROOM_*` variables.
 pub mod cli;
 /// The client's address and scheme, from the peer or a trusted reverse proxy.
 pub mod client_addr;
-/// `serve`, `worker`, `migrate`, `demo`, `user add`.
+/// `serve`, `worker`, `migrate`, `demo`, `user add`, … (dispatch).
 pub mod commands;
 /// Opening the database: `DATABASE_URL`, or the embedded cluster; migrations.
 pub mod database;

@@ -36,3 +36,86 @@ pub async fn create_database_from(
     .await
     .map(|_| ())
 }
+
+fn quote(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+/// The databases whose name starts with `prefix` (leftovers of an interrupted restore).
+pub async fn databases_with_prefix(
+    conn: &mut PgConnection,
+    prefix: &str,
+) -> sqlx::Result<Vec<String>> {
+    sqlx::query_scalar("select datname from pg_database where starts_with(datname, $1)")
+        .bind(prefix)
+        .fetch_all(conn)
+        .await
+}
+
+pub async fn create_database(conn: &mut PgConnection, name: &str) -> sqlx::Result<()> {
+    sqlx::query(&format!("create database {}", quote(name)))
+        .execute(conn)
+        .await
+        .map(|_| ())
+}
+
+pub async fn drop_database_if_exists(conn: &mut PgConnection, name: &str) -> sqlx::Result<()> {
+    sqlx::query(&format!("drop database if exists {}", quote(name)))
+        .execute(conn)
+        .await
+        .map(|_| ())
+}
+
+/// Puts `incoming` in the place of `live` in one transaction (renames are transactional): the
+/// live name always holds either the old or the new database, never neither. The old one is
+/// kept as `retired` for the caller to drop.
+pub async fn swap_databases(
+    conn: &mut PgConnection,
+    live: &str,
+    incoming: &str,
+    retired: &str,
+) -> sqlx::Result<()> {
+    let mut tx = sqlx::Connection::begin(conn).await?;
+    sqlx::query(&format!(
+        "alter database {} rename to {}",
+        quote(live),
+        quote(retired)
+    ))
+    .execute(&mut *tx)
+    .await?;
+    sqlx::query(&format!(
+        "alter database {} rename to {}",
+        quote(incoming),
+        quote(live)
+    ))
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await
+}
+
+/// The tables of the connected database that hold at least one row, the migrations ledger
+/// aside (a migrated but unused database counts as empty).
+pub async fn tables_with_rows(conn: &mut PgConnection) -> sqlx::Result<Vec<String>> {
+    let tables: Vec<(String, String)> = sqlx::query_as(
+        "select schemaname::text, tablename::text from pg_tables
+          where schemaname not in ('pg_catalog', 'information_schema')
+            and tablename <> '_sqlx_migrations'
+          order by 1, 2",
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    let mut full = Vec::new();
+    for (schema, table) in tables {
+        let any: bool = sqlx::query_scalar(&format!(
+            "select exists (select 1 from {}.{})",
+            quote(&schema),
+            quote(&table)
+        ))
+        .fetch_one(&mut *conn)
+        .await?;
+        if any {
+            full.push(table);
+        }
+    }
+    Ok(full)
+}

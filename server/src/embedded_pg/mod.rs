@@ -130,6 +130,20 @@ impl EmbeddedPg {
         &self.cluster
     }
 
+    /// libpq arguments (`pg_dump`, `pg_restore`) that reach `database` through the socket.
+    pub fn libpq_args(&self, database: &str) -> Vec<std::ffi::OsString> {
+        let mut args: Vec<std::ffi::OsString> = vec!["-h".into(), self.cluster.clone().into()];
+        for a in ["-p", &PORT.to_string(), "-U", SUPERUSER, "-d", database] {
+            args.push(a.into());
+        }
+        args
+    }
+
+    /// Whether this process owns the cluster (no other `mailroom` process is using it).
+    pub async fn owned(&self) -> bool {
+        self.lock.lock().await.is_some()
+    }
+
     /// The data directory: where the database user's commands start.
     fn cwd(&self) -> &Path {
         self.cluster.parent().unwrap_or(Path::new("/"))
@@ -320,6 +334,30 @@ impl EmbeddedPg {
     }
 }
 
+/// Whether `data_dir` holds an embedded cluster (without creating or starting anything).
+pub fn exists(data_dir: &Path) -> bool {
+    data_dir.join("postgres").join("PG_VERSION").is_file()
+}
+
+/// A client tool (`pg_dump`, `pg_restore`) of the same PostgreSQL as the cluster under
+/// `data_dir` (or of the newest installed one when there is no cluster yet): a dump is read and
+/// written by the version that runs the cluster.
+pub fn tool(data_dir: &Path, name: &str) -> Result<PathBuf, PgError> {
+    let major = std::fs::read_to_string(data_dir.join("postgres").join("PG_VERSION"))
+        .ok()
+        .map(|s| s.trim().to_owned());
+    let path = binaries::find(major.as_deref())?.join(name);
+    if path.is_file() {
+        Ok(path)
+    } else {
+        Err(PgError::Binaries(format!(
+            "{} not found: install the PostgreSQL client tools of the same version (Debian/Ubuntu: postgresql-client-{})",
+            path.display(),
+            major.as_deref().unwrap_or("<major>")
+        )))
+    }
+}
+
 fn open_lock(lock_path: &Path, data_dir: &Path) -> Result<File, PgError> {
     OpenOptions::new()
         .read(true)
@@ -454,7 +492,7 @@ fn shell_quote(s: &str) -> String {
 }
 
 /// A tool's stderr as one line (errors print as one line).
-fn one_line(stderr: &[u8]) -> String {
+pub fn one_line(stderr: &[u8]) -> String {
     String::from_utf8_lossy(stderr)
         .lines()
         .map(str::trim)

@@ -7,7 +7,7 @@ use crate::helpers::data_dir;
 use crate::procs::run;
 
 /// stderr has exactly one line (the error), which contains every needle.
-fn one_line_naming(stderr: &str, needles: &[&str]) {
+pub fn one_line_naming(stderr: &str, needles: &[&str]) {
     let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
     assert_eq!(lines.len(), 1, "expected one line, got:\n{stderr}");
     for n in needles {

@@ -4,6 +4,7 @@
 
 mod audience;
 mod audience_import;
+mod backup_restore;
 mod campaign_processes;
 mod campaign_test_send;
 mod campaign_workflow;
@@ -37,3 +38,4 @@ mod tenancy;
 mod test_app;
 mod unsubscribe;
 mod user_commands;
+mod version;
