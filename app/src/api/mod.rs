@@ -90,15 +90,7 @@ mod server_side {
         })
     }
 
-    /// "cannot pause …" → "Cannot pause ….": a message as a sentence.
-    pub fn sentence(s: &str) -> String {
-        let mut c = s.chars();
-        let first = c
-            .next()
-            .map(|f| f.to_uppercase().collect::<String>())
-            .unwrap_or_default();
-        format!("{first}{}.", c.as_str())
-    }
+    pub use crate::domain::sentence;
 
     /// The signed-in user of this request, or `NotSignedIn`. The one way server functions learn
     /// who is asking and which organisation's rows they may touch.

@@ -80,20 +80,9 @@ pub async fn add_suppressions(addresses: String) -> Result<String, AppError> {
     }
     let list = EmailAddress::parse_list(&addresses, MAX_ADDED).map_err(AppError::Invalid)?;
     let mut tx = pool.begin().await?;
-    let mut added = Vec::new();
-    for a in &list {
-        if audience::suppress(
-            &mut tx,
-            me.org_id,
-            a,
-            "manual",
-            &format!("added by {}", me.email),
-        )
-        .await?
-        {
-            added.push(a.lower());
-        }
-    }
+    let added =
+        audience::suppress_many(&mut tx, me.org_id, &list, &format!("added by {}", me.email))
+            .await?;
     if !added.is_empty() {
         audit::record(
             &mut tx,

@@ -181,3 +181,25 @@ pub async fn leave_lists(
     .fetch_all(conn)
     .await
 }
+
+/// Suppresses many addresses by hand in one statement; an address suppressed already keeps its
+/// reason (a manual entry never replaces another). Returns the addresses newly suppressed.
+pub async fn suppress_many(
+    conn: &mut PgConnection,
+    org_id: i64,
+    emails: &[EmailAddress],
+    source: &str,
+) -> sqlx::Result<Vec<String>> {
+    let lowers: Vec<&str> = emails.iter().map(|e| e.lower()).collect();
+    sqlx::query_scalar(
+        "insert into suppressions (org_id, email_lower, reason, source)
+         select $1, l, 'manual', $3 from unnest($2::text[]) with ordinality as t(l, n) order by n
+         on conflict (org_id, email_lower) do nothing
+         returning email_lower",
+    )
+    .bind(org_id)
+    .bind(&lowers)
+    .bind(source)
+    .fetch_all(conn)
+    .await
+}

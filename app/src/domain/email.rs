@@ -63,7 +63,7 @@ impl EmailAddress {
             .split([',', ';', ' ', '\n', '\r', '\t'])
             .filter(|p| !p.is_empty())
         {
-            let a = Self::parse(part).map_err(|e| format!("{}.", capitalised(&e.to_string())))?;
+            let a = Self::parse(part).map_err(|e| sentence(&e.to_string()))?;
             if !out.iter().any(|o| o.lower == a.lower) {
                 out.push(a);
             }
@@ -91,11 +91,14 @@ impl EmailAddress {
     }
 }
 
-fn capitalised(s: &str) -> String {
+/// "cannot pause …" → "Cannot pause ….": an error message as a sentence.
+pub fn sentence(s: &str) -> String {
     let mut c = s.chars();
-    c.next()
-        .map(|f| f.to_uppercase().chain(c).collect())
-        .unwrap_or_default()
+    let first = c
+        .next()
+        .map(|f| f.to_uppercase().collect::<String>())
+        .unwrap_or_default();
+    format!("{first}{}.", c.as_str())
 }
 
 impl fmt::Display for EmailAddress {

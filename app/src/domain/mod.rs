@@ -16,7 +16,7 @@ pub use audience::{CsvColumns, SubscriberStatus};
 pub use backoff::Backoff;
 pub use campaign::{BodyFormat, CampaignContent, CampaignStatus, Transition, TransitionError};
 pub use delivery::{DeliveryCursor, DeliveryKind, DeliveryStatus};
-pub use email::{EmailAddress, EmailError};
+pub use email::{sentence, EmailAddress, EmailError};
 pub use job_id::{JobId, JobIdError};
 pub use role::Role;
 pub use week_key::{WeekKey, WeekKeyError};
