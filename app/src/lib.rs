@@ -1,5 +1,8 @@
 //! Mailroom's application crate: compiled with `ssr` into the server binary and with `hydrate`
 //! into the browser's wasm. Server-only modules (`db`, `auth`) never reach the wasm build.
+// Release builds keep leptos's full view types (debug builds erase them), and the dashboard's
+// nested views are deeper than rustc's default query depth of 128.
+#![recursion_limit = "256"]
 
 /// Server functions: the dashboard's API, each scoped to the signed-in user's organisation.
 pub mod api;

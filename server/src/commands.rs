@@ -114,12 +114,12 @@ async fn serve(cli: &Cli, args: &ServeArgs) -> anyhow::Result<()> {
             )
         })?;
     let addr = listener.local_addr()?;
-    let site_root = site_root(args.site_root.clone())?;
+    let site = Site::find(args.site_root.clone())?;
     let transport = args.worker.transport(cli.captured_dir())?;
     let db = Database::open(cli, Migrations::Tolerant).await?;
     let options = LeptosOptions::builder()
         .output_name("mailroom")
-        .site_root(site_root.to_string_lossy().into_owned())
+        .site_root(site.root())
         .site_pkg_dir("pkg")
         .site_addr(addr)
         // DEV (set by `cargo leptos watch`) injects the live-reload client; never in production.
@@ -143,6 +143,7 @@ async fn serve(cli: &Cli, args: &ServeArgs) -> anyhow::Result<()> {
             pool: db.pool.clone(),
             unsubscribe_keys: keys.clone(),
             progress,
+            embedded_site: matches!(site, Site::Embedded),
             edge: http::Edge {
                 trust_proxy: args.trust_proxy,
                 request_timeout: std::time::Duration::from_secs(args.request_timeout_seconds),
@@ -167,6 +168,7 @@ async fn serve(cli: &Cli, args: &ServeArgs) -> anyhow::Result<()> {
     tracing::info!(
         elapsed_ms = started.elapsed().as_millis() as u64,
         workers = !args.no_workers,
+        site = %site,
         "ready"
     );
     println!("Mailroom is ready at http://{addr}");
@@ -183,29 +185,70 @@ async fn serve(cli: &Cli, args: &ServeArgs) -> anyhow::Result<()> {
     served.context("the HTTP server failed")
 }
 
-/// The built site: the flag, `LEPTOS_SITE_ROOT` (set by cargo-leptos), or `target/site` next to
-/// the executable's profile directory.
-fn site_root(flag: Option<PathBuf>) -> anyhow::Result<PathBuf> {
-    let candidates = flag
-        .into_iter()
-        .chain(std::env::var_os("LEPTOS_SITE_ROOT").map(PathBuf::from))
-        .chain(
-            std::env::current_exe()
-                .ok()
-                .and_then(|exe| Some(exe.parent()?.parent()?.join("site"))),
-        )
-        .chain(Some(PathBuf::from("target/site")));
-    let mut tried = Vec::new();
-    for dir in candidates {
-        if dir.join("pkg").join("mailroom.js").is_file() {
-            return Ok(dir);
+/// Where the dashboard's built files come from.
+enum Site {
+    /// Built into this executable (a release build by cargo-leptos).
+    Embedded,
+    Dir(PathBuf),
+}
+
+impl Site {
+    /// The flag (an operator's explicit choice), else the site inside the executable, else
+    /// `LEPTOS_SITE_ROOT` (set by cargo-leptos), `site/` beside the executable's profile
+    /// directory, `./target/site`.
+    fn find(flag: Option<PathBuf>) -> anyhow::Result<Site> {
+        let has_site = |dir: &PathBuf| dir.join("pkg").join("mailroom.js").is_file();
+        if let Some(dir) = flag {
+            return if has_site(&dir) {
+                Ok(Site::Dir(dir))
+            } else {
+                Err(anyhow!(
+                    "--site-root: {} has no pkg/mailroom.js: build the site with `cargo leptos build --release`",
+                    dir.display()
+                ))
+            };
         }
-        tried.push(dir.display().to_string());
+        if crate::site_assets::embedded() {
+            return Ok(Site::Embedded);
+        }
+        let candidates = std::env::var_os("LEPTOS_SITE_ROOT")
+            .map(PathBuf::from)
+            .into_iter()
+            .chain(
+                std::env::current_exe()
+                    .ok()
+                    .and_then(|exe| Some(exe.parent()?.parent()?.join("site"))),
+            )
+            .chain(Some(PathBuf::from("target/site")));
+        let mut tried = Vec::new();
+        for dir in candidates {
+            if has_site(&dir) {
+                return Ok(Site::Dir(dir));
+            }
+            tried.push(dir.display().to_string());
+        }
+        Err(anyhow!(
+            "this executable has no dashboard built in, and its built files (pkg/mailroom.js) were not found in {}: build with `cargo leptos build --release`, or point --site-root at them",
+            tried.join(", ")
+        ))
     }
-    Err(anyhow!(
-        "the dashboard's built files (pkg/mailroom.js) were not found in {}: build them with `cargo leptos build --release`, or point --site-root at them",
-        tried.join(", ")
-    ))
+
+    /// Leptos's site root: only read for files on disk.
+    fn root(&self) -> String {
+        match self {
+            Site::Embedded => String::new(),
+            Site::Dir(dir) => dir.to_string_lossy().into_owned(),
+        }
+    }
+}
+
+impl std::fmt::Display for Site {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Site::Embedded => f.write_str("built in"),
+            Site::Dir(dir) => write!(f, "{}", dir.display()),
+        }
+    }
 }
 
 async fn user_add(db: &Database, args: &UserAddArgs) -> anyhow::Result<()> {

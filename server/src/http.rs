@@ -24,6 +24,8 @@ pub struct AppState {
     /// Fans the replica's progress notifications out to open campaign pages.
     pub progress: crate::progress_stream::Hub,
     pub edge: Edge,
+    /// Serve the site built into the executable (`site_assets`) instead of `site_root`.
+    pub embedded_site: bool,
 }
 
 /// How the server meets the outside: who the client is, how long a request may take.
@@ -104,11 +106,28 @@ pub fn router(state: AppState, api: ApiConfig) -> Router {
         .leptos_routes_with_context(&state, routes, context.clone(), {
             let options = state.leptos_options.clone();
             move || shell(options.clone())
+        });
+    // Anything else is a site file or the app's "not found" page.
+    let pages = if state.embedded_site {
+        let not_found = leptos_axum::render_app_to_stream_with_context(context, {
+            let options = state.leptos_options.clone();
+            move || shell(options.clone())
+        });
+        pages.fallback(move |req: Request<Body>| {
+            let not_found = not_found.clone();
+            async move {
+                match crate::site_assets::response(req.method(), req.uri().path(), req.headers()) {
+                    Some(file) => file,
+                    None => not_found(req).await,
+                }
+            }
         })
-        .fallback(leptos_axum::file_and_error_handler_with_context::<
+    } else {
+        pages.fallback(leptos_axum::file_and_error_handler_with_context::<
             AppState,
             _,
-        >(context, shell));
+        >(context, shell))
+    };
     let app = bounded(pages, MAX_REQUEST_BYTES, edge.request_timeout)
         .merge(bounded(
             crate::audience_io::import_routes(),

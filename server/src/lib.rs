@@ -37,6 +37,8 @@ pub mod progress_stream;
 pub mod security_headers;
 /// SIGTERM / Ctrl-C → one shutdown signal for every task.
 pub mod shutdown;
+/// The dashboard's built files inside the release executable.
+pub mod site_assets;
 /// One SMTP conversation driven stage by stage, each outcome classified exactly.
 pub mod smtp;
 /// Logs.

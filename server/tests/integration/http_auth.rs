@@ -31,6 +31,18 @@ async fn health_and_readiness_reflect_the_database() {
 }
 
 #[tokio::test]
+async fn an_unknown_path_is_the_apps_not_found_page_with_status_404() {
+    let app = spawn_app(test_db().await).await;
+    let r = client(&app)
+        .get(format!("{}/no/such/page", app.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    assert!(r.text().await.unwrap().contains("Page not found"));
+}
+
+#[tokio::test]
 async fn login_sets_an_http_only_session_and_logout_ends_it() {
     let pool = test_db().await;
     let (_, users) = org_with_users(&pool, "acme", &[Role::Owner]).await;

@@ -52,6 +52,7 @@ pub async fn spawn_app_with(
             unsubscribe_keys: crate::helpers::test_keys(),
             progress,
             edge,
+            embedded_site: false,
         },
         api,
     );
