@@ -1,6 +1,10 @@
 //! Mailroom's application crate: compiled with `ssr` into the server binary and with `hydrate`
 //! into the browser's wasm. Server-only modules (`db`, `auth`) never reach the wasm build.
 
+// The release hydrate build (wasm-release) computes the layout of the pages' nested view types
+// past the default depth of 128 ("queries overflow the depth limit", the Deliveries table).
+#![recursion_limit = "256"]
+
 /// Server functions: the dashboard's API, each scoped to the signed-in user's organisation.
 pub mod api;
 /// Passwords, session tokens and cookies (server only).
