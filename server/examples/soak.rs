@@ -327,7 +327,13 @@ async fn seed(pool: &PgPool, recipients: i64, orgs: i64) -> anyhow::Result<Seede
         .bind(list)
         .execute(pool)
         .await?;
-    for table in ["orgs", "users", "subscribers", "list_members", "suppressions"] {
+    for table in [
+        "orgs",
+        "users",
+        "subscribers",
+        "list_members",
+        "suppressions",
+    ] {
         sqlx::raw_sql(&format!("vacuum analyze {table}"))
             .execute(pool)
             .await?;
@@ -522,11 +528,7 @@ async fn reload_pages(
         for (what, url) in PAGES.iter().zip(&urls) {
             let t = Instant::now();
             let outcome = async {
-                let r = c
-                    .get(url)
-                    .timeout(Duration::from_secs(60))
-                    .send()
-                    .await?;
+                let r = c.get(url).timeout(Duration::from_secs(60)).send().await?;
                 let status = r.status();
                 r.bytes().await?;
                 anyhow::Ok(status)
@@ -638,12 +640,18 @@ fn read_log(path: &Path) -> LogFindings {
                         for (k, v) in o {
                             if k != "message" && k != "db.statement" {
                                 let v = v.to_string();
-                                msg.push_str(&format!(" {k}={}", v.chars().take(160).collect::<String>()));
+                                msg.push_str(&format!(
+                                    " {k}={}",
+                                    v.chars().take(160).collect::<String>()
+                                ));
                             }
                         }
                         if let Some(q) = fields["db.statement"].as_str() {
                             let q: String = q.split_whitespace().collect::<Vec<_>>().join(" ");
-                            msg.push_str(&format!(" statement: {}", q.chars().take(160).collect::<String>()));
+                            msg.push_str(&format!(
+                                " statement: {}",
+                                q.chars().take(160).collect::<String>()
+                            ));
                         }
                     }
                     let target = v["target"].as_str().unwrap_or("");
@@ -703,7 +711,9 @@ async fn main() -> anyhow::Result<()> {
         bail!("at least 30 seconds, 1 org and 1 recipient");
     }
 
-    let data = tempfile::Builder::new().prefix("mrsoak").tempdir_in("/tmp")?;
+    let data = tempfile::Builder::new()
+        .prefix("mrsoak")
+        .tempdir_in("/tmp")?;
     let logs = data.path().join("logs");
     std::fs::create_dir_all(&logs)?;
     println!(
@@ -898,9 +908,17 @@ async fn main() -> anyhow::Result<()> {
         .step_by(6)
         .collect::<Vec<_>>()
         .windows(2)
-        .map(|w| format!("{:.0}", (w[1].at_sink - w[0].at_sink) as f64 / (w[1].t - w[0].t)))
+        .map(|w| {
+            format!(
+                "{:.0}",
+                (w[1].at_sink - w[0].at_sink) as f64 / (w[1].t - w[0].t)
+            )
+        })
         .collect();
-    println!("sink arrivals per second, minute by minute: {}", per_minute.join(", "));
+    println!(
+        "sink arrivals per second, minute by minute: {}",
+        per_minute.join(", ")
+    );
 
     // Memory.
     let w = (seconds as f64 / 5.0).min(60.0);
@@ -1032,7 +1050,10 @@ async fn main() -> anyhow::Result<()> {
     println!("| --- | --- | --- |");
     let mut failed = 0;
     for (what, ok, detail) in &checks.0 {
-        println!("| {what} | {} | {detail} |", if *ok { "ok" } else { "FAILED" });
+        println!(
+            "| {what} | {} | {detail} |",
+            if *ok { "ok" } else { "FAILED" }
+        );
         failed += usize::from(!ok);
     }
     if keep {
@@ -1094,11 +1115,10 @@ async fn reconcile(
     .bind(campaign)
     .fetch_all(pool)
     .await?;
-    let deliveries: Vec<(String, String, i64)> = sqlx::query_as(
-        "select kind, status, count(*) from deliveries group by 1, 2 order by 1, 2",
-    )
-    .fetch_all(pool)
-    .await?;
+    let deliveries: Vec<(String, String, i64)> =
+        sqlx::query_as("select kind, status, count(*) from deliveries group by 1, 2 order by 1, 2")
+            .fetch_all(pool)
+            .await?;
     let get = |kind: &str, status: &str| {
         deliveries
             .iter()
@@ -1296,7 +1316,9 @@ async fn reconcile(
             && c_delivered == get("campaign", "delivered")
             && c_failed == get("campaign", "failed")
             && c_unknown == get("campaign", "unknown"),
-        format!("{status}; counters delivered {c_delivered}, failed {c_failed}, unknown {c_unknown}"),
+        format!(
+            "{status}; counters delivered {c_delivered}, failed {c_failed}, unknown {c_unknown}"
+        ),
     );
     Ok(out)
 }
