@@ -247,7 +247,7 @@ async fn seed(pool: &PgPool, recipients: i64, orgs: i64) -> anyhow::Result<Seede
     use app::domain::{EmailAddress, Role};
     let mut conn = pool.acquire().await?;
     let org = org_db::create(
-        &mut *conn,
+        &mut conn,
         org_db::NewOrg {
             name: "Soak",
             slug: "soak",
@@ -259,7 +259,7 @@ async fn seed(pool: &PgPool, recipients: i64, orgs: i64) -> anyhow::Result<Seede
     .await?;
     let hash = app::auth::hash_password(PASSWORD)?;
     let owner = users::create(
-        &mut *conn,
+        &mut conn,
         users::NewUser {
             org_id: org,
             email: &EmailAddress::parse(EMAIL)?,
@@ -271,7 +271,7 @@ async fn seed(pool: &PgPool, recipients: i64, orgs: i64) -> anyhow::Result<Seede
     .await?;
     // The approver (four eyes); a viewer, so the campaign's org gets one digest like the others.
     let approver = users::create(
-        &mut *conn,
+        &mut conn,
         users::NewUser {
             org_id: org,
             email: &EmailAddress::parse("approver@soak.example")?,
@@ -281,7 +281,7 @@ async fn seed(pool: &PgPool, recipients: i64, orgs: i64) -> anyhow::Result<Seede
         },
     )
     .await?;
-    let list = lists::create(&mut *conn, org, "everyone")
+    let list = lists::create(&mut conn, org, "everyone")
         .await?
         .context("the list exists")?;
     drop(conn);
@@ -487,20 +487,15 @@ async fn hold_stream(c: reqwest::Client, url: String, dash: Arc<Dash>, stop: Arc
             }
         };
         let mut first = true;
-        loop {
-            match r.chunk().await {
-                Ok(Some(chunk)) => {
-                    let k = String::from_utf8_lossy(&chunk)
-                        .matches("event: progress")
-                        .count() as u64;
-                    if first && k > 0 {
-                        dash.stream_first.lock().unwrap().push(t.elapsed());
-                        first = false;
-                    }
-                    dash.stream_events.fetch_add(k, Ordering::Relaxed);
-                }
-                Ok(None) | Err(_) => break,
+        while let Ok(Some(chunk)) = r.chunk().await {
+            let k = String::from_utf8_lossy(&chunk)
+                .matches("event: progress")
+                .count() as u64;
+            if first && k > 0 {
+                dash.stream_first.lock().unwrap().push(t.elapsed());
+                first = false;
             }
+            dash.stream_events.fetch_add(k, Ordering::Relaxed);
         }
         if !stop.load(Ordering::Relaxed) {
             dash.stream_drops.fetch_add(1, Ordering::Relaxed);
@@ -636,22 +631,11 @@ fn read_log(path: &Path) -> LogFindings {
                 if level == "ERROR" || level == "WARN" {
                     let fields = &v["fields"];
                     let mut msg = fields["message"].as_str().unwrap_or("").to_owned();
-                    if let Some(o) = fields.as_object() {
-                        for (k, v) in o {
-                            if k != "message" && k != "db.statement" {
-                                let v = v.to_string();
-                                msg.push_str(&format!(
-                                    " {k}={}",
-                                    v.chars().take(160).collect::<String>()
-                                ));
-                            }
-                        }
-                        if let Some(q) = fields["db.statement"].as_str() {
-                            let q: String = q.split_whitespace().collect::<Vec<_>>().join(" ");
-                            msg.push_str(&format!(
-                                " statement: {}",
-                                q.chars().take(160).collect::<String>()
-                            ));
+                    // Grouped by message, error and statement summary (not by timings).
+                    for k in ["error", "summary"] {
+                        if let Some(x) = fields[k].as_str() {
+                            let x: String = x.chars().take(160).collect();
+                            msg.push_str(&format!(" {k}={x}"));
                         }
                     }
                     let target = v["target"].as_str().unwrap_or("");
@@ -941,7 +925,7 @@ async fn main() -> anyhow::Result<()> {
     );
     println!("| process | RSS first sample | warm-up median | end median | growth | CPU s |");
     println!("| --- | --- | --- | --- | --- | --- |");
-    for k in 0..REPLICAS {
+    for (k, cpu_k) in cpu.iter().enumerate() {
         let early = window(w, 2.0 * w, &|s| s.rss[k]);
         let late = window(end - w, end + 1.0, &|s| s.rss[k]);
         let growth = (late - early) / early * 100.0;
@@ -952,7 +936,7 @@ async fn main() -> anyhow::Result<()> {
             mib(early),
             mib(late),
             growth,
-            cpu[k]
+            cpu_k
         );
         checks.add(
             format!("replica {} memory flat", k + 1),
