@@ -1,0 +1,1308 @@
+//! Soak test (issue 7): three `mailroom serve` replicas (workers on) on one data directory — the
+//! first owns the embedded PostgreSQL cluster, the others join it through its socket — all
+//! sending to one SMTP sink in this process, under one global rate limit, for a fixed duration:
+//!
+//! - a campaign of `recipients` subscribers, approved and due when the replicas start;
+//! - `orgs` organisations (one admin each; the campaign's org is one of them) whose weekly
+//!   digest is due at the same moment (the replicas' first digest tick claims them);
+//! - `dashboards` signed-in clients, spread over the replicas, each holding the campaign's live
+//!   progress stream open and reloading the campaign page, the overview and the deliveries page
+//!   every few seconds (latencies, non-2xx answers, dropped streams);
+//! - every 10 s: each replica's RSS, the PostgreSQL cluster's total PSS, what the sink has, the
+//!   delivery queue.
+//!
+//! Then (once everything is sent, or after a drain period) the replicas are stopped and the run is
+//! reconciled: no Message-ID twice at the sink; every recipient and every digest in a terminal
+//! state; delivered ⊆ sink ⊆ delivered ∪ unknown; the campaign's counters equal `count(*)`;
+//! memory flat; no ERROR or panic in any replica's log (WARNs are listed). A summary table; the process exits
+//! non-zero when a check fails.
+//!
+//! Some recipients exercise the other terminal states: every 1,000th subscriber is suppressed
+//! before the start (left out when the campaign materialises), every 2,000th has a `bounce…` address the sink refuses with
+//! 550 5.1.1 at RCPT (→ `failed`, and the address becomes suppressed).
+//!
+//! Run through `bench/soak.sh`. Usage: soak <mailroom binary> <site root> [seconds=600]
+//! [recipients=200000] [orgs=10000] [dashboards=50]. Environment: `SOAK_RATE` (messages/s;
+//! default: all the mail spread over the duration), `SOAK_DRAIN_SECONDS` (default: the larger of
+//! 120 s and half the duration), `SOAK_RSS_LIMIT_PCT` (default 20), `SOAK_KEEP=1` keeps the data
+//! directory and logs.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use sqlx::PgPool;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+use mailroom::embedded_pg::{self, EmbeddedPg};
+
+const EMAIL: &str = "owner@soak.example";
+const PASSWORD: &str = "soak-password-1234";
+const MESSAGE_ID_DOMAIN: &str = "mailroom.invalid";
+const REPLICAS: usize = 3;
+const SAMPLE_EVERY: Duration = Duration::from_secs(10);
+
+// ---------------------------------------------------------------------------------------------
+// The SMTP sink: accepts everything except `bounce…` recipients, records each Message-ID.
+
+#[derive(Default)]
+struct Sink {
+    /// Message-ID → how many times it arrived.
+    ids: Mutex<HashMap<String, u32>>,
+    accepted: AtomicU64,
+    refused_rcpt: AtomicU64,
+    without_id: AtomicU64,
+    connections: AtomicU64,
+}
+
+async fn sink_session(stream: tokio::net::TcpStream, sink: Arc<Sink>) -> std::io::Result<()> {
+    let _ = stream.set_nodelay(true);
+    let (r, mut w) = stream.into_split();
+    let mut r = BufReader::new(r);
+    w.write_all(b"220 soak-sink ESMTP\r\n").await?;
+    let mut line = Vec::new();
+    let mut recipients = 0;
+    loop {
+        line.clear();
+        if r.read_until(b'\n', &mut line).await? == 0 {
+            return Ok(());
+        }
+        let text = String::from_utf8_lossy(&line);
+        let verb = text
+            .split_whitespace()
+            .next()
+            .unwrap_or("")
+            .to_ascii_uppercase();
+        let reply: &[u8] = match verb.as_str() {
+            "EHLO" => b"250-soak-sink\r\n250-8BITMIME\r\n250 SMTPUTF8\r\n",
+            "HELO" | "NOOP" => b"250 2.0.0 ok\r\n",
+            "MAIL" | "RSET" => {
+                recipients = 0;
+                b"250 2.1.0 ok\r\n"
+            }
+            "RCPT" => {
+                let lower = text.to_ascii_lowercase();
+                let addr = lower.split_once('<').map_or("", |(_, a)| a);
+                if addr.starts_with("bounce") {
+                    sink.refused_rcpt.fetch_add(1, Ordering::Relaxed);
+                    b"550 5.1.1 no such user\r\n"
+                } else {
+                    recipients += 1;
+                    b"250 2.1.5 ok\r\n"
+                }
+            }
+            "DATA" if recipients == 0 => b"554 5.5.1 no valid recipients\r\n",
+            "DATA" => {
+                w.write_all(b"354 go ahead\r\n").await?;
+                let mut id = None;
+                let mut in_headers = true;
+                loop {
+                    line.clear();
+                    if r.read_until(b'\n', &mut line).await? == 0 {
+                        return Ok(());
+                    }
+                    if line == b".\r\n" || line == b".\n" {
+                        break;
+                    }
+                    if in_headers {
+                        if line == b"\r\n" || line == b"\n" {
+                            in_headers = false;
+                        } else if line.len() > 11 && line[..11].eq_ignore_ascii_case(b"message-id:")
+                        {
+                            id = Some(String::from_utf8_lossy(&line[11..]).trim().to_owned());
+                        }
+                    }
+                }
+                match id {
+                    Some(id) => *sink.ids.lock().unwrap().entry(id).or_default() += 1,
+                    None => {
+                        sink.without_id.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                sink.accepted.fetch_add(1, Ordering::Relaxed);
+                recipients = 0;
+                b"250 2.0.0 queued\r\n"
+            }
+            "QUIT" => {
+                w.write_all(b"221 2.0.0 bye\r\n").await?;
+                return Ok(());
+            }
+            _ => b"502 5.5.2 not implemented\r\n",
+        };
+        w.write_all(reply).await?;
+    }
+}
+
+async fn start_sink() -> anyhow::Result<(u16, Arc<Sink>)> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let port = listener.local_addr()?.port();
+    let sink = Arc::new(Sink::default());
+    let s = sink.clone();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            s.connections.fetch_add(1, Ordering::Relaxed);
+            tokio::spawn(sink_session(stream, s.clone()));
+        }
+    });
+    Ok((port, sink))
+}
+
+// ---------------------------------------------------------------------------------------------
+// /proc
+
+fn status_kib(pid: u32, field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with(field))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+fn pss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Pss:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// (pid, ppid, own CPU ticks, reaped children's CPU ticks) of every process.
+fn processes() -> Vec<(u32, u32, u64, u64)> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| {
+        let pid: u32 = e.ok()?.file_name().to_str()?.parse().ok()?;
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        let f: Vec<u64> = stat
+            .rsplit_once(") ")?
+            .1
+            .split_whitespace()
+            .skip(1)
+            .map(|x| x.parse().unwrap_or(0))
+            .collect();
+        Some((
+            pid,
+            *f.first()? as u32,
+            f.get(10)? + f.get(11)?,
+            f.get(12)? + f.get(13)?,
+        ))
+    })
+    .collect()
+}
+
+/// The PostgreSQL cluster: (total PSS KiB of the postmaster and its children, CPU seconds of
+/// the postmaster, its live backends and the ones it reaped).
+fn postgres_usage(postmaster: u32) -> (u64, f64) {
+    let procs = processes();
+    let mut pss = pss_kib(postmaster);
+    let mut ticks = 0;
+    for p in &procs {
+        if p.0 == postmaster {
+            ticks += p.2 + p.3;
+        } else if p.1 == postmaster {
+            pss += pss_kib(p.0);
+            ticks += p.2;
+        }
+    }
+    (pss, ticks as f64 / 100.0)
+}
+
+fn cpu_seconds(pid: u32) -> f64 {
+    processes()
+        .iter()
+        .find(|p| p.0 == pid)
+        .map_or(0.0, |p| p.2 as f64 / 100.0)
+}
+
+fn postmaster_pid(data: &Path) -> anyhow::Result<u32> {
+    Ok(
+        std::fs::read_to_string(data.join("postgres").join("postmaster.pid"))?
+            .lines()
+            .next()
+            .context("an empty postmaster.pid")?
+            .trim()
+            .parse()?,
+    )
+}
+
+// ---------------------------------------------------------------------------------------------
+// Seeding
+
+struct Seeded {
+    campaign: i64,
+    recipients: i64,
+    suppressed: i64,
+    bounces: i64,
+    digest_recipients: i64,
+}
+
+async fn seed(pool: &PgPool, recipients: i64, orgs: i64) -> anyhow::Result<Seeded> {
+    use app::db::{lists, orgs as org_db, users};
+    use app::domain::{EmailAddress, Role};
+    let mut conn = pool.acquire().await?;
+    let org = org_db::create(
+        &mut conn,
+        org_db::NewOrg {
+            name: "Soak",
+            slug: "soak",
+            timezone: "UTC",
+            from_name: "Soak",
+            from_address: "news@soak.example",
+        },
+    )
+    .await?;
+    let hash = app::auth::hash_password(PASSWORD)?;
+    let owner = users::create(
+        &mut conn,
+        users::NewUser {
+            org_id: org,
+            email: &EmailAddress::parse(EMAIL)?,
+            name: "Owner",
+            role: Role::Owner,
+            password_hash: &hash,
+        },
+    )
+    .await?;
+    // The approver (four eyes); a viewer, so the campaign's org gets one digest like the others.
+    let approver = users::create(
+        &mut conn,
+        users::NewUser {
+            org_id: org,
+            email: &EmailAddress::parse("approver@soak.example")?,
+            name: "Approver",
+            role: Role::Viewer,
+            password_hash: "x",
+        },
+    )
+    .await?;
+    let list = lists::create(&mut conn, org, "everyone")
+        .await?
+        .context("the list exists")?;
+    drop(conn);
+    // The other orgs, one admin each, in set-based statements (the time-zone trigger runs once
+    // per statement). Every org's digest is due from the current hour (UTC) on, for 24 hours.
+    sqlx::raw_sql(&format!(
+        "insert into orgs (name, slug, timezone, from_name, from_address)
+         select 'Org ' || i, 'org-' || i, 'UTC', 'Org ' || i, 'news@org' || i || '.example'
+         from generate_series(2, {orgs}) i;
+         insert into users (org_id, email, email_lower, name, role, password_hash)
+         select id, 'admin@' || slug || '.example', 'admin@' || slug || '.example', 'Admin', 'admin', 'x'
+         from orgs where slug <> 'soak';
+         update orgs set digest_weekday = extract(isodow from now() at time zone 'UTC'),
+                         digest_hour = extract(hour from now() at time zone 'UTC');
+         insert into subscribers (org_id, email, email_lower, name)
+         select {org}, e, e, 'Person ' || i
+         from generate_series(1, {recipients}) i,
+              lateral (select case when i % 2000 = 7 then 'bounce' else 's' end || i || '@example.org' as e) a;
+         insert into list_members (org_id, list_id, subscriber_id)
+         select {org}, {list}, id from subscribers where org_id = {org};
+         insert into suppressions (org_id, email_lower, reason, source)
+         select {org}, email_lower, 'manual', 'soak' from subscribers
+         where org_id = {org} and split_part(substr(email_lower, 2), '@', 1) ~ '^[0-9]+$'
+           and split_part(substr(email_lower, 2), '@', 1)::bigint % 1000 = 3;"
+    ))
+    .execute(pool)
+    .await?;
+    let campaign: i64 = sqlx::query_scalar(
+        "insert into campaigns (org_id, name, subject, body, status, author_id, last_editor_id, approver_id,
+                                approved_at, approved_version, scheduled_for)
+         values ($1, 'Soak', 'Hello {{ name }}', 'Dear {{ name }}, this is the soak campaign.', 'approved',
+                 $2, $2, $3, now(), 1, now())
+         returning id",
+    )
+    .bind(org)
+    .bind(owner)
+    .bind(approver)
+    .fetch_one(pool)
+    .await?;
+    sqlx::query("insert into campaign_lists (org_id, campaign_id, list_id) values ($1, $2, $3)")
+        .bind(org)
+        .bind(campaign)
+        .bind(list)
+        .execute(pool)
+        .await?;
+    for table in [
+        "orgs",
+        "users",
+        "subscribers",
+        "list_members",
+        "suppressions",
+    ] {
+        sqlx::raw_sql(&format!("vacuum analyze {table}"))
+            .execute(pool)
+            .await?;
+    }
+    let (suppressed, bounces): (i64, i64) = sqlx::query_as(
+        "select count(*) filter (where exists (select 1 from suppressions x where x.org_id = s.org_id and x.email_lower = s.email_lower)),
+                count(*) filter (where email_lower like 'bounce%')
+         from subscribers s where org_id = $1",
+    )
+    .bind(org)
+    .fetch_one(pool)
+    .await?;
+    let digest_recipients: i64 = sqlx::query_scalar(
+        "select count(*) from users where weekly_digest and role in ('owner', 'admin')",
+    )
+    .fetch_one(pool)
+    .await?;
+    Ok(Seeded {
+        campaign,
+        recipients,
+        suppressed,
+        bounces,
+        digest_recipients,
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Replicas
+
+struct Replica {
+    port: u16,
+    child: Child,
+    log: PathBuf,
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+fn serve(
+    bin: &str,
+    data: &Path,
+    site: &str,
+    sink: u16,
+    rate: f64,
+    log: PathBuf,
+) -> anyhow::Result<Replica> {
+    let port = free_port()?;
+    let child = Command::new(bin)
+        .args([
+            "serve",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--data-dir",
+        ])
+        .arg(data)
+        .args(["--site-root", site, "--log-format", "json"])
+        .args(["--smtp-host", "127.0.0.1", "--smtp-port", &sink.to_string()])
+        .args(["--smtp-rate-per-second", &format!("{rate:.2}")])
+        .args(["--message-id-domain", MESSAGE_ID_DOMAIN])
+        // The default log level (info): the soak reads every WARN and ERROR.
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(std::fs::File::create(&log)?))
+        .spawn()?;
+    Ok(Replica { port, child, log })
+}
+
+async fn ready(port: u16, within: Duration) -> anyhow::Result<()> {
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        if let Ok(r) = reqwest::get(format!("http://127.0.0.1:{port}/readyz")).await {
+            if r.status().is_success() {
+                return Ok(());
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    bail!("the replica on port {port} did not become ready")
+}
+
+fn stop(child: &mut Child) -> anyhow::Result<std::process::ExitStatus> {
+    if let Some(status) = child.try_wait()? {
+        return Ok(status);
+    }
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )?;
+    Ok(child.wait()?)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Dashboards
+
+const PAGES: [&str; 3] = ["campaign page", "overview", "deliveries"];
+
+#[derive(Default)]
+struct Dash {
+    latencies: Mutex<BTreeMap<&'static str, Vec<Duration>>>,
+    /// "what: status or error" → count.
+    failures: Mutex<BTreeMap<String, u64>>,
+    stream_first: Mutex<Vec<Duration>>,
+    stream_events: AtomicU64,
+    stream_drops: AtomicU64,
+}
+
+impl Dash {
+    fn fail(&self, what: String) {
+        *self.failures.lock().unwrap().entry(what).or_default() += 1;
+    }
+}
+
+async fn signed_in(port: u16) -> anyhow::Result<reqwest::Client> {
+    let origin = format!("http://127.0.0.1:{port}");
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert("origin", origin.parse()?);
+    let c = reqwest::Client::builder()
+        .cookie_store(true)
+        .redirect(reqwest::redirect::Policy::none())
+        .default_headers(headers)
+        .build()?;
+    let r = c
+        .post(format!("{origin}/api/login"))
+        .form(&[("email", EMAIL), ("password", PASSWORD)])
+        .send()
+        .await?;
+    if r.headers().get("set-cookie").is_none() {
+        bail!("sign-in on port {port} failed: {}", r.status());
+    }
+    Ok(c)
+}
+
+/// Holds the campaign's progress stream open, reopening it if it ends, until `stop`.
+async fn hold_stream(c: reqwest::Client, url: String, dash: Arc<Dash>, stop: Arc<AtomicBool>) {
+    while !stop.load(Ordering::Relaxed) {
+        let t = Instant::now();
+        let mut r = match c.get(&url).send().await {
+            Ok(r) if r.status().is_success() => r,
+            Ok(r) => {
+                dash.fail(format!("progress stream: {}", r.status()));
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+            Err(e) => {
+                dash.fail(format!("progress stream: {e}"));
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+        };
+        let mut first = true;
+        while let Ok(Some(chunk)) = r.chunk().await {
+            let k = String::from_utf8_lossy(&chunk)
+                .matches("event: progress")
+                .count() as u64;
+            if first && k > 0 {
+                dash.stream_first.lock().unwrap().push(t.elapsed());
+                first = false;
+            }
+            dash.stream_events.fetch_add(k, Ordering::Relaxed);
+        }
+        if !stop.load(Ordering::Relaxed) {
+            dash.stream_drops.fetch_add(1, Ordering::Relaxed);
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+}
+
+/// Reloads the three pages every 3–6 s until `stop`.
+async fn reload_pages(
+    c: reqwest::Client,
+    origin: String,
+    campaign: i64,
+    dash: Arc<Dash>,
+    stop: Arc<AtomicBool>,
+) {
+    let urls = [
+        format!("{origin}/campaigns/{campaign}"),
+        format!("{origin}/"),
+        format!("{origin}/deliveries"),
+    ];
+    // Spread the clients' cycles.
+    tokio::time::sleep(Duration::from_millis(rand::random::<u64>() % 3000)).await;
+    while !stop.load(Ordering::Relaxed) {
+        for (what, url) in PAGES.iter().zip(&urls) {
+            let t = Instant::now();
+            let outcome = async {
+                let r = c.get(url).timeout(Duration::from_secs(60)).send().await?;
+                let status = r.status();
+                r.bytes().await?;
+                anyhow::Ok(status)
+            }
+            .await;
+            match outcome {
+                Ok(s) if s.is_success() => dash
+                    .latencies
+                    .lock()
+                    .unwrap()
+                    .entry(what)
+                    .or_default()
+                    .push(t.elapsed()),
+                Ok(s) => dash.fail(format!("{what}: {s}")),
+                Err(e) => dash.fail(format!("{what}: {e}")),
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(3000 + rand::random::<u64>() % 3000)).await;
+    }
+}
+
+fn percentile_ms(sorted: &[Duration], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let k = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[k].as_secs_f64() * 1000.0
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sampling
+
+#[derive(Clone, Debug)]
+struct Sample {
+    t: f64,
+    rss: [u64; REPLICAS],
+    pg_pss: u64,
+    at_sink: u64,
+    queued: i64,
+    sending: i64,
+}
+
+fn median(mut xs: Vec<u64>) -> f64 {
+    if xs.is_empty() {
+        return f64::NAN;
+    }
+    xs.sort();
+    let n = xs.len();
+    if n % 2 == 1 {
+        xs[n / 2] as f64
+    } else {
+        (xs[n / 2 - 1] + xs[n / 2]) as f64 / 2.0
+    }
+}
+
+async fn queue(pool: &PgPool) -> (i64, i64) {
+    sqlx::query_as(
+        "select count(*) filter (where status = 'queued'), count(*) filter (where status = 'sending')
+         from deliveries where status in ('queued', 'sending')",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap_or((-1, -1))
+}
+
+/// Everything sent: the campaign finished, every org's digest claimed, no delivery queued or
+/// in flight.
+async fn all_done(pool: &PgPool, campaign: i64, orgs: i64) -> anyhow::Result<bool> {
+    let (status, claimed, open): (String, i64, i64) = sqlx::query_as(
+        "select (select status from campaigns where id = $1),
+                (select count(*) from digest_sends),
+                (select count(*) from deliveries where status in ('queued', 'sending'))",
+    )
+    .bind(campaign)
+    .fetch_one(pool)
+    .await?;
+    Ok(status == "sent" && claimed >= orgs && open == 0)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Logs
+
+#[derive(Default)]
+struct LogFindings {
+    lines: u64,
+    /// level → message → count
+    by_level: BTreeMap<String, BTreeMap<String, u64>>,
+    panics: Vec<String>,
+}
+
+fn read_log(path: &Path) -> LogFindings {
+    let mut f = LogFindings::default();
+    let Ok(text) = std::fs::read_to_string(path) else {
+        f.panics.push(format!("cannot read {}", path.display()));
+        return f;
+    };
+    for line in text.lines() {
+        f.lines += 1;
+        if line.contains("panicked") {
+            f.panics.push(line.to_owned());
+        }
+        match serde_json::from_str::<serde_json::Value>(line) {
+            Ok(v) => {
+                let level = v["level"].as_str().unwrap_or("?").to_owned();
+                if level == "ERROR" || level == "WARN" {
+                    let fields = &v["fields"];
+                    let mut msg = fields["message"].as_str().unwrap_or("").to_owned();
+                    // Grouped by message, error and statement summary (not by timings).
+                    for k in ["error", "summary"] {
+                        if let Some(x) = fields[k].as_str() {
+                            let x: String = x.chars().take(160).collect();
+                            msg.push_str(&format!(" {k}={x}"));
+                        }
+                    }
+                    let target = v["target"].as_str().unwrap_or("");
+                    *f.by_level
+                        .entry(level)
+                        .or_default()
+                        .entry(format!("{target}: {msg}"))
+                        .or_default() += 1;
+                }
+            }
+            Err(_) => {
+                // Not a log record (a panic message, a backtrace): count it as an error line.
+                *f.by_level
+                    .entry("UNSTRUCTURED".into())
+                    .or_default()
+                    .entry(line.chars().take(200).collect())
+                    .or_default() += 1;
+            }
+        }
+    }
+    f
+}
+
+// ---------------------------------------------------------------------------------------------
+
+struct Checks(Vec<(String, bool, String)>);
+
+impl Checks {
+    fn add(&mut self, what: impl Into<String>, ok: bool, detail: impl Into<String>) {
+        self.0.push((what.into(), ok, detail.into()));
+    }
+}
+
+fn mib(kib: f64) -> f64 {
+    kib / 1024.0
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    let usage =
+        "usage: soak <mailroom binary> <site root> [seconds] [recipients] [orgs] [dashboards]";
+    let bin = args.get(1).context(usage)?.clone();
+    let site = args.get(2).context(usage)?.clone();
+    let seconds: u64 = args.get(3).map_or(Ok(600), |s| s.parse())?;
+    let recipients: i64 = args.get(4).map_or(Ok(200_000), |s| s.parse())?;
+    let orgs: i64 = args.get(5).map_or(Ok(10_000), |s| s.parse())?;
+    let dashboards: usize = args.get(6).map_or(Ok(50), |s| s.parse())?;
+    let env_f64 = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<f64>().ok());
+    let drain = Duration::from_secs_f64(
+        env_f64("SOAK_DRAIN_SECONDS").unwrap_or((seconds as f64 / 2.0).max(120.0)),
+    );
+    let rss_limit_pct = env_f64("SOAK_RSS_LIMIT_PCT").unwrap_or(20.0);
+    let keep = std::env::var("SOAK_KEEP").is_ok_and(|v| v == "1");
+    let duration = Duration::from_secs(seconds);
+    if seconds < 30 || orgs < 1 || recipients < 1 {
+        bail!("at least 30 seconds, 1 org and 1 recipient");
+    }
+
+    let data = tempfile::Builder::new()
+        .prefix("mrsoak")
+        .tempdir_in("/tmp")?;
+    let logs = data.path().join("logs");
+    std::fs::create_dir_all(&logs)?;
+    println!(
+        "soak: {seconds} s, {recipients} recipients, {orgs} orgs, {dashboards} dashboards, {REPLICAS} replicas; data in {}",
+        data.path().display()
+    );
+
+    // Seed with this process as the cluster's owner, then stop the cluster: the first replica
+    // will own it.
+    let t = Instant::now();
+    let seeded = {
+        let pg = EmbeddedPg::open(data.path(), embedded_pg::Options::default()).await?;
+        let pool = mailroom::database::connect(pg.connect_options(embedded_pg::DATABASE)).await?;
+        app::db::migrate::run(&pool, true).await?;
+        let s = seed(&pool, recipients, orgs).await?;
+        pool.close().await;
+        pg.shutdown().await?;
+        s
+    };
+    let campaign = seeded.campaign;
+    let total = seeded.recipients - seeded.suppressed + seeded.digest_recipients;
+    let rate = env_f64("SOAK_RATE").unwrap_or(total as f64 / seconds as f64);
+    println!(
+        "seeded in {:.1} s: campaign {campaign} to {} subscribers ({} suppressed beforehand, {} bouncing), {orgs} orgs with {} digest recipients; {total} messages to send at {rate:.1}/s (global limit)",
+        t.elapsed().as_secs_f64(),
+        seeded.recipients,
+        seeded.suppressed,
+        seeded.bounces,
+        seeded.digest_recipients,
+    );
+
+    let (sink_port, sink) = start_sink().await?;
+    let started = Instant::now();
+    let mut replicas = Vec::new();
+    for k in 0..REPLICAS {
+        let r = serve(
+            &bin,
+            data.path(),
+            &site,
+            sink_port,
+            rate,
+            logs.join(format!("replica-{}.log", k + 1)),
+        )?;
+        // The first owns the cluster: let it start it before the others join.
+        ready(r.port, Duration::from_secs(90)).await?;
+        replicas.push(r);
+    }
+    println!(
+        "{REPLICAS} replicas ready in {:.1} s on ports {:?}",
+        started.elapsed().as_secs_f64(),
+        replicas.iter().map(|r| r.port).collect::<Vec<_>>()
+    );
+    let pids: Vec<u32> = replicas.iter().map(|r| r.child.id()).collect();
+    let guest = EmbeddedPg::open(data.path(), embedded_pg::Options::default()).await?;
+    let pool = mailroom::database::connect(guest.connect_options(embedded_pg::DATABASE)).await?;
+    let postmaster = postmaster_pid(data.path())?;
+    let cpu_before: Vec<f64> = pids.iter().map(|p| cpu_seconds(*p)).collect();
+    let pg_cpu_before = postgres_usage(postmaster).1;
+
+    let outcome = async {
+        // Dashboards: signed in one after another (the sign-in throttle counts concurrent
+        // attempts), client k on replica k % 3.
+        let dash = Arc::new(Dash::default());
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut tasks = Vec::new();
+        for k in 0..dashboards {
+            let port = replicas[k % REPLICAS].port;
+            let c = signed_in(port).await?;
+            let origin = format!("http://127.0.0.1:{port}");
+            tasks.push(tokio::spawn(hold_stream(
+                c.clone(),
+                format!("{origin}/api/campaigns/{campaign}/progress"),
+                dash.clone(),
+                stop.clone(),
+            )));
+            tasks.push(tokio::spawn(reload_pages(
+                c,
+                origin,
+                campaign,
+                dash.clone(),
+                stop.clone(),
+            )));
+        }
+        println!(
+            "{dashboards} dashboards signed in and open at {:.1} s",
+            started.elapsed().as_secs_f64()
+        );
+
+        // Sample every 10 s until the duration is over, then until everything is sent or the
+        // drain period is over.
+        let mut samples: Vec<Sample> = Vec::new();
+        let mut done_at = None;
+        let mut dashboards_stopped = false;
+        loop {
+            let t = started.elapsed();
+            let mut rss = [0; REPLICAS];
+            for (k, pid) in pids.iter().enumerate() {
+                rss[k] = status_kib(*pid, "VmRSS:").unwrap_or(0);
+            }
+            let (queued, sending) = queue(&pool).await;
+            let s = Sample {
+                t: t.as_secs_f64(),
+                rss,
+                pg_pss: postgres_usage(postmaster).0,
+                at_sink: sink.accepted.load(Ordering::Relaxed),
+                queued,
+                sending,
+            };
+            println!(
+                "t={:>5.0}s  RSS MiB {}  PostgreSQL PSS {:.0} MiB  at sink {:>7}  queued {:>6}  sending {:>4}  load {}",
+                s.t,
+                s.rss.iter().map(|r| format!("{:>5.1}", mib(*r as f64))).collect::<Vec<_>>().join(" "),
+                mib(s.pg_pss as f64),
+                s.at_sink,
+                s.queued,
+                s.sending,
+                std::fs::read_to_string("/proc/loadavg").unwrap_or_default().split_whitespace().next().unwrap_or(""),
+            );
+            samples.push(s);
+            for r in replicas.iter_mut() {
+                if let Some(status) = r.child.try_wait()? {
+                    bail!("the replica on port {} exited during the soak: {status}", r.port);
+                }
+            }
+            if done_at.is_none() && all_done(&pool, campaign, orgs).await? {
+                done_at = Some(started.elapsed());
+                println!("everything sent at {:.0} s", started.elapsed().as_secs_f64());
+            }
+            if t >= duration && !dashboards_stopped {
+                stop.store(true, Ordering::Relaxed);
+                dashboards_stopped = true;
+            }
+            if t >= duration && (done_at.is_some() || t >= duration + drain) {
+                break;
+            }
+            let next = SAMPLE_EVERY * samples.len() as u32;
+            tokio::time::sleep(next.saturating_sub(started.elapsed()).max(Duration::from_millis(10))).await;
+        }
+        for t in &tasks {
+            t.abort();
+        }
+        anyhow::Ok((dash, samples, done_at))
+    }
+    .await;
+
+    let cpu: Vec<f64> = pids
+        .iter()
+        .zip(&cpu_before)
+        .map(|(p, b)| cpu_seconds(*p) - b)
+        .collect();
+    let pg_cpu = postgres_usage(postmaster).1 - pg_cpu_before;
+    let wall = started.elapsed().as_secs_f64();
+    // This process leaves the cluster (as a guest it would take it over when the owner stops),
+    // then the replicas stop: the guests first, the owner last (it stops the cluster).
+    pool.close().await;
+    guest.shutdown().await?;
+    let mut exits = Vec::new();
+    for r in replicas.iter_mut().rev() {
+        exits.push((r.port, stop(&mut r.child)?));
+    }
+    exits.reverse();
+    let (dash, samples, done_at) = outcome?;
+
+    // Reconcile, as the cluster's owner again.
+    let pg = EmbeddedPg::open(data.path(), embedded_pg::Options::default()).await?;
+    let pool = mailroom::database::connect(pg.connect_options(embedded_pg::DATABASE)).await?;
+    let mut checks = Checks(Vec::new());
+    let report = reconcile(&pool, &seeded, orgs, &sink, &mut checks).await;
+    pool.close().await;
+    pg.shutdown().await?;
+    let report = report?;
+
+    // ---- Summary ---------------------------------------------------------------------------
+    println!("\n==== soak summary ====");
+    println!(
+        "command: soak {seconds} {recipients} {orgs} {dashboards}; rate limit {rate:.1} messages/s; wall {wall:.0} s"
+    );
+    match done_at {
+        Some(d) => println!("everything sent after {:.0} s", d.as_secs_f64()),
+        None => println!("NOT everything sent after {:.0} s", wall),
+    }
+    checks.add(
+        "everything sent within duration + drain",
+        done_at.is_some(),
+        done_at.map_or("no".into(), |d| format!("{:.0} s", d.as_secs_f64())),
+    );
+    println!("{report}");
+
+    // Throughput: sink arrivals per minute.
+    let per_minute: Vec<String> = samples
+        .iter()
+        .step_by(6)
+        .collect::<Vec<_>>()
+        .windows(2)
+        .map(|w| {
+            format!(
+                "{:.0}",
+                (w[1].at_sink - w[0].at_sink) as f64 / (w[1].t - w[0].t)
+            )
+        })
+        .collect();
+    println!(
+        "sink arrivals per second, minute by minute: {}",
+        per_minute.join(", ")
+    );
+
+    // Memory.
+    let w = (seconds as f64 / 5.0).min(60.0);
+    let window = |from: f64, to: f64, f: &dyn Fn(&Sample) -> u64| {
+        median(
+            samples
+                .iter()
+                .filter(|s| s.t >= from - 0.5 && s.t < to - 0.5)
+                .map(f)
+                .collect(),
+        )
+    };
+    let end = seconds as f64;
+    println!(
+        "\nmemory: median of [{:.0} s, {:.0} s) (after warm-up) vs median of [{:.0} s, {:.0} s] (the end); fail above +{rss_limit_pct}%",
+        w,
+        2.0 * w,
+        end - w,
+        end
+    );
+    println!("| process | RSS first sample | warm-up median | end median | growth | CPU s |");
+    println!("| --- | --- | --- | --- | --- | --- |");
+    for (k, cpu_k) in cpu.iter().enumerate() {
+        let early = window(w, 2.0 * w, &|s| s.rss[k]);
+        let late = window(end - w, end + 1.0, &|s| s.rss[k]);
+        let growth = (late - early) / early * 100.0;
+        println!(
+            "| replica {} | {:.1} MiB | {:.1} MiB | {:.1} MiB | {:+.1} % | {:.0} |",
+            k + 1,
+            mib(samples.first().map_or(0, |s| s.rss[k]) as f64),
+            mib(early),
+            mib(late),
+            growth,
+            cpu_k
+        );
+        checks.add(
+            format!("replica {} memory flat", k + 1),
+            growth <= rss_limit_pct,
+            format!("{:.1} → {:.1} MiB ({growth:+.1} %)", mib(early), mib(late)),
+        );
+    }
+    let early = window(w, 2.0 * w, &|s| s.pg_pss);
+    let late = window(end - w, end + 1.0, &|s| s.pg_pss);
+    println!(
+        "| PostgreSQL (PSS, all processes) | {:.1} MiB | {:.1} MiB | {:.1} MiB | {:+.1} % (not checked) | {:.0} |",
+        mib(samples.first().map_or(0, |s| s.pg_pss) as f64),
+        mib(early),
+        mib(late),
+        (late - early) / early * 100.0,
+        pg_cpu
+    );
+
+    // Dashboards.
+    println!("\ndashboards ({dashboards} clients):");
+    println!("| request | count | p50 | p99 | max |");
+    println!("| --- | --- | --- | --- | --- |");
+    for (what, mut xs) in std::mem::take(&mut *dash.latencies.lock().unwrap()) {
+        xs.sort();
+        println!(
+            "| {what} | {} | {:.1} ms | {:.1} ms | {:.1} ms |",
+            xs.len(),
+            percentile_ms(&xs, 0.5),
+            percentile_ms(&xs, 0.99),
+            percentile_ms(&xs, 1.0)
+        );
+    }
+    let mut first = dash.stream_first.lock().unwrap().clone();
+    first.sort();
+    println!(
+        "| progress stream: connect → first reading | {} | {:.1} ms | {:.1} ms | {:.1} ms |",
+        first.len(),
+        percentile_ms(&first, 0.5),
+        percentile_ms(&first, 0.99),
+        percentile_ms(&first, 1.0)
+    );
+    println!(
+        "progress events read: {}; streams that ended before the stop: {}",
+        dash.stream_events.load(Ordering::Relaxed),
+        dash.stream_drops.load(Ordering::Relaxed)
+    );
+    let failures = dash.failures.lock().unwrap().clone();
+    for (what, n) in &failures {
+        println!("  non-2xx / error: {what} × {n}");
+    }
+    checks.add(
+        "dashboards: no non-2xx or failed request",
+        failures.is_empty(),
+        format!("{} kinds", failures.len()),
+    );
+    checks.add(
+        "progress streams stayed open",
+        dash.stream_drops.load(Ordering::Relaxed) == 0,
+        format!("{} ended early", dash.stream_drops.load(Ordering::Relaxed)),
+    );
+
+    // Logs and exits.
+    println!("\nlogs:");
+    for (k, r) in replicas.iter().enumerate() {
+        let f = read_log(&r.log);
+        let count = |lvl: &str| f.by_level.get(lvl).map_or(0, |m| m.values().sum::<u64>());
+        println!(
+            "replica {} ({} lines): ERROR {}, WARN {}, unstructured {}, panics {}; exit {}",
+            k + 1,
+            f.lines,
+            count("ERROR"),
+            count("WARN"),
+            count("UNSTRUCTURED"),
+            f.panics.len(),
+            exits[k].1
+        );
+        for (lvl, msgs) in &f.by_level {
+            for (m, n) in msgs.iter().take(15) {
+                println!("  {lvl} × {n}: {m}");
+            }
+        }
+        checks.add(
+            format!("replica {}: no ERROR or panic in the log", k + 1),
+            count("ERROR") == 0 && f.panics.is_empty() && count("UNSTRUCTURED") == 0,
+            format!("{} ERROR, {} WARN", count("ERROR"), count("WARN")),
+        );
+        checks.add(
+            format!("replica {}: clean exit on SIGTERM", k + 1),
+            exits[k].1.success(),
+            exits[k].1.to_string(),
+        );
+    }
+
+    println!("\n| check | result | detail |");
+    println!("| --- | --- | --- |");
+    let mut failed = 0;
+    for (what, ok, detail) in &checks.0 {
+        println!(
+            "| {what} | {} | {detail} |",
+            if *ok { "ok" } else { "FAILED" }
+        );
+        failed += usize::from(!ok);
+    }
+    if keep {
+        let kept = data.keep();
+        println!("kept {}", kept.display());
+    }
+    if failed > 0 {
+        bail!("{failed} check(s) failed");
+    }
+    println!("all checks passed");
+    Ok(())
+}
+
+/// The database against the sink, after the replicas have stopped.
+async fn reconcile(
+    pool: &PgPool,
+    seeded: &Seeded,
+    orgs: i64,
+    sink: &Sink,
+    checks: &mut Checks,
+) -> anyhow::Result<String> {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let campaign = seeded.campaign;
+    let ids = sink.ids.lock().unwrap().clone();
+    let dupes: Vec<(&String, &u32)> = ids.iter().filter(|(_, n)| **n > 1).collect();
+    writeln!(
+        out,
+        "sink: {} messages accepted, {} distinct Message-IDs, {} without one, {} RCPT refused (bounce…), {} connections",
+        sink.accepted.load(Ordering::Relaxed),
+        ids.len(),
+        sink.without_id.load(Ordering::Relaxed),
+        sink.refused_rcpt.load(Ordering::Relaxed),
+        sink.connections.load(Ordering::Relaxed)
+    )?;
+    checks.add(
+        "no Message-ID twice at the sink",
+        dupes.is_empty(),
+        format!(
+            "{} duplicated{}",
+            dupes.len(),
+            dupes
+                .iter()
+                .take(5)
+                .map(|(id, n)| format!(" {id}×{n}"))
+                .collect::<String>()
+        ),
+    );
+    checks.add(
+        "every message at the sink has a Message-ID",
+        sink.without_id.load(Ordering::Relaxed) == 0,
+        sink.without_id.load(Ordering::Relaxed).to_string(),
+    );
+
+    // Sends and deliveries by status.
+    let sends: Vec<(String, i64)> = sqlx::query_as(
+        "select status, count(*) from sends where campaign_id = $1 group by 1 order by 1",
+    )
+    .bind(campaign)
+    .fetch_all(pool)
+    .await?;
+    let deliveries: Vec<(String, String, i64)> =
+        sqlx::query_as("select kind, status, count(*) from deliveries group by 1, 2 order by 1, 2")
+            .fetch_all(pool)
+            .await?;
+    let get = |kind: &str, status: &str| {
+        deliveries
+            .iter()
+            .find(|d| d.0 == kind && d.1 == status)
+            .map_or(0, |d| d.2)
+    };
+    let send = |status: &str| sends.iter().find(|s| s.0 == status).map_or(0, |s| s.1);
+    writeln!(out, "campaign sends: {sends:?}")?;
+    writeln!(out, "\n| deliveries | delivered | failed | unknown | suppressed | cancelled | queued | sending |")?;
+    writeln!(out, "| --- | --- | --- | --- | --- | --- | --- | --- |")?;
+    for kind in ["campaign", "digest"] {
+        writeln!(
+            out,
+            "| {kind} | {} | {} | {} | {} | {} | {} | {} |",
+            get(kind, "delivered"),
+            get(kind, "failed"),
+            get(kind, "unknown"),
+            get(kind, "suppressed"),
+            get(kind, "cancelled"),
+            get(kind, "queued"),
+            get(kind, "sending")
+        )?;
+    }
+    let open: i64 = deliveries
+        .iter()
+        .filter(|d| d.1 == "queued" || d.1 == "sending")
+        .map(|d| d.2)
+        .sum();
+    checks.add(
+        "no delivery left queued or sending",
+        open == 0,
+        open.to_string(),
+    );
+    // Materialisation leaves suppressed addresses out (opt-out first); a suppression that
+    // arrives later is caught at claim time (a `suppressed` send or delivery).
+    let total_sends: i64 = sends.iter().map(|s| s.1).sum();
+    let (missing, missing_suppressed, suppressed_sent): (i64, i64, i64) = sqlx::query_as(
+        "select count(*) filter (where x.id is null),
+                count(*) filter (where x.id is null and sup.email_lower is not null),
+                count(*) filter (where sup.email_lower is not null and d.status in ('delivered', 'unknown', 'failed'))
+         from subscribers s
+         left join sends x on x.campaign_id = $1 and x.subscriber_id = s.id
+         left join suppressions sup on sup.org_id = s.org_id and sup.email_lower = s.email_lower and sup.source = 'soak'
+         left join deliveries d on d.job_id = x.job_id
+         where s.org_id = (select org_id from campaigns where id = $1)",
+    )
+    .bind(campaign)
+    .fetch_one(pool)
+    .await?;
+    checks.add(
+        "every recipient has one send (or was left out as suppressed), none queued",
+        total_sends + missing == seeded.recipients
+            && missing == missing_suppressed
+            && send("queued") == 0,
+        format!(
+            "{total_sends} sends, {missing} left out ({missing_suppressed} of them suppressed), {} queued",
+            send("queued")
+        ),
+    );
+    checks.add(
+        "pre-suppressed recipients never sent",
+        suppressed_sent == 0
+            && missing_suppressed + send("suppressed") + get("campaign", "suppressed")
+                == seeded.suppressed,
+        format!(
+            "{missing_suppressed} left out + {} sends + {} deliveries suppressed of {}; {suppressed_sent} sent",
+            send("suppressed"),
+            get("campaign", "suppressed"),
+            seeded.suppressed
+        ),
+    );
+    let campaign_terminal: i64 = ["delivered", "failed", "unknown", "suppressed", "cancelled"]
+        .iter()
+        .map(|s| get("campaign", s))
+        .sum();
+    checks.add(
+        "every handed-off recipient has one delivery in a terminal state",
+        campaign_terminal == send("handed_off"),
+        format!(
+            "{campaign_terminal} terminal deliveries, {} handed off",
+            send("handed_off")
+        ),
+    );
+    let orphans: i64 = sqlx::query_scalar(
+        "select count(*) from sends s where s.campaign_id = $1 and s.status = 'handed_off'
+           and not exists (select 1 from deliveries d where d.job_id = s.job_id)",
+    )
+    .bind(campaign)
+    .fetch_one(pool)
+    .await?;
+    checks.add(
+        "no handed-off send without its delivery",
+        orphans == 0,
+        orphans.to_string(),
+    );
+    checks.add(
+        "bounces failed (550 5.1.1)",
+        get("campaign", "failed") == seeded.bounces,
+        format!(
+            "{} failed, {} expected",
+            get("campaign", "failed"),
+            seeded.bounces
+        ),
+    );
+    let (digest_weeks, scheduled, digest_users, digest_rows): (i64, i64, i64, i64) =
+        sqlx::query_as(
+            "select (select count(*) from digest_sends),
+                    (select count(*) from digest_sends where kind = 'scheduled'),
+                    (select count(distinct user_id) from deliveries where kind = 'digest'),
+                    (select count(*) from deliveries where kind = 'digest')",
+        )
+        .fetch_one(pool)
+        .await?;
+    writeln!(
+        out,
+        "digests: {digest_weeks} weeks claimed ({scheduled} scheduled) for {orgs} orgs; {digest_rows} digest deliveries to {digest_users} users ({} expected)",
+        seeded.digest_recipients
+    )?;
+    checks.add(
+        "one scheduled digest week per org",
+        digest_weeks == orgs && scheduled == orgs,
+        format!("{digest_weeks} weeks, {scheduled} scheduled"),
+    );
+    checks.add(
+        "one digest per admin",
+        digest_rows == seeded.digest_recipients && digest_users == seeded.digest_recipients,
+        format!("{digest_rows} deliveries, {digest_users} users"),
+    );
+    let digest_terminal: i64 = ["delivered", "failed", "unknown", "suppressed", "cancelled"]
+        .iter()
+        .map(|s| get("digest", s))
+        .sum();
+    checks.add(
+        "every digest in a terminal state",
+        digest_terminal == digest_rows,
+        format!("{digest_terminal} of {digest_rows}"),
+    );
+
+    // Delivered ⊆ sink ⊆ delivered ∪ unknown, by Message-ID.
+    let rows: Vec<(String, String)> = sqlx::query_as("select job_id, status from deliveries")
+        .fetch_all(pool)
+        .await?;
+    let mut by_id: HashMap<String, &str> = HashMap::with_capacity(rows.len());
+    let mut bad_jobs = 0;
+    for (job, status) in &rows {
+        match job.parse::<app::domain::JobId>() {
+            Ok(j) => {
+                by_id.insert(j.message_id(MESSAGE_ID_DOMAIN), status);
+            }
+            Err(_) => bad_jobs += 1,
+        }
+    }
+    let delivered_missing = by_id
+        .iter()
+        .filter(|(id, s)| **s == "delivered" && !ids.contains_key(*id))
+        .count();
+    let mut arrived_unknown = 0;
+    let mut stray = 0;
+    for id in ids.keys() {
+        match by_id.get(id) {
+            Some(&"delivered") => {}
+            Some(&"unknown") => arrived_unknown += 1,
+            _ => stray += 1,
+        }
+    }
+    let unknown_total = get("campaign", "unknown") + get("digest", "unknown");
+    writeln!(
+        out,
+        "by Message-ID: delivered but not at the sink {delivered_missing}; at the sink but neither delivered nor unknown {stray}; unknown {unknown_total} ({arrived_unknown} of them arrived)"
+    )?;
+    checks.add(
+        "delivered ⊆ sink",
+        delivered_missing == 0 && bad_jobs == 0,
+        format!("{delivered_missing} missing"),
+    );
+    checks.add(
+        "sink ⊆ delivered ∪ unknown",
+        stray == 0,
+        format!("{stray} stray"),
+    );
+
+    // The campaign's counters (what the dashboard shows) against count(*).
+    let (status, c_delivered, c_failed, c_unknown): (String, i64, i64, i64) = sqlx::query_as(
+        "select c.status, coalesce(sum(p.delivered), 0)::bigint, coalesce(sum(p.failed), 0)::bigint,
+                coalesce(sum(p.unknown), 0)::bigint
+         from campaigns c left join progress_slots p on p.campaign_id = c.id
+         where c.id = $1 group by c.status",
+    )
+    .bind(campaign)
+    .fetch_one(pool)
+    .await?;
+    checks.add(
+        "campaign sent, counters = count(*)",
+        status == "sent"
+            && c_delivered == get("campaign", "delivered")
+            && c_failed == get("campaign", "failed")
+            && c_unknown == get("campaign", "unknown"),
+        format!(
+            "{status}; counters delivered {c_delivered}, failed {c_failed}, unknown {c_unknown}"
+        ),
+    );
+    Ok(out)
+}
