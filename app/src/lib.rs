@@ -4,10 +4,6 @@
 // nested views are deeper than rustc's default query depth of 128.
 #![recursion_limit = "256"]
 
-// The release hydrate build (wasm-release) computes the layout of the pages' nested view types
-// past the default depth of 128 ("queries overflow the depth limit", the Deliveries table).
-#![recursion_limit = "256"]
-
 /// Server functions: the dashboard's API, each scoped to the signed-in user's organisation.
 pub mod api;
 /// Passwords, session tokens and cookies (server only).
