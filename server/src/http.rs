@@ -91,8 +91,10 @@ pub fn router(state: AppState, api: ApiConfig) -> Router {
     let routes = generate_route_list(App);
     let context = {
         let pool = state.pool.clone();
+        let figures = app::api::figures::Figures::default();
         move || {
             provide_context(pool.clone());
+            provide_context(figures.clone());
             provide_context(api.clone());
             provide_context(app::api::RequestUser::default());
             crate::security_headers::provide_page_policy(dev);

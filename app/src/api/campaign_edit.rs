@@ -84,6 +84,7 @@ pub struct Sheet {
 #[server(endpoint = "campaign_sheet")]
 pub async fn campaign_sheet(id: i64) -> Result<Sheet, AppError> {
     use crate::db::campaign_edit;
+    let figures = super::figures::figures();
     let (me, pool) = super::signed_in().await?;
     let mut conn = pool.acquire().await?;
     let c = campaign_edit::load(&mut conn, me.org_id, id)
@@ -93,7 +94,11 @@ pub async fn campaign_sheet(id: i64) -> Result<Sheet, AppError> {
     // (counting a million members on every view of a started campaign would be needless).
     let lists = match c.recipients_total {
         Some(_) => Vec::new(),
-        None => campaign_edit::lists(&mut conn, me.org_id)
+        None => figures
+            .list_sizes
+            .get(me.org_id, async {
+                Ok(campaign_edit::lists(&mut conn, me.org_id).await?)
+            })
             .await?
             .into_iter()
             .map(|(list_id, name, members)| ListChoice {
@@ -110,10 +115,13 @@ pub async fn campaign_sheet(id: i64) -> Result<Sheet, AppError> {
     let (estimate, preview) = match c.recipients_total {
         None => {
             let sample = campaign_edit::sample_recipient(&mut conn, me.org_id, id).await?;
-            (
-                campaign_edit::estimate(&mut conn, me.org_id, id).await?,
-                render_preview(&c, sample),
-            )
+            let estimate = figures
+                .estimate
+                .get((me.org_id, id, c.content_version), async {
+                    Ok(campaign_edit::estimate(&mut conn, me.org_id, id).await?)
+                })
+                .await?;
+            (estimate, render_preview(&c, sample))
         }
         Some(total) => (
             total,

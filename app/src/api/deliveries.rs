@@ -54,9 +54,15 @@ pub struct CapturedText {
 /// Deliveries of the org in each state.
 #[server(endpoint = "delivery_counts")]
 pub async fn delivery_counts() -> Result<Vec<StatusCount>, AppError> {
+    let figures = super::figures::figures();
     let (me, pool) = super::signed_in().await?;
-    let mut conn = pool.acquire().await?;
-    let counts = crate::db::delivery_admin::counts(&mut conn, me.org_id).await?;
+    let counts = figures
+        .delivery_counts
+        .get(me.org_id, async {
+            let mut conn = pool.acquire().await?;
+            Ok(crate::db::delivery_admin::counts(&mut conn, me.org_id).await?)
+        })
+        .await?;
     Ok(counts
         .into_iter()
         .map(|(status, count)| StatusCount { status, count })

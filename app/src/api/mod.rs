@@ -9,6 +9,8 @@ pub mod campaign_test;
 pub mod campaigns;
 pub mod deliveries;
 pub mod digests;
+#[cfg(feature = "ssr")]
+pub mod figures;
 pub mod invites;
 pub mod lists;
 pub mod overview;
