@@ -271,9 +271,8 @@ impl WorkerArgs {
         let hello = &self.smtp_hello_name;
         let timeout = std::time::Duration::from_secs(self.smtp_timeout_seconds.max(1));
         let mut target = match (&self.smtp_url, &self.smtp_host) {
-            (Some(url), _) => {
-                crate::smtp::Target::from_url(url.expose(), hello, timeout).map_err(anyhow::Error::msg)?
-            }
+            (Some(url), _) => crate::smtp::Target::from_url(url.expose(), hello, timeout)
+                .map_err(anyhow::Error::msg)?,
             (None, Some(host)) => {
                 crate::smtp::Target::plain(host.clone(), self.smtp_port, hello, timeout)
             }

@@ -99,7 +99,8 @@ async fn unsubscribe_keys(
     db: &Database,
     args: &crate::cli::WorkerArgs,
 ) -> anyhow::Result<app::unsubscribe::Keys> {
-    crate::unsubscribe::load_keys(&db.pool, args.unsubscribe_keys.as_ref().map(Secret::expose)).await
+    crate::unsubscribe::load_keys(&db.pool, args.unsubscribe_keys.as_ref().map(Secret::expose))
+        .await
 }
 
 async fn serve(cli: &Cli, args: &ServeArgs) -> anyhow::Result<()> {
