@@ -3,6 +3,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::secret::Secret;
 use crate::telemetry::LogFormat;
 
 /// `mailroom --version`: the package version and the git commit it was built from ("unknown"
@@ -35,7 +36,7 @@ pub struct Cli {
         env = "MAILROOM_DATABASE_URL",
         hide_env_values = true
     )]
-    pub database_url: Option<String>,
+    pub database_url: Option<Secret>,
 
     /// Log format.
     #[arg(
@@ -55,7 +56,8 @@ impl Cli {
     /// `--database-url`, else `MAILROOM_DATABASE_URL`, else `DATABASE_URL`.
     pub fn database_url(&self) -> Option<String> {
         self.database_url
-            .clone()
+            .as_ref()
+            .map(|s| s.expose().to_owned())
             .or_else(|| std::env::var("DATABASE_URL").ok())
             .filter(|s| !s.trim().is_empty())
     }
@@ -172,7 +174,7 @@ pub struct WorkerArgs {
     /// The SMTP server as one URL, instead of --smtp-host/--smtp-port:
     /// `smtp://user:pass@host:587?tls=starttls`, `smtps://user:pass@host:465`, `smtp://host:25`.
     #[arg(long, env = "MAILROOM_SMTP_URL", hide_env_values = true)]
-    pub smtp_url: Option<String>,
+    pub smtp_url: Option<Secret>,
 
     /// Extra CA certificate (PEM) to trust for the SMTP server's TLS, besides the system's.
     #[arg(long, env = "MAILROOM_SMTP_CA_FILE")]
@@ -223,7 +225,7 @@ pub struct WorkerArgs {
     /// Unsubscribe-link signing keys, comma-separated base64 (at least 16 bytes each), newest
     /// first; older ones still verify. Unset: one is generated and kept in the database.
     #[arg(long, env = "MAILROOM_UNSUBSCRIBE_KEYS", hide_env_values = true)]
-    pub unsubscribe_keys: Option<String>,
+    pub unsubscribe_keys: Option<Secret>,
 
     /// Seconds a leader's lease lasts (renewed every third of it). A leader that cannot renew
     /// stops acting before it expires; another replica takes over after it.
@@ -269,9 +271,8 @@ impl WorkerArgs {
         let hello = &self.smtp_hello_name;
         let timeout = std::time::Duration::from_secs(self.smtp_timeout_seconds.max(1));
         let mut target = match (&self.smtp_url, &self.smtp_host) {
-            (Some(url), _) => {
-                crate::smtp::Target::from_url(url, hello, timeout).map_err(anyhow::Error::msg)?
-            }
+            (Some(url), _) => crate::smtp::Target::from_url(url.expose(), hello, timeout)
+                .map_err(anyhow::Error::msg)?,
             (None, Some(host)) => {
                 crate::smtp::Target::plain(host.clone(), self.smtp_port, hello, timeout)
             }
@@ -359,5 +360,61 @@ pub struct UserAddArgs {
     pub role: String,
     /// The password (prefer the environment variable to keep it out of shell history).
     #[arg(long, env = "MAILROOM_USER_PASSWORD", hide_env_values = true)]
-    pub password: Option<String>,
+    pub password: Option<Secret>,
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::{Cli, Command};
+
+    /// Every secret flag set to a recognisable value: none may show in the configuration's
+    /// `Debug`, nor in the delivery worker's configuration built from it.
+    #[test]
+    fn debug_of_the_configuration_shows_no_secret() {
+        let key = "Y2FuYXJ5LWhtYWMtMDEyMzQ1Njc4OQ=="; // base64 of canary-hmac-0123456789
+        let cli = Cli::try_parse_from([
+            "mailroom",
+            "--database-url",
+            "postgres://u:canary-db-pw@localhost/x",
+            "worker",
+            "--smtp-url",
+            "smtp://u:canary-smtp-pw@relay.example:587?tls=starttls",
+            "--unsubscribe-keys",
+            key,
+        ])
+        .unwrap();
+        let Command::Worker(args) = &cli.command else {
+            panic!("not a worker: {cli:?}");
+        };
+        let transport = args.transport("/tmp/captured".into()).unwrap();
+        let keys = app::unsubscribe::Keys::new(vec![b"canary-hmac-0123456789".to_vec()]).unwrap();
+        let delivery = args.delivery(transport, keys);
+        let shown = format!("{cli:?}\n{delivery:?}");
+        for secret in ["canary-db-pw", "canary-smtp-pw", key, "canary-hmac"] {
+            assert!(!shown.contains(secret), "{secret} in {shown}");
+        }
+        assert_eq!(
+            cli.database_url().as_deref(),
+            Some("postgres://u:canary-db-pw@localhost/x"),
+            "the value itself still reaches its user"
+        );
+
+        let cli = Cli::try_parse_from([
+            "mailroom",
+            "user",
+            "add",
+            "--org",
+            "acme",
+            "--email",
+            "a@acme.example",
+            "--name",
+            "A",
+            "--password",
+            "canary-user-pw",
+        ])
+        .unwrap();
+        assert!(!format!("{cli:?}").contains("canary-user-pw"), "{cli:?}");
+    }
 }

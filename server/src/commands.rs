@@ -6,6 +6,7 @@ use leptos::prelude::LeptosOptions;
 
 use crate::cli::{Cli, Command, ServeArgs, UserAddArgs, UserCommand, UserPasswordArgs};
 use crate::database::{Database, Migrations};
+use crate::secret::Secret;
 use crate::shutdown::Shutdown;
 use crate::{demo, http, worker};
 
@@ -98,7 +99,8 @@ async fn unsubscribe_keys(
     db: &Database,
     args: &crate::cli::WorkerArgs,
 ) -> anyhow::Result<app::unsubscribe::Keys> {
-    crate::unsubscribe::load_keys(&db.pool, args.unsubscribe_keys.as_deref()).await
+    crate::unsubscribe::load_keys(&db.pool, args.unsubscribe_keys.as_ref().map(Secret::expose))
+        .await
 }
 
 async fn serve(cli: &Cli, args: &ServeArgs) -> anyhow::Result<()> {
@@ -266,8 +268,8 @@ async fn user_add(db: &Database, args: &UserAddArgs) -> anyhow::Result<()> {
                 args.org
             )
         })?;
-    let (password, generated) = match &args.password {
-        Some(p) if p.chars().count() >= 10 => (p.clone(), false),
+    let (password, generated) = match args.password.as_ref().map(Secret::expose) {
+        Some(p) if p.chars().count() >= 10 => (p.to_owned(), false),
         Some(_) => return Err(anyhow!("--password: use at least 10 characters")),
         None => (demo::new_password(), true),
     };

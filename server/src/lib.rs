@@ -33,6 +33,8 @@ pub mod metrics;
 pub mod progress;
 /// Live campaign progress for browsers: one LISTEN per replica fanned out as server-sent events.
 pub mod progress_stream;
+/// A configured secret whose `Debug` never shows it.
+pub mod secret;
 /// Content-Security-Policy (with the page's nonce) and the other security headers.
 pub mod security_headers;
 /// SIGTERM / Ctrl-C → one shutdown signal for every task.

@@ -119,3 +119,28 @@ pub async fn tables_with_rows(conn: &mut PgConnection) -> sqlx::Result<Vec<Strin
     }
     Ok(full)
 }
+
+/// Creates a superuser that logs in with `password` (tests: the canary database password).
+/// Role DDL takes no bind parameters, so the password is quoted as a literal.
+pub async fn create_superuser_with_password(
+    conn: &mut PgConnection,
+    name: &str,
+    password: &str,
+) -> sqlx::Result<()> {
+    let literal = format!("'{}'", password.replace('\'', "''"));
+    sqlx::query(&format!(
+        "create role {} login superuser password {literal}",
+        quote(name)
+    ))
+    .execute(conn)
+    .await
+    .map(|_| ())
+}
+
+/// Makes the server re-read its configuration files (pg_hba.conf) for new connections.
+pub async fn reload_config(conn: &mut PgConnection) -> sqlx::Result<()> {
+    sqlx::query("select pg_reload_conf()")
+        .execute(conn)
+        .await
+        .map(|_| ())
+}

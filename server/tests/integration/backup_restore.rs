@@ -238,7 +238,12 @@ fn a_restore_that_must_not_happen_says_why_in_one_line_and_changes_nothing() {
     one_line_naming(&stderr, &["pg_restore"]);
 
     // An external database: pointed to pg_dump, the password never echoed.
-    let url = [("DATABASE_URL", "postgres://u:s3cretpw@127.0.0.1:1/x")];
+    let password = crate::canary::db_password();
+    let url = format!(
+        "postgres://u:{}@127.0.0.1:1/x",
+        crate::canary::percent(&password)
+    );
+    let url = [("DATABASE_URL", url.as_str())];
     for args in [
         vec!["backup", "--data-dir", d, "--out", "x.dump"],
         vec!["restore", "--data-dir", d, "--from", dump.to_str().unwrap()],
@@ -249,7 +254,7 @@ fn a_restore_that_must_not_happen_says_why_in_one_line_and_changes_nothing() {
             &stderr,
             &["embedded database only", "DATABASE_URL", "pg_dump"],
         );
-        assert!(!stderr.contains("s3cretpw"));
+        assert!(!stderr.contains(&password), "{stderr}");
     }
     // Nothing to back up.
     let empty = data_dir();

@@ -40,21 +40,30 @@ fn unknown_flags_are_refused_by_name() {
 
 #[test]
 fn a_bad_database_url_is_named_without_echoing_secrets() {
-    let (status, _, stderr) = run(
-        &["migrate"],
-        &[("DATABASE_URL", "mysql://root:s3cretpw@db/x")],
-    );
-    assert!(!status.success());
-    one_line_naming(&stderr, &["DATABASE_URL is not a valid postgres:// URL"]);
-    assert!(!stderr.contains("s3cretpw"));
-
-    let (status, _, stderr) = run(
-        &["migrate"],
-        &[("DATABASE_URL", "postgres://u:s3cretpw@127.0.0.1:1/x")],
-    );
-    assert!(!status.success());
-    one_line_naming(&stderr, &["cannot connect to the database at DATABASE_URL"]);
-    assert!(!stderr.contains("s3cretpw"));
+    let password = crate::canary::db_password();
+    let encoded = crate::canary::percent(&password);
+    for (url, says) in [
+        (
+            format!("mysql://root:{encoded}@db/x"),
+            "DATABASE_URL is not a valid postgres:// URL",
+        ),
+        (
+            format!("postgres://u:{encoded}@127.0.0.1:1/x"),
+            "cannot connect to the database at DATABASE_URL",
+        ),
+        (
+            format!("postgres://u:{encoded}@127.0.0.1:1/x?sslmode=sometimes"),
+            "DATABASE_URL is not a valid postgres:// URL",
+        ),
+    ] {
+        let (status, _, stderr) = run(&["migrate"], &[("DATABASE_URL", &url)]);
+        assert!(!status.success());
+        one_line_naming(&stderr, &[says]);
+        assert!(
+            !stderr.contains(&password) && !stderr.contains(&encoded),
+            "{stderr}"
+        );
+    }
 }
 
 #[test]
@@ -157,17 +166,28 @@ fn a_failed_first_initdb_leaves_nothing_that_breaks_the_next_start() {
 fn a_bad_smtp_url_is_named_without_echoing_the_password_before_anything_starts() {
     let dir = data_dir();
     let d = dir.path().to_string_lossy().into_owned();
+    let password = crate::canary::smtp_password();
+    let encoded = crate::canary::percent(&password);
+    let url = |query| crate::canary::smtp_url("relay.example", 587, query);
     for (url, says) in [
-        ("http://ann:hunter2@relay.example", "smtp:// or smtps://"),
+        (url("").replacen("smtp:", "http:", 1), "smtp:// or smtps://"),
+        (url("tls=sometimes"), "tls=sometimes"),
+        (url(""), "in clear text"),
         (
-            "smtp://ann:hunter2@relay.example?tls=sometimes",
-            "tls=sometimes",
+            url("").replacen("smtp:", "smtps:", 1) + "tls=starttls",
+            "tls=starttls",
         ),
     ] {
-        let (status, _, stderr) = run(&["worker", "--data-dir", &d], &[("MAILROOM_SMTP_URL", url)]);
+        let (status, _, stderr) = run(
+            &["worker", "--data-dir", &d],
+            &[("MAILROOM_SMTP_URL", &url)],
+        );
         assert!(!status.success());
         one_line_naming(&stderr, &["MAILROOM_SMTP_URL", says]);
-        assert!(!stderr.contains("hunter2"), "{stderr}");
+        assert!(
+            !stderr.contains(&password) && !stderr.contains(&encoded),
+            "{stderr}"
+        );
     }
     let (status, _, stderr) = run(
         &[

@@ -39,18 +39,19 @@ fn start_cluster() -> Cluster {
         let pg = EmbeddedPg::open(&dir, Options { fast: true })
             .await
             .expect("start test cluster");
-        spawn_watchdog(pg.cluster_dir(), &dir);
+        let server_log = keep_server_log(pg.cluster_dir());
+        spawn_watchdog(pg.cluster_dir(), &dir, server_log);
         let admin = pg.connect_options("postgres");
         let mut conn = admin.connect().await.unwrap();
+        let options = require_password(pg.cluster_dir(), &mut conn, admin).await;
         app::db::cluster::create_database_if_missing(&mut conn, TEMPLATE)
             .await
             .unwrap();
-        let template = PgPool::connect_with(pg.connect_options(TEMPLATE))
+        let template = PgPool::connect_with(options.clone().database(TEMPLATE))
             .await
             .unwrap();
         app::db::migrate::run(&template, true).await.unwrap();
         template.close().await;
-        let options = admin;
         let socket_dir = pg.cluster_dir().to_path_buf();
         std::mem::forget(pg); // stopped by the watchdog
         Cluster {
@@ -60,8 +61,48 @@ fn start_cluster() -> Cluster {
     })
 }
 
-/// Stops the cluster and removes its directory once this test process is gone.
-fn spawn_watchdog(cluster: &Path, dir: &Path) {
+/// Everything the suite does in the database goes through a role that must give the canary
+/// password (scram-sha-256 on the socket; the cluster's own superuser stays on trust for
+/// setup); returns that role's connection options. Waits until a wrong password is refused, so
+/// the password is known to be checked, not just carried.
+async fn require_password(
+    cluster: &Path,
+    admin_conn: &mut sqlx::PgConnection,
+    admin: PgConnectOptions,
+) -> PgConnectOptions {
+    use crate::canary::{db_password, DB_USER};
+    app::db::cluster::create_superuser_with_password(admin_conn, DB_USER, &db_password())
+        .await
+        .unwrap();
+    let hba = cluster.join("pg_hba.conf");
+    let rules = std::fs::read_to_string(&hba).unwrap();
+    std::fs::write(&hba, format!("local all {DB_USER} scram-sha-256\n{rules}")).unwrap();
+    app::db::cluster::reload_config(admin_conn).await.unwrap();
+    let with = |password: &str| admin.clone().username(DB_USER).password(password);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while with("wrong").connect().await.is_ok() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "pg_hba.conf not applied"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    with(&db_password())
+}
+
+/// The test cluster's server log, hard-linked into the run's log directory so it outlives the
+/// cluster; where a link is impossible (another file system) the watchdog copies it at exit.
+fn keep_server_log(cluster: &Path) -> Option<PathBuf> {
+    let kept = crate::canary::log_dir().join("test-cluster.postgres.log");
+    match std::fs::hard_link(cluster.join("server.log"), &kept) {
+        Ok(()) => None,
+        Err(_) => Some(kept),
+    }
+}
+
+/// Stops the cluster and removes its directory once this test process is gone (copying the
+/// server log to `copy_log` first when given).
+fn spawn_watchdog(cluster: &Path, dir: &Path, copy_log: Option<PathBuf>) {
     let pid = std::process::id();
     let pg_ctl = pg_ctl_path(cluster);
     let as_db_user = if nix::unistd::Uid::effective().is_root() {
@@ -69,8 +110,15 @@ fn spawn_watchdog(cluster: &Path, dir: &Path) {
     } else {
         ""
     };
+    let copy = copy_log.map_or(String::new(), |to| {
+        format!(
+            "cp {} {}; ",
+            cluster.join("server.log").display(),
+            to.display()
+        )
+    });
     let script = format!(
-        "while [ -d /proc/{pid} ]; do sleep 0.5; done; {as_db_user}{} -D {} -m immediate stop >/dev/null 2>&1; rm -rf {}",
+        "while [ -d /proc/{pid} ]; do sleep 0.5; done; {as_db_user}{} -D {} -m immediate stop >/dev/null 2>&1; {copy}rm -rf {}",
         pg_ctl.display(),
         cluster.display(),
         dir.display()
@@ -158,10 +206,7 @@ pub async fn empty_db_with_url() -> (PgPool, String) {
     app::db::cluster::create_database_if_missing(&mut conn, &name)
         .await
         .unwrap();
-    let url = format!(
-        "postgres://mailroom@localhost/{name}?host={}",
-        c.socket_dir.display()
-    );
+    let url = crate::canary::db_url(&name, &c.socket_dir);
     (
         PgPool::connect_with(c.options.clone().database(&name))
             .await
@@ -192,7 +237,7 @@ pub async fn org_with_users(
     let mut users = Vec::new();
     for (i, role) in roles.iter().enumerate() {
         let email = format!("{}{i}@{slug}.example", role.as_str());
-        let password = format!("pw-{slug}-{i}-long-enough");
+        let password = crate::canary::user_password(slug, i);
         let hash = app::auth::hash_password(&password).unwrap();
         let addr = app::domain::EmailAddress::parse(&email).unwrap();
         let id = app::db::users::create(
@@ -239,7 +284,8 @@ pub async fn draft(conn: &mut sqlx::PgConnection, org_id: i64, author_id: i64, n
     app::db::campaigns::create_draft(conn, d).await.unwrap()
 }
 
-/// Fixed unsubscribe signing keys for tests.
+/// The unsubscribe signing keys of in-process apps and workers (the canary key, as every
+/// spawned `mailroom` gets through MAILROOM_UNSUBSCRIBE_KEYS).
 pub fn test_keys() -> app::unsubscribe::Keys {
-    app::unsubscribe::Keys::new(vec![b"test-key-0123456789abcdef".to_vec()]).unwrap()
+    app::unsubscribe::Keys::new(vec![crate::canary::unsubscribe_key()]).unwrap()
 }

@@ -1,4 +1,6 @@
-//! Running the real `mailroom` binary as a child process, with its log captured to a file.
+//! Running the real `mailroom` binary as a child process, its output captured to a file in the
+//! run's log directory (scanned for leaked secrets after the suite). Every process gets the
+//! canary unsubscribe key unless a test sets its own.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -7,6 +9,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
+use crate::canary::unsubscribe_keys_env;
 use crate::helpers::mailroom_bin;
 
 pub struct Proc {
@@ -15,7 +18,8 @@ pub struct Proc {
 }
 
 impl Proc {
-    /// Starts `mailroom <args>` on `data_dir`, logging to `<data_dir>/<name>.log`.
+    /// Starts `mailroom <args>` on `data_dir`, logging to `<test>.<name>.<n>.log` in the log
+    /// directory.
     pub fn start(name: &str, data_dir: &Path, args: &[&str]) -> Proc {
         Self::start_with_env(name, data_dir, args, &[])
     }
@@ -26,7 +30,7 @@ impl Proc {
         args: &[&str],
         env: &[(&str, &str)],
     ) -> Proc {
-        let log = data_dir.join(format!("{name}.log"));
+        let log = crate::canary::log_file(name);
         let file = std::fs::File::create(&log).unwrap();
         let child = Command::new(mailroom_bin())
             .args(args)
@@ -35,6 +39,7 @@ impl Proc {
             .env_remove("DATABASE_URL")
             .env_remove("MAILROOM_DATABASE_URL")
             .env("RUST_LOG", "info")
+            .env("MAILROOM_UNSUBSCRIBE_KEYS", unsubscribe_keys_env())
             .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(file.try_clone().unwrap())
@@ -98,7 +103,9 @@ pub fn wait_until(what: &str, secs: u64, done: impl Fn() -> bool) {
     }
 }
 
-/// Runs `mailroom <args>` to completion with extra environment; returns (status, stdout, stderr).
+/// Runs `mailroom <args>` to completion with extra environment; returns (status, stdout,
+/// stderr), which are also written to a log file (named for the subcommand: the arguments
+/// themselves may hold a secret).
 pub fn run(args: &[&str], env: &[(&str, &str)]) -> (ExitStatus, String, String) {
     let mut cmd = Command::new(mailroom_bin());
     // Only warnings and the final error: each failure must be one line on its own.
@@ -106,16 +113,29 @@ pub fn run(args: &[&str], env: &[(&str, &str)]) -> (ExitStatus, String, String) 
         .env_remove("DATABASE_URL")
         .env_remove("MAILROOM_DATABASE_URL")
         .env("RUST_LOG", "warn")
+        .env("MAILROOM_UNSUBSCRIBE_KEYS", unsubscribe_keys_env())
         .stdin(Stdio::null());
     for (k, v) in env {
         cmd.env(k, v);
     }
     let out = cmd.output().unwrap();
-    (
-        out.status,
+    let (stdout, stderr) = (
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
+    );
+    let what: String = args
+        .first()
+        .map_or("run", |a| a)
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric())
+        .take(20)
+        .collect();
+    std::fs::write(
+        crate::canary::log_file(&format!("run-{what}")),
+        format!("{}\n--- stdout\n{stdout}--- stderr\n{stderr}", out.status),
     )
+    .unwrap();
+    (out.status, stdout, stderr)
 }
 
 /// The postmaster's pid while one runs on the cluster of `data_dir`.

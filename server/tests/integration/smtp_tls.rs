@@ -1,5 +1,6 @@
 //! A real relay is one setting: STARTTLS and implicit TLS on our own TCP_NODELAY socket, AUTH,
-//! an operator-supplied CA, and never a message in clear when TLS was asked for.
+//! an operator-supplied CA, and never a message in clear when TLS was asked for. The relay's
+//! password is the run's canary (see `canary`).
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -9,6 +10,7 @@ use lettre::Address;
 use mailin_embedded::{response, AuthMechanism, Handler, Response, Server, SslConfig};
 use mailroom::smtp::{BodyOutcome, Connection, Security, Target};
 
+use crate::canary::{smtp_password, SMTP_USER};
 use crate::smtp_sink::SmtpSink;
 
 /// A self-signed certificate for `localhost`: (certificate PEM, key PEM) files in `dir`.
@@ -45,7 +47,7 @@ struct Relay {
 
 impl Handler for Relay {
     fn auth_plain(&mut self, _authz: &str, user: &str, password: &str) -> Response {
-        if (user, password) == ("ann", "s3cret") {
+        if user == SMTP_USER && password == smtp_password() {
             response::AUTH_OK
         } else {
             response::INVALID_CREDENTIALS
@@ -87,7 +89,7 @@ fn starttls_relay(cert: &str, key: &str) -> (u16, Arc<Mutex<Vec<String>>>) {
 fn target(port: u16, security: Security, password: &str, ca: Option<&str>) -> Target {
     let mut t = Target::plain("localhost", port, "mailroom.test", Duration::from_secs(5));
     t.security = security;
-    t.credentials = Some(("ann".into(), password.into()));
+    t.credentials = Some((SMTP_USER.into(), password.into()));
     t.ca_pem = ca.map(|c| std::fs::read(c).unwrap());
     t
 }
@@ -117,7 +119,13 @@ async fn starttls_with_auth_delivers_and_refuses_wrong_passwords_and_untrusted_s
     let (cert, key) = self_signed(dir.path());
     let (port, received) = starttls_relay(&cert, &key);
 
-    let ok = send_one(&target(port, Security::StartTls, "s3cret", Some(&cert))).await;
+    let ok = send_one(&target(
+        port,
+        Security::StartTls,
+        &smtp_password(),
+        Some(&cert),
+    ))
+    .await;
     assert!(matches!(ok, Ok(BodyOutcome::Accepted(_))), "{ok:?}");
     assert!(received.lock().unwrap().concat().contains("Hello over TLS"));
 
@@ -131,7 +139,7 @@ async fn starttls_with_auth_delivers_and_refuses_wrong_passwords_and_untrusted_s
     );
 
     // Without the operator's CA the self-signed certificate is not trusted: nothing is sent.
-    let untrusted = send_one(&target(port, Security::StartTls, "s3cret", None))
+    let untrusted = send_one(&target(port, Security::StartTls, &smtp_password(), None))
         .await
         .unwrap_err();
     assert!(untrusted.contains("STARTTLS"), "{untrusted}");
@@ -188,4 +196,39 @@ async fn implicit_tls_delivers_over_our_own_socket() {
         *accepted.lock().unwrap(),
         vec!["bob@example.org".to_string()]
     );
+}
+
+/// The relay as an operator configures it (one MAILROOM_SMTP_URL carrying the password, and a
+/// CA file) in a real worker process logging at debug: the mail arrives over STARTTLS with
+/// AUTH, and this log, like every log of the suite, is scanned for the password afterwards.
+#[test]
+fn a_worker_process_delivers_through_an_authenticating_relay_given_one_url() {
+    use crate::procs::{wait_until, Proc};
+    use nix::sys::signal::Signal;
+
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (pool, url) = rt.block_on(crate::helpers::migrated_db_with_url());
+    rt.block_on(async {
+        let (org, _) = crate::helpers::org_with_users(&pool, "relay", &[]).await;
+        let to = ["bob@example.org".to_string()];
+        crate::helpers::enqueue_test_mail_to(&pool, org, "relay", &to).await;
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = self_signed(dir.path());
+    let (port, received) = starttls_relay(&cert, &key);
+    let smtp = crate::canary::smtp_url("localhost", port, "tls=starttls");
+    let data = crate::helpers::data_dir();
+    let env = [
+        ("DATABASE_URL", url.as_str()),
+        ("MAILROOM_SMTP_URL", &smtp),
+        ("MAILROOM_SMTP_CA_FILE", &cert),
+        ("RUST_LOG", "debug"),
+    ];
+    let mut worker = Proc::start_with_env("relay-worker", data.path(), &["worker"], &env);
+    wait_until("the relay to receive the mail", 60, || {
+        !received.lock().unwrap().is_empty()
+    });
+    worker.signal(Signal::SIGTERM);
+    assert!(worker.wait_exit(30).success(), "{}", worker.log_text());
+    assert!(worker.log_text().contains("delivery worker started"));
 }
