@@ -12,6 +12,9 @@ pub mod campaign_render;
 /// Where captured mail (no SMTP configured) is kept (server only).
 #[cfg(feature = "ssr")]
 pub mod capture;
+/// DKIM private keys: generated or pasted, checked, and their DNS record (server only).
+#[cfg(feature = "ssr")]
+pub mod dkim_key;
 /// Every SQL statement (server only).
 #[cfg(feature = "ssr")]
 pub mod db;

@@ -12,6 +12,7 @@ pub mod digests;
 pub mod invites;
 pub mod lists;
 pub mod overview;
+pub mod sender_auth;
 pub mod settings;
 pub mod subscribers;
 pub mod suppressions;

@@ -31,6 +31,7 @@ mod rate_limit;
 mod request_limits;
 mod schema;
 mod security_headers;
+mod sender_auth;
 mod settings;
 mod smtp_sink;
 mod smtp_tls;
