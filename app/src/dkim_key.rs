@@ -118,7 +118,8 @@ mod tests {
             DkimKey::parse_pem("not a key").err(),
             Some(DkimKeyError::NotPem)
         );
-        let truncated = "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA\n-----END RSA PRIVATE KEY-----";
+        let truncated =
+            "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA\n-----END RSA PRIVATE KEY-----";
         assert_eq!(
             DkimKey::parse_pem(truncated).err(),
             Some(DkimKeyError::NotPem)

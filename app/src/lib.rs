@@ -12,15 +12,15 @@ pub mod campaign_render;
 /// Where captured mail (no SMTP configured) is kept (server only).
 #[cfg(feature = "ssr")]
 pub mod capture;
-/// DKIM private keys: generated or pasted, checked, and their DNS record (server only).
-#[cfg(feature = "ssr")]
-pub mod dkim_key;
 /// Every SQL statement (server only).
 #[cfg(feature = "ssr")]
 pub mod db;
 /// The weekly digest: ticker chunks, forced resends, content (server only).
 #[cfg(feature = "ssr")]
 pub mod digest;
+/// DKIM private keys: generated or pasted, checked, and their DNS record (server only).
+#[cfg(feature = "ssr")]
+pub mod dkim_key;
 /// Domain types: `EmailAddress`, `JobId`, `WeekKey`, `Role` — parsed once at the edge.
 pub mod domain;
 /// The error type of every server function.

@@ -78,8 +78,8 @@ pub async fn save_dkim_key(
     if !me.role.manages_org() {
         return Err(AppError::Forbidden);
     }
-    let domain = DkimDomain::parse(&domain)
-        .map_err(|e| AppError::Invalid(format!("DKIM domain: {e}.")))?;
+    let domain =
+        DkimDomain::parse(&domain).map_err(|e| AppError::Invalid(format!("DKIM domain: {e}.")))?;
     let selector = DkimSelector::parse(&selector)
         .map_err(|e| AppError::Invalid(format!("DKIM selector: {e}.")))?;
     let generated = private_key.trim().is_empty();

@@ -72,9 +72,7 @@ fn Dkim(dkim: Option<DkimView>, can_manage: bool, actions: SenderAuthActions) ->
     let state = match &dkim {
         None => "No key yet: messages go out unsigned.".to_string(),
         Some(k) if k.enabled => format!("Signing is on ({}, selector {}).", k.domain, k.selector),
-        Some(_) => {
-            "Signing is off: publish the record below, then enable it.".to_string()
-        }
+        Some(_) => "Signing is off: publish the record below, then enable it.".to_string(),
     };
     let record = dkim.clone().map(|k| view! {
         <dl class="mt-2 grid gap-1 text-sm" data-test="dkim-record">

@@ -5,8 +5,8 @@
 //! when the org signs.
 
 use anyhow::Context;
-use lettre::message::header::{ContentType, HeaderName, HeaderValue};
 use lettre::message::dkim::{dkim_sign, DkimConfig};
+use lettre::message::header::{ContentType, HeaderName, HeaderValue};
 use lettre::message::{Mailbox, Message, MultiPart};
 use lettre::Address;
 
