@@ -466,6 +466,27 @@ async fn sender_auth_settings_are_owner_only_validated_audited_and_never_return_
     assert_ne!(view["dkim"]["record_value"], key.dns_value().unwrap());
     assert_eq!(view["return_path"], "");
 
+    // The page (rendered on the server) shows the record to publish and the forms to the owner,
+    // and neither the forms nor the key to a viewer.
+    let page = |c: &reqwest::Client| {
+        let (c, url) = (c.clone(), format!("{}/settings", app.base));
+        async move { c.get(url).send().await.unwrap().text().await.unwrap() }
+    };
+    let owners_page = page(&owner).await;
+    for needle in [
+        "id=\"dkim-key-form\"",
+        "id=\"return-path-form\"",
+        "s2._domainkey.example.org",
+        "Enable signing",
+    ] {
+        assert!(owners_page.contains(needle), "{needle} in the owner's page");
+    }
+    let viewers_page = page(&viewer).await;
+    assert!(viewers_page.contains("s2._domainkey.example.org"));
+    assert!(!viewers_page.contains("id=\"dkim-key-form\""));
+    // (The pages show a PEM header as the textarea's placeholder: checked by key lines below.)
+    let pages = [owners_page, viewers_page];
+
     let rows = audit_rows(&pool, org).await;
     let actions: Vec<&str> = rows.iter().map(|r| r.0.as_str()).collect();
     assert_eq!(
@@ -518,6 +539,8 @@ async fn sender_auth_settings_are_owner_only_validated_audited_and_never_return_
         .collect();
     for text in responses.iter().chain(&audit) {
         assert!(!text.contains("PRIVATE KEY"), "{text}");
+    }
+    for text in responses.iter().chain(&audit).chain(&pages) {
         for line in &secret_lines {
             assert!(!text.contains(line), "a private key line leaked: {text}");
         }
