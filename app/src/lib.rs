@@ -21,6 +21,9 @@ pub mod db;
 /// The weekly digest: ticker chunks, forced resends, content (server only).
 #[cfg(feature = "ssr")]
 pub mod digest;
+/// DKIM private keys: generated or pasted, checked, and their DNS record (server only).
+#[cfg(feature = "ssr")]
+pub mod dkim_key;
 /// Domain types: `EmailAddress`, `JobId`, `WeekKey`, `Role` — parsed once at the edge.
 pub mod domain;
 /// The error type of every server function.

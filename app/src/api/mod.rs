@@ -14,6 +14,7 @@ pub mod figures;
 pub mod invites;
 pub mod lists;
 pub mod overview;
+pub mod sender_auth;
 pub mod settings;
 pub mod subscribers;
 pub mod suppressions;

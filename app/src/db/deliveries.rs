@@ -430,19 +430,30 @@ pub async fn trim_details(
         .rows_affected())
 }
 
-/// The sender identity of an organisation (From and Reply-To), for rendering.
+/// The sender identity of an organisation (From, Reply-To, envelope sender and, when signing
+/// is on, its DKIM key), for rendering.
 #[derive(sqlx::FromRow, Clone, Debug)]
 pub struct Sender {
     pub org_id: i64,
     pub from_name: String,
     pub from_address: String,
     pub reply_to: Option<String>,
+    /// The SMTP envelope sender (None: the From address).
+    pub return_path: Option<String>,
+    /// Set only while signing is enabled.
+    pub dkim_domain: Option<String>,
+    pub dkim_selector: Option<String>,
+    pub dkim_private_key_pem: Option<String>,
 }
 
 /// The sender identities of every org of a batch, in one query.
 pub async fn senders(pool: &PgPool, org_ids: &[i64]) -> sqlx::Result<Vec<Sender>> {
     sqlx::query_as(
-        "select id as org_id, from_name, from_address, reply_to from orgs where id = any($1)",
+        "select o.id as org_id, o.from_name, o.from_address, o.reply_to, o.return_path,
+                k.domain as dkim_domain, k.selector as dkim_selector,
+                k.private_key_pem as dkim_private_key_pem
+         from orgs o left join org_dkim k on k.org_id = o.id and k.enabled
+         where o.id = any($1)",
     )
     .bind(org_ids)
     .fetch_all(pool)

@@ -1,4 +1,5 @@
-//! The organisation's own settings: its sender identity (From name and address, Reply-To).
+//! The organisation's own settings: its sender identity (From name and address, Reply-To), its
+//! envelope sender (Return-Path) and its DKIM key.
 
 use sqlx::PgConnection;
 
@@ -62,6 +63,108 @@ pub async fn set_self_approval(
     )
     .bind(org_id)
     .bind(allow)
+    .fetch_one(conn)
+    .await
+}
+
+/// The org's DKIM key as pages see it: everything but the private key.
+#[derive(sqlx::FromRow, Debug, Clone, PartialEq, Eq)]
+pub struct DkimPublic {
+    pub domain: String,
+    pub selector: String,
+    pub public_key: String,
+    pub enabled: bool,
+    pub updated_at: chrono::DateTime<chrono::Utc>,
+}
+
+pub async fn dkim(conn: &mut PgConnection, org_id: i64) -> sqlx::Result<Option<DkimPublic>> {
+    sqlx::query_as(
+        "select domain, selector, public_key, enabled, updated_at from org_dkim where org_id = $1",
+    )
+    .bind(org_id)
+    .fetch_optional(conn)
+    .await
+}
+
+/// The current key under a row lock (None: the org has none yet), for the audit row's "before"
+/// of a change made in the same transaction.
+pub async fn lock_dkim(conn: &mut PgConnection, org_id: i64) -> sqlx::Result<Option<DkimPublic>> {
+    sqlx::query_as(
+        "select domain, selector, public_key, enabled, updated_at from org_dkim
+         where org_id = $1 for update",
+    )
+    .bind(org_id)
+    .fetch_optional(conn)
+    .await
+}
+
+/// A new key (generated or pasted) with its domain and selector, replacing any earlier one.
+/// Signing is off until the owner enables it: the new public key is not in DNS yet.
+pub async fn replace_dkim_key(
+    conn: &mut PgConnection,
+    org_id: i64,
+    domain: &str,
+    selector: &str,
+    private_key_pem: &str,
+    public_key: &str,
+) -> sqlx::Result<()> {
+    sqlx::query(
+        "insert into org_dkim (org_id, domain, selector, private_key_pem, public_key)
+         values ($1, $2, $3, $4, $5)
+         on conflict (org_id) do update set domain = excluded.domain, selector = excluded.selector,
+             private_key_pem = excluded.private_key_pem, public_key = excluded.public_key,
+             enabled = false, updated_at = now()",
+    )
+    .bind(org_id)
+    .bind(domain)
+    .bind(selector)
+    .bind(private_key_pem)
+    .bind(public_key)
+    .execute(conn)
+    .await
+    .map(drop)
+}
+
+/// Turns signing on or off; returns what it was, or None when the org has no key.
+pub async fn set_dkim_enabled(
+    conn: &mut PgConnection,
+    org_id: i64,
+    enabled: bool,
+) -> sqlx::Result<Option<bool>> {
+    sqlx::query_scalar(
+        "update org_dkim k set enabled = $2, updated_at = now()
+         from (select org_id, enabled from org_dkim where org_id = $1 for update) old
+         where k.org_id = old.org_id
+         returning old.enabled",
+    )
+    .bind(org_id)
+    .bind(enabled)
+    .fetch_optional(conn)
+    .await
+}
+
+/// The envelope sender (None: the From address).
+pub async fn return_path(conn: &mut PgConnection, org_id: i64) -> sqlx::Result<Option<String>> {
+    sqlx::query_scalar("select return_path from orgs where id = $1")
+        .bind(org_id)
+        .fetch_one(conn)
+        .await
+}
+
+/// Sets it; returns what it was (read under the row lock, for the audit row).
+pub async fn save_return_path(
+    conn: &mut PgConnection,
+    org_id: i64,
+    return_path: Option<&str>,
+) -> sqlx::Result<Option<String>> {
+    sqlx::query_scalar(
+        "update orgs o set return_path = $2
+         from (select id, return_path from orgs where id = $1 for update) old
+         where o.id = old.id
+         returning old.return_path",
+    )
+    .bind(org_id)
+    .bind(return_path)
     .fetch_one(conn)
     .await
 }

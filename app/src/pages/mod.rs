@@ -16,6 +16,7 @@ mod lists;
 mod login;
 mod not_found;
 mod overview;
+mod sender_auth;
 mod settings;
 mod subscriber;
 mod suppressions;

@@ -1,21 +1,24 @@
-//! Settings: the sender identity, the org's time zone (and a link to the digest schedule), and
-//! the users with the owner's management actions. Every form is an `ActionForm`, so it works
-//! before the wasm has loaded; confirmations are `<details>` panels, which open without it.
+//! Settings: the sender identity, sender authentication (`sender_auth`), the org's time zone
+//! (and a link to the digest schedule), and the users with the owner's management actions.
+//! Every form is an `ActionForm`, so it works before the wasm has loaded; confirmations are
+//! `<details>` panels, which open without it.
 
 use leptos::prelude::*;
 use leptos_router::components::A;
 
 use super::action_outcome as outcome;
+use super::sender_auth::{SenderAuth, SenderAuthActions};
+use crate::api::sender_auth::sender_auth_view;
 use crate::api::settings::{settings_view, SaveApprovalPolicy, SaveSender, SettingsData};
 use crate::api::users::{
     users_view, InviteUser, ResetPassword, SetUserDisabled, SetUserRole, UserEntry,
 };
 use crate::domain::Role;
 
-const INPUT: &str =
+pub(super) const INPUT: &str =
     "mt-1 block w-full rounded border border-slate-300 px-2 py-1.5 disabled:bg-slate-100 dark:border-slate-600";
-const BUTTON: &str = "rounded bg-indigo-600 px-3 py-1.5 font-medium text-white hover:bg-indigo-700 disabled:opacity-50";
-const SMALL_BUTTON: &str =
+pub(super) const BUTTON: &str = "rounded bg-indigo-600 px-3 py-1.5 font-medium text-white hover:bg-indigo-700 disabled:opacity-50";
+pub(super) const SMALL_BUTTON: &str =
     "rounded border border-slate-300 px-2 py-1 hover:bg-slate-100 disabled:opacity-50 dark:border-slate-600 dark:hover:bg-slate-800";
 
 /// The section's tabs; `current` is the path shown.
@@ -50,6 +53,8 @@ pub fn SettingsPage() -> impl IntoView {
         move || (save.version().get(), approval.version().get()),
         |_| settings_view(),
     );
+    let auth_actions = SenderAuthActions::new();
+    let auth = Resource::new(move || auth_actions.versions(), |_| sender_auth_view());
     let users = Resource::new(
         move || {
             (
@@ -73,6 +78,14 @@ pub fn SettingsPage() -> impl IntoView {
                 match settings.await {
                     Err(e) => view! { <p role="alert" class="text-red-700 dark:text-red-300">{e.to_string()}</p> }.into_any(),
                     Ok(s) => view! { <Sender s=s.clone() action=save/> <Approval s action=approval/> }.into_any(),
+                }
+            })}
+        </Suspense>
+        <Suspense fallback=|| view! { <p>"Loading…"</p> }>
+            {move || Suspend::new(async move {
+                match auth.await {
+                    Err(e) => view! { <p role="alert" class="text-red-700 dark:text-red-300">{e.to_string()}</p> }.into_any(),
+                    Ok(d) => view! { <SenderAuth d actions=auth_actions/> }.into_any(),
                 }
             })}
         </Suspense>

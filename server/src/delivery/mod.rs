@@ -3,6 +3,7 @@
 //! its attempt. It runs in every `serve` / `worker` process; the database arbitrates between
 //! them.
 
+mod dkim;
 mod held;
 mod invite;
 mod ledger;
@@ -190,8 +191,8 @@ async fn claim_and_send(
         quit_all(connections).await;
         return Ok(0);
     }
-    // What the renderers read, once per batch and in two queries: each org's sender, each
-    // campaign's content.
+    // What the renderers read, once per batch and in two queries: each org's sender (with its
+    // DKIM key, parsed once here), each campaign's content.
     let mut org_ids: Vec<i64> = batch.iter().map(|c| c.org_id).collect();
     org_ids.sort_unstable();
     org_ids.dedup();
@@ -249,8 +250,10 @@ async fn claim_and_send(
             .collect()
     };
     let invites = invite::Invites::load(pool, &batch).await?;
+    let signers = dkim::Signers::load(senders.values());
     let looked_up = Lookups {
         senders: &senders,
+        signers: &signers,
         campaigns: &campaigns,
         names: &names,
         digests: &digests,
@@ -274,6 +277,7 @@ async fn claim_and_send(
 /// What the renderers read, loaded once per batch.
 struct Lookups<'a> {
     senders: &'a HashMap<i64, Sender>,
+    signers: &'a dkim::Signers,
     campaigns: &'a HashMap<(i64, i64), Compiled>,
     names: &'a HashMap<i64, String>,
     digests: &'a HashMap<i64, DigestContent>,
@@ -304,6 +308,7 @@ async fn send_chunk(
                 .map(String::as_str),
             digest: c.digest_send_id.and_then(|id| looked_up.digests.get(&id)),
             invites: looked_up.invites,
+            dkim: looked_up.signers.for_org(c.org_id),
         };
         let outcome = send_one(cfg, ledger, &cx, c, conn).await;
         recorded.push(ledger.record(ledger::Result {

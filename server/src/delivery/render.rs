@@ -1,9 +1,11 @@
 //! One renderer per kind builds each message at send time from the delivery's typed references
 //! (deliveries never carry bodies): test mail, and campaign mail with its RFC 8058 one-click
 //! unsubscribe headers, set-password mail (invitations and resets), and the weekly digest (its content was rendered once, when its week was
-//! claimed, and is wrapped here per recipient).
+//! claimed, and is wrapped here per recipient). Each message is signed with its org's DKIM key
+//! when the org signs.
 
 use anyhow::Context;
+use lettre::message::dkim::{dkim_sign, DkimConfig};
 use lettre::message::header::{ContentType, HeaderName, HeaderValue};
 use lettre::message::{Mailbox, Message, MultiPart};
 use lettre::Address;
@@ -15,7 +17,8 @@ use app::domain::JobId;
 use app::unsubscribe::{Claim, Keys};
 
 pub struct Rendered {
-    pub from: Address,
+    /// The SMTP envelope sender (MAIL FROM): the org's Return-Path, or its From address.
+    pub envelope_from: Address,
     pub to: Address,
     pub bytes: Vec<u8>,
 }
@@ -38,6 +41,8 @@ pub struct Inputs<'a> {
     pub digest: Option<&'a DigestContent>,
     /// Set-password links (invitations and resets) of the batch.
     pub invites: &'a super::invite::Invites,
+    /// The org's DKIM signer (None: it does not sign), or why its key cannot be used.
+    pub dkim: Result<Option<&'a DkimConfig>, &'a str>,
 }
 
 const LIST_UNSUBSCRIBE: HeaderName = HeaderName::new_from_ascii_str("List-Unsubscribe");
@@ -47,11 +52,19 @@ pub fn render(cx: &Inputs<'_>, c: &Claimed) -> anyhow::Result<Rendered> {
     let sender = cx
         .sender
         .context("no sender identity for the organisation")?;
+    let dkim = cx
+        .dkim
+        .map_err(|e| anyhow::anyhow!("cannot sign with the organisation's DKIM key: {e}"))?;
     let job: JobId = c.job_id.parse()?;
     let from: Address = sender.from_address.parse()?;
+    // The Return-Path header itself is the receiving server's to add (RFC 5321 §4.4), from this.
+    let envelope_from: Address = match &sender.return_path {
+        Some(r) => r.parse()?,
+        None => from.clone(),
+    };
     let to: Address = c.recipient.parse()?;
     let mut builder = Message::builder()
-        .from(Mailbox::new(Some(sender.from_name.clone()), from.clone()))
+        .from(Mailbox::new(Some(sender.from_name.clone()), from))
         .to(Mailbox::new(None, to.clone()))
         .message_id(Some(job.message_id(cx.message_id_domain)));
     if let Some(reply_to) = &sender.reply_to {
@@ -149,7 +162,7 @@ pub fn render(cx: &Inputs<'_>, c: &Claimed) -> anyhow::Result<Rendered> {
         }
     };
     let builder = builder.subject(message.subject);
-    let message = match (message.text, message.html) {
+    let mut message = match (message.text, message.html) {
         (Some(text), Some(html)) => {
             builder.multipart(MultiPart::alternative_plain_html(text, html))?
         }
@@ -158,8 +171,11 @@ pub fn render(cx: &Inputs<'_>, c: &Claimed) -> anyhow::Result<Rendered> {
             .header(ContentType::TEXT_PLAIN)
             .body(text.unwrap_or_default())?,
     };
+    if let Some(config) = dkim {
+        dkim_sign(&mut message, config);
+    }
     Ok(Rendered {
-        from,
+        envelope_from,
         to,
         bytes: message.formatted(),
     })

@@ -48,7 +48,7 @@ pub async fn send_one(
                 return retry_or_fail(cfg, c.attempt, "no connection".into());
             };
             let started = std::time::Instant::now();
-            if let Err(refusal) = smtp.prepare(&rendered.from, &rendered.to).await {
+            if let Err(refusal) = smtp.prepare(&rendered.envelope_from, &rendered.to).await {
                 return refused(cfg, c.attempt, refusal);
             }
             let prepared = started.elapsed();

@@ -344,7 +344,7 @@ async fn every_smtp_fault_ends_in_the_right_state_attempt_and_reply() {
     assert_eq!(due, 0, "retries are scheduled in the future");
 }
 
-fn config_for_capture(dir: std::path::PathBuf) -> Config {
+pub(crate) fn config_for_capture(dir: std::path::PathBuf) -> Config {
     Config {
         transport: Transport::Capture(dir),
         connections: 3,

@@ -33,6 +33,7 @@ mod request_limits;
 mod schema;
 mod secrets_in_logs;
 mod security_headers;
+mod sender_auth;
 mod settings;
 mod smtp_sink;
 mod smtp_tls;

@@ -52,6 +52,7 @@ fn case(endpoint: &str) -> Option<Case> {
         | "lists"
         | "suppressions"
         | "settings"
+        | "sender_auth"
         | "users"
         | "audit_log" => Case::Scoped(vec![]),
         // The set-password page: the link's token is the credential, no session.
@@ -73,6 +74,13 @@ fn case(endpoint: &str) -> Option<Case> {
             ("from_address", "x@example.org".into()),
             ("reply_to", "".into()),
         ]),
+        "save_dkim_key" => Case::ActsOnOwnOrg(vec![
+            ("domain", "example.org".into()),
+            ("selector", "taken".into()),
+            ("private_key", "".into()),
+        ]),
+        "set_dkim_enabled" => Case::ActsOnOwnOrg(vec![("enabled", "true".into())]),
+        "save_return_path" => Case::ActsOnOwnOrg(vec![("return_path", "x@example.org".into())]),
         "save_approval_policy" => Case::ActsOnOwnOrg(vec![("allow_self_approval", "on".into())]),
         "invite_user" => Case::ActsOnOwnOrg(vec![
             ("email", "intruder@example.org".into()),

@@ -1,0 +1,225 @@
+//! Sender authentication: the org's DKIM key (generated or pasted, then enabled once its DNS
+//! record is published) and its envelope sender (Return-Path). Everyone reads them; only an
+//! owner changes them, each change audited. The private key goes in, never out: no response
+//! and no audit row carries it.
+
+use leptos::prelude::*;
+use serde::{Deserialize, Serialize};
+
+use crate::error::AppError;
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SenderAuthData {
+    pub from_address: String,
+    /// Empty when the envelope sender is the From address.
+    pub return_path: String,
+    pub dkim: Option<DkimView>,
+    /// The signed-in user is an owner.
+    pub can_manage: bool,
+}
+
+/// The org's DKIM key, public parts only.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DkimView {
+    pub domain: String,
+    pub selector: String,
+    pub enabled: bool,
+    /// The DNS TXT record to publish: its name and its value.
+    pub record_name: String,
+    pub record_value: String,
+    /// The From address is in the signing domain (or below it), so DMARC counts the signature.
+    pub aligned: bool,
+}
+
+#[server(endpoint = "sender_auth")]
+pub async fn sender_auth_view() -> Result<SenderAuthData, AppError> {
+    use crate::domain::{DkimDomain, DkimSelector};
+    let (me, pool) = super::signed_in().await?;
+    let mut conn = pool.acquire().await?;
+    let sender = crate::db::settings::sender(&mut conn, me.org_id).await?;
+    let return_path = crate::db::settings::return_path(&mut conn, me.org_id).await?;
+    let dkim = match crate::db::settings::dkim(&mut conn, me.org_id).await? {
+        None => None,
+        Some(k) => {
+            // Stored values were parsed when saved; a failure here is a corrupt row.
+            let domain = DkimDomain::parse(&k.domain).map_err(|_| AppError::Internal)?;
+            let selector = DkimSelector::parse(&k.selector).map_err(|_| AppError::Internal)?;
+            Some(DkimView {
+                record_name: selector.record_name(&domain),
+                record_value: crate::dkim_key::dns_value(&k.public_key),
+                aligned: domain.aligns_with(&sender.from_address),
+                domain: k.domain,
+                selector: k.selector,
+                enabled: k.enabled,
+            })
+        }
+    };
+    Ok(SenderAuthData {
+        from_address: sender.from_address,
+        return_path: return_path.unwrap_or_default(),
+        dkim,
+        can_manage: me.role.manages_org(),
+    })
+}
+
+/// Saves a DKIM key with its domain and selector (owner only): the pasted PEM, or a freshly
+/// generated RSA 2048 key when none is pasted. Signing stays off until enabled, since the new
+/// public key is not in DNS yet.
+#[server(endpoint = "save_dkim_key")]
+pub async fn save_dkim_key(
+    domain: String,
+    selector: String,
+    #[server(default)] private_key: String,
+) -> Result<String, AppError> {
+    use crate::db::{audit, settings};
+    use crate::dkim_key::{fingerprint, DkimKey};
+    use crate::domain::{DkimDomain, DkimSelector};
+    let (me, pool) = super::signed_in().await?;
+    if !me.role.manages_org() {
+        return Err(AppError::Forbidden);
+    }
+    let domain =
+        DkimDomain::parse(&domain).map_err(|e| AppError::Invalid(format!("DKIM domain: {e}.")))?;
+    let selector = DkimSelector::parse(&selector)
+        .map_err(|e| AppError::Invalid(format!("DKIM selector: {e}.")))?;
+    let generated = private_key.trim().is_empty();
+    let key = if generated {
+        // Key generation takes a noticeable fraction of a second of CPU.
+        tokio::task::spawn_blocking(DkimKey::generate)
+            .await
+            .map_err(|e| {
+                tracing::error!(error = %e, "DKIM key generation panicked");
+                AppError::Internal
+            })?
+            .map_err(|e| {
+                tracing::error!(error = %e, "cannot generate a DKIM key");
+                AppError::Internal
+            })?
+    } else {
+        DkimKey::parse_pem(&private_key)
+            .map_err(|e| AppError::Invalid(format!("DKIM private key: {e}.")))?
+    };
+    let encode_failed = |e: crate::dkim_key::DkimKeyError| {
+        tracing::error!(error = %e, "cannot encode a DKIM key");
+        AppError::Internal
+    };
+    let pem = key.to_pkcs1_pem().map_err(encode_failed)?;
+    let public_key = key.public_key_base64().map_err(encode_failed)?;
+    let mut tx = pool.begin().await?;
+    let old = settings::lock_dkim(&mut tx, me.org_id).await?;
+    settings::replace_dkim_key(
+        &mut tx,
+        me.org_id,
+        domain.as_str(),
+        selector.as_str(),
+        &pem,
+        &public_key,
+    )
+    .await?;
+    // Keys are told apart by their public key's fingerprint; neither half is recorded.
+    audit::record(
+        &mut tx,
+        audit::Entry {
+            org_id: me.org_id,
+            actor_id: Some(me.user_id),
+            action: "settings.dkim_key",
+            object_type: "org",
+            object_id: Some(me.org_id.to_string()),
+            before: old.map(|o| {
+                serde_json::json!({
+                    "domain": o.domain, "selector": o.selector, "enabled": o.enabled,
+                    "public_key_sha256": fingerprint(&o.public_key),
+                })
+            }),
+            after: Some(serde_json::json!({
+                "domain": domain.as_str(), "selector": selector.as_str(), "enabled": false,
+                "public_key_sha256": fingerprint(&public_key),
+                "source": if generated { "generated" } else { "pasted" },
+            })),
+        },
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(format!(
+        "{} key saved for {}. Publish the DNS record below, then enable signing.",
+        if generated { "A new" } else { "The pasted" },
+        selector.record_name(&domain)
+    ))
+}
+
+/// Turns DKIM signing on or off (owner only).
+#[server(endpoint = "set_dkim_enabled")]
+pub async fn set_dkim_enabled(enabled: bool) -> Result<String, AppError> {
+    use crate::db::{audit, settings};
+    let (me, pool) = super::signed_in().await?;
+    if !me.role.manages_org() {
+        return Err(AppError::Forbidden);
+    }
+    let mut tx = pool.begin().await?;
+    let Some(before) = settings::set_dkim_enabled(&mut tx, me.org_id, enabled).await? else {
+        return Err(AppError::Invalid(
+            "DKIM: generate or paste a key first.".into(),
+        ));
+    };
+    if before != enabled {
+        audit::record(
+            &mut tx,
+            audit::Entry {
+                org_id: me.org_id,
+                actor_id: Some(me.user_id),
+                action: "settings.dkim",
+                object_type: "org",
+                object_id: Some(me.org_id.to_string()),
+                before: Some(serde_json::json!({ "enabled": before })),
+                after: Some(serde_json::json!({ "enabled": enabled })),
+            },
+        )
+        .await?;
+    }
+    tx.commit().await?;
+    Ok(if enabled {
+        "DKIM signing is on: every message from now on is signed.".into()
+    } else {
+        "DKIM signing is off: messages go out unsigned.".into()
+    })
+}
+
+/// Saves the envelope sender (owner only); empty means the From address.
+#[server(endpoint = "save_return_path")]
+pub async fn save_return_path(return_path: String) -> Result<String, AppError> {
+    use crate::db::{audit, settings};
+    use crate::domain::EmailAddress;
+    let (me, pool) = super::signed_in().await?;
+    if !me.role.manages_org() {
+        return Err(AppError::Forbidden);
+    }
+    let return_path = match return_path.trim() {
+        "" => None,
+        r => Some(
+            EmailAddress::parse(r).map_err(|e| AppError::Invalid(format!("Return-Path: {e}.")))?,
+        ),
+    };
+    let new = return_path.as_ref().map(EmailAddress::as_str);
+    let mut tx = pool.begin().await?;
+    let old = settings::save_return_path(&mut tx, me.org_id, new).await?;
+    if old.as_deref() != new {
+        audit::record(
+            &mut tx,
+            audit::Entry {
+                org_id: me.org_id,
+                actor_id: Some(me.user_id),
+                action: "settings.return_path",
+                object_type: "org",
+                object_id: Some(me.org_id.to_string()),
+                before: Some(serde_json::json!({ "return_path": old })),
+                after: Some(serde_json::json!({ "return_path": new })),
+            },
+        )
+        .await?;
+    }
+    tx.commit().await?;
+    Ok(match new {
+        Some(r) => format!("Bounces now go to {r} (the envelope sender)."),
+        None => "Bounces go to the From address.".into(),
+    })
+}

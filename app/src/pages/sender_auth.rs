@@ -1,0 +1,140 @@
+//! Settings → sender authentication: the envelope sender (Return-Path) and the DKIM key with
+//! the DNS record to publish for it. The private key can be pasted in but is never shown.
+
+use leptos::prelude::*;
+
+use super::action_outcome as outcome;
+use super::settings::{BUTTON, INPUT, SMALL_BUTTON};
+use crate::api::sender_auth::{
+    DkimView, SaveDkimKey, SaveReturnPath, SenderAuthData, SetDkimEnabled,
+};
+
+/// The section's actions, created at the page's top level with the resource they refresh.
+#[derive(Clone, Copy)]
+pub struct SenderAuthActions {
+    pub return_path: ServerAction<SaveReturnPath>,
+    pub key: ServerAction<SaveDkimKey>,
+    pub enable: ServerAction<SetDkimEnabled>,
+}
+
+impl SenderAuthActions {
+    pub fn new() -> Self {
+        Self {
+            return_path: ServerAction::new(),
+            key: ServerAction::new(),
+            enable: ServerAction::new(),
+        }
+    }
+
+    /// Changes whenever one of them completes (the resource's source).
+    pub fn versions(&self) -> (usize, usize, usize) {
+        (
+            self.return_path.version().get(),
+            self.key.version().get(),
+            self.enable.version().get(),
+        )
+    }
+}
+
+#[component]
+pub fn SenderAuth(d: SenderAuthData, actions: SenderAuthActions) -> impl IntoView {
+    let disabled = !d.can_manage;
+    let action = actions.return_path;
+    view! {
+        <section class="mt-6 rounded-lg bg-white p-4 shadow dark:bg-slate-900" aria-labelledby="sender-auth-heading">
+            <h2 id="sender-auth-heading" class="text-lg font-semibold mb-1">"Sender authentication"</h2>
+            <h3 class="mt-3 font-semibold">"Envelope sender (Return-Path)"</h3>
+            <p class="mb-3 text-sm text-slate-600 dark:text-slate-300">
+                "The address given to the SMTP server as MAIL FROM: receiving servers send bounces there and check it with SPF. Empty: the From address ("
+                {d.from_address.clone()} ")."
+            </p>
+            {move || outcome(action.value().get(), "return-path-result")}
+            <ActionForm action=action attr:id="return-path-form" attr:class="flex flex-wrap items-end gap-3 text-sm">
+                <label class="block grow">
+                    <span class="text-slate-600 dark:text-slate-300">"Return-Path " <span class="text-slate-400">"(optional)"</span></span>
+                    <input name="return_path" type="email" value=d.return_path.clone() disabled=disabled
+                        placeholder="Bounces go to the From address" class=INPUT/>
+                </label>
+                {d.can_manage.then(|| view! {
+                    <button type="submit" id="save-return-path" disabled=move || action.pending().get() class=BUTTON>"Save"</button>
+                })}
+            </ActionForm>
+            <Dkim dkim=d.dkim.clone() can_manage=d.can_manage actions/>
+            {disabled.then(|| view! { <p class="mt-2 text-sm text-slate-500 dark:text-slate-400">"Only an owner can change sender authentication."</p> })}
+        </section>
+    }
+    .into_any()
+}
+
+#[component]
+fn Dkim(dkim: Option<DkimView>, can_manage: bool, actions: SenderAuthActions) -> impl IntoView {
+    let (key, enable) = (actions.key, actions.enable);
+    let state = match &dkim {
+        None => "No key yet: messages go out unsigned.".to_string(),
+        Some(k) if k.enabled => format!("Signing is on ({}, selector {}).", k.domain, k.selector),
+        Some(_) => "Signing is off: publish the record below, then enable it.".to_string(),
+    };
+    let record = dkim.clone().map(|k| view! {
+        <dl class="mt-2 grid gap-1 text-sm" data-test="dkim-record">
+            <dt class="text-slate-600 dark:text-slate-300">"DNS TXT record name"</dt>
+            <dd><code data-test="dkim-record-name" class="break-all">{k.record_name.clone()}</code></dd>
+            <dt class="text-slate-600 dark:text-slate-300">"Value"</dt>
+            <dd><code data-test="dkim-record-value" class="block break-all rounded bg-slate-100 p-2 dark:bg-slate-800">{k.record_value.clone()}</code></dd>
+        </dl>
+        {(!k.aligned).then(|| view! {
+            <p class="mt-2 text-sm text-amber-800 dark:text-amber-300" data-test="dkim-unaligned">
+                {format!("The From address is not in {}: DMARC will not count this signature.", k.domain)}
+            </p>
+        })}
+    });
+    let toggle = match (&dkim, can_manage) {
+        (Some(k), true) => {
+            let next = !k.enabled;
+            Some(view! {
+                <ActionForm action=enable attr:class="mt-3">
+                    <input type="hidden" name="enabled" value=next.to_string()/>
+                    <button type="submit" id="toggle-dkim" disabled=move || enable.pending().get() class=SMALL_BUTTON>
+                        {if next { "Enable signing" } else { "Disable signing" }}
+                    </button>
+                </ActionForm>
+            })
+        }
+        _ => None,
+    };
+    let (domain, selector) = dkim
+        .as_ref()
+        .map(|k| (k.domain.clone(), k.selector.clone()))
+        .unwrap_or_default();
+    view! {
+        <h3 class="mt-6 font-semibold">"DKIM signing"</h3>
+        <p class="text-sm text-slate-600 dark:text-slate-300" data-test="dkim-state">{state}</p>
+        {move || outcome(key.value().get(), "dkim-key-result")}
+        {move || outcome(enable.value().get(), "dkim-enable-result")}
+        {record}
+        {toggle}
+        {can_manage.then(|| view! {
+            <ActionForm action=key attr:id="dkim-key-form" attr:class="mt-4 grid gap-3 text-sm md:grid-cols-2">
+                <label class="block">
+                    <span class="text-slate-600 dark:text-slate-300">"Signing domain"</span>
+                    <input name="domain" value=domain.clone() required placeholder="example.com" class=INPUT/>
+                </label>
+                <label class="block">
+                    <span class="text-slate-600 dark:text-slate-300">"Selector"</span>
+                    <input name="selector" value=selector.clone() required placeholder="mailroom1" class=INPUT/>
+                </label>
+                <label class="block md:col-span-2">
+                    <span class="text-slate-600 dark:text-slate-300">"Private key (PEM) " <span class="text-slate-400">"(optional: leave empty to generate an RSA 2048 key)"</span></span>
+                    <textarea name="private_key" rows="4" autocomplete="off" spellcheck="false"
+                        placeholder="-----BEGIN RSA PRIVATE KEY-----" class=INPUT></textarea>
+                </label>
+                <div>
+                    <button type="submit" id="save-dkim-key" disabled=move || key.pending().get() class=BUTTON>
+                        "Save key (generate when empty)"
+                    </button>
+                    <p class="mt-1 text-slate-500 dark:text-slate-400">"A new key turns signing off until you enable it again; a new selector lets the old record stay published meanwhile."</p>
+                </div>
+            </ActionForm>
+        })}
+    }
+    .into_any()
+}

@@ -1,0 +1,548 @@
+//! Sender authentication per org, end to end: the owner sets a DKIM key and a Return-Path over
+//! HTTP; the delivery worker signs what it sends (to the SMTP sink and to captured files) and
+//! uses the Return-Path as MAIL FROM. Signatures are checked by an independent verifier
+//! (mail-auth) against the DNS record the settings page tells the owner to publish, served
+//! from a cache this test fills (no network DNS).
+
+use std::borrow::Borrow;
+use std::collections::HashMap;
+use std::hash::Hash;
+use std::sync::Mutex;
+use std::time::Instant;
+
+use app::domain::Role;
+use mail_auth::common::parse::TxtRecordParser;
+use mail_auth::common::resolver::ToFqdn;
+use mail_auth::common::verify::DomainKey;
+use mail_auth::hickory_resolver::config::{ResolverConfig, ResolverOpts};
+use mail_auth::{
+    AuthenticatedMessage, DkimResult, MessageAuthenticator, Parameters, ResolverCache, Txt,
+};
+use mailroom::delivery::Worker;
+use serde_json::Value;
+use sqlx::PgPool;
+
+use crate::delivery_worker::{config, config_for_capture};
+use crate::helpers::{enqueue_test_mail_to, org_with_users, test_db};
+use crate::smtp_sink::SmtpSink;
+use crate::test_app::{json, signed_in, spawn_app, TestApp};
+
+/// DNS as published: TXT records by name, nothing else (a miss is an error, never a query).
+struct PublishedDns(Mutex<HashMap<Box<str>, Txt>>);
+
+impl ResolverCache<Box<str>, Txt> for PublishedDns {
+    fn get<Q>(&self, name: &Q) -> Option<Txt>
+    where
+        Box<str>: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.0.lock().unwrap().get(name).cloned()
+    }
+    fn remove<Q>(&self, name: &Q) -> Option<Txt>
+    where
+        Box<str>: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.0.lock().unwrap().remove(name)
+    }
+    fn insert(&self, key: Box<str>, value: Txt, _: Instant) {
+        self.0.lock().unwrap().insert(key, value);
+    }
+}
+
+/// The verifier's verdicts on every DKIM-Signature of `message`, with `name` publishing `value`.
+async fn verify(message: &str, name: &str, value: &str) -> Vec<DkimResult> {
+    let key = DomainKey::parse(value.as_bytes()).expect("the published record parses");
+    let dns = PublishedDns(Mutex::new(HashMap::new()));
+    dns.insert(name.to_fqdn(), Txt::from(key), Instant::now());
+    // No name servers: anything not in `dns` fails instead of leaving the machine.
+    let verifier = MessageAuthenticator::new(
+        ResolverConfig::from_name_servers(vec![]),
+        ResolverOpts::default(),
+    )
+    .unwrap();
+    let parsed = AuthenticatedMessage::parse(message.as_bytes()).expect("a parseable message");
+    verifier
+        .verify_dkim(Parameters::new(&parsed).with_txt_cache(&dns))
+        .await
+        .into_iter()
+        .map(|o| o.result().clone())
+        .collect()
+}
+
+/// The owner's client, with DKIM set up over HTTP (generated key, enabled); returns the DNS
+/// record (name, value) the settings page shows.
+async fn enable_dkim(app: &TestApp, owner: &reqwest::Client) -> (String, String) {
+    let (status, body) = app
+        .call_with(
+            owner,
+            "save_dkim_key",
+            &[("domain", "Example.org"), ("selector", "mr2026")],
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = app
+        .call_with(owner, "set_dkim_enabled", &[("enabled", "true")])
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let view = json(&app.call(owner, "sender_auth").await.1);
+    let dkim = &view["dkim"];
+    assert_eq!(
+        (dkim["enabled"].as_bool(), dkim["aligned"].as_bool()),
+        (Some(true), Some(true))
+    );
+    (
+        dkim["record_name"].as_str().unwrap().to_owned(),
+        dkim["record_value"].as_str().unwrap().to_owned(),
+    )
+}
+
+/// Queues a test of a Markdown campaign (text + HTML, a non-ASCII subject) to `to`.
+async fn queue_campaign_test(app: &TestApp, admin: &reqwest::Client, to: &str) {
+    let (_, body) = app
+        .call_with(admin, "new_campaign", &[("name", "Launch")])
+        .await;
+    let id = json(&body).as_i64().unwrap().to_string();
+    let (status, body) = app
+        .call_with(
+            admin,
+            "save_campaign",
+            &[
+                ("id", &id),
+                ("version", "1"),
+                ("name", "Launch"),
+                ("subject", "Grüße, {{ name }}"),
+                (
+                    "body",
+                    "# News\n\n*Big* day, with trailing spaces   \n\nBye.",
+                ),
+                ("format", "markdown"),
+            ],
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let sheet = json(
+        &app.call_with(admin, "campaign_sheet", &[("id", &id)])
+            .await
+            .1,
+    );
+    let token = sheet["test_token"].as_str().unwrap().to_string();
+    let (status, body) = app
+        .call_with(
+            admin,
+            "campaign_test",
+            &[
+                ("id", id.as_str()),
+                ("version", "2"),
+                ("token", token.as_str()),
+                ("addresses", to),
+            ],
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+}
+
+/// The message with the first occurrence of `from` replaced by `to` (which must be there).
+fn altered(message: &str, from: &str, to: &str) -> String {
+    assert!(message.contains(from), "{from} not in {message}");
+    message.replacen(from, to, 1)
+}
+
+#[tokio::test]
+async fn dkim_signed_mail_verifies_against_the_published_record_and_fails_once_altered() {
+    let pool = test_db().await;
+    let (org, u) = org_with_users(&pool, "acme", &[Role::Owner, Role::Admin]).await;
+    let app = spawn_app(pool.clone()).await;
+    let owner = signed_in(&app, &u[0].1, &u[0].2).await;
+    let admin = signed_in(&app, &u[1].1, &u[1].2).await;
+    let (name, value) = enable_dkim(&app, &owner).await;
+    assert_eq!(name, "mr2026._domainkey.example.org");
+    assert!(value.starts_with("v=DKIM1; k=rsa; p="), "{value}");
+
+    // A plain test message (sent before any campaign exists: its job names campaign 1), then a
+    // test of a campaign.
+    let sink = SmtpSink::start();
+    let mut worker = Worker::new(pool.clone(), config(&sink), "dkim");
+    enqueue_test_mail_to(&pool, org, "dkim", &["plain@example.com".to_string()]).await;
+    while worker.round().await.unwrap() > 0 {}
+    queue_campaign_test(&app, &admin, "rich@example.com").await;
+    while worker.round().await.unwrap() > 0 {}
+    worker.close().await;
+    let got = sink.messages();
+    let states: Vec<(String, String, Option<String>)> =
+        sqlx::query_as("select job_id, status, coalesce(smtp_reply, last_error) from deliveries")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert_eq!(got.len(), 2, "both messages arrived: {states:?}");
+
+    for m in &got {
+        let data = &m.data;
+        assert!(
+            data.contains("DKIM-Signature: v=1; a=rsa-sha256; d=example.org; s=mr2026;"),
+            "{data}"
+        );
+        assert_eq!(
+            verify(data, &name, &value).await,
+            vec![DkimResult::Pass],
+            "{data}"
+        );
+        // The body changed in transit: the body hash no longer matches.
+        let body_at = data.find("\r\n\r\n").unwrap() + 4;
+        let (head, body) = data.split_at(body_at);
+        let tampered = format!("{head}{}", altered(body, "e", "E"));
+        assert_ne!(
+            verify(&tampered, &name, &value).await,
+            vec![DkimResult::Pass]
+        );
+        // A signed header changed: the signature no longer verifies.
+        let tampered = altered(data, "To: ", "To: x");
+        assert!(matches!(
+            verify(&tampered, &name, &value).await.as_slice(),
+            [DkimResult::Fail(_)]
+        ));
+        // Another key published under the name: the signature does not verify with it.
+        let other = app::dkim_key::DkimKey::generate()
+            .unwrap()
+            .dns_value()
+            .unwrap();
+        assert!(matches!(
+            verify(data, &name, &other).await.as_slice(),
+            [DkimResult::Fail(_)]
+        ));
+    }
+    let rich = got.iter().find(|m| m.to == ["rich@example.com"]).unwrap();
+    assert!(rich.data.contains("multipart/alternative"), "{}", rich.data);
+
+    // Signing off: the next message goes out unsigned.
+    let (status, body) = app
+        .call_with(&owner, "set_dkim_enabled", &[("enabled", "false")])
+        .await;
+    assert_eq!(status, 200, "{body}");
+    queue_campaign_test(&app, &admin, "off@example.com").await;
+    while worker.round().await.unwrap() > 0 {}
+    worker.close().await;
+    let off = sink
+        .messages()
+        .into_iter()
+        .find(|m| m.to == ["off@example.com"])
+        .unwrap();
+    assert!(!off.data.contains("DKIM-Signature"), "{}", off.data);
+}
+
+#[tokio::test]
+async fn captured_mail_is_signed_too() {
+    let pool = test_db().await;
+    let (org, u) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let app = spawn_app(pool.clone()).await;
+    let owner = signed_in(&app, &u[0].1, &u[0].2).await;
+    let (name, value) = enable_dkim(&app, &owner).await;
+    enqueue_test_mail_to(&pool, org, "cap", &["cap@example.com".to_string()]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut worker = Worker::new(pool.clone(), config_for_capture(dir.path().into()), "cap");
+    while worker.round().await.unwrap() > 0 {}
+    let reply: String = sqlx::query_scalar("select smtp_reply from deliveries")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    let path = reply.strip_prefix("captured to ").expect(&reply);
+    let eml = std::fs::read_to_string(path).unwrap();
+    assert_eq!(
+        verify(&eml, &name, &value).await,
+        vec![DkimResult::Pass],
+        "{eml}"
+    );
+}
+
+#[tokio::test]
+async fn the_return_path_is_the_envelope_sender_and_defaults_to_the_from_address() {
+    let pool = test_db().await;
+    let (org, u) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let app = spawn_app(pool.clone()).await;
+    let owner = signed_in(&app, &u[0].1, &u[0].2).await;
+    let sink = SmtpSink::start();
+    let mut worker = Worker::new(pool.clone(), config(&sink), "rp");
+
+    enqueue_test_mail_to(&pool, org, "before", &["a@example.com".to_string()]).await;
+    while worker.round().await.unwrap() > 0 {}
+    let (status, body) = app
+        .call_with(
+            &owner,
+            "save_return_path",
+            &[("return_path", " Bounces@Example.org ")],
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    enqueue_test_mail_to(&pool, org, "after", &["b@example.com".to_string()]).await;
+    while worker.round().await.unwrap() > 0 {}
+    worker.close().await;
+
+    let got = sink.messages();
+    let envelope = |to: &str| {
+        let m = got.iter().find(|m| m.to == [to]).unwrap();
+        (
+            m.from.clone(),
+            m.data.contains("From: acme <news@example.org>"),
+        )
+    };
+    assert_eq!(envelope("a@example.com"), ("news@example.org".into(), true));
+    assert_eq!(
+        envelope("b@example.com"),
+        ("Bounces@Example.org".into(), true)
+    );
+    assert!(
+        !got.iter().any(|m| m.data.contains("Return-Path")),
+        "the receiving server adds Return-Path, not the sender"
+    );
+}
+
+async fn audit_rows(pool: &PgPool, org: i64) -> Vec<(String, Option<Value>, Option<Value>)> {
+    sqlx::query_as(
+        "select action, before, after from audit_log
+         where org_id = $1 and action in ('settings.dkim_key', 'settings.dkim', 'settings.return_path')
+         order by id",
+    )
+    .bind(org)
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn sender_auth_settings_are_owner_only_validated_audited_and_never_return_the_key() {
+    let pool = test_db().await;
+    let (org, u) = org_with_users(&pool, "acme", &[Role::Owner, Role::Admin, Role::Viewer]).await;
+    let (other_org, _) = org_with_users(&pool, "beta", &[Role::Owner]).await;
+    let app = spawn_app(pool.clone()).await;
+    let owner = signed_in(&app, &u[0].1, &u[0].2).await;
+    let admin = signed_in(&app, &u[1].1, &u[1].2).await;
+    let viewer = signed_in(&app, &u[2].1, &u[2].2).await;
+    let key = app::dkim_key::DkimKey::generate().unwrap();
+    let pem = key.to_pkcs1_pem().unwrap();
+    // Every response of this test, to search for the key afterwards.
+    let mut responses = Vec::new();
+
+    // Everyone reads; nobody but the owner changes anything.
+    let (status, body) = app.call(&viewer, "sender_auth").await;
+    assert_eq!(status, 200, "{body}");
+    let view = json(&body);
+    assert_eq!(
+        (view["dkim"].is_null(), view["can_manage"].as_bool()),
+        (true, Some(false))
+    );
+    for c in [&admin, &viewer] {
+        for (endpoint, args) in [
+            (
+                "save_dkim_key",
+                vec![
+                    ("domain", "example.org"),
+                    ("selector", "s1"),
+                    ("private_key", pem.as_str()),
+                ],
+            ),
+            ("set_dkim_enabled", vec![("enabled", "true")]),
+            ("save_return_path", vec![("return_path", "b@example.org")]),
+        ] {
+            let (status, body) = app.call_with(c, endpoint, &args).await;
+            assert_eq!(
+                (status.as_u16(), json(&body)),
+                (500, Value::from("Forbidden")),
+                "{endpoint}"
+            );
+            responses.push(body);
+        }
+    }
+
+    // Bad input is refused naming the field; nothing is written.
+    for (domain, selector, private_key, field) in [
+        ("example", "s1", "", "DKIM domain"),
+        ("exa mple.org", "s1", "", "DKIM domain"),
+        ("example.org", "", "", "DKIM selector"),
+        ("example.org", "s_1", "", "DKIM selector"),
+        (
+            "example.org",
+            "s1",
+            "-----BEGIN RSA PRIVATE KEY-----\nnope\n-----END RSA PRIVATE KEY-----",
+            "DKIM private key",
+        ),
+        ("example.org", "s1", "hello", "DKIM private key"),
+    ] {
+        let (status, body) = app
+            .call_with(
+                &owner,
+                "save_dkim_key",
+                &[
+                    ("domain", domain),
+                    ("selector", selector),
+                    ("private_key", private_key),
+                ],
+            )
+            .await;
+        assert_eq!(status, 500, "{body}");
+        let message = json(&body)["Invalid"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        assert!(
+            message.starts_with(&format!("{field}: ")),
+            "{field}: {body}"
+        );
+    }
+    let (_, body) = app
+        .call_with(&owner, "set_dkim_enabled", &[("enabled", "true")])
+        .await;
+    assert_eq!(
+        json(&body)["Invalid"],
+        "DKIM: generate or paste a key first."
+    );
+    let (_, body) = app
+        .call_with(&owner, "save_return_path", &[("return_path", "bounces@")])
+        .await;
+    assert!(
+        json(&body)["Invalid"]
+            .as_str()
+            .unwrap()
+            .starts_with("Return-Path: "),
+        "{body}"
+    );
+    assert!(audit_rows(&pool, org).await.is_empty());
+
+    // The pasted key is stored (PKCS#1) and its public half shown; signing starts off.
+    let (status, body) = app
+        .call_with(
+            &owner,
+            "save_dkim_key",
+            &[
+                ("domain", "example.org"),
+                ("selector", "s1"),
+                ("private_key", &format!("\n{pem}\n")),
+            ],
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    responses.push(body);
+    let (status, body) = app.call(&owner, "sender_auth").await;
+    assert_eq!(status, 200, "{body}");
+    let view = json(&body);
+    assert_eq!(view["dkim"]["record_value"], key.dns_value().unwrap());
+    assert_eq!(view["dkim"]["enabled"], false);
+    responses.push(body);
+    let stored: String =
+        sqlx::query_scalar("select private_key_pem from org_dkim where org_id = $1")
+            .bind(org)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(stored.trim(), pem.trim());
+    // Enable, set a Return-Path, then generate a fresh key (signing goes off again).
+    for (endpoint, args) in [
+        ("set_dkim_enabled", vec![("enabled", "true")]),
+        (
+            "save_return_path",
+            vec![("return_path", "bounces@example.org")],
+        ),
+        (
+            "save_dkim_key",
+            vec![
+                ("domain", "example.org"),
+                ("selector", "s2"),
+                ("private_key", ""),
+            ],
+        ),
+        ("save_return_path", vec![("return_path", "")]),
+    ] {
+        let (status, body) = app.call_with(&owner, endpoint, &args).await;
+        assert_eq!(status, 200, "{endpoint}: {body}");
+        responses.push(body);
+    }
+    let view = json(&app.call(&owner, "sender_auth").await.1);
+    assert_eq!(
+        (
+            view["dkim"]["selector"].as_str(),
+            view["dkim"]["enabled"].as_bool()
+        ),
+        (Some("s2"), Some(false))
+    );
+    assert_ne!(view["dkim"]["record_value"], key.dns_value().unwrap());
+    assert_eq!(view["return_path"], "");
+
+    // The page (rendered on the server) shows the record to publish and the forms to the owner,
+    // and neither the forms nor the key to a viewer.
+    let page = |c: &reqwest::Client| {
+        let (c, url) = (c.clone(), format!("{}/settings", app.base));
+        async move { c.get(url).send().await.unwrap().text().await.unwrap() }
+    };
+    let owners_page = page(&owner).await;
+    for needle in [
+        "id=\"dkim-key-form\"",
+        "id=\"return-path-form\"",
+        "s2._domainkey.example.org",
+        "Enable signing",
+    ] {
+        assert!(owners_page.contains(needle), "{needle} in the owner's page");
+    }
+    let viewers_page = page(&viewer).await;
+    assert!(viewers_page.contains("s2._domainkey.example.org"));
+    assert!(!viewers_page.contains("id=\"dkim-key-form\""));
+    // (The pages show a PEM header as the textarea's placeholder: checked by key lines below.)
+    let pages = [owners_page, viewers_page];
+
+    let rows = audit_rows(&pool, org).await;
+    let actions: Vec<&str> = rows.iter().map(|r| r.0.as_str()).collect();
+    assert_eq!(
+        actions,
+        [
+            "settings.dkim_key",
+            "settings.dkim",
+            "settings.return_path",
+            "settings.dkim_key",
+            "settings.return_path"
+        ]
+    );
+    assert_eq!(rows[0].1, None, "no key before");
+    assert_eq!(rows[0].2.as_ref().unwrap()["source"], "pasted");
+    assert_eq!(rows[3].1.as_ref().unwrap()["enabled"], true);
+    assert_eq!(rows[3].2.as_ref().unwrap()["source"], "generated");
+    assert_eq!(rows[3].2.as_ref().unwrap()["selector"], "s2");
+    assert_eq!(
+        rows[2].2.as_ref().unwrap()["return_path"],
+        "bounces@example.org"
+    );
+    // Only the owner's org changed.
+    let (keys, return_path): (i64, Option<String>) = sqlx::query_as(
+        "select (select count(*) from org_dkim where org_id = $1), return_path from orgs where id = $1",
+    )
+    .bind(other_org)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!((keys, return_path), (0, None));
+
+    // No response and no audit row carries any part of either private key. (A PEM line that is
+    // part of the public key is modulus, which the DNS record publishes anyway.)
+    let (stored, public): (String, String) =
+        sqlx::query_as("select private_key_pem, public_key from org_dkim where org_id = $1")
+            .bind(org)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    let publics = [key.public_key_base64().unwrap(), public];
+    let secret_lines: Vec<&str> = [pem.as_str(), stored.as_str()]
+        .into_iter()
+        .flat_map(str::lines)
+        .filter(|l| !l.starts_with("-----") && !publics.iter().any(|p| p.contains(l)))
+        .collect();
+    assert!(secret_lines.len() > 20, "{secret_lines:?}");
+    let audit: Vec<String> = rows
+        .iter()
+        .map(|r| format!("{:?} {:?}", r.1, r.2))
+        .collect();
+    for text in responses.iter().chain(&audit) {
+        assert!(!text.contains("PRIVATE KEY"), "{text}");
+    }
+    for text in responses.iter().chain(&audit).chain(&pages) {
+        for line in &secret_lines {
+            assert!(!text.contains(line), "a private key line leaked: {text}");
+        }
+    }
+}
