@@ -19,6 +19,10 @@ use app::domain::{EmailAddress, JobId};
 use mailroom::embedded_pg::{self, EmbeddedPg};
 use mailroom::smtp::{BodyOutcome, Connection, Target};
 
+#[path = "support/mod.rs"]
+mod support;
+use support::free_port;
+
 struct Sink(Child, u16);
 
 impl Drop for Sink {
@@ -26,12 +30,6 @@ impl Drop for Sink {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
-}
-
-fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
 }
 
 fn start_sink() -> anyhow::Result<Sink> {

@@ -20,41 +20,12 @@ use sqlx::PgPool;
 
 use mailroom::embedded_pg::{self, EmbeddedPg};
 
+#[path = "support/mod.rs"]
+mod support;
+use support::{free_port, processes};
+
 const EMAIL: &str = "a@bench.example";
 const PASSWORD: &str = "bench-password-1234";
-
-fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
-}
-
-/// (pid, ppid, own CPU ticks, waited-for children's CPU ticks) of every process.
-fn processes() -> Vec<(u32, u32, u64, u64)> {
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    dir.filter_map(|e| {
-        let pid: u32 = e.ok()?.file_name().to_str()?.parse().ok()?;
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-        // Fields after the command name (which may hold spaces) and the state: ppid, pgrp,
-        // session, tty, tpgid, flags, 4 fault counts, utime, stime, cutime, cstime.
-        let f: Vec<u64> = stat
-            .rsplit_once(") ")?
-            .1
-            .split_whitespace()
-            .skip(1)
-            .map(|x| x.parse().unwrap_or(0))
-            .collect();
-        Some((
-            pid,
-            *f.first()? as u32,
-            f.get(10)? + f.get(11)?,
-            f.get(12)? + f.get(13)?,
-        ))
-    })
-    .collect()
-}
 
 /// CPU seconds used so far by `replica`, and by the PostgreSQL cluster (the postmaster, its live
 /// backends and the ones it has reaped). /proc counts in USER_HZ, always 100 on Linux.
@@ -78,15 +49,6 @@ fn load_average() -> String {
         .ok()
         .and_then(|l| l.split_whitespace().next().map(str::to_string))
         .unwrap_or_default()
-}
-
-fn stop(child: &mut Child) -> anyhow::Result<()> {
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.id() as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    )?;
-    child.wait()?;
-    Ok(())
 }
 
 /// An org with two admins (a signs in) and one list of `n` subscribers: (org, (a, b), list).
@@ -173,35 +135,6 @@ fn serve(bin: &str, data: &Path, port: u16, sink: u16) -> anyhow::Result<Child> 
             "/tmp/bench-progress-streams-serve.log",
         )?))
         .spawn()?)
-}
-
-async fn signed_in(origin: &str) -> anyhow::Result<reqwest::Client> {
-    let mut headers = reqwest::header::HeaderMap::new();
-    headers.insert("origin", origin.parse()?);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while reqwest::get(format!("{origin}/readyz"))
-        .await
-        .map_or(true, |r| !r.status().is_success())
-    {
-        if Instant::now() > deadline {
-            bail!("the replica at {origin} did not become ready");
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    let c = reqwest::Client::builder()
-        .cookie_store(true)
-        .redirect(reqwest::redirect::Policy::none())
-        .default_headers(headers)
-        .build()?;
-    let r = c
-        .post(format!("{origin}/api/login"))
-        .form(&[("email", EMAIL), ("password", PASSWORD)])
-        .send()
-        .await?;
-    if r.headers().get("set-cookie").is_none() {
-        bail!("bench login failed: {}", r.status());
-    }
-    Ok(c)
 }
 
 /// Opens `n` progress streams (each waits for its first reading) and reads them in the
@@ -302,7 +235,8 @@ async fn main() -> anyhow::Result<()> {
     let mut replica = serve(bin, data.path(), port, sink_port)?;
     let origin = format!("http://127.0.0.1:{port}");
     let outcome = async {
-        let client = signed_in(&origin).await?;
+        support::ready(&origin, Duration::from_secs(60)).await?;
+        let client = support::signed_in(&origin, EMAIL, PASSWORD).await?;
         // A first campaign warms the caches (the list, the plans); it is not counted.
         let id = campaign(&pool, org, users, list).await?;
         let (n, rate) = run(&pool, id, Duration::from_secs(600)).await?;
@@ -364,7 +298,7 @@ async fn main() -> anyhow::Result<()> {
         anyhow::Ok(())
     }
     .await;
-    let stopped = stop(&mut replica);
+    let stopped = support::stop(&mut replica).map(drop);
     let _ = sink.kill();
     let _ = sink.wait();
     pool.close().await;

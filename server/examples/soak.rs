@@ -40,6 +40,10 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 use mailroom::embedded_pg::{self, EmbeddedPg};
 
+#[path = "support/mod.rs"]
+mod support;
+use support::{free_port, processes, stop};
+
 const EMAIL: &str = "owner@soak.example";
 const PASSWORD: &str = "soak-password-1234";
 const MESSAGE_ID_DOMAIN: &str = "mailroom.invalid";
@@ -169,31 +173,6 @@ fn pss_kib(pid: u32) -> u64 {
                 .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
         })
         .unwrap_or(0)
-}
-
-/// (pid, ppid, own CPU ticks, reaped children's CPU ticks) of every process.
-fn processes() -> Vec<(u32, u32, u64, u64)> {
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    dir.filter_map(|e| {
-        let pid: u32 = e.ok()?.file_name().to_str()?.parse().ok()?;
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-        let f: Vec<u64> = stat
-            .rsplit_once(") ")?
-            .1
-            .split_whitespace()
-            .skip(1)
-            .map(|x| x.parse().unwrap_or(0))
-            .collect();
-        Some((
-            pid,
-            *f.first()? as u32,
-            f.get(10)? + f.get(11)?,
-            f.get(12)? + f.get(13)?,
-        ))
-    })
-    .collect()
 }
 
 /// The PostgreSQL cluster: (total PSS KiB of the postmaster and its children, CPU seconds of
@@ -369,12 +348,6 @@ struct Replica {
     log: PathBuf,
 }
 
-fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
-}
-
 fn serve(
     bin: &str,
     data: &Path,
@@ -404,30 +377,6 @@ fn serve(
     Ok(Replica { port, child, log })
 }
 
-async fn ready(port: u16, within: Duration) -> anyhow::Result<()> {
-    let deadline = Instant::now() + within;
-    while Instant::now() < deadline {
-        if let Ok(r) = reqwest::get(format!("http://127.0.0.1:{port}/readyz")).await {
-            if r.status().is_success() {
-                return Ok(());
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    bail!("the replica on port {port} did not become ready")
-}
-
-fn stop(child: &mut Child) -> anyhow::Result<std::process::ExitStatus> {
-    if let Some(status) = child.try_wait()? {
-        return Ok(status);
-    }
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.id() as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    )?;
-    Ok(child.wait()?)
-}
-
 // ---------------------------------------------------------------------------------------------
 // Dashboards
 
@@ -447,26 +396,6 @@ impl Dash {
     fn fail(&self, what: String) {
         *self.failures.lock().unwrap().entry(what).or_default() += 1;
     }
-}
-
-async fn signed_in(port: u16) -> anyhow::Result<reqwest::Client> {
-    let origin = format!("http://127.0.0.1:{port}");
-    let mut headers = reqwest::header::HeaderMap::new();
-    headers.insert("origin", origin.parse()?);
-    let c = reqwest::Client::builder()
-        .cookie_store(true)
-        .redirect(reqwest::redirect::Policy::none())
-        .default_headers(headers)
-        .build()?;
-    let r = c
-        .post(format!("{origin}/api/login"))
-        .form(&[("email", EMAIL), ("password", PASSWORD)])
-        .send()
-        .await?;
-    if r.headers().get("set-cookie").is_none() {
-        bail!("sign-in on port {port} failed: {}", r.status());
-    }
-    Ok(c)
 }
 
 /// Holds the campaign's progress stream open, reopening it if it ends, until `stop`.
@@ -742,7 +671,11 @@ async fn main() -> anyhow::Result<()> {
             logs.join(format!("replica-{}.log", k + 1)),
         )?;
         // The first owns the cluster: let it start it before the others join.
-        ready(r.port, Duration::from_secs(90)).await?;
+        support::ready(
+            &format!("http://127.0.0.1:{}", r.port),
+            Duration::from_secs(90),
+        )
+        .await?;
         replicas.push(r);
     }
     println!(
@@ -765,8 +698,8 @@ async fn main() -> anyhow::Result<()> {
         let mut tasks = Vec::new();
         for k in 0..dashboards {
             let port = replicas[k % REPLICAS].port;
-            let c = signed_in(port).await?;
             let origin = format!("http://127.0.0.1:{port}");
+            let c = support::signed_in(&origin, EMAIL, PASSWORD).await?;
             tasks.push(tokio::spawn(hold_stream(
                 c.clone(),
                 format!("{origin}/api/campaigns/{campaign}/progress"),

@@ -205,15 +205,13 @@ pub async fn save_digest_schedule(
     let json = |s: &digest_admin::Schedule| serde_json::json!({ "weekday": s.weekday, "hour": s.hour, "timezone": s.timezone });
     audit::record(
         &mut tx,
-        audit::Entry {
-            org_id: me.org_id,
-            actor_id: Some(me.user_id),
-            action: "digest.schedule",
-            object_type: "org",
-            object_id: Some(me.org_id.to_string()),
-            before: Some(json(&old)),
-            after: Some(json(&new)),
-        },
+        audit::Entry::org_setting(
+            me.org_id,
+            me.user_id,
+            "digest.schedule",
+            json(&old),
+            json(&new),
+        ),
     )
     .await?;
     tx.commit().await?;

@@ -119,24 +119,22 @@ pub async fn save_dkim_key(
     // Keys are told apart by their public key's fingerprint; neither half is recorded.
     audit::record(
         &mut tx,
-        audit::Entry {
-            org_id: me.org_id,
-            actor_id: Some(me.user_id),
-            action: "settings.dkim_key",
-            object_type: "org",
-            object_id: Some(me.org_id.to_string()),
-            before: old.map(|o| {
+        audit::Entry::org_setting(
+            me.org_id,
+            me.user_id,
+            "settings.dkim_key",
+            old.map(|o| {
                 serde_json::json!({
                     "domain": o.domain, "selector": o.selector, "enabled": o.enabled,
                     "public_key_sha256": fingerprint(&o.public_key),
                 })
             }),
-            after: Some(serde_json::json!({
+            serde_json::json!({
                 "domain": domain.as_str(), "selector": selector.as_str(), "enabled": false,
                 "public_key_sha256": fingerprint(&public_key),
                 "source": if generated { "generated" } else { "pasted" },
-            })),
-        },
+            }),
+        ),
     )
     .await?;
     tx.commit().await?;
@@ -164,15 +162,13 @@ pub async fn set_dkim_enabled(enabled: bool) -> Result<String, AppError> {
     if before != enabled {
         audit::record(
             &mut tx,
-            audit::Entry {
-                org_id: me.org_id,
-                actor_id: Some(me.user_id),
-                action: "settings.dkim",
-                object_type: "org",
-                object_id: Some(me.org_id.to_string()),
-                before: Some(serde_json::json!({ "enabled": before })),
-                after: Some(serde_json::json!({ "enabled": enabled })),
-            },
+            audit::Entry::org_setting(
+                me.org_id,
+                me.user_id,
+                "settings.dkim",
+                serde_json::json!({ "enabled": before }),
+                serde_json::json!({ "enabled": enabled }),
+            ),
         )
         .await?;
     }
@@ -205,15 +201,13 @@ pub async fn save_return_path(return_path: String) -> Result<String, AppError> {
     if old.as_deref() != new {
         audit::record(
             &mut tx,
-            audit::Entry {
-                org_id: me.org_id,
-                actor_id: Some(me.user_id),
-                action: "settings.return_path",
-                object_type: "org",
-                object_id: Some(me.org_id.to_string()),
-                before: Some(serde_json::json!({ "return_path": old })),
-                after: Some(serde_json::json!({ "return_path": new })),
-            },
+            audit::Entry::org_setting(
+                me.org_id,
+                me.user_id,
+                "settings.return_path",
+                serde_json::json!({ "return_path": old }),
+                serde_json::json!({ "return_path": new }),
+            ),
         )
         .await?;
     }

@@ -88,20 +88,18 @@ pub async fn save_sender(
     .await?;
     audit::record(
         &mut tx,
-        audit::Entry {
-            org_id: me.org_id,
-            actor_id: Some(me.user_id),
-            action: "settings.sender",
-            object_type: "org",
-            object_id: Some(me.org_id.to_string()),
-            before: Some(serde_json::json!({
+        audit::Entry::org_setting(
+            me.org_id,
+            me.user_id,
+            "settings.sender",
+            serde_json::json!({
                 "from_name": old.from_name, "from_address": old.from_address, "reply_to": old.reply_to,
-            })),
-            after: Some(serde_json::json!({
+            }),
+            serde_json::json!({
                 "from_name": from_name, "from_address": from_address.as_str(),
                 "reply_to": reply_to.as_ref().map(EmailAddress::as_str),
-            })),
-        },
+            }),
+        ),
     )
     .await?;
     tx.commit().await?;
@@ -126,15 +124,13 @@ pub async fn save_approval_policy(
     if before != allow {
         audit::record(
             &mut tx,
-            audit::Entry {
-                org_id: me.org_id,
-                actor_id: Some(me.user_id),
-                action: "settings.approval",
-                object_type: "org",
-                object_id: Some(me.org_id.to_string()),
-                before: Some(serde_json::json!({ "allow_self_approval": before })),
-                after: Some(serde_json::json!({ "allow_self_approval": allow })),
-            },
+            audit::Entry::org_setting(
+                me.org_id,
+                me.user_id,
+                "settings.approval",
+                serde_json::json!({ "allow_self_approval": before }),
+                serde_json::json!({ "allow_self_approval": allow }),
+            ),
         )
         .await?;
     }

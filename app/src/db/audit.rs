@@ -12,6 +12,27 @@ pub struct Entry<'a> {
     pub after: Option<Value>,
 }
 
+impl<'a> Entry<'a> {
+    /// A change to the organisation's own settings, by `actor_id`.
+    pub fn org_setting(
+        org_id: i64,
+        actor_id: i64,
+        action: &'a str,
+        before: impl Into<Option<Value>>,
+        after: impl Into<Option<Value>>,
+    ) -> Self {
+        Entry {
+            org_id,
+            actor_id: Some(actor_id),
+            action,
+            object_type: "org",
+            object_id: Some(org_id.to_string()),
+            before: before.into(),
+            after: after.into(),
+        }
+    }
+}
+
 /// Written inside the caller's transaction, so an action and its audit row commit together.
 pub async fn record(conn: &mut PgConnection, e: Entry<'_>) -> sqlx::Result<()> {
     sqlx::query(

@@ -7,6 +7,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
+
+use crate::support;
 use sqlx::PgPool;
 
 const PASSWORD: &str = "bench-password-1234";
@@ -54,39 +56,6 @@ fn serve(bin: &str, data: &Path) -> anyhow::Result<(u16, Child)> {
     Ok((port, child))
 }
 
-async fn ready(port: u16) -> anyhow::Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while Instant::now() < deadline {
-        if let Ok(r) = reqwest::get(format!("http://127.0.0.1:{port}/readyz")).await {
-            if r.status().is_success() {
-                return Ok(());
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    bail!("replica on {port} not ready")
-}
-
-async fn signed_in(port: u16, email: &str) -> anyhow::Result<reqwest::Client> {
-    let origin = format!("http://127.0.0.1:{port}");
-    let mut headers = reqwest::header::HeaderMap::new();
-    headers.insert("origin", origin.parse()?);
-    let c = reqwest::Client::builder()
-        .cookie_store(true)
-        .redirect(reqwest::redirect::Policy::none())
-        .default_headers(headers)
-        .build()?;
-    let r = c
-        .post(format!("{origin}/api/login"))
-        .form(&[("email", email), ("password", PASSWORD)])
-        .send()
-        .await?;
-    if r.headers().get("set-cookie").is_none() {
-        bail!("bench login failed: {}", r.status());
-    }
-    Ok(c)
-}
-
 /// Reads a stream until a `progress` event whose data satisfies `done`.
 async fn until_event(
     r: &mut reqwest::Response,
@@ -127,15 +96,19 @@ pub async fn measure(
         .await?;
     let (port_a, mut a) = serve(bin, data)?;
     let (port_b, mut b) = serve(bin, data)?;
-    ready(port_a).await?;
-    ready(port_b).await?;
+    let (origin_a, origin_b) = (
+        format!("http://127.0.0.1:{port_a}"),
+        format!("http://127.0.0.1:{port_b}"),
+    );
+    support::ready(&origin_a, Duration::from_secs(60)).await?;
+    support::ready(&origin_b, Duration::from_secs(60)).await?;
     let outcome = async {
         // (1) The campaign page, server-rendered, 50 clients for 15 s.
         let page = format!("http://127.0.0.1:{port_a}/campaigns/{campaign}");
         let started = Instant::now();
         let mut clients = Vec::new();
         for _ in 0..CLIENTS {
-            let c = signed_in(port_a, email).await?;
+            let c = support::signed_in(&origin_a, email, PASSWORD).await?;
             let page = page.clone();
             clients.push(tokio::spawn(async move {
                 let mut samples = Vec::new();
@@ -168,7 +141,7 @@ pub async fn measure(
         for _ in 0..2 {
             let mut tasks = Vec::new();
             for _ in 0..CLIENTS {
-                let c = signed_in(port_a, email).await?;
+                let c = support::signed_in(&origin_a, email, PASSWORD).await?;
                 let stream = stream.clone();
                 tasks.push(tokio::spawn(async move {
                     let t = Instant::now();
@@ -188,7 +161,7 @@ pub async fn measure(
 
         // (3) A change made through another replica's database connection reaches a stream
         // open on replica B: 20 times.
-        let c = signed_in(port_b, email).await?;
+        let c = support::signed_in(&origin_b, email, PASSWORD).await?;
         let mut r = c
             .get(format!("http://127.0.0.1:{port_b}/api/campaigns/{campaign}/progress"))
             .send()

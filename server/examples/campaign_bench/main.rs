@@ -19,6 +19,8 @@ use sqlx::PgPool;
 use mailroom::embedded_pg::{self, EmbeddedPg};
 
 mod dashboard;
+#[path = "../support/mod.rs"]
+mod support;
 
 fn peak_rss_kib(pid: u32) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;

@@ -12,7 +12,6 @@
 use std::collections::HashSet;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, OnceLock};
 
@@ -69,23 +68,9 @@ fn log_this_process(dir: &Path) {
         .try_init();
 }
 
-/// Rust tests have no global teardown: a shell waits for this process to go, then removes `dir`.
+/// Removes `dir` once this test process is gone.
 fn remove_at_exit(dir: &Path) {
-    let script = format!(
-        "while [ -d /proc/{} ]; do sleep 0.5; done; rm -rf '{}'",
-        std::process::id(),
-        dir.display()
-    );
-    // Deliberately never waited for: it must outlive this process.
-    #[allow(clippy::zombie_processes)]
-    let _ = std::process::Command::new("sh")
-        .arg("-c")
-        .arg(script)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn the log directory's cleaner");
+    crate::helpers::after_exit(&format!("rm -rf '{}'", dir.display()));
 }
 
 pub fn log_dir() -> &'static Path {

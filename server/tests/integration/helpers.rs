@@ -103,7 +103,6 @@ fn keep_server_log(cluster: &Path) -> Option<PathBuf> {
 /// Stops the cluster and removes its directory once this test process is gone (copying the
 /// server log to `copy_log` first when given).
 fn spawn_watchdog(cluster: &Path, dir: &Path, copy_log: Option<PathBuf>) {
-    let pid = std::process::id();
     let pg_ctl = pg_ctl_path(cluster);
     let as_db_user = if nix::unistd::Uid::effective().is_root() {
         "runuser -u postgres -- "
@@ -117,22 +116,31 @@ fn spawn_watchdog(cluster: &Path, dir: &Path, copy_log: Option<PathBuf>) {
             to.display()
         )
     });
-    let script = format!(
-        "while [ -d /proc/{pid} ]; do sleep 0.5; done; {as_db_user}{} -D {} -m immediate stop >/dev/null 2>&1; {copy}rm -rf {}",
+    after_exit(&format!(
+        "{as_db_user}{} -D {} -m immediate stop >/dev/null 2>&1; {copy}rm -rf {}",
         pg_ctl.display(),
         cluster.display(),
         dir.display()
+    ));
+}
+
+/// Runs the shell command `then` once this test process is gone (Rust tests have no global
+/// teardown): a shell outlives the process, waits for it to go, then runs it.
+pub fn after_exit(then: &str) {
+    let script = format!(
+        "while [ -d /proc/{} ]; do sleep 0.5; done; {then}",
+        std::process::id()
     );
     // Deliberately never waited for: it must outlive this process.
     #[allow(clippy::zombie_processes)]
-    let _watchdog = std::process::Command::new("sh")
+    let _ = std::process::Command::new("sh")
         .arg("-c")
         .arg(script)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
-        .expect("spawn watchdog");
+        .expect("spawn a shell to run after this process");
 }
 
 pub fn pg_ctl_path(cluster: &Path) -> PathBuf {
