@@ -127,19 +127,34 @@ async fn main() -> anyhow::Result<()> {
     let sink = start_sink()?;
     println!("messages={messages} connections={connections} batch={batch} orgs={orgs} sink=postfix smtp-sink 127.0.0.1:{}", sink.1);
 
-    let sink_cpu = cpu_seconds(sink.0.id());
+    let (sink_cpu, client_cpu) = (cpu_seconds(sink.0.id()), cpu_seconds(std::process::id()));
     let raw_rate = raw(sink.1, connections, messages).await?;
     println!("raw ceiling (SMTP client alone, no database): {raw_rate:.0} msg/s");
     println!(
-        "  CPU per message: smtp-sink {:.0} us",
+        "  CPU per message: client {:.0} us, smtp-sink {:.0} us",
+        (cpu_seconds(std::process::id()) - client_cpu) * 1e6 / messages as f64,
         (cpu_seconds(sink.0.id()) - sink_cpu) * 1e6 / messages as f64
     );
 
     let data = tempfile::Builder::new()
         .prefix("mrbench")
         .tempdir_in("/tmp")?;
-    let pg = EmbeddedPg::open(data.path(), embedded_pg::Options::default()).await?;
-    let pool = mailroom::database::connect(pg.connect_options(embedded_pg::DATABASE)).await?;
+    let mut pg = EmbeddedPg::open(data.path(), embedded_pg::Options::default()).await?;
+    let mut pool = mailroom::database::connect(pg.connect_options(embedded_pg::DATABASE)).await?;
+    // BENCH_PG_STATEMENTS=1: where PostgreSQL's time goes, statement by statement, at the end.
+    let statements = std::env::var("BENCH_PG_STATEMENTS").is_ok();
+    if statements {
+        sqlx::query("alter system set shared_preload_libraries = 'pg_stat_statements'")
+            .execute(&pool)
+            .await?;
+        pool.close().await;
+        pg.shutdown().await?;
+        pg = EmbeddedPg::open(data.path(), embedded_pg::Options::default()).await?;
+        pool = mailroom::database::connect(pg.connect_options(embedded_pg::DATABASE)).await?;
+        sqlx::query("create extension if not exists pg_stat_statements")
+            .execute(&pool)
+            .await?;
+    }
     app::db::migrate::run(&pool, true).await?;
     // The queue is spread over `orgs` organisations (one claim group each).
     let mut org_ids = Vec::new();
@@ -168,6 +183,11 @@ async fn main() -> anyhow::Result<()> {
         t0.elapsed().as_secs_f64()
     );
 
+    if statements {
+        sqlx::query("select pg_stat_statements_reset()")
+            .execute(&pool)
+            .await?;
+    }
     let (sink_cpu, pg_cpu) = (cpu_seconds(sink.0.id()), postgres_cpu_seconds());
     let started = Instant::now();
     let mut worker = Command::new(bin)
@@ -192,13 +212,16 @@ async fn main() -> anyhow::Result<()> {
         .spawn()?;
     let mut peak = 0;
     loop {
-        let open: i64 = sqlx::query_scalar(
-            "select count(*) from deliveries where status in ('queued', 'sending')",
+        // Whether anything is left, not how much: counting 100k rows every 50 ms would take
+        // a fifth of a core from the engine it measures.
+        let open: bool = sqlx::query_scalar(
+            "select exists (select 1 from deliveries where status = 'queued')
+                 or exists (select 1 from deliveries where status = 'sending')",
         )
         .fetch_one(&pool)
         .await?;
         peak = peak.max(peak_rss_kib(worker.id()).unwrap_or(0));
-        if open == 0 {
+        if !open {
             let per = |cpu: f64| cpu * 1e6 / messages as f64;
             println!(
                 "  CPU per message: worker {:.0} us, PostgreSQL {:.0} us, smtp-sink {:.0} us",
@@ -233,6 +256,18 @@ async fn main() -> anyhow::Result<()> {
         100.0 * engine_rate / raw_rate
     );
     println!("worker peak RSS: {:.1} MiB", peak as f64 / 1024.0);
+    if statements {
+        let top: Vec<(f64, f64, i64, i64, String)> = sqlx::query_as(
+            "select total_exec_time, total_plan_time, calls, rows, left(regexp_replace(query, '\\s+', ' ', 'g'), 110)
+             from pg_stat_statements order by total_exec_time + total_plan_time desc limit 12",
+        )
+        .fetch_all(&pool)
+        .await?;
+        println!("PostgreSQL time by statement (exec ms, plan ms, calls, rows):");
+        for (exec, plan, calls, rows, query) in top {
+            println!("  {exec:8.0} {plan:6.0} {calls:7} {rows:7}  {query}");
+        }
+    }
     pool.close().await;
     pg.shutdown().await?;
     if other > 0 {

@@ -31,6 +31,18 @@ pub struct Result {
     pub outcome: Outcome,
 }
 
+impl Result {
+    pub fn of(c: &app::db::deliveries::Claimed, outcome: Outcome) -> Self {
+        Result {
+            job_id: c.job_id.clone(),
+            attempt: c.attempt,
+            org_id: c.org_id,
+            recipient: c.recipient.clone(),
+            outcome,
+        }
+    }
+}
+
 type Reply<T> = oneshot::Sender<std::result::Result<T, String>>;
 
 /// A handle to the committer tasks; cheap to clone.

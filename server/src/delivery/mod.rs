@@ -3,30 +3,28 @@
 //! its attempt. It runs in every `serve` / `worker` process; the database arbitrates between
 //! them.
 
+mod batch;
 mod dkim;
 mod held;
 mod invite;
 mod ledger;
+mod pipeline;
 mod render;
 mod send;
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::Context;
 use sqlx::PgPool;
 
-use app::campaign_render::Compiled;
-use app::db::deliveries::{self, Claimed, Sender};
-use app::db::digests::Content as DigestContent;
+use app::db::deliveries::Claimed;
 use app::domain::Backoff;
 
 use crate::shutdown::Shutdown;
 use crate::smtp::{Connection, Target};
+use batch::Loaded;
 pub use held::Held;
 use ledger::Ledger;
-use render::Inputs;
 pub use render::Links;
 use send::send_one;
 
@@ -96,9 +94,8 @@ impl Worker {
         }
     }
 
-    /// Runs until shutdown: one lane per connection, each claiming its own share of the batch
-    /// and sending it, so a slow connection never holds the others back (no round barrier).
-    /// Every lane shares the ledger, whose group commits cover all of them.
+    /// Runs until shutdown: feeders claim batches ahead of the connections, which each take
+    /// the next claimed message as soon as they are free (see `pipeline`).
     pub async fn run(self, shutdown: Shutdown) {
         if let Some(rate) = self.cfg.rate_per_second {
             // A one-second burst; every replica configures the same bucket. Retried: a database
@@ -114,9 +111,7 @@ impl Worker {
                 }
             }
         }
-        let share = (self.cfg.batch / self.connections.len() as i64).max(1);
-        let lanes = (0..self.connections.len()).map(|_| lane(&self, share, shutdown.clone()));
-        futures::future::join_all(lanes).await;
+        pipeline::run(self, shutdown).await;
     }
 
     /// One round over every connection: claim a batch, send it, record the outcomes. Returns
@@ -138,28 +133,9 @@ async fn quit_all(connections: &mut [Option<Connection>]) {
     futures::future::join_all(open.map(Connection::quit)).await;
 }
 
-/// One connection's loop: claim `share`, send, record; pause when there is nothing to send.
-async fn lane(w: &Worker, share: i64, shutdown: Shutdown) {
-    let mut conn = [None];
-    while !shutdown.is_requested() {
-        let claimed = claim_and_send(&w.pool, &w.cfg, &w.holder, &w.ledger, share, &mut conn)
-            .await
-            .unwrap_or_else(|e| {
-                tracing::warn!(error = %format!("{e:#}"), "delivery round failed; retrying");
-                0
-            });
-        if claimed == 0 {
-            tokio::select! {
-                _ = shutdown.requested() => break,
-                _ = tokio::time::sleep(w.cfg.idle) => {}
-            }
-        }
-    }
-    quit_all(&mut conn).await;
-}
-
-/// Takes from the rate limit, claims up to `limit`, and sends the batch spread over
-/// `connections` (each chunk concurrently, in order on its connection).
+/// One synchronous round (tests and tools): claims up to `limit`, sends the batch spread over
+/// `connections` (each chunk concurrently, in order on its connection) and returns once every
+/// outcome is committed.
 async fn claim_and_send(
     pool: &PgPool,
     cfg: &Config,
@@ -168,22 +144,7 @@ async fn claim_and_send(
     limit: i64,
     connections: &mut [Option<Connection>],
 ) -> anyhow::Result<usize> {
-    let allowed = match cfg.rate_per_second {
-        Some(_) => app::db::rate_limit::take(pool, &cfg.bucket(), limit as i32).await? as i64,
-        None => limit,
-    };
-    if allowed == 0 {
-        return Ok(0);
-    }
-    let t = std::time::Instant::now();
-    let batch = deliveries::claim(pool, allowed, cfg.lease_seconds, holder)
-        .await
-        .context("claiming deliveries")?;
-    tracing::debug!(
-        n = batch.len(),
-        us = t.elapsed().as_micros() as u64,
-        "claim"
-    );
+    let batch = batch::claim(pool, cfg, holder, limit).await?;
     // Held until this function returns, whatever happens: an abandoned claim's lease runs out.
     let _in_flight = cfg.held.hold(&batch);
     if batch.is_empty() {
@@ -191,97 +152,20 @@ async fn claim_and_send(
         quit_all(connections).await;
         return Ok(0);
     }
-    // What the renderers read, once per batch and in two queries: each org's sender (with its
-    // DKIM key, parsed once here), each campaign's content.
-    let mut org_ids: Vec<i64> = batch.iter().map(|c| c.org_id).collect();
-    org_ids.sort_unstable();
-    org_ids.dedup();
-    let senders: HashMap<i64, Sender> = deliveries::senders(pool, &org_ids)
-        .await?
-        .into_iter()
-        .map(|s| (s.org_id, s))
-        .collect();
-    let mut refs: Vec<(i64, i64)> = batch
-        .iter()
-        .filter_map(|c| Some((c.org_id, c.content_campaign()?)))
-        .collect();
-    refs.sort_unstable();
-    refs.dedup();
-    // Each campaign's templates compile once per batch; one that does not compile fails its
-    // messages at render time (final, with the reason), not the batch.
-    // Keyed by (org, campaign): a test job names its campaign by id alone.
-    let mut campaigns: HashMap<(i64, i64), Compiled> = HashMap::new();
-    let mut names: HashMap<i64, String> = HashMap::new();
-    if !refs.is_empty() {
-        let mut conn = pool.acquire().await?;
-        for k in app::db::campaigns::contents(&mut conn, &refs).await? {
-            match Compiled::new(&k) {
-                Ok(compiled) => {
-                    campaigns.insert((k.org_id, k.id), compiled);
-                }
-                Err(e) => {
-                    tracing::warn!(campaign = k.id, error = %e, "campaign templates do not compile")
-                }
-            }
-        }
-        let subscribers: Vec<(i64, i64)> = batch
-            .iter()
-            .filter_map(|c| Some((c.org_id, c.subscriber_id?)))
-            .collect();
-        names = app::db::audience::subscriber_names(&mut conn, &subscribers)
-            .await?
-            .into_iter()
-            .collect();
-    }
-    let mut digest_refs: Vec<(i64, i64)> = batch
-        .iter()
-        .filter_map(|c| Some((c.org_id, c.digest_send_id?)))
-        .collect();
-    digest_refs.sort_unstable();
-    digest_refs.dedup();
-    let digests: HashMap<i64, DigestContent> = if digest_refs.is_empty() {
-        HashMap::new()
-    } else {
-        let mut conn = pool.acquire().await?;
-        app::db::digests::contents(&mut conn, &digest_refs)
-            .await?
-            .into_iter()
-            .map(|d| (d.id, d))
-            .collect()
-    };
-    let invites = invite::Invites::load(pool, &batch).await?;
-    let signers = dkim::Signers::load(senders.values());
-    let looked_up = Lookups {
-        senders: &senders,
-        signers: &signers,
-        campaigns: &campaigns,
-        names: &names,
-        digests: &digests,
-        invites: &invites,
-    };
+    let loaded = Loaded::load(pool, &batch).await?;
     let per_connection = batch.len().div_ceil(connections.len().max(1));
     let chunks = batch
         .chunks(per_connection)
         .zip(connections.iter_mut())
-        .map(|(chunk, conn)| send_chunk(cfg, ledger, &looked_up, chunk, conn));
+        .map(|(chunk, conn)| send_chunk(cfg, ledger, &loaded, chunk, conn));
     // Every chunk runs concurrently on its own connection; outcomes are group-committed.
     for done in futures::future::join_all(chunks).await {
         done?;
     }
     // Every outcome of the batch is committed: the campaigns' progress moved.
-    let campaign_ids: Vec<i64> = refs.iter().map(|r| r.1).collect();
+    let campaign_ids: Vec<i64> = batch::campaign_refs(&batch).iter().map(|r| r.1).collect();
     cfg.progress.touch(&campaign_ids);
     Ok(batch.len())
-}
-
-/// What the renderers read, loaded once per batch.
-struct Lookups<'a> {
-    senders: &'a HashMap<i64, Sender>,
-    signers: &'a dkim::Signers,
-    campaigns: &'a HashMap<(i64, i64), Compiled>,
-    names: &'a HashMap<i64, String>,
-    digests: &'a HashMap<i64, DigestContent>,
-    invites: &'a invite::Invites,
 }
 
 /// Sends a chunk in order over one connection (reconnecting after a broken one), handing each
@@ -289,35 +173,15 @@ struct Lookups<'a> {
 async fn send_chunk(
     cfg: &Config,
     ledger: &Ledger,
-    looked_up: &Lookups<'_>,
+    loaded: &Loaded,
     chunk: &[Claimed],
     conn: &mut Option<Connection>,
 ) -> anyhow::Result<()> {
     let mut recorded = Vec::with_capacity(chunk.len());
     for c in chunk {
-        let cx = Inputs {
-            message_id_domain: &cfg.message_id_domain,
-            links: &cfg.links,
-            sender: looked_up.senders.get(&c.org_id),
-            campaign: c
-                .content_campaign()
-                .and_then(|id| looked_up.campaigns.get(&(c.org_id, id))),
-            subscriber_name: c
-                .subscriber_id
-                .and_then(|id| looked_up.names.get(&id))
-                .map(String::as_str),
-            digest: c.digest_send_id.and_then(|id| looked_up.digests.get(&id)),
-            invites: looked_up.invites,
-            dkim: looked_up.signers.for_org(c.org_id),
-        };
+        let cx = loaded.inputs(cfg, c);
         let outcome = send_one(cfg, ledger, &cx, c, conn).await;
-        recorded.push(ledger.record(ledger::Result {
-            job_id: c.job_id.clone(),
-            attempt: c.attempt,
-            org_id: c.org_id,
-            recipient: c.recipient.clone(),
-            outcome,
-        }));
+        recorded.push(ledger.record(ledger::Result::of(c, outcome)));
     }
     for r in recorded {
         r.await

@@ -525,10 +525,10 @@ fn two_worker_processes_share_one_rate_limit_measured_at_the_sink() {
     at.sort();
     // Token bucket: in any window of w seconds at most capacity (= one second's worth) + R·w
     // messages *start* (take their token), whichever process sends them. Arrivals can bunch by
-    // what was already taken before the window: each of the 2 processes × 4 connections holds
-    // up to its share of a batch (10 / 4 = 2 messages), plus 1 for the window's edges. (One
-    // message per connection was too tight: CI once saw 36 arrivals in 0.33 s against 35.6.)
-    let in_flight = 2.0 * 4.0 * 2.0 + 1.0;
+    // what was already taken before the window: each of the 2 processes holds up to a batch
+    // (10) claimed ahead of its connections plus the message in hand on each of its 4
+    // connections, plus 1 for the window's edges.
+    let in_flight = 2.0 * (10.0 + 4.0) + 1.0;
     for i in 0..at.len() {
         for j in i..at.len() {
             let w = (at[j] - at[i]).as_secs_f64();

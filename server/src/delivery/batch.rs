@@ -1,0 +1,146 @@
+//! A claimed batch and what its renderers read, loaded once per batch in a few queries (each
+//! org's sender and DKIM key, each campaign's compiled content, recipients' names, digests,
+//! set-password links) and shared by every connection that sends part of it.
+
+use std::collections::HashMap;
+
+use anyhow::Context;
+use sqlx::PgPool;
+
+use app::campaign_render::Compiled;
+use app::db::deliveries::{self, Claimed, Sender};
+use app::db::digests::Content as DigestContent;
+
+use super::render::Inputs;
+use super::{dkim, invite, Config};
+
+pub struct Loaded {
+    senders: HashMap<i64, Sender>,
+    signers: dkim::Signers,
+    /// Keyed by (org, campaign): a test job names its campaign by id alone.
+    campaigns: HashMap<(i64, i64), Compiled>,
+    names: HashMap<i64, String>,
+    digests: HashMap<i64, DigestContent>,
+    invites: invite::Invites,
+}
+
+/// Takes from the rate limit and claims up to `limit` due deliveries for `holder`.
+pub async fn claim(
+    pool: &PgPool,
+    cfg: &Config,
+    holder: &str,
+    limit: i64,
+) -> anyhow::Result<Vec<Claimed>> {
+    let allowed = match cfg.rate_per_second {
+        Some(_) => app::db::rate_limit::take(pool, &cfg.bucket(), limit as i32).await? as i64,
+        None => limit,
+    };
+    if allowed == 0 {
+        return Ok(Vec::new());
+    }
+    let t = std::time::Instant::now();
+    let batch = deliveries::claim(pool, allowed, cfg.lease_seconds, holder)
+        .await
+        .context("claiming deliveries")?;
+    tracing::debug!(
+        n = batch.len(),
+        us = t.elapsed().as_micros() as u64,
+        "claim"
+    );
+    Ok(batch)
+}
+
+impl Loaded {
+    pub async fn load(pool: &PgPool, batch: &[Claimed]) -> anyhow::Result<Self> {
+        let mut org_ids: Vec<i64> = batch.iter().map(|c| c.org_id).collect();
+        org_ids.sort_unstable();
+        org_ids.dedup();
+        let senders: HashMap<i64, Sender> = deliveries::senders(pool, &org_ids)
+            .await?
+            .into_iter()
+            .map(|s| (s.org_id, s))
+            .collect();
+        let refs = campaign_refs(batch);
+        // Each campaign's templates compile once per batch; one that does not compile fails its
+        // messages at render time (final, with the reason), not the batch.
+        let mut campaigns = HashMap::new();
+        let mut names = HashMap::new();
+        if !refs.is_empty() {
+            let mut conn = pool.acquire().await?;
+            for k in app::db::campaigns::contents(&mut conn, &refs).await? {
+                match Compiled::new(&k) {
+                    Ok(compiled) => {
+                        campaigns.insert((k.org_id, k.id), compiled);
+                    }
+                    Err(e) => {
+                        tracing::warn!(campaign = k.id, error = %e, "campaign templates do not compile")
+                    }
+                }
+            }
+            let subscribers: Vec<(i64, i64)> = batch
+                .iter()
+                .filter_map(|c| Some((c.org_id, c.subscriber_id?)))
+                .collect();
+            names = app::db::audience::subscriber_names(&mut conn, &subscribers)
+                .await?
+                .into_iter()
+                .collect();
+        }
+        let mut digest_refs: Vec<(i64, i64)> = batch
+            .iter()
+            .filter_map(|c| Some((c.org_id, c.digest_send_id?)))
+            .collect();
+        digest_refs.sort_unstable();
+        digest_refs.dedup();
+        let digests = if digest_refs.is_empty() {
+            HashMap::new()
+        } else {
+            let mut conn = pool.acquire().await?;
+            app::db::digests::contents(&mut conn, &digest_refs)
+                .await?
+                .into_iter()
+                .map(|d| (d.id, d))
+                .collect()
+        };
+        let invites = invite::Invites::load(pool, batch).await?;
+        let signers = dkim::Signers::load(senders.values());
+        Ok(Loaded {
+            senders,
+            signers,
+            campaigns,
+            names,
+            digests,
+            invites,
+        })
+    }
+
+    /// What the renderer of `c` reads.
+    pub fn inputs<'a>(&'a self, cfg: &'a Config, c: &Claimed) -> Inputs<'a> {
+        Inputs {
+            message_id_domain: &cfg.message_id_domain,
+            links: &cfg.links,
+            sender: self.senders.get(&c.org_id),
+            campaign: c
+                .content_campaign()
+                .and_then(|id| self.campaigns.get(&(c.org_id, id))),
+            subscriber_name: c
+                .subscriber_id
+                .and_then(|id| self.names.get(&id))
+                .map(String::as_str),
+            digest: c.digest_send_id.and_then(|id| self.digests.get(&id)),
+            invites: &self.invites,
+            dkim: self.signers.for_org(c.org_id),
+        }
+    }
+}
+
+/// The (org, campaign) pairs whose content the batch shows, each once.
+pub fn campaign_refs(batch: &[Claimed]) -> Vec<(i64, i64)> {
+    let mut refs: Vec<(i64, i64)> = batch
+        .iter()
+        .filter_map(|c| Some((c.org_id, c.content_campaign()?)))
+        .collect();
+    refs.sort_unstable();
+    refs.dedup();
+    refs
+}

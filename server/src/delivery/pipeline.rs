@@ -1,0 +1,205 @@
+//! The delivery worker's steady state, with claiming off the connections' path:
+//!
+//! - **feeders** claim batches ahead of the connections. A feeder claims only when the hand-off
+//!   queue has room for its whole share, so at most `batch` claimed messages ever wait: what is
+//!   claimed starts promptly, and a crash strands at most that many until their lease runs out.
+//! - **connections** each take the next waiting message as soon as they are free, send it, and
+//!   hand its outcome to the ledger without waiting for the commit.
+//! - a **settler** waits for each outcome's group commit, then lets go of the claim (its lease
+//!   is no longer extended) and announces the campaign's progress.
+//!
+//! Only the body-start mark stays on a message's path: the body is never written before the
+//! mark is committed (guarantee 10).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, Mutex};
+use tokio::task::JoinSet;
+
+use app::db::deliveries::Claimed;
+
+use super::batch::{self, Loaded};
+use super::held::Guard;
+use super::ledger::{self, Recorded};
+use super::{quit_all, send_one, Worker};
+use crate::shutdown::Shutdown;
+
+/// Claims in flight at once: one is claimed while the other's messages are being sent.
+const FEEDERS: usize = 2;
+
+/// A claimed message waiting for a connection.
+struct Job {
+    claimed: Claimed,
+    loaded: Arc<Loaded>,
+    held: Guard,
+}
+
+/// An outcome on its way to the database.
+struct Settling {
+    recorded: Recorded,
+    campaign: Option<i64>,
+    held: Guard,
+}
+
+type Jobs = Arc<Mutex<mpsc::Receiver<Job>>>;
+
+/// Runs until shutdown. Every task lives in one `JoinSet`: if this future is dropped (the host
+/// gave up waiting), they are all aborted with it. Whatever is still claimed then is given back
+/// by the host (`release_held`); a message can only go out after its body-start mark committed
+/// on a row still `sending`, so nothing given back is ever sent by a straggler.
+pub async fn run(w: Worker, shutdown: Shutdown) {
+    let w = Arc::new(w);
+    let capacity = (w.cfg.batch.max(1) as usize).max(FEEDERS);
+    let (to_send, waiting) = mpsc::channel::<Job>(capacity);
+    let waiting: Jobs = Arc::new(Mutex::new(waiting));
+    let (settle, settling) = mpsc::unbounded_channel::<Settling>();
+    let mut tasks = JoinSet::new();
+    for _ in 0..FEEDERS {
+        let share = capacity / FEEDERS;
+        tasks.spawn(feed(w.clone(), to_send.clone(), share, shutdown.clone()));
+    }
+    drop(to_send);
+    for _ in 0..w.cfg.connections.max(1) {
+        tasks.spawn(connection(
+            w.clone(),
+            waiting.clone(),
+            settle.clone(),
+            shutdown.clone(),
+        ));
+    }
+    drop(settle);
+    tasks.spawn(settler(w.clone(), settling));
+    while let Some(done) = tasks.join_next().await {
+        if let Err(e) = done {
+            tracing::warn!(error = %e, "a delivery task ended abnormally");
+        }
+    }
+}
+
+/// Claims `share` messages whenever the hand-off queue has room for all of them.
+async fn feed(w: Arc<Worker>, to_send: mpsc::Sender<Job>, share: usize, shutdown: Shutdown) {
+    while !shutdown.is_requested() {
+        let room = tokio::select! {
+            _ = shutdown.requested() => break,
+            room = to_send.reserve_many(share) => match room {
+                Ok(room) => room,
+                Err(_) => break,
+            },
+        };
+        let claimed = match claim(&w, share).await {
+            Ok(claimed) => claimed,
+            Err(e) => {
+                tracing::warn!(error = %format!("{e:#}"), "claiming deliveries failed; retrying");
+                Vec::new()
+            }
+        };
+        if claimed.is_empty() {
+            drop(room);
+            tokio::select! {
+                _ = shutdown.requested() => break,
+                _ = tokio::time::sleep(w.cfg.idle) => {}
+            }
+            continue;
+        }
+        for (slot, job) in room.zip(claimed) {
+            slot.send(job);
+        }
+    }
+}
+
+/// One claim and its lookups. Each message is held (its lease extended) from here until its
+/// outcome is committed; if the lookups fail, the claims are let go and their leases run out.
+async fn claim(w: &Worker, limit: usize) -> anyhow::Result<Vec<Job>> {
+    let claimed = batch::claim(&w.pool, &w.cfg, &w.holder, limit as i64).await?;
+    let held: Vec<Guard> = claimed
+        .iter()
+        .map(|c| w.cfg.held.hold(std::slice::from_ref(c)))
+        .collect();
+    if claimed.is_empty() {
+        return Ok(Vec::new());
+    }
+    let loaded = Arc::new(Loaded::load(&w.pool, &claimed).await?);
+    Ok(claimed
+        .into_iter()
+        .zip(held)
+        .map(|(claimed, held)| Job {
+            claimed,
+            loaded: loaded.clone(),
+            held,
+        })
+        .collect())
+}
+
+enum Next {
+    Job(Job),
+    /// Nothing to send for a while.
+    Idle,
+    /// The feeders have stopped.
+    Closed,
+}
+
+async fn next(waiting: &Jobs, idle: Duration) -> Next {
+    let take = async { waiting.lock().await.recv().await };
+    match tokio::time::timeout(idle, take).await {
+        Ok(Some(job)) => Next::Job(job),
+        Ok(None) => Next::Closed,
+        Err(_) => Next::Idle,
+    }
+}
+
+/// One SMTP connection: sends whatever is waiting, one message at a time, until shutdown (the
+/// message in hand is finished first). An idle connection is closed on the server's side too.
+async fn connection(
+    w: Arc<Worker>,
+    waiting: Jobs,
+    settle: mpsc::UnboundedSender<Settling>,
+    shutdown: Shutdown,
+) {
+    let mut conn = [None];
+    loop {
+        let job = tokio::select! {
+            biased;
+            _ = shutdown.requested() => break,
+            next = next(&waiting, w.cfg.idle) => match next {
+                Next::Job(job) => job,
+                Next::Idle => {
+                    quit_all(&mut conn).await;
+                    continue;
+                }
+                Next::Closed => break,
+            },
+        };
+        let c = &job.claimed;
+        let cx = job.loaded.inputs(&w.cfg, c);
+        let outcome = send_one(&w.cfg, &w.ledger, &cx, c, &mut conn[0]).await;
+        let recorded = w.ledger.record(ledger::Result::of(c, outcome));
+        let campaign = c.content_campaign();
+        // The settler outlives every connection; if it is gone, so is the process.
+        let _ = settle.send(Settling {
+            recorded,
+            campaign,
+            held: job.held,
+        });
+    }
+    quit_all(&mut conn).await;
+}
+
+/// Waits for outcomes to commit, in the order they were handed over; then the claim is let go
+/// and the campaign's progress announced. Ends when every connection has ended and the last
+/// outcome is written, so the host releases nothing whose outcome is still on its way.
+async fn settler(w: Arc<Worker>, mut settling: mpsc::UnboundedReceiver<Settling>) {
+    while let Some(s) = settling.recv().await {
+        match s.recorded.await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "a delivery outcome was not recorded; its lease will run out")
+            }
+            Err(_) => tracing::warn!("the delivery ledger stopped before an outcome was recorded"),
+        }
+        if let Some(campaign) = s.campaign {
+            w.cfg.progress.touch(&[campaign]);
+        }
+        drop(s.held);
+    }
+}
