@@ -83,7 +83,7 @@ pub struct Worker {
 
 impl Worker {
     pub fn new(pool: PgPool, cfg: Config, holder: impl Into<String>) -> Self {
-        let ledger = Ledger::start(pool.clone());
+        let ledger = Ledger::start(crate::database::generic_plans_pool(&pool, 4));
         let connections = (0..cfg.connections.max(1)).map(|_| None).collect();
         Worker {
             pool,
