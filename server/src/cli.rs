@@ -192,7 +192,7 @@ pub struct WorkerArgs {
     #[arg(long, env = "MAILROOM_SMTP_HELLO_NAME", default_value = "localhost")]
     pub smtp_hello_name: String,
 
-    /// Deliveries claimed per round.
+    /// Deliveries claimed ahead of the SMTP connections: at most this many wait for one.
     #[arg(long, env = "MAILROOM_DELIVERY_BATCH", default_value_t = 50)]
     pub delivery_batch: i64,
 

@@ -378,7 +378,9 @@ fn give_back(filter: &str, requeued: &str, in_flight: &str, slot: usize) -> Stri
 /// Extends the leases of the deliveries `holder` is still working on (`held`: job id and
 /// attempt): a live process keeps those claims however slow its SMTP server (each step is
 /// bounded by the SMTP timeout). A claim it abandoned, and a dead or stopped process's, runs
-/// out. Returns the rows extended.
+/// out. Rows another transaction holds right now (this process's own ledger finishing them) are
+/// skipped, not waited for: waiting took their locks in another order and deadlocked. A skipped
+/// row that is still in flight is extended at the next renewal. Returns the rows extended.
 pub async fn extend_leases(
     pool: &PgPool,
     holder: &str,
@@ -389,9 +391,12 @@ pub async fn extend_leases(
         held.iter().map(|(j, a)| (j.as_str(), *a)).unzip();
     Ok(sqlx::query(
         "update deliveries d set lease_until = now() + make_interval(secs => $2)
-         from unnest($3::text[], $4::int[]) as h(job_id, attempt)
-         where d.job_id = h.job_id and d.attempt = h.attempt
-           and d.claimed_by = $1 and d.status = 'sending'",
+         from (select l.job_id from deliveries l
+               join unnest($3::text[], $4::int[]) as h(job_id, attempt)
+                 on l.job_id = h.job_id and l.attempt = h.attempt
+               where l.claimed_by = $1 and l.status = 'sending'
+               for update of l skip locked) free
+         where d.job_id = free.job_id",
     )
     .bind(holder)
     .bind(lease_seconds)

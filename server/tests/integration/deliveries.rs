@@ -1,6 +1,7 @@
 //! The delivery queue's database guarantees, raced and faulted on a real PostgreSQL.
 
 use std::collections::HashSet;
+use std::time::Duration;
 
 use app::db::deliveries::{self, NewDelivery, Outcome};
 use app::domain::{EmailAddress, JobId, Role};
@@ -583,6 +584,51 @@ async fn a_live_process_extends_only_the_leases_of_claims_it_is_still_working_on
     assert_eq!(status_of(&pool, &mine[0].job_id).await.0, "sending");
     assert_eq!(status_of(&pool, &mine[1].job_id).await.0, "queued");
     assert_eq!(status_of(&pool, &theirs[0].job_id).await.0, "queued");
+}
+
+/// The lease renewal never waits for a row lock: waiting, it took its locks in another order
+/// than the ledger finishing the same rows, and the two deadlocked (seen in the soak).
+#[tokio::test]
+async fn extending_leases_skips_rows_being_finished_instead_of_waiting_for_them() {
+    let pool = test_db().await;
+    let (org, _) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    enqueue_test_mail(&pool, org, 2).await;
+    let mine = deliveries::claim(&pool, 2, 60.0, "me").await.unwrap();
+    expire_leases(&pool).await;
+    let in_flight: Vec<(String, i32)> =
+        mine.iter().map(|c| (c.job_id.clone(), c.attempt)).collect();
+    // Another transaction (the ledger writing an outcome) holds the first row.
+    let mut finishing = pool.begin().await.unwrap();
+    sqlx::query("select 1 from deliveries where job_id = $1 for update")
+        .bind(&mine[0].job_id)
+        .execute(&mut *finishing)
+        .await
+        .unwrap();
+    let extended = tokio::time::timeout(
+        Duration::from_secs(5),
+        deliveries::extend_leases(&pool, "me", &in_flight, 60.0),
+    )
+    .await
+    .expect("the renewal waited for a locked row")
+    .unwrap();
+    assert_eq!(extended, 1, "only the row nobody holds");
+    finishing.rollback().await.unwrap();
+    let expired: i64 = sqlx::query_scalar(
+        "select count(*) from deliveries where status = 'sending' and lease_until < now()",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        expired, 1,
+        "the skipped row is extended at the next renewal, not now"
+    );
+    assert_eq!(
+        deliveries::extend_leases(&pool, "me", &in_flight, 60.0)
+            .await
+            .unwrap(),
+        2
+    );
 }
 
 #[tokio::test]
