@@ -479,7 +479,7 @@ fn two_worker_processes_share_one_rate_limit_measured_at_the_sink() {
     use nix::sys::signal::Signal;
 
     const RATE: f64 = 20.0;
-    const TOTAL: usize = 90;
+    const TOTAL: usize = 120;
     let rt = tokio::runtime::Runtime::new().unwrap();
     let (pool, url) = rt.block_on(crate::helpers::migrated_db_with_url());
     rt.block_on(async {
@@ -540,7 +540,9 @@ fn two_worker_processes_share_one_rate_limit_measured_at_the_sink() {
         }
     }
     let span = (at[at.len() - 1] - at[0]).as_secs_f64();
-    let sustained = (TOTAL as f64 - RATE) / span;
+    // Beyond the first second's burst and what was claimed ahead (whose tokens were taken
+    // before the first arrival: CI saw 90 arrivals span 3.22 s where the tokens spanned 3.5 s).
+    let sustained = (TOTAL as f64 - RATE - in_flight) / span;
     eprintln!("rate limit: {TOTAL} messages over {span:.2}s from 2 processes; sustained {sustained:.1}/s (limit {RATE}/s)");
     assert!(sustained <= RATE * 1.05, "sustained {sustained:.1}/s");
     assert!(
