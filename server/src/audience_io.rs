@@ -23,6 +23,7 @@ use tokio::io::AsyncWriteExt;
 use app::api::lists::ERRORS_KEPT;
 use app::api::CurrentUser;
 use app::db::imports::{self, Progress};
+use app::domain::audience::csv_cell;
 use app::domain::{CsvColumns, EmailAddress};
 
 use crate::http::AppState;
@@ -426,7 +427,9 @@ async fn export(
             };
             let last = rows.last().map(|r| r.id);
             for r in &rows {
-                if let Err(e) = w.write_record([&r.email, &r.name, &r.status, &r.created]) {
+                let (email, name) = (csv_cell(&r.email), csv_cell(&r.name));
+                let cells: [&str; 4] = [&email, &name, &r.status, &r.created];
+                if let Err(e) = w.write_record(cells) {
                     return Some((Err(std::io::Error::other(e)), (after, true, true)));
                 }
             }

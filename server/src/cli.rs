@@ -153,6 +153,22 @@ pub struct ServeArgs {
           value_parser = clap::value_parser!(u64).range(1..))]
     pub request_timeout_seconds: u64,
 
+    /// Seconds a connection may take to send a whole request head (from its start, or from the
+    /// end of its previous request); it is closed after. Slow or idle clients cannot pile up.
+    #[arg(long, env = "MAILROOM_HEADER_READ_TIMEOUT_SECONDS", default_value_t = 10,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub header_read_timeout_seconds: u64,
+
+    /// Connections one client address may hold at once; more are closed at once. 0: no cap.
+    /// Not applied with --trust-proxy (every connection then comes from the proxy, which is
+    /// where to cap them).
+    #[arg(
+        long,
+        env = "MAILROOM_MAX_CONNECTIONS_PER_CLIENT",
+        default_value_t = 128
+    )]
+    pub max_connections_per_client: usize,
+
     #[command(flatten)]
     pub worker: WorkerArgs,
 }
@@ -244,6 +260,12 @@ pub struct WorkerArgs {
     /// Seconds between digest ticks (each claims the orgs whose digest is due).
     #[arg(long, env = "MAILROOM_DIGEST_TICK_SECONDS", default_value_t = 60)]
     pub digest_tick_seconds: u64,
+
+    /// Every digest tick reads this instant (RFC 3339) as the database clock, so which weeks
+    /// are due never depends on the day a test runs. For tests only, and refused unless
+    /// MAILROOM_ALLOW_FAKE_CLOCK=1.
+    #[arg(long, env = "MAILROOM_DIGEST_NOW", hide = true)]
+    pub digest_now: Option<chrono::DateTime<chrono::Utc>>,
 
     /// Seconds between campaign worker ticks while nothing is sending (an approval wakes it).
     #[arg(long, env = "MAILROOM_CAMPAIGN_TICK_SECONDS", default_value_t = 5)]

@@ -1,6 +1,6 @@
 use std::path::PathBuf;
 
-use anyhow::{anyhow, Context};
+use anyhow::anyhow;
 use leptos::config::Env;
 use leptos::prelude::LeptosOptions;
 
@@ -14,6 +14,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match &cli.command {
         Command::Serve(args) => serve(&cli, args).await,
         Command::Worker(args) => {
+            allow_fake_clock("--digest-now", args.digest_now)?;
             let shutdown = Shutdown::on_signals()?;
             let transport = args.transport(cli.captured_dir())?;
             let db = Database::open(&cli, Migrations::Tolerant).await?;
@@ -54,11 +55,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             result
         }
         Command::DigestTick(args) => {
-            if args.now.is_some()
-                && std::env::var("MAILROOM_ALLOW_FAKE_CLOCK").as_deref() != Ok("1")
-            {
-                anyhow::bail!("--now replaces the database clock and is for tests only (a wrong clock sends missed weeks late or claims weeks early); set MAILROOM_ALLOW_FAKE_CLOCK=1 to use it");
-            }
+            allow_fake_clock("--now", args.now)?;
             let db = Database::open(&cli, Migrations::Tolerant).await?;
             let started = std::time::Instant::now();
             let result = app::digest::tick(
@@ -105,6 +102,8 @@ async fn unsubscribe_keys(
 
 async fn serve(cli: &Cli, args: &ServeArgs) -> anyhow::Result<()> {
     let started = std::time::Instant::now();
+    allow_fake_clock("--digest-now", args.worker.digest_now)?;
+    raise_open_file_limit();
     let shutdown = Shutdown::on_signals()?;
     // Bind first: a port in use is reported before any database work starts.
     let listener = tokio::net::TcpListener::bind(args.listen)
@@ -139,6 +138,18 @@ async fn serve(cli: &Cli, args: &ServeArgs) -> anyhow::Result<()> {
     };
     let progress = crate::progress_stream::Hub::new(shutdown.clone());
     tokio::spawn(progress.clone().listen(db.pool.clone()));
+    let edge = http::Edge {
+        trust_proxy: args.trust_proxy,
+        request_timeout: std::time::Duration::from_secs(args.request_timeout_seconds),
+        listen: crate::listen::Limits {
+            header_read_timeout: std::time::Duration::from_secs(args.header_read_timeout_seconds),
+            per_client: if args.trust_proxy {
+                0
+            } else {
+                args.max_connections_per_client
+            },
+        },
+    };
     let app = http::router(
         http::AppState {
             leptos_options: options,
@@ -146,10 +157,7 @@ async fn serve(cli: &Cli, args: &ServeArgs) -> anyhow::Result<()> {
             unsubscribe_keys: keys.clone(),
             progress,
             embedded_site: matches!(site, Site::Embedded),
-            edge: http::Edge {
-                trust_proxy: args.trust_proxy,
-                request_timeout: std::time::Duration::from_secs(args.request_timeout_seconds),
-            },
+            edge: edge.clone(),
         },
         app::api::ApiConfig {
             secure_cookies: args.secure_cookies,
@@ -174,17 +182,26 @@ async fn serve(cli: &Cli, args: &ServeArgs) -> anyhow::Result<()> {
         "ready"
     );
     println!("Mailroom is ready at http://{addr}");
-    let stop = shutdown.clone();
     // The peer's address is the client's, unless --trust-proxy (login throttling counts by it).
-    let app = app.into_make_service_with_connect_info::<std::net::SocketAddr>();
-    let served = axum::serve(listener, app)
-        .with_graceful_shutdown(async move { stop.requested().await })
-        .await;
+    crate::listen::serve(listener, app, edge.listen, shutdown.clone()).await;
     if let Some(workers) = workers {
         let _ = workers.await;
     }
-    db.close().await?;
-    served.context("the HTTP server failed")
+    db.close().await
+}
+
+/// Every connection is a file descriptor: take the most the system allows this process (the
+/// usual soft limit, 1,024, is far below the hard one).
+fn raise_open_file_limit() {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    match getrlimit(Resource::RLIMIT_NOFILE) {
+        Ok((soft, hard)) if soft < hard => match setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
+            Ok(()) => tracing::info!(from = soft, to = hard, "raised the open file limit"),
+            Err(e) => tracing::warn!(error = %e, soft, hard, "cannot raise the open file limit"),
+        },
+        Ok(_) => {}
+        Err(e) => tracing::warn!(error = %e, "cannot read the open file limit"),
+    }
 }
 
 /// Where the dashboard's built files come from.
@@ -251,6 +268,18 @@ impl std::fmt::Display for Site {
             Site::Dir(dir) => write!(f, "{}", dir.display()),
         }
     }
+}
+
+/// A flag that replaces the database clock is for tests only: a wrong clock sends missed weeks
+/// late or claims weeks early.
+fn allow_fake_clock(
+    flag: &str,
+    value: Option<chrono::DateTime<chrono::Utc>>,
+) -> anyhow::Result<()> {
+    if value.is_some() && std::env::var("MAILROOM_ALLOW_FAKE_CLOCK").as_deref() != Ok("1") {
+        anyhow::bail!("{flag} replaces the database clock and is for tests only (a wrong clock sends missed weeks late or claims weeks early); set MAILROOM_ALLOW_FAKE_CLOCK=1 to use it");
+    }
+    Ok(())
 }
 
 async fn user_add(db: &Database, args: &UserAddArgs) -> anyhow::Result<()> {

@@ -9,8 +9,14 @@ use crate::shutdown::Shutdown;
 use app::digest::{tick, Templates, CHUNK};
 
 /// Ticks until shutdown. A tick in progress is dropped on shutdown: its open chunk rolls back
-/// and claims nothing, so the next tick (on any replica) does that chunk's work.
-pub async fn run(pool: PgPool, every: Duration, shutdown: Shutdown) {
+/// and claims nothing, so the next tick (on any replica) does that chunk's work. `now` pins the
+/// clock every tick reads (tests only); None is the database's.
+pub async fn run(
+    pool: PgPool,
+    every: Duration,
+    now: Option<chrono::DateTime<chrono::Utc>>,
+    shutdown: Shutdown,
+) {
     let mut interval = tokio::time::interval(every.max(Duration::from_secs(1)));
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -20,7 +26,7 @@ pub async fn run(pool: PgPool, every: Duration, shutdown: Shutdown) {
         }
         tokio::select! {
             _ = shutdown.requested() => return,
-            report = tick(&pool, None, CHUNK, Templates::builtin()) => match report {
+            report = tick(&pool, now, CHUNK, Templates::builtin()) => match report {
                 Ok(r) if r.claimed + r.skipped > 0 || !r.failed_orgs.is_empty() => {
                     tracing::info!(claimed = r.claimed, skipped = r.skipped, recipients = r.recipients,
                         failed_orgs = r.failed_orgs.len(), "digest tick");

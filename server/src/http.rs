@@ -35,6 +35,8 @@ pub struct Edge {
     pub trust_proxy: bool,
     /// Time to answer a request (the first byte of the response): 408 after it.
     pub request_timeout: Duration,
+    /// What a connection may hold before its request is in (`listen`).
+    pub listen: crate::listen::Limits,
 }
 
 impl Default for Edge {
@@ -42,6 +44,7 @@ impl Default for Edge {
         Edge {
             trust_proxy: false,
             request_timeout: Duration::from_secs(30),
+            listen: crate::listen::Limits::default(),
         }
     }
 }

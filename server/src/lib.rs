@@ -27,6 +27,8 @@ pub mod embedded_pg;
 pub mod http;
 /// Leader election and the singleton jobs (reaper, retention), fenced by epoch.
 pub mod leader;
+/// Accepting connections: a request-head timeout and a cap per client address.
+pub mod listen;
 /// Prometheus `/metrics`.
 pub mod metrics;
 /// Debounced progress notifications (NOTIFY after commit).

@@ -1,12 +1,14 @@
-//! Security headers on every response.
+//! Security headers on every response, and `Cache-Control: no-store` on all but site files.
 //!
 //! The Content-Security-Policy allows no inline script but the ones leptos writes with the
 //! request's nonce (hydration, streamed Suspense chunks, serialised resources): pages get a
 //! policy naming their nonce from [`provide_page_policy`], which runs in the render context where
 //! leptos made it; every other response (server functions, files, errors, the unsubscribe
 //! pages) gets the same policy without a nonce. Styles may be inline: the e-mail previews are
-//! `<iframe sandbox srcdoc>` documents, which inherit this policy, and mail is styled inline;
-//! their images come from anywhere over HTTPS. Frames of ours inside other sites are refused.
+//! `<iframe sandbox srcdoc>` documents, which inherit this policy, and mail is styled inline.
+//! Images come only from us (and `data:`): markup that slipped into a page could otherwise
+//! report what it sees to any host, so a preview shows a remote image's alt text instead.
+//! Forms post only to us. Frames of ours inside other sites are refused.
 
 use axum::http::{header, HeaderName, HeaderValue};
 use axum::Router;
@@ -19,7 +21,7 @@ pub fn policy(nonce: Option<&str>, dev: bool) -> String {
     let connect = if dev { " ws: wss:" } else { "" };
     format!(
         "default-src 'self'; script-src 'self'{nonce} 'wasm-unsafe-eval'; \
-         style-src 'self' 'unsafe-inline'; img-src 'self' data: https:; font-src 'self' data:; \
+         style-src 'self' 'unsafe-inline'; img-src 'self' data:; font-src 'self' data:; \
          connect-src 'self'{connect}; object-src 'none'; base-uri 'none'; form-action 'self'; \
          frame-ancestors 'none'"
     )
@@ -55,6 +57,12 @@ pub fn apply(router: Router, dev: bool) -> Router {
         // Same-origin requests keep their Referer (leptos sends a plain form post back to it);
         // unsubscribe links, whose path is a token, never leak to other sites.
         .layer(fixed(header::REFERRER_POLICY, "same-origin"))
+        // Pages, server-function answers and exports are a signed-in user's data: no browser
+        // or proxy keeps a copy. Site files say their own (revalidated by ETag).
+        .layer(SetResponseHeaderLayer::if_not_present(
+            header::CACHE_CONTROL,
+            HeaderValue::from_static("no-store"),
+        ))
 }
 
 #[cfg(test)]
@@ -74,6 +82,11 @@ mod tests {
             .unwrap();
         assert!(!scripts.contains("unsafe-inline"), "{p}");
         assert!(p.contains("frame-ancestors 'none'"));
+        assert!(p.contains("form-action 'self'"), "{p}");
+        assert!(
+            p.contains("img-src 'self' data:;"),
+            "no image from another host: {p}"
+        );
         assert!(!policy(None, false).contains("nonce"));
         assert!(policy(None, true).contains("connect-src 'self' ws: wss:"));
     }

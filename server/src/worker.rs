@@ -92,6 +92,7 @@ pub async fn run(
     let digests = tokio::spawn(crate::digest::run(
         pool.clone(),
         Duration::from_secs(args.digest_tick_seconds),
+        args.digest_now,
         shutdown.clone(),
     ));
     tracing::info!(process = %id, mode = mode.as_str(), "worker host started");

@@ -368,15 +368,18 @@ pub async fn campaign_action(
     let mut self_approved = false;
     let done = match t {
         Transition::Approve => {
+            let approved = campaign_states::approve(&mut tx, me.org_id, id, me.user_id, version)
+                .await
+                .map(|s| self_approved = s);
             // Never approve a campaign that would reach nobody (the estimate the dialog showed).
-            if campaign_edit::estimate(&mut tx, me.org_id, id).await? == 0 {
+            // Checked after the compare-and-set, which says "not found" for another org's
+            // campaign; returning here rolls the approval back.
+            if approved.is_ok() && campaign_edit::estimate(&mut tx, me.org_id, id).await? == 0 {
                 return Err(AppError::Conflict(
                     "This campaign would reach nobody (0 recipients after de-duplication and suppression): choose lists with subscribers first.".into(),
                 ));
             }
-            campaign_states::approve(&mut tx, me.org_id, id, me.user_id, version)
-                .await
-                .map(|s| self_approved = s)
+            approved
         }
         Transition::Reject => campaign_states::reject(&mut tx, me.org_id, id, &reason).await,
         other => campaign_states::change(&mut tx, me.org_id, id, other).await,

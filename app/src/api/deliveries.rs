@@ -121,8 +121,10 @@ fn row(r: crate::db::delivery_admin::ListRow) -> Result<DeliveryRow, AppError> {
         tracing::error!(error = %e, "unexpected delivery status");
         AppError::Internal
     })?;
-    // The delivery worker records "captured …" as the reply of a message written to a file.
+    // The delivery worker records "captured …" as the reply of a message written to a file;
+    // one that carries a credential is never offered.
     let captured = status == DeliveryStatus::Delivered
+        && !carries_credential(&r.kind)
         && r.smtp_reply
             .as_deref()
             .is_some_and(|s| s.starts_with("captured"));
@@ -141,6 +143,13 @@ fn row(r: crate::db::delivery_admin::ListRow) -> Result<DeliveryRow, AppError> {
         detail,
         captured,
     })
+}
+
+/// An unknown kind counts as carrying one: fail closed.
+#[cfg(feature = "ssr")]
+fn carries_credential(kind: &str) -> bool {
+    kind.parse::<crate::domain::DeliveryKind>()
+        .map_or(true, |k| k.carries_credential())
 }
 
 /// Puts a failed or unknown delivery back in the queue (owners and admins), with an audit row.
@@ -169,7 +178,8 @@ pub async fn retry_delivery(job_id: String) -> Result<String, AppError> {
 }
 
 /// The raw text of a captured message. The file is found from the org and the job id after the
-/// job was looked up in the org, never from a path in the request.
+/// job was looked up in the org, never from a path in the request. Account mail (an invitation
+/// or reset link) is not found here for anyone: its link signs in as its recipient.
 #[server(endpoint = "captured_message")]
 pub async fn captured_message(job_id: String) -> Result<CapturedText, AppError> {
     use tokio::io::AsyncReadExt;
@@ -178,6 +188,7 @@ pub async fn captured_message(job_id: String) -> Result<CapturedText, AppError> 
     let mut conn = pool.acquire().await?;
     let found = crate::db::delivery_admin::find(&mut conn, me.org_id, &job_id)
         .await?
+        .filter(|f| !carries_credential(&f.kind))
         .ok_or(AppError::NotFound)?;
     drop(conn);
     let no_copy = || {

@@ -119,6 +119,7 @@ pub async fn list(
 #[derive(sqlx::FromRow, Clone, Debug)]
 pub struct Found {
     pub job_id: String,
+    pub kind: String,
     pub recipient: String,
     pub status: String,
     pub smtp_reply: Option<String>,
@@ -131,7 +132,7 @@ pub async fn find(
     job_id: &str,
 ) -> sqlx::Result<Option<Found>> {
     sqlx::query_as(
-        "select job_id, recipient, status, smtp_reply from deliveries
+        "select job_id, kind, recipient, status, smtp_reply from deliveries
          where org_id = $1 and job_id = $2",
     )
     .bind(org_id)

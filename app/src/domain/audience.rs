@@ -79,6 +79,35 @@ pub fn list_name(input: &str) -> Result<String, String> {
     Ok(name)
 }
 
+/// A cell starting with one of these is a formula to a spreadsheet (OWASP's CSV injection
+/// list): `=`, `+`, `-`, `@`, tab and carriage return.
+fn starts_formula(s: &str) -> bool {
+    s.starts_with(['=', '+', '-', '@', '\t', '\r'])
+}
+
+/// A value as an exported CSV cell: one that a spreadsheet would run as a formula gets a
+/// leading `'`, and so does one already starting with `'` before such a character or another
+/// `'`, so that [`csv_value`] reads every exported cell back to the value exactly.
+pub fn csv_cell(value: &str) -> std::borrow::Cow<'_, str> {
+    let quoted = value
+        .strip_prefix('\'')
+        .is_some_and(|rest| starts_formula(rest) || rest.starts_with('\''));
+    if starts_formula(value) || quoted {
+        format!("'{value}").into()
+    } else {
+        value.into()
+    }
+}
+
+/// An imported CSV cell as the value it stands for: the `'` that [`csv_cell`] (or a
+/// spreadsheet) put before a formula character or a `'` is taken off.
+pub fn csv_value(cell: &str) -> &str {
+    match cell.strip_prefix('\'') {
+        Some(rest) if starts_formula(rest) || rest.starts_with('\'') => rest,
+        _ => cell,
+    }
+}
+
 /// Where the columns of an imported file are, found by its header row (case-insensitive):
 /// `email` is required, `name` is optional; other columns are ignored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -122,7 +151,7 @@ impl CsvColumns {
             if s.contains('\0') {
                 return Err(format!("the {what} contains a NUL character"));
             }
-            Ok(s)
+            Ok(csv_value(s))
         };
         let email = text(self.email, "address")?;
         if email.chars().count() > 254 {
@@ -154,6 +183,27 @@ fn lower_first(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn formula_cells_are_neutralised_and_read_back_to_the_same_value() {
+        for (value, cell) in [
+            ("=cmd|' /C calc'!A0", "'=cmd|' /C calc'!A0"),
+            ("+1", "'+1"),
+            ("-x@example.org", "'-x@example.org"),
+            ("@SUM(A1)", "'@SUM(A1)"),
+            ("\tx", "'\tx"),
+            ("\rx", "'\rx"),
+            ("'=x", "''=x"),
+            ("''", "'''"),
+            ("'Twas", "'Twas"),
+            ("'", "'"),
+            ("Ann", "Ann"),
+            ("", ""),
+        ] {
+            assert_eq!(csv_cell(value), cell, "{value:?}");
+            assert_eq!(csv_value(cell), value, "{cell:?}");
+        }
+    }
 
     #[test]
     fn names_and_statuses_are_checked_with_messages_naming_the_field() {

@@ -98,6 +98,12 @@ impl DeliveryKind {
             DeliveryKind::Invite => "invite",
         }
     }
+
+    /// Its message carries a credential (a set-password link): nobody but its recipient may
+    /// read it, so the dashboard never opens a captured copy, whoever asks.
+    pub fn carries_credential(self) -> bool {
+        self == DeliveryKind::Invite
+    }
 }
 
 impl fmt::Display for DeliveryKind {

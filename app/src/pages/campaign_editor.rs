@@ -94,7 +94,7 @@ fn Editor(
                     </select>
                 </label>
                 <label class="grid gap-1">"Body"
-                    <textarea name="body" rows="10" class=FIELD data-test="body">{s.body.clone()}</textarea>
+                    <textarea name="body" rows="10" class=FIELD data-test="body">{super::textarea_text(&s.body)}</textarea>
                 </label>
                 <span class="text-xs text-slate-500 dark:text-slate-400">"Fields: {{ name }}, {{ email }}, {{ unsubscribe_url }} (an unsubscribe link is also added to every message)."</span>
                 <fieldset class="grid gap-1">

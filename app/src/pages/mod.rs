@@ -49,6 +49,23 @@ fn action_outcome(
     })
 }
 
+/// The text inside a `<textarea>`. tachys writes the children of raw-text elements unescaped
+/// on the server, so a stored value holding `</textarea>` would end the element and the rest
+/// would become live markup; the browser decodes entities inside a textarea, so the escaped
+/// form shows the same text. In the browser the child is a text node and is never parsed.
+fn textarea_text(s: &str) -> String {
+    #[cfg(feature = "ssr")]
+    {
+        s.replace('&', "&amp;")
+            .replace('<', "&lt;")
+            .replace('>', "&gt;")
+    }
+    #[cfg(not(feature = "ssr"))]
+    {
+        s.to_owned()
+    }
+}
+
 /// 1234567 → "1,234,567": numbers as people read them.
 fn thousands(n: i64) -> String {
     let digits = n.unsigned_abs().to_string();
@@ -74,6 +91,22 @@ mod tests {
         assert_eq!(
             [t(0), t(999), t(1000), t(1234567), t(-12345)],
             ["0", "999", "1,000", "1,234,567", "-12,345"]
+        );
+    }
+
+    /// A body that closes the textarea stays inside it in the server's HTML.
+    #[cfg(feature = "ssr")]
+    #[test]
+    fn a_textarea_holding_its_own_end_tag_stays_one_textarea() {
+        use leptos::prelude::*;
+        let body = "</textarea></form><form action=\"/api/set_user_role\"><button>x</button> &amp;";
+        let html = view! { <textarea>{super::textarea_text(body)}</textarea> }.to_html();
+        assert_eq!(html.matches("</textarea>").count(), 1, "{html}");
+        assert!(!html.contains("<form"), "{html}");
+        assert!(html.contains("&lt;/textarea&gt;&lt;/form&gt;"), "{html}");
+        assert!(
+            html.contains("&amp;amp;"),
+            "entities are kept as typed: {html}"
         );
     }
 }

@@ -297,3 +297,62 @@ async fn a_hundred_thousand_rows_stream_through_one_import() {
         .unwrap();
     assert_eq!(text.lines().count(), 100_001);
 }
+
+/// A value a spreadsheet would run as a formula is exported with a leading `'` (OWASP), and
+/// importing the exported file reads back exactly the values that were exported.
+#[tokio::test]
+async fn formula_cells_are_neutralised_in_the_export_and_read_back_by_the_import() {
+    let pool = test_db().await;
+    let (_, a) = org_with_users(&pool, "acme", &[Role::Admin]).await;
+    let (_, b) = org_with_users(&pool, "beta", &[Role::Admin]).await;
+    let app = spawn_app(pool.clone()).await;
+    let admin_a = signed_in(&app, &a[0].1, &a[0].2).await;
+    let admin_b = signed_in(&app, &b[0].1, &b[0].2).await;
+    let source = list(&app, &admin_a, "Source").await;
+    let file = "email,name\n\
+                calc@example.org,=cmd|' /C calc'!A0\n\
+                -dash@example.org,+1 555\n\
+                at@example.org,@SUM(A1)\n\
+                quote@example.org,'=already quoted\n\
+                plain@example.org,'Twas Ann\n";
+    let v = import(&app, &admin_a, source, file.as_bytes().to_vec()).await;
+    assert_eq!(v["status"], "done", "{v}");
+    let stored = members(&app, source).await;
+    assert_eq!(stored.len(), 5, "{stored:?}");
+    assert!(stored.contains(&("calc@example.org".into(), "=cmd|' /C calc'!A0".into())));
+    assert!(stored.contains(&("quote@example.org".into(), "=already quoted".into())));
+
+    let text = admin_a
+        .get(format!(
+            "{}/api/audience/export.csv?list={source}",
+            app.base
+        ))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let mut cells = csv::Reader::from_reader(text.as_bytes());
+    for row in cells.records() {
+        let row = row.unwrap();
+        for cell in [&row[0], &row[1]] {
+            assert!(
+                !cell.starts_with(['=', '+', '-', '@', '\t', '\r']),
+                "a live formula cell {cell:?} in {text}"
+            );
+        }
+    }
+    assert!(text.contains("'-dash@example.org,'+1 555"), "{text}");
+    assert!(
+        text.contains("calc@example.org,'=cmd|' /C calc'!A0,"),
+        "{text}"
+    );
+
+    // Another org imports the exported file: the same addresses and names.
+    let copy = list(&app, &admin_b, "Copy").await;
+    let v = import(&app, &admin_b, copy, text.into_bytes()).await;
+    assert_eq!(v["status"], "done", "{v}");
+    assert_eq!(v["error_count"].as_i64(), Some(0), "{v}");
+    assert_eq!(members(&app, copy).await, stored);
+}

@@ -251,6 +251,21 @@ async fn rejecting_needs_a_reason_approval_to_nobody_is_refused_and_self_approva
     );
     // No list: nobody to send to.
     assert!(conflict(&act(&app, &admin, id, "approve", 1).await).contains("would reach nobody"));
+    let still: String = sqlx::query_scalar("select status from campaigns where id = $1")
+        .bind(id)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(still, "submitted", "the refused approval was rolled back");
+    // A missing campaign and another org's are not found, not "would reach nobody".
+    let (_, intruders) = org_with_users(&pool, "intruders", &[Role::Admin]).await;
+    let intruder = signed_in(&app, &intruders[0].1, &intruders[0].2).await;
+    for (c, target) in [(&admin, id + 1000), (&intruder, id)] {
+        assert_eq!(
+            json(&act(&app, c, target, "approve", 1).await),
+            Value::from("NotFound")
+        );
+    }
     let reject = |reason: &'static str| {
         let id = id.to_string();
         let app = &app;

@@ -12,6 +12,9 @@ use nix::unistd::Pid;
 use crate::canary::unsubscribe_keys_env;
 use crate::helpers::mailroom_bin;
 
+/// The instant every worker process's digest ticker reads (scripts/e2e pins the same one).
+pub const DIGEST_NOW: &str = "2026-07-01T12:00:00Z";
+
 pub struct Proc {
     pub child: Child,
     pub log: PathBuf,
@@ -40,6 +43,11 @@ impl Proc {
             .env_remove("MAILROOM_DATABASE_URL")
             .env("RUST_LOG", "info")
             .env("MAILROOM_UNSUBSCRIBE_KEYS", unsubscribe_keys_env())
+            // The workers' digest ticker reads a fixed Wednesday noon (UTC), when no org with
+            // the default Monday 09:00 schedule is due in any zone: a test's mail never
+            // depends on the day it runs.
+            .env("MAILROOM_ALLOW_FAKE_CLOCK", "1")
+            .env("MAILROOM_DIGEST_NOW", DIGEST_NOW)
             .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(file.try_clone().unwrap())

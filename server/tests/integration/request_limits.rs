@@ -126,3 +126,114 @@ async fn a_stalled_request_times_out_but_an_import_upload_and_the_progress_strea
     .is_err();
     assert!(open_past_timeout, "the progress stream ended");
 }
+
+/// Connections from 127.0.0.2 that start a request head and never finish it. Returns each with
+/// whether the server closed it within `within`.
+async fn closed_within(conns: &mut [TcpStream], within: Duration) -> Vec<bool> {
+    let mut out = Vec::new();
+    for s in conns.iter_mut() {
+        let mut buf = [0u8; 256];
+        // EOF, a reset or a 408 all mean the server let go of it.
+        let closed = matches!(
+            tokio::time::timeout(within, s.read(&mut buf)).await,
+            Ok(Ok(_)) | Ok(Err(_))
+        );
+        out.push(closed);
+    }
+    out
+}
+
+async fn from_other_client(app: &TestApp, send: &[u8]) -> TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.2:0".parse().unwrap()).unwrap();
+    let mut s = socket
+        .connect(app.base.trim_start_matches("http://").parse().unwrap())
+        .await
+        .unwrap();
+    s.write_all(send).await.unwrap();
+    s
+}
+
+fn app_config() -> app::api::ApiConfig {
+    app::api::ApiConfig {
+        secure_cookies: false,
+        captured_dir: None,
+        campaign_bin_days: 30.0,
+    }
+}
+
+/// One client address holds at most its cap of connections: the rest are closed at once (long
+/// before the head timeout), the kept ones stay open, and other clients are served all along.
+#[tokio::test]
+async fn a_client_holding_many_connections_cannot_starve_the_others() {
+    use mailroom::listen::Limits;
+    let edge = Edge {
+        listen: Limits {
+            header_read_timeout: Duration::from_secs(600),
+            per_client: 20,
+        },
+        ..Edge::default()
+    };
+    let app = spawn_app_with(test_db().await, app_config(), edge).await;
+    let mut held = Vec::new();
+    for _ in 0..60 {
+        held.push(from_other_client(&app, b"GET /healthz HTTP/1.1\r\nHost: x\r\n").await);
+    }
+    let c = client(&app);
+    for _ in 0..5 {
+        let r = c.get(format!("{}/healthz", app.base)).send().await.unwrap();
+        assert_eq!(r.status(), 200);
+    }
+    let (kept, over) = held.split_at_mut(20);
+    let over_closed = closed_within(over, Duration::from_secs(10)).await;
+    assert!(over_closed.iter().all(|c| *c), "{over_closed:?}");
+    let kept_closed = closed_within(&mut kept[..3], Duration::from_millis(300)).await;
+    assert_eq!(kept_closed, [false; 3], "the first 20 are kept");
+    // A freed place is taken again.
+    drop(held);
+    let mut s = from_other_client(
+        &app,
+        b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    let mut answer = String::new();
+    tokio::time::timeout(Duration::from_secs(10), s.read_to_string(&mut answer))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+}
+
+/// A connection that never finishes its request head, or never sends a byte, is closed once the
+/// header-read timeout passes; before, such connections stayed open for ever and ran the
+/// server out of file descriptors.
+#[tokio::test]
+async fn unfinished_request_heads_are_closed_after_the_header_read_timeout() {
+    use mailroom::listen::Limits;
+    let edge = Edge {
+        listen: Limits {
+            header_read_timeout: Duration::from_secs(1),
+            per_client: 0,
+        },
+        ..Edge::default()
+    };
+    let app = spawn_app_with(test_db().await, app_config(), edge).await;
+    let mut held = Vec::new();
+    for i in 0..20 {
+        let part: &[u8] = if i % 2 == 0 {
+            b"GET /healthz HTTP/1.1\r\nHost: x\r\n"
+        } else {
+            b""
+        };
+        held.push(from_other_client(&app, part).await);
+    }
+    let closed = closed_within(&mut held, Duration::from_secs(30)).await;
+    assert!(closed.iter().all(|c| *c), "{closed:?}");
+    // A request that arrives whole is answered as ever.
+    let r = client(&app)
+        .get(format!("{}/healthz", app.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+}

@@ -144,3 +144,26 @@ async fn session_cookies_are_secure_when_configured_or_behind_a_trusted_https_pr
         assert_eq!(cookie.contains("; Secure"), secure, "{proto:?}: {cookie}");
     }
 }
+
+/// Nothing behind a session is kept by a browser or a proxy: signed-in pages, server-function
+/// answers and the CSV export say `no-store`.
+#[tokio::test]
+async fn responses_behind_a_session_are_never_stored() {
+    let pool = test_db().await;
+    let (_, users) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let app = spawn_app(pool.clone()).await;
+    let c = signed_in(&app, &users[0].1, &users[0].2).await;
+    for path in ["/", "/campaigns", "/settings", "/api/audience/export.csv"] {
+        let r = c.get(format!("{}{path}", app.base)).send().await.unwrap();
+        assert_eq!(r.status(), 200, "{path}");
+        assert_eq!(header(r.headers(), "cache-control"), "no-store", "{path}");
+    }
+    let r = c
+        .post(format!("{}/api/overview", app.base))
+        .header("origin", &app.base)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(header(r.headers(), "cache-control"), "no-store");
+}

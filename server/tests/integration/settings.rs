@@ -76,7 +76,8 @@ async fn can_login(app: &TestApp, email: &str, password: &str) -> bool {
 #[tokio::test]
 async fn the_sender_identity_is_owner_only_validated_field_by_field_and_audited() {
     let pool = test_db().await;
-    let (org, u) = org_with_users(&pool, "acme", &[Role::Owner, Role::Admin, Role::Viewer]).await;
+    let roles = [Role::Owner, Role::Admin, Role::Viewer, Role::Viewer];
+    let (org, u) = org_with_users(&pool, "acme", &roles).await;
     let app = spawn_app(pool.clone()).await;
     let owner = signed_in(&app, &u[0].1, &u[0].2).await;
     let admin = signed_in(&app, &u[1].1, &u[1].2).await;
@@ -358,7 +359,8 @@ async fn an_invite_is_one_user_and_one_invite_delivery_and_its_link_sets_a_passw
 #[tokio::test]
 async fn disabling_ends_sessions_and_blocks_login_and_the_last_owner_is_kept() {
     let pool = test_db().await;
-    let (org, u) = org_with_users(&pool, "acme", &[Role::Owner, Role::Admin, Role::Viewer]).await;
+    let roles = [Role::Owner, Role::Admin, Role::Viewer, Role::Viewer];
+    let (org, u) = org_with_users(&pool, "acme", &roles).await;
     let app = spawn_app(pool.clone()).await;
     let owner = signed_in(&app, &u[0].1, &u[0].2).await;
     let admin = signed_in(&app, &u[1].1, &u[1].2).await;
@@ -564,7 +566,8 @@ async fn a_reset_ends_the_old_password_and_sessions_and_its_link_sets_a_new_one(
 #[tokio::test]
 async fn the_audit_log_lists_the_orgs_entries_filtered_and_a_page_at_a_time() {
     let pool = test_db().await;
-    let (org, u) = org_with_users(&pool, "acme", &[Role::Owner, Role::Admin, Role::Viewer]).await;
+    let roles = [Role::Owner, Role::Admin, Role::Viewer, Role::Viewer];
+    let (org, u) = org_with_users(&pool, "acme", &roles).await;
     let (other_org, _) = org_with_users(&pool, "other", &[Role::Owner]).await;
     let app = spawn_app(pool.clone()).await;
     let owner = signed_in(&app, &u[0].1, &u[0].2).await;
@@ -904,4 +907,78 @@ async fn self_approval_is_off_by_default_and_only_an_owner_turns_it_on_which_let
         json(&app.call(&owner, "settings").await.1)["allow_self_approval"],
         false
     );
+}
+
+/// Captured account mail signs in as its recipient, so no dashboard user reads it: a viewer
+/// who could open a new owner's captured invitation (or a reset) would become that owner.
+#[tokio::test]
+async fn captured_invitations_and_resets_are_readable_by_no_dashboard_user() {
+    use mailroom::delivery::Worker;
+    let pool = test_db().await;
+    let roles = [Role::Owner, Role::Admin, Role::Viewer, Role::Viewer];
+    let (org, u) = org_with_users(&pool, "acme", &roles).await;
+    let dir = tempfile::tempdir().unwrap();
+    let app = crate::test_app::spawn_app_capturing(pool.clone(), Some(dir.path().to_owned())).await;
+    let owner = signed_in(&app, &u[0].1, &u[0].2).await;
+    let admin = signed_in(&app, &u[1].1, &u[1].2).await;
+    let viewer = signed_in(&app, &u[2].1, &u[2].2).await;
+    let (status, body) = app
+        .call_with(
+            &owner,
+            "invite_user",
+            &[
+                ("email", "boss@acme.example"),
+                ("name", "Boss"),
+                ("role", "owner"),
+            ],
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = app
+        .call_with(
+            &owner,
+            "reset_password",
+            &[("user_id", &u[3].0.to_string())],
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let mut worker = Worker::new(
+        pool.clone(),
+        crate::delivery_worker::config_for_capture(dir.path().to_owned()),
+        "w",
+    );
+    while worker.round().await.unwrap() > 0 {}
+
+    let invite = invite_jobs(&pool, "boss@acme.example").await.remove(0).0;
+    let reset = invite_jobs(&pool, &u[3].1).await.remove(0).0;
+    for job in [&invite, &reset] {
+        // The copy exists on disk, with its live link: the operator can hand it over.
+        let token = token_of(&pool, job).await;
+        let file = std::fs::read_to_string(app::capture::path_for(dir.path(), org, job)).unwrap();
+        assert!(file.contains(&token), "captured with its link");
+        for c in [&owner, &admin, &viewer] {
+            let (_, body) = app
+                .call_with(c, "captured_message", &[("job_id", job)])
+                .await;
+            assert_eq!(json(&body), Value::from("NotFound"), "{body}");
+            assert!(!body.contains(&token));
+            let page = c
+                .get(format!("{}/deliveries/message", app.base))
+                .query(&[("job", job.as_str())])
+                .send()
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap();
+            assert!(!page.contains(&token), "the message page shows no link");
+            let (status, body) = app.call_with(c, "deliveries", &[("kind", "invite")]).await;
+            assert_eq!(status, 200, "{body}");
+            let rows = json(&body)["rows"].as_array().unwrap().clone();
+            assert_eq!(rows.len(), 2, "listed, with their states: {body}");
+            assert!(rows
+                .iter()
+                .all(|r| r["status"] == "delivered" && r["captured"] == false));
+        }
+    }
 }

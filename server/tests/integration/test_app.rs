@@ -43,6 +43,8 @@ pub async fn spawn_app_with(
         .site_addr(addr)
         .build();
     let (stop, shutdown) = mailroom::shutdown::Shutdown::manual();
+    let shutdown_http = shutdown.clone();
+    let edge_limits = edge.listen;
     let progress = mailroom::progress_stream::Hub::new(shutdown);
     tokio::spawn(progress.clone().listen(pool.clone()));
     let router = mailroom::http::router(
@@ -56,8 +58,13 @@ pub async fn spawn_app_with(
         },
         api,
     );
-    let service = router.into_make_service_with_connect_info::<std::net::SocketAddr>();
-    tokio::spawn(async move { axum::serve(listener, service).await.unwrap() });
+    let limits = edge_limits;
+    tokio::spawn(mailroom::listen::serve(
+        listener,
+        router,
+        limits,
+        shutdown_http,
+    ));
     TestApp {
         base: format!("http://{addr}"),
         pool,
