@@ -19,6 +19,15 @@ pub enum AppError {
     Invalid(String),
     #[error("{0}")]
     Conflict(String),
+    /// It was good once and is no more (an expired confirmation).
+    #[error("{0}")]
+    Expired(String),
+    /// The request's body is over the limit (a chunked body found out while it was read).
+    #[error("The request is too large.")]
+    TooLarge,
+    /// Too many attempts (sign-in throttling): the text says when to try again.
+    #[error("{0}")]
+    Throttled(String),
     #[error("Something went wrong on our side; it has been logged. Please try again.")]
     Internal,
     /// Transport problems seen by the client (network down, server restarting).
@@ -26,10 +35,34 @@ pub enum AppError {
     Transport(String),
 }
 
+impl AppError {
+    /// The HTTP status a server function answers with it: the caller's mistakes are 4xx, only
+    /// the unexpected is 500. (The browser reads the body whatever the status.)
+    pub fn status(&self) -> u16 {
+        match self {
+            AppError::NotSignedIn => 401,
+            AppError::Forbidden => 403,
+            AppError::NotFound => 404,
+            AppError::Conflict(_) => 409,
+            AppError::Invalid(_) => 422,
+            AppError::Expired(_) => 410,
+            AppError::TooLarge => 413,
+            AppError::Throttled(_) => 429,
+            AppError::Internal => 500,
+            AppError::Transport(_) => 502,
+        }
+    }
+}
+
 impl FromServerFnError for AppError {
     type Encoder = JsonEncoding;
 
     fn from_server_fn_error(value: ServerFnErrorErr) -> Self {
+        // A body without a declared length meets the body limit only as it is read; the error
+        // reaches us as text (http-body-util's LengthLimitError).
+        if value.to_string().contains("length limit exceeded") {
+            return AppError::TooLarge;
+        }
         match value {
             ServerFnErrorErr::Request(e) => AppError::Transport(e),
             ServerFnErrorErr::Args(e) | ServerFnErrorErr::MissingArg(e) => {
@@ -62,6 +95,14 @@ impl From<sqlx::Error> for AppError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_body_over_the_limit_is_too_large_not_internal() {
+        let e = AppError::from_server_fn_error(ServerFnErrorErr::Deserialization(
+            "error reading body: length limit exceeded".into(),
+        ));
+        assert_eq!((e.clone(), e.status()), (AppError::TooLarge, 413));
+    }
 
     #[test]
     fn internal_errors_do_not_leak_their_text() {

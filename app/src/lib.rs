@@ -33,6 +33,9 @@ pub mod pages;
 /// Set-password links for invitations and resets, derived from their job id (server only).
 #[cfg(feature = "ssr")]
 pub mod password_token;
+/// The forced-resend dialog's key, signed so only keys the server issued are accepted.
+#[cfg(feature = "ssr")]
+pub mod resend_key;
 /// Signed unsubscribe tokens (RFC 8058 one-click), verified against a list of keys (server only).
 #[cfg(feature = "ssr")]
 pub mod unsubscribe;

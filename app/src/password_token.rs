@@ -23,10 +23,7 @@ const CONTEXT: &[u8] = b"mailroom-password-token-v1:";
 
 /// The signing key, read (or created) from the database.
 pub async fn key(pool: &sqlx::PgPool) -> sqlx::Result<Vec<u8>> {
-    let fresh: [u8; 32] = rand::random();
-    let versions = crate::db::secrets::ensure(pool, SECRET, &fresh).await?;
-    // `ensure` inserted version 1 when there was none, so there is always one.
-    Ok(versions.into_iter().next().unwrap_or(fresh.to_vec()))
+    crate::db::secrets::signing_key(pool, SECRET).await
 }
 
 /// The token of the link sent by `job` (URL-safe, 43 characters).

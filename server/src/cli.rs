@@ -169,6 +169,12 @@ pub struct ServeArgs {
     )]
     pub max_connections_per_client: usize,
 
+    /// More host names the dashboard answers for (comma-separated), besides the host of
+    /// --public-url, localhost, 127.0.0.1 and ::1. Requests naming any other host get 421
+    /// (against DNS rebinding). `*`: any host.
+    #[arg(long, env = "MAILROOM_ALLOWED_HOSTS", value_delimiter = ',')]
+    pub allowed_hosts: Vec<String>,
+
     #[command(flatten)]
     pub worker: WorkerArgs,
 }

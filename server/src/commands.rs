@@ -149,6 +149,7 @@ async fn serve(cli: &Cli, args: &ServeArgs) -> anyhow::Result<()> {
                 args.max_connections_per_client
             },
         },
+        allowed_hosts: allowed_hosts(args),
     };
     let app = http::router(
         http::AppState {
@@ -188,6 +189,28 @@ async fn serve(cli: &Cli, args: &ServeArgs) -> anyhow::Result<()> {
         let _ = workers.await;
     }
     db.close().await
+}
+
+/// The host names the dashboard answers for: --public-url's, loopback, the listen address and
+/// --allowed-hosts; none (any) when that lists `*`.
+fn allowed_hosts(args: &ServeArgs) -> Vec<String> {
+    if args.allowed_hosts.iter().any(|h| h.trim() == "*") {
+        return Vec::new();
+    }
+    let public = url::Url::parse(&args.worker.public_url)
+        .ok()
+        .and_then(|u| u.host_str().map(http::host_name));
+    let mut hosts: Vec<String> = ["localhost", "127.0.0.1", "::1"]
+        .into_iter()
+        .map(String::from)
+        .chain(public)
+        .chain((!args.listen.ip().is_unspecified()).then(|| args.listen.ip().to_string()))
+        .chain(args.allowed_hosts.iter().map(|h| http::host_name(h)))
+        .filter(|h| !h.is_empty())
+        .collect();
+    hosts.sort();
+    hosts.dedup();
+    hosts
 }
 
 /// Every connection is a file descriptor: take the most the system allows this process (the

@@ -37,6 +37,9 @@ pub struct Edge {
     pub request_timeout: Duration,
     /// What a connection may hold before its request is in (`listen`).
     pub listen: crate::listen::Limits,
+    /// The host names a request may be addressed to (lowercase, no port), against DNS
+    /// rebinding; empty: any.
+    pub allowed_hosts: Vec<String>,
 }
 
 impl Default for Edge {
@@ -45,6 +48,7 @@ impl Default for Edge {
             trust_proxy: false,
             request_timeout: Duration::from_secs(30),
             listen: crate::listen::Limits::default(),
+            allowed_hosts: Vec::new(),
         }
     }
 }
@@ -144,6 +148,7 @@ pub fn router(state: AppState, api: ApiConfig) -> Router {
             get(crate::progress_stream::handler),
         )
         .layer(middleware::from_fn(same_origin_writes))
+        .layer(middleware::from_fn(refusal_status))
         .with_state(state)
         .merge(bounded(
             unsubscribe,
@@ -153,8 +158,67 @@ pub fn router(state: AppState, api: ApiConfig) -> Router {
         .layer(middleware::from_fn_with_state(
             edge.trust_proxy,
             crate::client_addr::layer,
-        ));
+        ))
+        .layer(middleware::from_fn_with_state(edge.clone(), known_host));
     crate::security_headers::apply(app, dev)
+}
+
+/// A page on another name that resolves to us (DNS rebinding) must not be able to read or drive
+/// the dashboard: a request must name one of our hosts. Health probes, which load balancers
+/// address by IP, are exempt.
+async fn known_host(State(edge): State<Edge>, req: Request<Body>, next: Next) -> Response {
+    if edge.allowed_hosts.is_empty() || matches!(req.uri().path(), "/healthz" | "/readyz") {
+        return next.run(req).await;
+    }
+    let h = req.headers();
+    let named = edge
+        .trust_proxy
+        .then(|| h.get("x-forwarded-host"))
+        .flatten()
+        .or_else(|| h.get(header::HOST))
+        .and_then(|v| v.to_str().ok())
+        .or_else(|| req.uri().host())
+        .unwrap_or_default();
+    let host = host_name(named);
+    if edge.allowed_hosts.contains(&host) {
+        return next.run(req).await;
+    }
+    (
+        StatusCode::MISDIRECTED_REQUEST,
+        "This server does not answer for that host name: use its configured address (--public-url, --allowed-hosts).",
+    )
+        .into_response()
+}
+
+/// `Host: Example.org:3000` → `example.org`; `[::1]:3000` → `::1`.
+pub fn host_name(authority: &str) -> String {
+    let authority = authority.trim().rsplit('@').next().unwrap_or_default();
+    let host = if let Some(v6) = authority.strip_prefix('[') {
+        v6.split(']').next().unwrap_or_default()
+    } else {
+        authority.split(':').next().unwrap_or_default()
+    };
+    host.trim_end_matches('.').to_ascii_lowercase()
+}
+
+/// leptos answers every server-function error 500; a refusal (not signed in, forbidden, not
+/// found, invalid, conflict, throttled) gets its own status here, read from the error the body
+/// carries. Only `/api/` answers are looked at, and only 500s.
+async fn refusal_status(req: Request<Body>, next: Next) -> Response {
+    let server_fn = req.uri().path().starts_with("/api/");
+    let res = next.run(req).await;
+    if !server_fn || res.status() != StatusCode::INTERNAL_SERVER_ERROR {
+        return res;
+    }
+    let (mut parts, body) = res.into_parts();
+    // An error body is one short JSON value; anything longer is not one of ours.
+    let Ok(bytes) = axum::body::to_bytes(body, 64 * 1024).await else {
+        return StatusCode::INTERNAL_SERVER_ERROR.into_response();
+    };
+    if let Ok(e) = serde_json::from_slice::<app::error::AppError>(&bytes) {
+        parts.status = StatusCode::from_u16(e.status()).unwrap_or(parts.status);
+    }
+    Response::from_parts(parts, Body::from(bytes))
 }
 
 /// Ready when the database answers.

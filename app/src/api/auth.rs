@@ -41,7 +41,7 @@ pub async fn login(email: String, password: String) -> Result<(), AppError> {
         if let Ok(v) = http::HeaderValue::from_str(&seconds.to_string()) {
             response.insert_header(http::header::RETRY_AFTER, v);
         }
-        return Err(AppError::Invalid(login_throttle::locked_message(seconds)));
+        return Err(AppError::Throttled(login_throttle::locked_message(seconds)));
     }
     let row = db::users::find_for_login(&pool, &email).await?;
     let stored = row.as_ref().map(|r| r.password_hash.clone());

@@ -61,8 +61,9 @@ pub struct Preview {
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ResendConfirmation {
-    /// `manual-<key>`: unix seconds by the database clock, issued now.
-    pub key: i64,
+    /// Issued for this dialog and signed for this admin (`resend_key`); its resend's week key
+    /// is `manual-<unix seconds>-<nonce>`.
+    pub key: String,
     pub this_week: String,
     pub this_week_at: String,
     /// This week's scheduled digest has not gone out yet (it will, at its time).
@@ -242,8 +243,10 @@ pub async fn resend_dialog() -> Result<ResendConfirmation, AppError> {
     if !me.role.can_act() {
         return Err(AppError::Forbidden);
     }
+    let signing = crate::resend_key::key(&pool).await?;
     let mut conn = pool.acquire().await?;
-    let key = digests::issue_manual_key(&mut conn).await?;
+    let issued = digests::issue_manual_key(&mut conn).await?;
+    let key = crate::resend_key::issue(&signing, me.org_id, me.user_id, issued);
     let week = digests::this_week(&mut conn, me.org_id)
         .await?
         .ok_or(AppError::NotFound)?;
@@ -265,12 +268,21 @@ pub async fn resend_dialog() -> Result<ResendConfirmation, AppError> {
 /// Sends the digest now under the dialog's key (a second submission of the same dialog sends
 /// nothing more), then returns to the Digests page. `only_me` is a checkbox: present when ticked.
 #[server(endpoint = "digest_resend")]
-pub async fn resend_digest(key: i64, only_me: Option<String>) -> Result<String, AppError> {
+pub async fn resend_digest(key: String, only_me: Option<String>) -> Result<String, AppError> {
     use crate::digest::{resend, Resent, Templates};
     let (me, pool) = super::signed_in().await?;
     if !me.role.can_act() {
         return Err(AppError::Forbidden);
     }
+    let signing = crate::resend_key::key(&pool).await?;
+    let key = crate::resend_key::verify(&signing, me.org_id, me.user_id, key.trim()).ok_or_else(
+        || {
+            AppError::Invalid(
+                "This confirmation was not issued to you by Mailroom: open “Resend now” again."
+                    .into(),
+            )
+        },
+    )?;
     let outcome = resend(
         &pool,
         me.org_id,
@@ -282,20 +294,25 @@ pub async fn resend_digest(key: i64, only_me: Option<String>) -> Result<String, 
     )
     .await
     .map_err(internal)?;
-    let again = |why: &str| {
-        Err(AppError::Conflict(format!(
-            "{why} Open “Resend now” again."
-        )))
-    };
+    let again = |why: &str| format!("{why} Open “Resend now” again.");
     let message = match outcome {
         Resent::Sent { recipients, .. } => format!("Digest sent to {recipients} recipient(s)."),
         Resent::AlreadySent { .. } => "This digest was already sent from this dialog.".into(),
         Resent::TakenByAnother => {
-            return again(
-                "Another resend was started in the same second and used this confirmation.",
-            )
+            return Err(AppError::Conflict(again(
+                "This confirmation was already used with the other “only me” choice.",
+            )))
         }
-        Resent::Stale => return again("This confirmation has expired (they last 15 minutes)."),
+        Resent::Expired => {
+            return Err(AppError::Expired(again(
+                "This confirmation has expired (they last 15 minutes).",
+            )))
+        }
+        Resent::Future => {
+            return Err(AppError::Invalid(again(
+                "This confirmation is dated in the future: the database clock went back.",
+            )))
+        }
     };
     leptos_axum::redirect("/digests");
     Ok(message)

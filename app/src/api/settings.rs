@@ -64,9 +64,9 @@ pub async fn save_sender(
             "From name: use at most {MAX_FROM_NAME} characters."
         )));
     }
-    if from_name.chars().any(char::is_control) {
+    if from_name.chars().any(crate::domain::text::hidden_control) {
         return Err(AppError::Invalid(
-            "From name: line breaks and control characters are not allowed.".into(),
+            crate::domain::text::hidden_control_message("From name"),
         ));
     }
     let from_address = EmailAddress::parse(&from_address)

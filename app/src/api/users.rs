@@ -294,9 +294,9 @@ pub fn valid_name(name: &str) -> Result<Option<String>, AppError> {
             "Name: use at most {MAX_NAME} characters."
         )));
     }
-    if name.chars().any(char::is_control) {
+    if name.chars().any(crate::domain::text::hidden_control) {
         return Err(AppError::Invalid(
-            "Name: line breaks and control characters are not allowed.".into(),
+            crate::domain::text::hidden_control_message("Name"),
         ));
     }
     Ok(Some(name.to_owned()).filter(|n| !n.is_empty()))

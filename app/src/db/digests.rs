@@ -4,6 +4,7 @@
 //! an injected `now` in tests) in each org's time zone. The claim, the stored content and the
 //! enqueued deliveries commit in the caller's one transaction.
 
+use crate::domain::WeekKey;
 use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
 
@@ -84,19 +85,20 @@ pub enum ManualClaim {
     AlreadySent {
         id: i64,
     },
-    /// Another dialog issued in the same second (another admin, or another "only me" choice)
-    /// used the key first.
+    /// The same dialog was submitted before with the other "only me" choice: that one counts.
     TakenByAnother,
-    /// The key is more than `max_age_seconds` old, or in the future, by the database clock.
-    Stale,
+    /// The key is more than `max_age_seconds` old by the database clock.
+    Expired,
+    /// The key is from the future by the database clock (the clock went back).
+    Future,
 }
 
 /// A forced resend to claim.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct ManualRequest {
     pub org_id: i64,
-    /// The dialog's key: unix seconds when the server rendered it.
-    pub key: i64,
+    /// The dialog's key (`manual-<unix seconds>-<nonce>`), issued when the server rendered it.
+    pub key: WeekKey,
     pub max_age_seconds: i64,
     pub triggered_by: i64,
     pub only_me: bool,
@@ -104,47 +106,67 @@ pub struct ManualRequest {
     pub now: Option<DateTime<Utc>>,
 }
 
-/// Claims a forced resend under `manual-<key>` (the key the server issued when it rendered the
-/// dialog). It covers the 7 days up to now and records the org's current local ISO week, so it
-/// can neither collide with nor block any scheduled week.
+/// Claims a forced resend under its dialog's key (`manual-<unix seconds>-<nonce>`, issued when
+/// the server rendered the dialog). It covers the 7 days up to now and records the org's current
+/// local ISO week, so it can neither collide with nor block any scheduled week.
 pub async fn claim_manual(conn: &mut PgConnection, r: ManualRequest) -> sqlx::Result<ManualClaim> {
+    let WeekKey::Manual { unix_seconds, .. } = r.key else {
+        return Err(sqlx::Error::Protocol(format!(
+            "{} is not a manual week key",
+            r.key
+        )));
+    };
+    let key = r.key.to_string();
     let claimed: Option<ClaimedWeek> = sqlx::query_as(
         "with clock as (select coalesce($6::timestamptz, now()) as now)
          insert into digest_sends (org_id, week_key, kind, covers_week, triggered_by, only_me,
                                    scheduled_at, period_start, period_end)
-         select o.id, 'manual-' || $2, 'manual', to_char(c.now at time zone o.timezone, 'IYYY-\"W\"IW'),
+         select o.id, $2, 'manual', to_char(c.now at time zone o.timezone, 'IYYY-\"W\"IW'),
                 $4, $5, c.now, c.now - interval '7 days', c.now
          from orgs o, clock c
          where o.id = $1
-           and $2 <= extract(epoch from c.now)
-           and $2 >= extract(epoch from c.now) - $3
+           and $7 <= extract(epoch from c.now)
+           and $7 >= extract(epoch from c.now) - $3
          on conflict (org_id, week_key) do nothing
          returning id, org_id, week_key, kind, scheduled_at, period_start, period_end",
     )
     .bind(r.org_id)
-    .bind(r.key)
+    .bind(&key)
     .bind(r.max_age_seconds)
     .bind(r.triggered_by)
     .bind(r.only_me)
     .bind(r.now)
+    .bind(unix_seconds)
     .fetch_optional(&mut *conn)
     .await?;
     if let Some(c) = claimed {
         return Ok(ManualClaim::Claimed(c));
     }
     let existing: Option<(i64, Option<i64>, bool)> = sqlx::query_as(
-        "select id, triggered_by, only_me from digest_sends where org_id = $1 and week_key = 'manual-' || $2",
+        "select id, triggered_by, only_me from digest_sends where org_id = $1 and week_key = $2",
     )
     .bind(r.org_id)
-    .bind(r.key)
-    .fetch_optional(conn)
+    .bind(&key)
+    .fetch_optional(&mut *conn)
     .await?;
     Ok(match existing {
         Some((id, by, only_me)) if by == Some(r.triggered_by) && only_me == r.only_me => {
             ManualClaim::AlreadySent { id }
         }
         Some(_) => ManualClaim::TakenByAnother,
-        None => ManualClaim::Stale,
+        None => {
+            let now: i64 = sqlx::query_scalar(
+                "select floor(extract(epoch from coalesce($1::timestamptz, now())))::bigint",
+            )
+            .bind(r.now)
+            .fetch_one(conn)
+            .await?;
+            if unix_seconds > now {
+                ManualClaim::Future
+            } else {
+                ManualClaim::Expired
+            }
+        }
     })
 }
 

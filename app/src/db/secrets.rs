@@ -19,3 +19,11 @@ pub async fn ensure(pool: &PgPool, name: &str, fresh: &[u8]) -> sqlx::Result<Vec
         .fetch_all(pool)
         .await
 }
+
+/// A 32-byte signing key named `name`: the newest version, generated on first use.
+pub async fn signing_key(pool: &PgPool, name: &str) -> sqlx::Result<Vec<u8>> {
+    let fresh: [u8; 32] = rand::random();
+    let versions = ensure(pool, name, &fresh).await?;
+    // `ensure` inserted version 1 when there was none, so there is always one.
+    Ok(versions.into_iter().next().unwrap_or(fresh.to_vec()))
+}

@@ -9,6 +9,7 @@ use super::Templates;
 use crate::db::audit;
 use crate::db::digest_figures::{self, Period};
 use crate::db::digests::{self, ClaimedWeek, ManualClaim, ManualRequest};
+use crate::domain::WeekKey;
 
 /// Orgs per chunk of a tick (one transaction each).
 pub const CHUNK: i64 = 1000;
@@ -179,19 +180,22 @@ pub enum Resent {
     AlreadySent {
         id: i64,
     },
-    /// Another dialog issued in the same second used this key first: nothing was sent.
+    /// The same dialog was submitted before with the other "only me" choice: nothing more sent.
     TakenByAnother,
-    /// The dialog's key is older than 15 minutes or in the future.
-    Stale,
+    /// The dialog's key is older than 15 minutes.
+    Expired,
+    /// The dialog's key is from the future by the database clock.
+    Future,
 }
 
-/// A forced resend by `user_id` under the dialog's `key`: claims `manual-<key>`, builds it and
-/// records it in the audit log, in one transaction. `now` replaces the database clock in tests.
+/// A forced resend by `user_id` under the dialog's `key` (a verified `manual-…` week key):
+/// claims it, builds it and records it in the audit log, in one transaction. `now` replaces the
+/// database clock in tests.
 pub async fn resend(
     pool: &PgPool,
     org_id: i64,
     user_id: i64,
-    key: i64,
+    key: WeekKey,
     only_me: bool,
     now: Option<DateTime<Utc>>,
     templates: &Templates,
@@ -209,7 +213,8 @@ pub async fn resend(
         ManualClaim::Claimed(c) => c,
         ManualClaim::AlreadySent { id } => return Ok(Resent::AlreadySent { id }),
         ManualClaim::TakenByAnother => return Ok(Resent::TakenByAnother),
-        ManualClaim::Stale => return Ok(Resent::Stale),
+        ManualClaim::Expired => return Ok(Resent::Expired),
+        ManualClaim::Future => return Ok(Resent::Future),
     };
     let recipients = build(&mut tx, std::slice::from_ref(&claimed), templates).await?;
     audit::record(

@@ -67,6 +67,9 @@ pub fn person_name(input: &str) -> Result<String, String> {
     if name.chars().any(char::is_control) {
         return Err("The name contains a control character (a NUL, tab or line break).".into());
     }
+    if name.chars().any(super::text::hidden_control) {
+        return Err("The name contains a text-direction override (such as U+202E).".into());
+    }
     Ok(name.to_string())
 }
 
@@ -214,6 +217,10 @@ mod tests {
         assert!(person_name("a\0b")
             .unwrap_err()
             .contains("control character"));
+        assert!(person_name("Ann \u{202E}gpj.exe")
+            .unwrap_err()
+            .contains("text-direction override"));
+        assert!(list_name("\u{2066}News").is_err());
         assert!(list_name(" ").unwrap_err().contains("list's name is empty"));
         assert!(list_name(&"x".repeat(201))
             .unwrap_err()

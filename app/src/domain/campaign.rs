@@ -250,6 +250,9 @@ impl CampaignContent {
         if name.chars().count() > 200 {
             return Err("The name is too long (at most 200 characters).".into());
         }
+        if name.chars().any(super::text::hidden_control) {
+            return Err(super::text::hidden_control_message("The name"));
+        }
         let subject = subject.trim();
         if subject.contains(['\r', '\n']) {
             return Err("The subject must be one line.".into());
@@ -290,6 +293,9 @@ mod content_tests {
 
     #[test]
     fn content_is_checked_with_messages_that_name_the_field() {
+        assert!(CampaignContent::parse("Sale \u{202E}gnp", "", "", "", "")
+            .unwrap_err()
+            .contains("text-direction overrides"));
         let ok = CampaignContent::parse(
             " Launch ",
             "Hi {{ name }}",

@@ -229,10 +229,13 @@ mod tests {
         assert_eq!(d.to_string(), "digest:3:2026-W53:9");
         let m = JobId::Digest {
             org_id: 3,
-            week_key: WeekKey::manual(1_800_000_000),
+            week_key: WeekKey::manual(1_800_000_000, 0xabc),
             user_id: 9,
         };
-        assert_eq!(m.to_string(), "digest:3:manual-1800000000:9");
+        assert_eq!(
+            m.to_string(),
+            "digest:3:manual-1800000000-0000000000000abc:9"
+        );
         let e = EmailAddress::parse("Ann@Example.org").unwrap();
         let t = JobId::test(7, 2, "dlg-abc_1", &e).unwrap();
         assert_eq!(t.to_string(), "test:7:2:dlg-abc_1:ann@example.org");

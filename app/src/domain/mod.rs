@@ -11,6 +11,7 @@ mod job_id;
 pub mod login_throttle;
 pub mod progress;
 mod role;
+pub mod text;
 mod week_key;
 
 pub use audience::{CsvColumns, SubscriberStatus};

@@ -5,19 +5,27 @@ use std::str::FromStr;
 
 /// The dedupe key of a `digest_sends` row: either the ISO week of the organisation's local date
 /// (`2026-W28`; ISO week-year, so 2027-01-01 is `2026-W53`) for the scheduled digest, or
-/// `manual-<unix-seconds>` for a forced resend, which can never collide with a scheduled week.
+/// `manual-<unix-seconds>-<nonce>` for a forced resend, which can never collide with a scheduled
+/// week; the random nonce (16 hex digits) makes two dialogs opened in the same second two keys.
+/// Resends recorded before nonces existed read as `manual-<unix-seconds>`.
 ///
 /// The database computes scheduled keys (`to_char(local_date, 'IYYY-"W"IW')`, one clock); this
 /// type parses and validates them, and computes them for tests and previews.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub enum WeekKey {
-    Scheduled { iso_year: i32, week: u32 },
-    Manual { unix_seconds: i64 },
+    Scheduled {
+        iso_year: i32,
+        week: u32,
+    },
+    Manual {
+        unix_seconds: i64,
+        nonce: Option<u64>,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("“{0}” is not a week key (expected YYYY-Www such as 2026-W28, or manual-<unix seconds>)")]
+#[error("“{0}” is not a week key (expected YYYY-Www such as 2026-W28, or manual-<unix seconds>-<nonce>)")]
 pub struct WeekKeyError(pub String);
 
 impl WeekKey {
@@ -30,8 +38,11 @@ impl WeekKey {
         }
     }
 
-    pub fn manual(unix_seconds: i64) -> Self {
-        WeekKey::Manual { unix_seconds }
+    pub fn manual(unix_seconds: i64, nonce: u64) -> Self {
+        WeekKey::Manual {
+            unix_seconds,
+            nonce: Some(nonce),
+        }
     }
 
     pub fn is_manual(&self) -> bool {
@@ -43,7 +54,14 @@ impl fmt::Display for WeekKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             WeekKey::Scheduled { iso_year, week } => write!(f, "{iso_year:04}-W{week:02}"),
-            WeekKey::Manual { unix_seconds } => write!(f, "manual-{unix_seconds}"),
+            WeekKey::Manual {
+                unix_seconds,
+                nonce: Some(n),
+            } => write!(f, "manual-{unix_seconds}-{n:016x}"),
+            WeekKey::Manual {
+                unix_seconds,
+                nonce: None,
+            } => write!(f, "manual-{unix_seconds}"),
         }
     }
 }
@@ -52,16 +70,32 @@ impl FromStr for WeekKey {
     type Err = WeekKeyError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let bad = || WeekKeyError(s.to_owned());
-        if let Some(ts) = s.strip_prefix("manual-") {
-            // Canonical decimal only, so the stored key and the parsed one print alike.
+        if let Some(rest) = s.strip_prefix("manual-") {
+            let (ts, nonce) = match rest.split_once('-') {
+                Some((ts, n)) => (ts, Some(n)),
+                None => (rest, None),
+            };
+            // Canonical forms only, so the stored key and the parsed one print alike.
             if ts.is_empty()
                 || !ts.bytes().all(|b| b.is_ascii_digit())
                 || (ts.len() > 1 && ts.starts_with('0'))
             {
                 return Err(bad());
             }
+            let nonce = match nonce {
+                None => None,
+                Some(n)
+                    if n.len() == 16
+                        && n.bytes()
+                            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) =>
+                {
+                    Some(u64::from_str_radix(n, 16).map_err(|_| bad())?)
+                }
+                Some(_) => return Err(bad()),
+            };
             return Ok(WeekKey::Manual {
                 unix_seconds: ts.parse().map_err(|_| bad())?,
+                nonce,
             });
         }
         let (year, week) = s.split_once("-W").ok_or_else(bad)?;
@@ -124,6 +158,8 @@ mod tests {
             "2020-W53",
             "manual-1767225600",
             "manual-0",
+            "manual-1767225600-00000000000000ff",
+            "manual-1767225600-ffffffffffffffff",
         ] {
             assert_eq!(s.parse::<WeekKey>().unwrap().to_string(), s);
         }
@@ -144,6 +180,10 @@ mod tests {
             "manual--5",
             "manual-12a",
             "manual-007",
+            "manual-1767225600-",
+            "manual-1767225600-FF",
+            "manual-1767225600-00000000000000FF",
+            "manual-1767225600-0000000000000000-1",
             "",
         ] {
             let err = s.parse::<WeekKey>().unwrap_err();
@@ -153,7 +193,13 @@ mod tests {
 
     #[test]
     fn manual_keys_never_look_like_scheduled_ones() {
-        let m = WeekKey::manual(1_767_225_600).to_string();
-        assert!(!m.contains("-W"));
+        let m = WeekKey::manual(1_767_225_600, u64::MAX).to_string();
+        assert!(!m.contains("-W"), "{m}");
+        assert_eq!(m, "manual-1767225600-ffffffffffffffff");
+        assert_ne!(
+            WeekKey::manual(1_767_225_600, 1),
+            WeekKey::manual(1_767_225_600, 2),
+            "two dialogs of one second: two keys"
+        );
     }
 }

@@ -38,7 +38,7 @@ pub fn ResendPage() -> impl IntoView {
                                 {warning}
                                 {skipped}
                                 <ActionForm action=resend attr:class="grid gap-3">
-                                    <input type="hidden" name="key" value=d.key.to_string()/>
+                                    <input type="hidden" name="key" value=d.key.clone()/>
                                     <label class="flex items-center gap-2 text-sm">
                                         <input type="checkbox" name="only_me" value="on" data-test="only-me"/>
                                         "Only me (even if I turned the weekly digest off)"

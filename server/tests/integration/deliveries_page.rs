@@ -149,7 +149,7 @@ async fn counts_list_retry_and_messages_are_scoped_to_the_org() {
         let (status, body) = app
             .call_with(&c, "retry_delivery", &[("job_id", job)])
             .await;
-        assert_eq!(status, 500);
+        assert_eq!(status, 404);
         assert_eq!(json(&body), Value::from("NotFound"), "{body}");
         assert_eq!(snapshot(&pool, job).await, before);
         let (_, body) = app
@@ -379,7 +379,7 @@ async fn retry_of_a_row_in_another_state_is_refused_naming_it_and_changes_nothin
         let (status, body) = app
             .call_with(&c, "retry_delivery", &[("job_id", job)])
             .await;
-        assert_eq!(status, 500);
+        assert_eq!(status, 409);
         let msg = json(&body)["Conflict"]
             .as_str()
             .unwrap_or_default()
@@ -409,7 +409,7 @@ async fn a_second_retry_is_refused_even_when_both_race() {
     let (s2, body) = app
         .call_with(&owner, "retry_delivery", &[("job_id", &jobs[0])])
         .await;
-    assert_eq!((s1.as_u16(), s2.as_u16()), (200, 500));
+    assert_eq!((s1.as_u16(), s2.as_u16()), (200, 409));
     assert!(body.contains("This delivery is queued"), "{body}");
     assert_eq!(retry_audits(&pool, &jobs[0]).await, 1);
 
@@ -453,7 +453,7 @@ async fn a_viewer_can_look_but_not_retry() {
     let (status, body) = app
         .call_with(&viewer, "retry_delivery", &[("job_id", &jobs[0])])
         .await;
-    assert_eq!(status, 500);
+    assert_eq!(status, 403);
     assert_eq!(json(&body), Value::from("Forbidden"), "{body}");
     assert_eq!(snapshot(&pool, &jobs[0]).await, before);
     let (_, body) = app.call(&viewer, "deliveries").await;

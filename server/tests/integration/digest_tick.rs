@@ -210,39 +210,43 @@ async fn a_monday_resend_sends_once_per_dialog_refuses_stale_keys_and_blocks_no_
     let t = Templates::builtin();
     // Monday 2026-11-30 10:00 in Berlin, an hour after the slot, before any tick ran.
     let at = Utc.with_ymd_and_hms(2026, 11, 30, 9, 0, 0).unwrap();
-    let key = at.timestamp();
-    let send =
-        |user: i64, key: i64, only_me: bool| resend(&pool, org, user, key, only_me, Some(at), t);
+    // Dialog keys as the server issues them: the second they were shown, and a nonce.
+    let dialog = |seconds: i64, nonce: u64| WeekKey::manual(seconds, nonce);
+    let key = dialog(at.timestamp(), 1);
+    let send = |user: i64, key: &WeekKey, only_me: bool| {
+        resend(&pool, org, user, key.clone(), only_me, Some(at), t)
+    };
 
-    let first = send(owner, key, false).await.unwrap();
+    let first = send(owner, &key, false).await.unwrap();
     let Resent::Sent { id, recipients } = first else {
         panic!("{first:?}")
     };
     assert_eq!(recipients, 2, "opt-outs are respected");
     // The same dialog submitted again: the same resend, nothing new.
     assert_eq!(
-        send(owner, key, false).await.unwrap(),
+        send(owner, &key, false).await.unwrap(),
         Resent::AlreadySent { id }
     );
-    // Another dialog of the same second (another admin's choice) is told, not silently merged.
+    // The same key under another choice is told, not silently merged.
     assert_eq!(
-        send(opted_out, key, true).await.unwrap(),
+        send(opted_out, &key, true).await.unwrap(),
         Resent::TakenByAnother
     );
     assert_eq!(digest_jobs(&pool, org).await.len(), 2);
-    let manual_key = WeekKey::manual(key).to_string();
+    let manual_key = key.to_string();
     assert!(digest_jobs(&pool, org)
         .await
         .iter()
         .all(|j| j.0.contains(&format!(":{manual_key}:"))));
     // Too old, or from the future: refused, nothing stored.
-    let stale = key - MANUAL_KEY_MAX_AGE_SECONDS - 5;
-    assert_eq!(send(owner, stale, false).await.unwrap(), Resent::Stale);
-    assert_eq!(send(owner, key + 120, false).await.unwrap(), Resent::Stale);
+    let stale = dialog(at.timestamp() - MANUAL_KEY_MAX_AGE_SECONDS - 5, 3);
+    assert_eq!(send(owner, &stale, false).await.unwrap(), Resent::Expired);
+    let future = dialog(at.timestamp() + 120, 4);
+    assert_eq!(send(owner, &future, false).await.unwrap(), Resent::Future);
 
     // "Only me" goes to the admin who asked, even one who opted out of the weekly digest.
-    let key2 = key - 1;
-    let Resent::Sent { recipients, .. } = send(opted_out, key2, true).await.unwrap() else {
+    let key2 = dialog(at.timestamp() - 1, 5);
+    let Resent::Sent { recipients, .. } = send(opted_out, &key2, true).await.unwrap() else {
         panic!("only-me resend refused")
     };
     assert_eq!(recipients, 1);
@@ -251,7 +255,7 @@ async fn a_monday_resend_sends_once_per_dialog_refuses_stale_keys_and_blocks_no_
                 (select count(*) from audit_log a where a.action = 'digest.resend' and a.object_id = d.id::text and a.actor_id = d.triggered_by)
          from digest_sends d where d.week_key = $1",
     )
-    .bind(WeekKey::manual(key2).to_string())
+    .bind(key2.to_string())
     .fetch_one(&pool)
     .await
     .unwrap();
@@ -283,6 +287,13 @@ async fn a_monday_resend_sends_once_per_dialog_refuses_stale_keys_and_blocks_no_
         ("scheduled", "2026-W50"),
     ];
     assert_eq!(weeks, want.map(|(k, w)| (k.to_string(), w.to_string())));
+
+    // Another dialog opened in the same second as the first has its own key: it sends too.
+    let same_second = dialog(at.timestamp(), 2);
+    assert!(matches!(
+        send(owner, &same_second, false).await.unwrap(),
+        Resent::Sent { recipients: 2, .. }
+    ));
 }
 
 #[tokio::test]

@@ -56,7 +56,7 @@ async fn admins_change_their_own_opt_in_owners_anyones_and_another_orgs_user_is_
     let (status, body) = set(&admin, users[2].0, false).await;
     assert_eq!(
         (status.as_u16(), json(&body)),
-        (500, Value::from("Forbidden"))
+        (403, Value::from("Forbidden"))
     );
     assert!(opted_in(&pool, users[2].0).await);
     // A viewer changes nothing, not even their own.
@@ -157,7 +157,7 @@ async fn a_resend_dialog_submitted_twice_sends_once_and_a_forged_old_key_is_refu
         "nothing went out this week yet: warn"
     );
     assert_eq!(dialog["recipients"], 2);
-    let key = dialog["key"].as_i64().unwrap().to_string();
+    let key = dialog["key"].as_str().unwrap().to_string();
     for _ in 0..2 {
         let (status, body) = app
             .call_with(&owner, "digest_resend", &[("key", &key)])
@@ -177,11 +177,42 @@ async fn a_resend_dialog_submitted_twice_sends_once_and_a_forged_old_key_is_refu
     .unwrap();
     assert_eq!((manual, deliveries), (1, 2));
 
-    let old = (key.parse::<i64>().unwrap() - 16 * 60).to_string();
-    let (_, body) = app
+    // Only keys the server issued, to this admin, are taken; an issued one expires.
+    let issued: i64 = key.split('-').next().unwrap().parse().unwrap();
+    let signing = app::resend_key::key(&pool).await.unwrap();
+    let old = app::resend_key::issue(&signing, org, users[0].0, issued - 16 * 60);
+    let (status, body) = app
         .call_with(&owner, "digest_resend", &[("key", &old), ("only_me", "on")])
         .await;
+    assert_eq!(status, 410, "{body}");
     assert!(body.contains("This confirmation has expired"), "{body}");
+    let (bare, _) = key.split_once('.').unwrap();
+    let (secs, _) = bare.split_once('-').unwrap();
+    for forged in [
+        secs.to_string(),
+        format!("{secs}-00000000000000ff.AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"),
+        app::resend_key::issue(&signing, org, users[1].0, issued),
+    ] {
+        let (status, body) = app
+            .call_with(&owner, "digest_resend", &[("key", &forged)])
+            .await;
+        assert_eq!(status, 422, "{forged}: {body}");
+        assert!(body.contains("not issued to you"), "{body}");
+    }
+    // Two dialogs opened at once get two keys, and each sends.
+    let (_, a) = app.call(&owner, "digest_resend_dialog").await;
+    let (_, b) = app.call(&owner, "digest_resend_dialog").await;
+    let (a, b) = (json(&a)["key"].clone(), json(&b)["key"].clone());
+    assert_ne!(a, b);
+    for k in [a, b] {
+        let (status, body) = app
+            .call_with(&owner, "digest_resend", &[("key", k.as_str().unwrap())])
+            .await;
+        assert!(
+            status.is_success() || status.is_redirection(),
+            "{status}: {body}"
+        );
+    }
     let viewer = signed_in(&app, &users[2].1, &users[2].2).await;
     let (_, body) = app.call(&viewer, "digest_resend_dialog").await;
     assert_eq!(json(&body), Value::from("Forbidden"));
@@ -193,7 +224,7 @@ async fn a_resend_dialog_submitted_twice_sends_once_and_a_forged_old_key_is_refu
     // The page's history shows the resend, who did it, and each recipient's delivery.
     let (_, body) = app.call(&owner, "digests").await;
     let history = json(&body)["history"].clone();
-    assert_eq!(history.as_array().unwrap().len(), 1, "{body}");
+    assert_eq!(history.as_array().unwrap().len(), 3, "{body}");
     assert_eq!(history[0]["kind"], "manual");
     assert_eq!(history[0]["triggered_by"], users[0].1.as_str());
     assert_eq!(history[0]["recipients"].as_array().unwrap().len(), 2);

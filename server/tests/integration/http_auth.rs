@@ -52,7 +52,7 @@ async fn login_sets_an_http_only_session_and_logout_ends_it() {
 
     // Signed out: the overview is refused, the page sends the browser to /login.
     let (status, body) = app.call(&c, "overview").await;
-    assert_eq!(status, 500, "{body}");
+    assert_eq!(status, 401, "{body}");
     assert!(body.contains("NotSignedIn"), "{body}");
 
     let r = app.login(&c, &email.to_uppercase(), password).await;

@@ -53,14 +53,17 @@ async fn attempt(app: &TestApp, email: &str, password: &str, ip: &str) -> Outcom
         .headers()
         .get("retry-after")
         .map(|v| v.to_str().unwrap().parse::<u64>().unwrap());
+    let status = r.status().as_u16();
     let body = r.text().await.unwrap();
     match retry_after {
         Some(s) => {
             assert!(body.contains(LOCKED), "{body}");
+            assert_eq!(status, 429, "{body}");
             Outcome::Locked(s)
         }
         None => {
             assert!(body.contains(WRONG), "{body}");
+            assert_eq!(status, 422, "{body}");
             Outcome::Wrong
         }
     }

@@ -167,3 +167,51 @@ async fn responses_behind_a_session_are_never_stored() {
     assert_eq!(r.status(), 200);
     assert_eq!(header(r.headers(), "cache-control"), "no-store");
 }
+
+/// A request must name one of our hosts (DNS rebinding: a page on another name that resolves to
+/// us is refused); health probes, addressed by IP, are exempt.
+#[tokio::test]
+async fn only_requests_to_a_known_host_name_are_answered() {
+    let pool = test_db().await;
+    let api = app::api::ApiConfig {
+        secure_cookies: false,
+        captured_dir: None,
+        campaign_bin_days: 30.0,
+    };
+    let edge = Edge {
+        allowed_hosts: vec!["mail.example.org".into(), "127.0.0.1".into()],
+        ..Edge::default()
+    };
+    let app = spawn_app_with(pool, api, edge).await;
+    let c = client(&app);
+    let port = app.base.rsplit(':').next().unwrap().to_owned();
+    let get = |host: String, path: &'static str| {
+        let c = c.clone();
+        let url = format!("{}{path}", app.base);
+        async move {
+            c.get(url)
+                .header("host", host)
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        }
+    };
+    for host in [
+        format!("127.0.0.1:{port}"),
+        "MAIL.example.org".into(),
+        "mail.example.org.:443".into(),
+    ] {
+        assert_eq!(get(host.clone(), "/login").await, 200, "{host}");
+    }
+    for host in [
+        "rebind.attacker.example".to_string(),
+        format!("evil.example:{port}"),
+        String::new(),
+    ] {
+        assert_eq!(get(host.clone(), "/login").await, 421, "{host}");
+        assert_eq!(get(host.clone(), "/api/overview").await, 421, "{host}");
+        assert_eq!(get(host.clone(), "/healthz").await, 200, "{host}");
+    }
+}

@@ -346,7 +346,7 @@ async fn sender_auth_settings_are_owner_only_validated_audited_and_never_return_
             let (status, body) = app.call_with(c, endpoint, &args).await;
             assert_eq!(
                 (status.as_u16(), json(&body)),
-                (500, Value::from("Forbidden")),
+                (403, Value::from("Forbidden")),
                 "{endpoint}"
             );
             responses.push(body);
@@ -378,7 +378,7 @@ async fn sender_auth_settings_are_owner_only_validated_audited_and_never_return_
                 ],
             )
             .await;
-        assert_eq!(status, 500, "{body}");
+        assert_eq!(status, 422, "{body}");
         let message = json(&body)["Invalid"]
             .as_str()
             .unwrap_or_default()

@@ -11,16 +11,26 @@ use crate::helpers::{org_with_users, test_db};
 use crate::test_app::{client, json, signed_in, spawn_app, TestApp};
 
 /// The error variant and message of a refused call (`{"Invalid": "…"}` → ("Invalid", "…")).
+/// The answer's status is the refusal's own (a 4xx, never 500).
 fn refusal(status: StatusCode, body: &str) -> (String, String) {
-    assert_eq!(status, 500, "expected a refusal: {body}");
-    match json(body) {
+    let (kind, message) = match json(body) {
         Value::String(s) => (s, String::new()),
         Value::Object(m) => {
             let (k, v) = m.into_iter().next().unwrap();
             (k, v.as_str().unwrap_or_default().to_owned())
         }
         other => panic!("{other}"),
-    }
+    };
+    let want = match kind.as_str() {
+        "NotSignedIn" => 401,
+        "Forbidden" => 403,
+        "NotFound" => 404,
+        "Conflict" => 409,
+        "Invalid" => 422,
+        other => panic!("not a refusal: {other} {body}"),
+    };
+    assert_eq!(status.as_u16(), want, "{body}");
+    (kind, message)
 }
 
 async fn audit_rows(pool: &PgPool, org: i64, action: &str) -> Vec<(Option<Value>, Option<Value>)> {

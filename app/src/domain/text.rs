@@ -1,0 +1,37 @@
+//! What a one-line name typed by a person may not hold.
+
+/// A character that changes how the text around it reads without being seen: a control
+/// character (NUL, tab, line break), or a bidirectional override, embedding, isolate or mark
+/// (U+202E turns "txt.exe" into what reads as "exe.txt").
+pub fn hidden_control(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{061C}' | '\u{200E}' | '\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}'
+        )
+}
+
+/// The message for a name holding one, naming the field.
+pub fn hidden_control_message(field: &str) -> String {
+    format!(
+        "{field}: line breaks, control characters and text-direction overrides are not allowed."
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bidi_overrides_and_controls_are_found_and_letters_are_not() {
+        for c in [
+            '\0', '\t', '\n', '\u{202E}', '\u{202A}', '\u{2066}', '\u{2069}', '\u{200F}',
+            '\u{061C}',
+        ] {
+            assert!(hidden_control(c), "{c:?}");
+        }
+        for c in ['a', 'é', 'ש', 'ع', '漢', ' ', '\u{200D}'] {
+            assert!(!hidden_control(c), "{c:?}");
+        }
+    }
+}
