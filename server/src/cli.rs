@@ -175,6 +175,11 @@ pub struct ServeArgs {
     #[arg(long, env = "MAILROOM_ALLOWED_HOSTS", value_delimiter = ',')]
     pub allowed_hosts: Vec<String>,
 
+    /// A scrape of /metrics must send `Authorization: Bearer <this>`. Unset: /metrics is open
+    /// to whoever reaches the port.
+    #[arg(long, env = "MAILROOM_METRICS_TOKEN")]
+    pub metrics_token: Option<Secret>,
+
     #[command(flatten)]
     pub worker: WorkerArgs,
 }

@@ -150,6 +150,7 @@ async fn serve(cli: &Cli, args: &ServeArgs) -> anyhow::Result<()> {
             },
         },
         allowed_hosts: allowed_hosts(args),
+        metrics_token: args.metrics_token.clone(),
     };
     let app = http::router(
         http::AppState {

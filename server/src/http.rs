@@ -40,6 +40,8 @@ pub struct Edge {
     /// The host names a request may be addressed to (lowercase, no port), against DNS
     /// rebinding; empty: any.
     pub allowed_hosts: Vec<String>,
+    /// A scrape of `/metrics` must carry `Authorization: Bearer <it>`; None: open.
+    pub metrics_token: Option<crate::secret::Secret>,
 }
 
 impl Default for Edge {
@@ -49,6 +51,7 @@ impl Default for Edge {
             request_timeout: Duration::from_secs(30),
             listen: crate::listen::Limits::default(),
             allowed_hosts: Vec::new(),
+            metrics_token: None,
         }
     }
 }
@@ -76,6 +79,12 @@ pub fn bounded<S: Clone + Send + Sync + 'static>(
 impl FromRef<AppState> for LeptosOptions {
     fn from_ref(state: &AppState) -> Self {
         state.leptos_options.clone()
+    }
+}
+
+impl FromRef<AppState> for Edge {
+    fn from_ref(state: &AppState) -> Self {
+        state.edge.clone()
     }
 }
 

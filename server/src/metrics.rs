@@ -5,7 +5,7 @@
 use std::sync::LazyLock;
 
 use axum::extract::State;
-use axum::http::{header, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::family::Family;
@@ -29,7 +29,33 @@ struct Kind {
     kind: String,
 }
 
-pub async fn handler(State(pool): State<PgPool>) -> Response {
+/// The scrape carries the configured bearer token (compared in constant time), or none is set.
+fn authorized(edge: &crate::http::Edge, headers: &HeaderMap) -> bool {
+    let Some(token) = &edge.metrics_token else {
+        return true;
+    };
+    let given = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or_default();
+    let (a, b) = (given.as_bytes(), token.expose().as_bytes());
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+pub async fn handler(
+    State(pool): State<PgPool>,
+    State(edge): State<crate::http::Edge>,
+    headers: HeaderMap,
+) -> Response {
+    if !authorized(&edge, &headers) {
+        return (
+            StatusCode::UNAUTHORIZED,
+            [(header::WWW_AUTHENTICATE, "Bearer")],
+            "A metrics token is required (Authorization: Bearer …).",
+        )
+            .into_response();
+    }
     let snapshot = match app::db::metrics::snapshot(&pool).await {
         Ok(s) => s,
         Err(e) => {

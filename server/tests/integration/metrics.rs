@@ -74,3 +74,43 @@ async fn metrics_report_deliveries_queue_depth_age_latency_and_leader_epoch() {
     // Other tests in this process send mail too: at least our five were timed.
     assert!(value(&after, "mailroom_smtp_latency_seconds_count") >= sent_before + 5.0);
 }
+
+/// With a metrics token set, a scrape without it (or with another) is refused and changes
+/// nothing; with it, the figures come as before.
+#[tokio::test]
+async fn a_metrics_token_is_required_when_one_is_set() {
+    let api = app::api::ApiConfig {
+        secure_cookies: false,
+        captured_dir: None,
+        campaign_bin_days: 30.0,
+    };
+    let edge = mailroom::http::Edge {
+        metrics_token: Some("scrape-token-123".parse().unwrap()),
+        ..mailroom::http::Edge::default()
+    };
+    let app = crate::test_app::spawn_app_with(test_db().await, api, edge).await;
+    let c = reqwest::Client::new();
+    let url = format!("{}/metrics", app.base);
+    for auth in [
+        None,
+        Some("Bearer wrong"),
+        Some("Bearer scrape-token-12"),
+        Some("scrape-token-123"),
+    ] {
+        let mut r = c.get(&url);
+        if let Some(a) = auth {
+            r = r.header("authorization", a);
+        }
+        let r = r.send().await.unwrap();
+        assert_eq!(r.status(), 401, "{auth:?}");
+        assert!(!r.text().await.unwrap().contains("mailroom_deliveries"));
+    }
+    let r = c
+        .get(&url)
+        .header("authorization", "Bearer scrape-token-123")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(r.text().await.unwrap().contains("mailroom_leader_epoch"));
+}
