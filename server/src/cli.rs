@@ -78,6 +78,9 @@ pub enum Command {
     Migrate,
     /// Seed two demo organisations (once) and print their logins.
     Demo,
+    /// Manage organisations (the first step of a real install: `mailroom org add`).
+    #[command(subcommand)]
+    Org(OrgCommand),
     /// Manage dashboard users.
     #[command(subcommand)]
     User(UserCommand),
@@ -228,13 +231,10 @@ pub struct WorkerArgs {
     #[arg(long, env = "MAILROOM_DELIVERY_LEASE_SECONDS", default_value_t = 120.0)]
     pub delivery_lease_seconds: f64,
 
-    /// Domain part of every Message-ID.
-    #[arg(
-        long,
-        env = "MAILROOM_MESSAGE_ID_DOMAIN",
-        default_value = "mailroom.invalid"
-    )]
-    pub message_id_domain: String,
+    /// Domain part of every Message-ID. Unset: the domain of the organisation's From address,
+    /// so messages carry a plausible Message-ID without configuration.
+    #[arg(long, env = "MAILROOM_MESSAGE_ID_DOMAIN")]
+    pub message_id_domain: Option<String>,
 
     /// Messages per second to the SMTP server, shared by all replicas (a token bucket in the
     /// database). Unset: no limit.
@@ -360,6 +360,41 @@ impl WorkerArgs {
             bin_days: self.campaign_bin_days.max(0.0),
         }
     }
+}
+
+#[derive(Debug, Subcommand)]
+pub enum OrgCommand {
+    /// Create an organisation with its first owner; prints the owner's generated password once
+    /// unless one is given.
+    Add(OrgAddArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct OrgAddArgs {
+    /// Short name (slug): lowercase letters, digits and '-', e.g. `acme`.
+    #[arg(long, env = "MAILROOM_ORG_SLUG")]
+    pub slug: String,
+    /// The organisation's name, as the dashboard and the digest show it.
+    #[arg(long, env = "MAILROOM_ORG_NAME")]
+    pub name: String,
+    /// Its time zone (the digest's schedule is local to it), e.g. Europe/Berlin.
+    #[arg(long, env = "MAILROOM_ORG_TIMEZONE", default_value = "UTC")]
+    pub timezone: String,
+    /// The From address of its mail.
+    #[arg(long, env = "MAILROOM_ORG_FROM_ADDRESS")]
+    pub from_address: String,
+    /// The From name of its mail. Default: the organisation's name.
+    #[arg(long, env = "MAILROOM_ORG_FROM_NAME")]
+    pub from_name: Option<String>,
+    /// The first owner's e-mail address (their login).
+    #[arg(long, env = "MAILROOM_ORG_OWNER_EMAIL")]
+    pub owner_email: String,
+    /// The first owner's display name.
+    #[arg(long, env = "MAILROOM_ORG_OWNER_NAME")]
+    pub owner_name: String,
+    /// The owner's password (prefer the environment variable to keep it out of shell history).
+    #[arg(long, env = "MAILROOM_ORG_OWNER_PASSWORD", hide_env_values = true)]
+    pub owner_password: Option<Secret>,
 }
 
 #[derive(Debug, Subcommand)]

@@ -4,7 +4,9 @@ use anyhow::anyhow;
 use leptos::config::Env;
 use leptos::prelude::LeptosOptions;
 
-use crate::cli::{Cli, Command, ServeArgs, UserAddArgs, UserCommand, UserPasswordArgs};
+use crate::cli::{
+    Cli, Command, OrgAddArgs, OrgCommand, ServeArgs, UserAddArgs, UserCommand, UserPasswordArgs,
+};
 use crate::database::{Database, Migrations};
 use crate::secret::Secret;
 use crate::shutdown::Shutdown;
@@ -47,6 +49,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 None => println!("the demo organisations exist already (their passwords were printed when they were made; `mailroom user add` makes another login)"),
             }
             Ok(())
+        }
+        Command::Org(OrgCommand::Add(args)) => {
+            let db = Database::open(&cli, Migrations::Tolerant).await?;
+            let result = org_add(&db, args).await;
+            db.close().await?;
+            result
         }
         Command::User(UserCommand::Add(args)) => {
             let db = Database::open(&cli, Migrations::Tolerant).await?;
@@ -183,6 +191,9 @@ async fn serve(cli: &Cli, args: &ServeArgs) -> anyhow::Result<()> {
         site = %site,
         "ready"
     );
+    if let Err(e) = announce_first_run(&db.pool, &args.worker.public_url).await {
+        tracing::warn!(error = %e, "cannot check for a first run");
+    }
     println!("Mailroom is ready at http://{addr}");
     // The peer's address is the client's, unless --trust-proxy (login throttling counts by it).
     crate::listen::serve(listener, app, edge.listen, shutdown.clone()).await;
@@ -190,6 +201,26 @@ async fn serve(cli: &Cli, args: &ServeArgs) -> anyhow::Result<()> {
         let _ = workers.await;
     }
     db.close().await
+}
+
+/// With no organisation in the database, prints where to create the first one and the one-time
+/// setup token that page asks for (every replica prints the same one; it is used up there).
+async fn announce_first_run(pool: &sqlx::PgPool, public_url: &str) -> sqlx::Result<()> {
+    use app::api::setup::SETUP_SECRET;
+    if !app::db::orgs::none_exist(pool).await? {
+        return Ok(());
+    }
+    let fresh = app::auth::new_session_token();
+    let stored = app::db::secrets::ensure(pool, SETUP_SECRET, fresh.as_bytes()).await?;
+    let token = stored
+        .first()
+        .map(|v| String::from_utf8_lossy(v).into_owned())
+        .unwrap_or(fresh);
+    let url = format!("{}/setup", public_url.trim_end_matches('/'));
+    tracing::warn!(%url, "no organisation yet: open the first-run page with the setup token printed below");
+    println!("No organisation yet: open {url} and enter the one-time setup token {token}");
+    println!("(or create one with `mailroom org add`)");
+    Ok(())
 }
 
 /// The host names the dashboard answers for: --public-url's, loopback, the listen address and
@@ -306,6 +337,67 @@ fn allow_fake_clock(
     Ok(())
 }
 
+/// The password given (at least 10 characters, as the dashboard asks) or a generated one, and
+/// whether it was generated (then it is printed once).
+fn password_or_generated(given: Option<&Secret>, flag: &str) -> anyhow::Result<(String, bool)> {
+    match given.map(Secret::expose) {
+        Some(p) if p.chars().count() >= 10 => Ok((p.to_owned(), false)),
+        Some(_) => Err(anyhow!("{flag}: use at least 10 characters")),
+        None => Ok((demo::new_password(), true)),
+    }
+}
+
+/// A new organisation and its first owner, in one transaction (a refusal leaves neither).
+async fn org_add(db: &Database, args: &OrgAddArgs) -> anyhow::Result<()> {
+    use app::db::orgs::{SetupError, SetupField};
+    use app::domain::{org, EmailAddress};
+    let from =
+        EmailAddress::parse(&args.from_address).map_err(|e| anyhow!("--from-address: {e}"))?;
+    let owner =
+        EmailAddress::parse(&args.owner_email).map_err(|e| anyhow!("--owner-email: {e}"))?;
+    let slug = org::slug(&args.slug).map_err(|e| anyhow!("--slug: {e}"))?;
+    let name = org::name(&args.name, "--name").map_err(|e| anyhow!("{e}"))?;
+    let from_name = org::name(args.from_name.as_deref().unwrap_or(&name), "--from-name")
+        .map_err(|e| anyhow!("{e}"))?;
+    let (password, generated) =
+        password_or_generated(args.owner_password.as_ref(), "--owner-password")?;
+    let hash = app::auth::hash_password(&password)
+        .map_err(|e| anyhow!("cannot hash the password: {e}"))?;
+    let mut tx = db.pool.begin().await?;
+    let new_org = app::db::orgs::NewOrg {
+        name: &name,
+        slug: &slug,
+        timezone: args.timezone.trim(),
+        from_name: &from_name,
+        from_address: from.as_str(),
+    };
+    let new_owner = app::db::orgs::NewOwner {
+        email: &owner,
+        name: args.owner_name.trim(),
+        password_hash: &hash,
+    };
+    app::db::orgs::create_with_owner(&mut tx, new_org, new_owner, "cli")
+        .await
+        .map_err(|e| match e {
+            SetupError::Field(field, message) => {
+                let flag = match field {
+                    SetupField::Slug => "--slug",
+                    SetupField::Timezone => "--timezone",
+                    SetupField::OwnerEmail => "--owner-email",
+                };
+                anyhow!("{flag}: {message}")
+            }
+            SetupError::Db(e) => e.into(),
+        })?;
+    tx.commit().await?;
+    if generated {
+        println!("created {slug} ({name}) with owner {owner}; password (shown once): {password}");
+    } else {
+        println!("created {slug} ({name}) with owner {owner}");
+    }
+    Ok(())
+}
+
 async fn user_add(db: &Database, args: &UserAddArgs) -> anyhow::Result<()> {
     let email =
         app::domain::EmailAddress::parse(&args.email).map_err(|e| anyhow!("--email: {e}"))?;
@@ -321,11 +413,7 @@ async fn user_add(db: &Database, args: &UserAddArgs) -> anyhow::Result<()> {
                 args.org
             )
         })?;
-    let (password, generated) = match args.password.as_ref().map(Secret::expose) {
-        Some(p) if p.chars().count() >= 10 => (p.to_owned(), false),
-        Some(_) => return Err(anyhow!("--password: use at least 10 characters")),
-        None => (demo::new_password(), true),
-    };
+    let (password, generated) = password_or_generated(args.password.as_ref(), "--password")?;
     let hash = app::auth::hash_password(&password)
         .map_err(|e| anyhow!("cannot hash the password: {e}"))?;
     let mut tx = db.pool.begin().await?;

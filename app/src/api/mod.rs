@@ -16,6 +16,7 @@ pub mod lists;
 pub mod overview;
 pub mod sender_auth;
 pub mod settings;
+pub mod setup;
 pub mod subscribers;
 pub mod suppressions;
 pub mod users;

@@ -30,10 +30,14 @@ pub async fn org_chunk(conn: &mut PgConnection, after: i64, limit: i64) -> sqlx:
         .await
 }
 
-/// Claims, for the orgs in `org_ids`, the week whose scheduled time has come: the org's digest
-/// weekday and hour in its own time zone, this ISO week's slot once it has passed, else last
-/// week's. Within 24 hours of the slot the week is claimed as `scheduled`; later it is recorded
-/// as `skipped` (never sent days late). A week already claimed (by any replica, any tick) is not
+/// Claims, for the orgs in `org_ids`, every week whose scheduled time has come and that is not
+/// claimed yet: the org's digest weekday and hour in its own time zone. The latest slot is this
+/// ISO week's once its *instant* has passed, else last week's; instants, not local wall-clock
+/// times, are compared, so a tick inside an autumn clock change's doubled hour picks the right
+/// week. Within 24 hours of its slot a week is claimed as `scheduled`; later it is recorded as
+/// `skipped` (never sent days late), and after an outage of several weeks each missed week since
+/// the org's last claimed one gets its own `skipped` row (at most 52; an org with no claimed week
+/// yet starts at its latest slot). A week already claimed (by any replica, any tick) is not
 /// returned again. The period covered is the 7 local days before the slot.
 pub async fn claim_due_weeks(
     conn: &mut PgConnection,
@@ -44,19 +48,41 @@ pub async fn claim_due_weeks(
         "with clock as (select coalesce($1::timestamptz, now()) as now),
          slots as (
              select o.id as org_id, o.timezone, c.now,
-                    (c.now at time zone o.timezone) as local_now,
                     date_trunc('week', c.now at time zone o.timezone)
                       + (o.digest_weekday - 1) * interval '1 day' + o.digest_hour * interval '1 hour' as this_slot
              from orgs o, clock c
              where o.id = any($2)
          ),
+         latest as materialized (
+             select s.org_id, s.timezone, s.now, p.slot, p.slot at time zone s.timezone as slot_at,
+                    (select d.scheduled_at from digest_sends d
+                     where d.org_id = s.org_id and d.kind <> 'manual'
+                     order by d.scheduled_at desc limit 1) as last_claimed
+             from slots s
+             cross join lateral (
+                 select case when s.now >= (s.this_slot at time zone s.timezone) then s.this_slot
+                             else s.this_slot - interval '7 days' end as slot
+             ) p
+         ),
          due as (
-             select org_id, now, timezone, slot,
-                    slot at time zone timezone as scheduled_at,
-                    to_char(slot, 'IYYY-\"W\"IW') as week_key
-             from (select s.*, case when local_now >= this_slot then this_slot
-                                    else this_slot - interval '7 days' end as slot
-                   from slots s) picked
+             select l.org_id, l.now, l.timezone, w.slot, w.scheduled_at, w.week_key
+             from latest l
+             cross join lateral (
+                 -- The latest slot, and the older ones back to the last claimed week (one more
+                 -- than whole weeks fit, for clock changes; at most 52), each not claimed yet.
+                 select x.slot, x.scheduled_at, x.week_key
+                 from (select l.slot - k * interval '7 days' as slot,
+                              (l.slot - k * interval '7 days') at time zone l.timezone as scheduled_at,
+                              to_char(l.slot - k * interval '7 days', 'IYYY-\"W\"IW') as week_key
+                       from generate_series(0, case when l.last_claimed is null then 0
+                           else least(52, ceil(extract(epoch from l.slot_at - l.last_claimed) / 604800))::int
+                           end) k) x
+                 where (l.last_claimed is null or x.scheduled_at > l.last_claimed)
+                   -- A scalar probe of the unique index per candidate (a NOT EXISTS would be
+                   -- planned as a hash anti join over the whole table at every tick).
+                   and (select true from digest_sends s
+                        where s.org_id = l.org_id and s.week_key = x.week_key limit 1) is null
+             ) w
          )
          insert into digest_sends (org_id, week_key, kind, covers_week, scheduled_at, period_start, period_end)
          select d.org_id, d.week_key,
@@ -65,8 +91,7 @@ pub async fn claim_due_weeks(
                 (d.slot - interval '7 days') at time zone d.timezone, d.scheduled_at
          from due d
          where d.now >= d.scheduled_at
-           and not exists (select 1 from digest_sends s where s.org_id = d.org_id and s.week_key = d.week_key)
-         order by d.org_id
+         order by d.org_id, d.scheduled_at
          on conflict (org_id, week_key) do nothing
          returning id, org_id, week_key, kind, scheduled_at, period_start, period_end",
     )

@@ -27,3 +27,14 @@ pub async fn signing_key(pool: &PgPool, name: &str) -> sqlx::Result<Vec<u8>> {
     // `ensure` inserted version 1 when there was none, so there is always one.
     Ok(versions.into_iter().next().unwrap_or(fresh.to_vec()))
 }
+
+/// Uses up the one-time secret `name` if `value` is it: the delete is the check, so of racing
+/// callers with the right value exactly one gets `true` (the others wait, then find nothing).
+pub async fn take(conn: &mut sqlx::PgConnection, name: &str, value: &[u8]) -> sqlx::Result<bool> {
+    let deleted = sqlx::query("delete from secrets where name = $1 and value = $2")
+        .bind(name)
+        .bind(value)
+        .execute(conn)
+        .await?;
+    Ok(deleted.rows_affected() > 0)
+}

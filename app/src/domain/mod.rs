@@ -9,6 +9,7 @@ mod dkim;
 mod email;
 mod job_id;
 pub mod login_throttle;
+pub mod org;
 pub mod progress;
 mod role;
 pub mod text;

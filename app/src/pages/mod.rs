@@ -18,6 +18,7 @@ mod not_found;
 mod overview;
 mod sender_auth;
 mod settings;
+mod setup;
 mod subscriber;
 mod suppressions;
 
@@ -187,6 +188,7 @@ pub fn App() -> impl IntoView {
                 <Routes fallback=|| view! { <not_found::NotFound/> }>
                     <Route path=path!("/login") view=login::LoginPage/>
                     <Route path=path!("/invite/:token") view=invite::InvitePage ssr=SsrMode::Async/>
+                    <Route path=path!("/setup") view=setup::SetupPage ssr=SsrMode::Async/>
                     <ParentRoute path=path!("") view=layout::Layout>
                         <Route path=path!("") view=overview::OverviewPage/>
                         <Route path=path!("campaigns") view=campaigns::CampaignsPage/>

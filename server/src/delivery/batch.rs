@@ -117,7 +117,7 @@ impl Loaded {
     /// What the renderer of `c` reads.
     pub fn inputs<'a>(&'a self, cfg: &'a Config, c: &Claimed) -> Inputs<'a> {
         Inputs {
-            message_id_domain: &cfg.message_id_domain,
+            message_id_domain: cfg.message_id_domain.as_deref(),
             links: &cfg.links,
             sender: self.senders.get(&c.org_id),
             campaign: c

@@ -49,8 +49,8 @@ pub struct Config {
     /// Pause when the queue is empty.
     pub idle: Duration,
     pub backoff: Backoff,
-    /// Domain part of every Message-ID.
-    pub message_id_domain: String,
+    /// Domain part of every Message-ID; None: the org's From domain.
+    pub message_id_domain: Option<String>,
     /// Messages per second allowed to this SMTP server across all replicas (None: no limit).
     pub rate_per_second: Option<f64>,
     /// Public address and signing keys for the links inside messages.

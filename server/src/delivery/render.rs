@@ -32,7 +32,8 @@ pub struct Links {
 
 /// Everything a renderer may read, loaded once per batch.
 pub struct Inputs<'a> {
-    pub message_id_domain: &'a str,
+    /// None: the domain of the org's From address.
+    pub message_id_domain: Option<&'a str>,
     pub links: &'a Links,
     pub sender: Option<&'a Sender>,
     pub campaign: Option<&'a Compiled>,
@@ -63,10 +64,11 @@ pub fn render(cx: &Inputs<'_>, c: &Claimed) -> anyhow::Result<Rendered> {
         None => from.clone(),
     };
     let to: Address = c.recipient.parse()?;
+    let message_id = job.message_id(cx.message_id_domain.unwrap_or(from.domain()));
     let mut builder = Message::builder()
         .from(Mailbox::new(Some(sender.from_name.clone()), from))
         .to(Mailbox::new(None, to.clone()))
-        .message_id(Some(job.message_id(cx.message_id_domain)));
+        .message_id(Some(message_id));
     if let Some(reply_to) = &sender.reply_to {
         builder = builder.reply_to(reply_to.parse()?);
     }

@@ -202,7 +202,8 @@ fn sigkill_mid_send_never_duplicates_and_loses_nothing() {
         )
         .unwrap();
     for job in &delivered_jobs {
-        let id = job.parse::<JobId>().unwrap().message_id("mailroom.invalid");
+        // No --message-id-domain: the org's From domain (news@example.org).
+        let id = job.parse::<JobId>().unwrap().message_id("example.org");
         assert!(
             ids.contains(&format!("Message-ID: {id}")),
             "{job} is delivered but never arrived"
@@ -352,7 +353,7 @@ pub(crate) fn config_for_capture(dir: std::path::PathBuf) -> Config {
         lease_seconds: 60.0,
         idle: Duration::from_millis(20),
         backoff: Backoff::default(),
-        message_id_domain: "acme.example".into(),
+        message_id_domain: Some("acme.example".into()),
         rate_per_second: None,
         links: Links {
             public_url: "http://mailroom.test".into(),

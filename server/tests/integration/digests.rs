@@ -220,3 +220,119 @@ async fn an_hourly_sweep_over_ten_years_sends_one_digest_per_local_week() {
         );
     }
 }
+
+/// The weeks an org has rows for, oldest first: (week key, kind).
+async fn weeks_of(pool: &PgPool, org: i64) -> Vec<(String, String)> {
+    sqlx::query_as(
+        "select week_key, kind from digest_sends where org_id = $1 and kind <> 'manual' order by scheduled_at",
+    )
+    .bind(org)
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
+/// After an outage, the first tick lands in the first occurrence of the doubled hour of the
+/// autumn clock change (02:00–03:00 happens twice in Berlin on 2026-10-25): the missed week is
+/// recorded as skipped there and then, and this week's digest goes out at its slot (the second
+/// 02:00, the instant PostgreSQL gives that local time).
+#[tokio::test]
+async fn a_tick_inside_the_doubled_autumn_hour_records_the_missed_week_and_sends_this_one() {
+    let pool = test_db().await;
+    let (berlin, london, stjohns) = (
+        org(&pool, "berlin", "Europe/Berlin", 7, 2).await,
+        org(&pool, "london", "Europe/London", 7, 1).await,
+        org(&pool, "stjohns", "America/St_Johns", 7, 1).await,
+    );
+    // Each org's week 41 went out; then Mailroom was down through week 42's slot.
+    assert_eq!(
+        claim_all(&pool, Utc.with_ymd_and_hms(2026, 10, 11, 5, 0, 0).unwrap()).await,
+        3
+    );
+    // 00:15 UTC = 02:15 CEST (Berlin, first pass); London's doubled hour is 01:00 BST/GMT at
+    // 00:00–01:00 UTC and St John's 01:00 on 2026-11-01 (a week later).
+    let cases = [
+        (
+            berlin,
+            Utc.with_ymd_and_hms(2026, 10, 25, 0, 15, 0).unwrap(),
+            Utc.with_ymd_and_hms(2026, 10, 25, 1, 5, 0).unwrap(),
+            "2026-W43",
+        ),
+        (
+            london,
+            Utc.with_ymd_and_hms(2026, 10, 25, 0, 30, 0).unwrap(),
+            Utc.with_ymd_and_hms(2026, 10, 25, 1, 5, 0).unwrap(),
+            "2026-W43",
+        ),
+    ];
+    for (id, first_pass, after_slot, this_week) in cases {
+        let mut conn = pool.acquire().await.unwrap();
+        let got = claim_due_weeks(&mut conn, Some(first_pass), &[id])
+            .await
+            .unwrap();
+        let got: Vec<(&str, &str)> = got
+            .iter()
+            .map(|w| (w.week_key.as_str(), w.kind.as_str()))
+            .collect();
+        assert_eq!(
+            got,
+            [("2026-W42", "skipped")],
+            "the missed week, at the first tick"
+        );
+        let got = claim_due_weeks(&mut conn, Some(after_slot), &[id])
+            .await
+            .unwrap();
+        let got: Vec<(&str, &str)> = got
+            .iter()
+            .map(|w| (w.week_key.as_str(), w.kind.as_str()))
+            .collect();
+        assert_eq!(got, [(this_week, "scheduled")]);
+    }
+    // St John's (UTC-2:30 summer, -3:30 winter): 01:00 local happens twice on 2026-11-01, first
+    // at 03:30 UTC. Weeks 42 and 43 were missed.
+    let mut conn = pool.acquire().await.unwrap();
+    let first_pass = Utc.with_ymd_and_hms(2026, 11, 1, 3, 40, 0).unwrap();
+    let got = claim_due_weeks(&mut conn, Some(first_pass), &[stjohns])
+        .await
+        .unwrap();
+    assert_eq!(got.len(), 2, "{got:?}");
+    let got = claim_due_weeks(&mut conn, Some(first_pass + Duration::hours(1)), &[stjohns])
+        .await
+        .unwrap();
+    assert_eq!(got.len(), 1, "{got:?}");
+    let weeks = weeks_of(&pool, stjohns).await;
+    let want = [
+        ("2026-W41", "scheduled"),
+        ("2026-W42", "skipped"),
+        ("2026-W43", "skipped"),
+        ("2026-W44", "scheduled"),
+    ];
+    assert_eq!(weeks, want.map(|(w, k)| (w.to_string(), k.to_string())));
+}
+
+/// An outage of several weeks: each missed week gets its own skipped row, none is sent late,
+/// and the history has no hole.
+#[tokio::test]
+async fn every_week_a_long_outage_missed_is_recorded_as_skipped() {
+    let pool = test_db().await;
+    let id = org(&pool, "acme", "UTC", 1, 9).await;
+    let monday = Utc.with_ymd_and_hms(2026, 11, 2, 9, 30, 0).unwrap();
+    assert_eq!(claim_all(&pool, monday).await, 1);
+    // Down for four weeks and a day: back on Tuesday of the fifth week, after its slot's day.
+    let back = monday + Duration::days(29) + Duration::hours(2);
+    assert_eq!(claim_all(&pool, back).await, 4);
+    assert_eq!(claim_all(&pool, back).await, 0, "each once");
+    let weeks = weeks_of(&pool, id).await;
+    let want = [
+        ("2026-W45", "scheduled"),
+        ("2026-W46", "skipped"),
+        ("2026-W47", "skipped"),
+        ("2026-W48", "skipped"),
+        ("2026-W49", "skipped"),
+    ];
+    assert_eq!(weeks, want.map(|(w, k)| (w.to_string(), k.to_string())));
+    // A new org starts at its latest slot: no history is invented before it existed.
+    let new = org(&pool, "new", "UTC", 1, 9).await;
+    assert_eq!(claim_all(&pool, back).await, 1);
+    assert_eq!(weeks_of(&pool, new).await.len(), 1);
+}

@@ -20,6 +20,7 @@ mod digests;
 mod digests_page;
 mod embedded_cluster;
 mod fault_sink;
+mod first_run;
 mod helpers;
 mod http_auth;
 mod leader;

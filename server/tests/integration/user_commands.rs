@@ -107,3 +107,93 @@ fn demo_prints_logins_once_and_user_commands_manage_logins() {
     );
     crate::procs::wait_postmaster_gone(dir.path(), 30);
 }
+
+/// `mailroom org add` makes an organisation and its first owner in one step (no SQL), refuses
+/// bad input naming the flag, and leaves nothing behind when it refuses.
+#[test]
+fn org_add_creates_an_organisation_with_its_first_owner_or_nothing() {
+    let dir = data_dir();
+    let data = dir.path().to_str().unwrap();
+    let org_add = |slug: &str, tz: &str, owner: &str| {
+        run(
+            &[
+                "org",
+                "add",
+                "--data-dir",
+                data,
+                "--slug",
+                slug,
+                "--name",
+                "Globex Corp",
+                "--timezone",
+                tz,
+                "--from-address",
+                "news@globex.example",
+                "--owner-email",
+                owner,
+                "--owner-name",
+                "Gina",
+            ],
+            &[],
+        )
+    };
+    let (status, out, stderr) = org_add("globex", "Europe/Berlin", "gina@globex.example");
+    assert!(status.success(), "{stderr}");
+    assert!(
+        out.contains(
+            "created globex (Globex Corp) with owner gina@globex.example; password (shown once): "
+        ),
+        "{out}"
+    );
+    let password = out.trim().rsplit(' ').next().unwrap();
+    assert_eq!(password.len(), 16, "{out}");
+    // The org exists: a user can be added to it; its owner exists: the address is taken.
+    let (status, _, stderr) = run(
+        &[
+            "user",
+            "add",
+            "--data-dir",
+            data,
+            "--org",
+            "globex",
+            "--email",
+            "vic@globex.example",
+            "--name",
+            "Vic",
+            "--role",
+            "viewer",
+        ],
+        &[],
+    );
+    assert!(status.success(), "{stderr}");
+    for (slug, tz, owner, flag) in [
+        ("globex", "UTC", "other@globex.example", "--slug"),
+        ("Bad Slug", "UTC", "x@initech.example", "--slug"),
+        ("initech", "Mars/Olympus", "x@initech.example", "--timezone"),
+        ("initech", "UTC", "not-an-address", "--owner-email"),
+        ("initech", "UTC", "gina@globex.example", "--owner-email"),
+    ] {
+        let (status, _, stderr) = org_add(slug, tz, owner);
+        assert!(!status.success(), "{slug} {tz} {owner}");
+        assert!(stderr.contains(flag), "{flag}: {stderr}");
+        assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
+    }
+    // None of the refused ones left an organisation behind.
+    let (status, _, stderr) = run(
+        &[
+            "user",
+            "add",
+            "--data-dir",
+            data,
+            "--org",
+            "initech",
+            "--email",
+            "y@initech.example",
+            "--name",
+            "Y",
+        ],
+        &[],
+    );
+    assert!(!status.success());
+    assert!(stderr.contains("no organisation"), "{stderr}");
+}
