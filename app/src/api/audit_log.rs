@@ -45,16 +45,15 @@ pub async fn audit_log_page(
 ) -> Result<AuditPage, AppError> {
     use crate::db::{audit_log, settings, user_admin};
     let (me, pool) = super::signed_in().await?;
-    let given = |s: Option<String>| s.map(|s| s.trim().to_owned()).filter(|s| !s.is_empty());
     let id = |s: Option<String>, what: &str| {
-        given(s)
+        super::filter(what, s)?
             .map(|s| {
                 s.parse::<i64>()
                     .map_err(|_| AppError::Invalid(format!("“{s}” is not a valid {what}.")))
             })
             .transpose()
     };
-    let action = given(action);
+    let action = super::filter("Action", action)?;
     let actor_id = id(actor, "user")?;
     let before_id = id(before, "page position")?;
     let mut conn = pool.acquire().await?;

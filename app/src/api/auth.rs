@@ -29,7 +29,6 @@ pub async fn login(email: String, password: String) -> Result<(), AppError> {
     let email = EmailAddress::parse(&email)
         .map_err(|e| AppError::Invalid(format!("Enter your e-mail address: {e}.")))?;
     let pool = super::pool()?;
-    let secure = super::secure_cookies();
     let response = expect_context::<leptos_axum::ResponseOptions>();
     // Without a known peer (never so behind `mailroom serve`) all such requests share one count.
     let ip = super::client()
@@ -65,18 +64,7 @@ pub async fn login(email: String, password: String) -> Result<(), AppError> {
         }
     };
     db::login_throttle::record_success(&pool, &keys).await?;
-    let token = auth::new_session_token();
-    db::sessions::create(
-        &pool,
-        &auth::hash_token(&token),
-        row.org_id,
-        row.id,
-        auth::SESSION_TTL_SECONDS,
-    )
-    .await?;
-    set_cookie(&auth::session_cookie(Some(&token), secure))?;
-    leptos_axum::redirect("/");
-    Ok(())
+    start_session(&pool, row.org_id, row.id).await
 }
 
 /// Signs out: ends the server-side session and clears the cookie.
@@ -91,6 +79,28 @@ pub async fn logout() -> Result<(), AppError> {
     }
     set_cookie(&auth::session_cookie(None, secure))?;
     leptos_axum::redirect("/login");
+    Ok(())
+}
+
+/// Signs `user_id` of `org_id` in: a new server-side session and its cookie, then home.
+#[cfg(feature = "ssr")]
+pub(super) async fn start_session(
+    pool: &sqlx::PgPool,
+    org_id: i64,
+    user_id: i64,
+) -> Result<(), AppError> {
+    use crate::auth;
+    let token = auth::new_session_token();
+    crate::db::sessions::create(
+        pool,
+        &auth::hash_token(&token),
+        org_id,
+        user_id,
+        auth::SESSION_TTL_SECONDS,
+    )
+    .await?;
+    set_cookie(&auth::session_cookie(Some(&token), super::secure_cookies()))?;
+    leptos_axum::redirect("/");
     Ok(())
 }
 

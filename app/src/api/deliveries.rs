@@ -81,20 +81,19 @@ pub async fn deliveries_page(
     use crate::db::delivery_admin::{self, Filter};
     use crate::domain::{DeliveryCursor, DeliveryKind};
     let (me, pool) = super::signed_in().await?;
-    let given = |v: Option<String>| v.map(|s| s.trim().to_owned()).filter(|s| !s.is_empty());
-    let status = given(status)
+    let status = super::filter("Status", status)?
         .map(|s| s.parse::<DeliveryStatus>())
         .transpose()
         .map_err(AppError::Invalid)?;
-    let kind = given(kind)
+    let kind = super::filter("Kind", kind)?
         .map(|s| s.parse::<DeliveryKind>())
         .transpose()
         .map_err(AppError::Invalid)?;
-    let after = given(after)
+    let after = super::filter("Page", after)?
         .map(|s| s.parse::<DeliveryCursor>())
         .transpose()
         .map_err(AppError::Invalid)?;
-    let recipient = given(recipient);
+    let recipient = super::filter("Recipient", recipient)?;
     let filter = Filter {
         status,
         kind,

@@ -20,6 +20,30 @@ pub struct InviteLink {
 /// The shortest password accepted (characters), as for `mailroom user add`.
 pub const MIN_PASSWORD: usize = 10;
 
+/// A password a person chose (at least [`MIN_PASSWORD`], at most 1,000 characters), hashed.
+/// Argon2 is deliberately slow: off the async workers.
+#[cfg(feature = "ssr")]
+pub(super) async fn new_password_hash(password: String) -> Result<String, AppError> {
+    let length = password.chars().count();
+    if length < MIN_PASSWORD {
+        return Err(AppError::Invalid(format!(
+            "Password: use at least {MIN_PASSWORD} characters."
+        )));
+    }
+    if length > 1000 {
+        return Err(AppError::Invalid(
+            "Password: use at most 1,000 characters.".into(),
+        ));
+    }
+    tokio::task::spawn_blocking(move || crate::auth::hash_password(&password))
+        .await
+        .map_err(|_| AppError::Internal)?
+        .map_err(|e| {
+            tracing::error!(error = %e, "cannot hash a password");
+            AppError::Internal
+        })
+}
+
 #[cfg(feature = "ssr")]
 const DEAD_LINK: &str = "This link has expired or was already used. Ask an owner of your organisation to send you a new one.";
 
@@ -45,29 +69,10 @@ pub async fn invite_info(token: String) -> Result<InviteLink, AppError> {
 #[server(endpoint = "accept_invite")]
 pub async fn accept_invite(token: String, name: String, password: String) -> Result<(), AppError> {
     use crate::auth;
-    use crate::db::{audit, password_tokens, sessions, user_admin};
+    use crate::db::{audit, password_tokens, user_admin};
     let pool = super::pool()?;
-    let secure = super::secure_cookies();
     let name = super::users::valid_name(&name)?;
-    let length = password.chars().count();
-    if length < MIN_PASSWORD {
-        return Err(AppError::Invalid(format!(
-            "Password: use at least {MIN_PASSWORD} characters."
-        )));
-    }
-    if length > 1000 {
-        return Err(AppError::Invalid(
-            "Password: use at most 1,000 characters.".into(),
-        ));
-    }
-    // Argon2 is deliberately slow: off the async workers.
-    let hash = tokio::task::spawn_blocking(move || auth::hash_password(&password))
-        .await
-        .map_err(|_| AppError::Internal)?
-        .map_err(|e| {
-            tracing::error!(error = %e, "cannot hash a password");
-            AppError::Internal
-        })?;
+    let hash = new_password_hash(password).await?;
     let mut tx = pool.begin().await?;
     let link = password_tokens::redeem(&mut tx, &auth::hash_token(&token))
         .await?
@@ -94,16 +99,5 @@ pub async fn accept_invite(token: String, name: String, password: String) -> Res
     )
     .await?;
     tx.commit().await?;
-    let session = auth::new_session_token();
-    sessions::create(
-        &pool,
-        &auth::hash_token(&session),
-        link.org_id,
-        link.user_id,
-        auth::SESSION_TTL_SECONDS,
-    )
-    .await?;
-    super::auth::set_cookie(&auth::session_cookie(Some(&session), secure))?;
-    leptos_axum::redirect("/");
-    Ok(())
+    super::auth::start_session(&pool, link.org_id, link.user_id).await
 }

@@ -29,7 +29,6 @@ pub async fn first_run_setup(
     owner_email: String,
     password: String,
 ) -> Result<(), AppError> {
-    use crate::auth;
     use crate::db::orgs::{self, SetupError, SetupField};
     use crate::domain::{org, EmailAddress};
     let pool = super::pool()?;
@@ -46,20 +45,7 @@ pub async fn first_run_setup(
     let owner_name = super::users::valid_name(&owner_name)?.ok_or_else(|| {
         AppError::Invalid("Your name: enter the name the dashboard shows for you.".into())
     })?;
-    let length = password.chars().count();
-    if !(super::invites::MIN_PASSWORD..=1000).contains(&length) {
-        return Err(AppError::Invalid(format!(
-            "Password: use {} to 1,000 characters.",
-            super::invites::MIN_PASSWORD
-        )));
-    }
-    let hash = tokio::task::spawn_blocking(move || auth::hash_password(&password))
-        .await
-        .map_err(|_| AppError::Internal)?
-        .map_err(|e| {
-            tracing::error!(error = %e, "cannot hash a password");
-            AppError::Internal
-        })?;
+    let hash = super::invites::new_password_hash(password).await?;
     let mut tx = pool.begin().await?;
     if !crate::db::secrets::take(&mut tx, SETUP_SECRET, token.trim().as_bytes()).await? {
         return Err(AppError::Invalid(
@@ -95,19 +81,5 @@ pub async fn first_run_setup(
             SetupError::Db(e) => e.into(),
         })?;
     tx.commit().await?;
-    let session = auth::new_session_token();
-    crate::db::sessions::create(
-        &pool,
-        &auth::hash_token(&session),
-        org_id,
-        user_id,
-        auth::SESSION_TTL_SECONDS,
-    )
-    .await?;
-    super::auth::set_cookie(&auth::session_cookie(
-        Some(&session),
-        super::secure_cookies(),
-    ))?;
-    leptos_axum::redirect("/");
-    Ok(())
+    super::auth::start_session(&pool, org_id, user_id).await
 }

@@ -81,14 +81,13 @@ pub async fn subscribers(
     };
     use crate::domain::SubscriberStatus;
     let (me, pool) = super::signed_in().await?;
-    let given = |v: Option<String>| v.map(|s| s.trim().to_owned()).filter(|s| !s.is_empty());
-    let search = given(q).map(|s| s.to_lowercase());
-    let status = given(status)
+    let search = super::filter("Search", q)?.map(|s| s.to_lowercase());
+    let status = super::filter("Status", status)?
         .map(|s| s.parse::<SubscriberStatus>())
         .transpose()
         .map_err(AppError::Invalid)?;
     let number = |v: Option<String>, what: &str| {
-        given(v)
+        super::filter(what, v)?
             .map(|s| s.parse::<i64>())
             .transpose()
             .map_err(|_| AppError::Invalid(format!("The {what} is not a number.")))

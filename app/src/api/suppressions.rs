@@ -32,8 +32,8 @@ pub async fn suppressions(
     after: Option<String>,
 ) -> Result<SuppressionPage, AppError> {
     let (me, pool) = super::signed_in().await?;
-    let search = q.map(|s| s.trim().to_lowercase()).filter(|s| !s.is_empty());
-    let after = after.filter(|s| !s.is_empty());
+    let search = super::filter("Search", q)?.map(|s| s.to_lowercase());
+    let after = super::filter("Page", after)?;
     let cursor = match &after {
         Some(c) => Some(
             c.split_once('|')

@@ -145,7 +145,11 @@ impl FromStr for DeliveryCursor {
         let (micros, job_id) = s.split_once('~').ok_or_else(bad)?;
         let micros: i64 = micros.parse().map_err(|_| bad())?;
         let created_at = DateTime::from_timestamp_micros(micros).ok_or_else(bad)?;
-        if job_id.is_empty() {
+        // Years 1 to 9999 only: PostgreSQL refuses timestamps far outside them, as an error.
+        if !(1..=9999).contains(&chrono::Datelike::year(&created_at))
+            || job_id.is_empty()
+            || job_id.chars().any(char::is_control)
+        {
             return Err(bad());
         }
         Ok(DeliveryCursor {
@@ -192,7 +196,16 @@ mod tests {
             job_id: "test:1:1:t:a~b@x.org".into(),
         };
         assert_eq!(c.to_string().parse::<DeliveryCursor>().unwrap(), c);
-        for bad in ["", "12", "x~job", "12~", "~job"] {
+        for bad in [
+            "",
+            "12",
+            "x~job",
+            "12~",
+            "~job",
+            "-9223372036854775808~job",
+            "9223372036854775807~job",
+            "12~jo\0b",
+        ] {
             assert!(bad.parse::<DeliveryCursor>().is_err(), "{bad}");
         }
     }

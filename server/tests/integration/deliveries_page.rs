@@ -548,3 +548,45 @@ async fn a_captured_message_is_read_back_from_its_file_with_a_size_cap() {
         .collect();
     assert_eq!(openable, HashSet::from([jobs[0].clone(), jobs[1].clone()]));
 }
+
+/// Filters a person could never type (a NUL, a page position centuries away) are refused with
+/// a 422 naming the filter, never an internal error from the database.
+#[tokio::test]
+async fn hostile_filter_values_are_refused_naming_the_filter() {
+    let pool = test_db().await;
+    let (_, users) = org_with_users(&pool, "alpha", &[Role::Owner]).await;
+    let app = spawn_app(pool.clone()).await;
+    let c = signed_in(&app, &users[0].1, &users[0].2).await;
+    for (endpoint, field, value, says) in [
+        ("deliveries", "recipient", "a\0b", "Recipient"),
+        (
+            "deliveries",
+            "after",
+            "-9223372036854775808~job",
+            "page position",
+        ),
+        (
+            "deliveries",
+            "after",
+            "9223372036854775807~job",
+            "page position",
+        ),
+        ("deliveries", "status", "queued\0", "Status"),
+        ("subscribers", "q", "\0", "Search"),
+        ("suppressions", "q", "x\0", "Search"),
+        ("audit_log", "action", "user.invite\0", "Action"),
+        ("audit_log", "actor", "1\0", "user"),
+    ] {
+        let long = "x".repeat(501);
+        for value in [value, long.as_str()] {
+            let (status, body) = app.call_with(&c, endpoint, &[(field, value)]).await;
+            assert_eq!(status, 422, "{endpoint} {field}={value:?}: {body}");
+            let message = json(&body)["Invalid"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            let expected = if value == long { "too long" } else { says };
+            assert!(message.contains(expected), "{endpoint} {field}: {message}");
+        }
+    }
+}

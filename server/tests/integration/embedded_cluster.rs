@@ -5,7 +5,7 @@ use sqlx::postgres::PgConnectOptions;
 use sqlx::{ConnectOptions, Connection};
 
 use crate::helpers::data_dir;
-use crate::procs::{postmaster_pid, wait_postmaster_gone, Proc};
+use crate::procs::{free_listen_address, postmaster_pid, start_serve, wait_postmaster_gone, Proc};
 
 /// Counts live worker heartbeats through the embedded cluster's socket.
 fn heartbeats(dir: &std::path::Path) -> i64 {
@@ -88,26 +88,8 @@ fn a_start_after_sigkill_adopts_the_orphaned_postmaster() {
 #[test]
 fn sigterm_to_serve_stops_the_http_server_and_the_embedded_cluster() {
     let dir = data_dir();
-    let site = dir.path().join("site");
-    std::fs::create_dir_all(site.join("pkg")).unwrap();
-    std::fs::write(site.join("pkg/mailroom.js"), "").unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let listen = format!("127.0.0.1:{port}");
-    let mut serve = Proc::start(
-        "serve",
-        dir.path(),
-        &[
-            "serve",
-            "--listen",
-            &listen,
-            "--site-root",
-            site.to_str().unwrap(),
-        ],
-    );
+    let listen = free_listen_address();
+    let mut serve = start_serve("serve", dir.path(), &listen, &[]);
     serve.wait_log("Mailroom is ready at", 120);
     let rt = tokio::runtime::Runtime::new().unwrap();
     let status = rt.block_on(async {

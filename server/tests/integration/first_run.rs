@@ -6,33 +6,14 @@
 use nix::sys::signal::Signal;
 
 use crate::helpers::data_dir;
-use crate::procs::Proc;
+use crate::procs::{free_listen_address, start_serve};
 
 #[test]
 fn the_first_run_page_creates_one_organisation_with_the_token_from_the_log() {
     let dir = data_dir();
-    let site = dir.path().join("site");
-    std::fs::create_dir_all(site.join("pkg")).unwrap();
-    std::fs::write(site.join("pkg/mailroom.js"), "").unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let listen = format!("127.0.0.1:{port}");
+    let listen = free_listen_address();
     let base = format!("http://{listen}");
-    let mut serve = Proc::start(
-        "serve",
-        dir.path(),
-        &[
-            "serve",
-            "--listen",
-            &listen,
-            "--site-root",
-            site.to_str().unwrap(),
-            "--no-workers",
-        ],
-    );
+    let mut serve = start_serve("serve", dir.path(), &listen, &["--no-workers"]);
     serve.wait_log("one-time setup token", 120);
     let log = serve.log_text();
     let token = log
@@ -162,18 +143,7 @@ fn the_first_run_page_creates_one_organisation_with_the_token_from_the_log() {
     serve.signal(Signal::SIGTERM);
     assert!(serve.wait_exit(60).success(), "{}", serve.log_text());
     // A restart on a database with an organisation prints no token.
-    let mut again = Proc::start(
-        "serve-again",
-        dir.path(),
-        &[
-            "serve",
-            "--listen",
-            &listen,
-            "--site-root",
-            site.to_str().unwrap(),
-            "--no-workers",
-        ],
-    );
+    let mut again = start_serve("serve-again", dir.path(), &listen, &["--no-workers"]);
     // The first-run check comes before this line.
     again.wait_log("Mailroom is ready at", 120);
     assert!(

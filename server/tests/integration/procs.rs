@@ -164,3 +164,25 @@ pub fn wait_postmaster_gone(data_dir: &Path, secs: u64) {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// A free port on 127.0.0.1 (bound and let go: nothing else here takes it meanwhile).
+pub fn free_listen_address() -> String {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    format!("127.0.0.1:{port}")
+}
+
+/// `mailroom serve` on `listen` with `extra` flags, serving a stub site made under `data_dir`
+/// (the pages' HTML, without the wasm these tests do not need).
+pub fn start_serve(name: &str, data_dir: &Path, listen: &str, extra: &[&str]) -> Proc {
+    let site = data_dir.join("site");
+    std::fs::create_dir_all(site.join("pkg")).unwrap();
+    std::fs::write(site.join("pkg/mailroom.js"), "").unwrap();
+    let site = site.to_str().unwrap().to_owned();
+    let mut args = vec!["serve", "--listen", listen, "--site-root", &site];
+    args.extend_from_slice(extra);
+    Proc::start(name, data_dir, &args)
+}

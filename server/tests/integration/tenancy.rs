@@ -57,6 +57,9 @@ fn case(endpoint: &str) -> Option<Case> {
         | "audit_log" => Case::Scoped(vec![]),
         // The set-password page: the link's token is the credential, no session.
         "invite_info" | "accept_invite" => Case::Public,
+        // The first-run page: no session exists yet; it acts only while no organisation does
+        // and with the one-time token (tests/integration/first_run.rs).
+        "setup_needed" | "first_run_setup" => Case::Public,
         "set_user_role" => Case::Object {
             args: |o| vec![("user_id", o.user.clone()), ("role", "admin".into())],
             acts: true,
