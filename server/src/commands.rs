@@ -337,12 +337,13 @@ fn allow_fake_clock(
     Ok(())
 }
 
-/// The password given (at least 10 characters, as the dashboard asks) or a generated one, and
-/// whether it was generated (then it is printed once).
+/// The password given (as long as the dashboard asks) or a generated one, and whether it was
+/// generated (then it is printed once).
 fn password_or_generated(given: Option<&Secret>, flag: &str) -> anyhow::Result<(String, bool)> {
+    use app::api::invites::MIN_PASSWORD;
     match given.map(Secret::expose) {
-        Some(p) if p.chars().count() >= 10 => Ok((p.to_owned(), false)),
-        Some(_) => Err(anyhow!("{flag}: use at least 10 characters")),
+        Some(p) if p.chars().count() >= MIN_PASSWORD => Ok((p.to_owned(), false)),
+        Some(_) => Err(anyhow!("{flag}: use at least {MIN_PASSWORD} characters")),
         None => Ok((demo::new_password(), true)),
     }
 }
