@@ -127,6 +127,11 @@ async fn jobs(pool: &PgPool, cfg: &Config, h: &Held, captured_dir: &Path, retent
     if still() {
         reconcile_finished(pool, lease).await;
     }
+    if still() {
+        if let Err(e) = app::db::metrics::fold_counts(pool).await {
+            tracing::warn!(error = %e, "folding the delivery counts failed");
+        }
+    }
     if !retention || !still() {
         return;
     }

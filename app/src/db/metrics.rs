@@ -1,4 +1,5 @@
-//! What `/metrics` reads from the database at scrape time: the same figures from any replica.
+//! What `/metrics` reads from the database at scrape time: the same figures from any replica,
+//! at a cost that does not grow with the deliveries table.
 
 use sqlx::PgPool;
 
@@ -6,7 +7,7 @@ use sqlx::PgPool;
 pub struct Snapshot {
     /// Deliveries by status, every org.
     pub by_status: Vec<(String, i64)>,
-    /// Queued deliveries by kind (test, digest, campaign).
+    /// Queued deliveries by kind (test, digest, campaign, invite).
     pub queued_by_kind: Vec<(String, i64)>,
     /// Age of the oldest delivery that is due and still queued (0 when none).
     pub oldest_queued_seconds: f64,
@@ -14,26 +15,54 @@ pub struct Snapshot {
     pub leader_epoch: i64,
 }
 
+/// The figures, summed from `delivery_counts` (a few rows per kind and status between two
+/// leader passes).
+pub const COUNTS: &str =
+    "select kind, status, sum(n)::bigint from delivery_counts group by kind, status";
+
+/// The oldest due queued delivery: the first entry of `deliveries_due`.
+pub const OLDEST_AND_EPOCH: &str =
+    "select coalesce(extract(epoch from now() - (select min(next_attempt_at) from deliveries
+                                                 where status = 'queued' and next_attempt_at <= now())), 0)::float8,
+            coalesce((select epoch from leader_lease where name = 'leader'), 0)";
+
 pub async fn snapshot(pool: &PgPool) -> sqlx::Result<Snapshot> {
-    let by_status = sqlx::query_as("select status, count(*) from deliveries group by status")
-        .fetch_all(pool)
-        .await?;
-    let queued_by_kind = sqlx::query_as(
-        "select kind, count(*) from deliveries where status = 'queued' group by kind",
-    )
-    .fetch_all(pool)
-    .await?;
-    let (oldest_queued_seconds, leader_epoch): (f64, i64) = sqlx::query_as(
-        "select coalesce(extract(epoch from now() - (select min(next_attempt_at) from deliveries
-                                                     where status = 'queued' and next_attempt_at <= now())), 0)::float8,
-                coalesce((select epoch from leader_lease where name = 'leader'), 0)",
-    )
-    .fetch_one(pool)
-    .await?;
+    let counts: Vec<(String, String, i64)> = sqlx::query_as(COUNTS).fetch_all(pool).await?;
+    let (oldest_queued_seconds, leader_epoch): (f64, i64) =
+        sqlx::query_as(OLDEST_AND_EPOCH).fetch_one(pool).await?;
+    let mut by_status: Vec<(String, i64)> = Vec::new();
+    let mut queued_by_kind = Vec::new();
+    for (kind, status, n) in counts {
+        if status == "queued" {
+            queued_by_kind.push((kind, n));
+        }
+        match by_status.iter_mut().find(|(s, _)| *s == status) {
+            Some((_, total)) => *total += n,
+            None => by_status.push((status, n)),
+        }
+    }
     Ok(Snapshot {
         by_status,
         queued_by_kind,
         oldest_queued_seconds,
         leader_epoch,
     })
+}
+
+/// Folds the appended count rows into one per (kind, status). Safe beside writers and beside
+/// another fold: the delete takes only rows its snapshot sees, and a row two folds race for is
+/// deleted (and summed) by one of them. Returns the rows folded away.
+pub async fn fold_counts(pool: &PgPool) -> sqlx::Result<u64> {
+    let folded: (i64,) = sqlx::query_as(
+        "with gone as (delete from delivery_counts returning kind, status, n),
+              kept as (
+                  insert into delivery_counts (kind, status, n)
+                  select kind, status, sum(n) from gone group by kind, status having sum(n) <> 0
+                  returning 1
+              )
+         select (select count(*) from gone) - (select count(*) from kept)",
+    )
+    .fetch_one(pool)
+    .await?;
+    Ok(folded.0.max(0) as u64)
 }

@@ -114,3 +114,161 @@ async fn a_metrics_token_is_required_when_one_is_set() {
     assert_eq!(r.status(), 200);
     assert!(r.text().await.unwrap().contains("mailroom_leader_epoch"));
 }
+
+async fn counted(pool: &sqlx::PgPool) -> Vec<(String, String, i64)> {
+    sqlx::query_as(
+        "select kind, status, count(*) from deliveries group by kind, status order by kind, status",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
+async fn kept(pool: &sqlx::PgPool) -> Vec<(String, String, i64)> {
+    sqlx::query_as(
+        "select kind, status, sum(n)::bigint from delivery_counts group by kind, status
+         having sum(n) <> 0 order by kind, status",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
+/// The counts /metrics serves equal `count(*)` after writers inserting, moving and deleting
+/// deliveries race with each other and with folds of the count rows; a fold leaves one row per
+/// kind and status.
+#[tokio::test]
+async fn delivery_counts_stay_exact_under_racing_writers_and_folds() {
+    let pool = test_db().await;
+    let (org, _) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let mut writers = Vec::new();
+    for w in 0..4 {
+        let pool = pool.clone();
+        writers.push(tokio::spawn(async move {
+            for round in 0..15 {
+                let addresses: Vec<String> = (0..10)
+                    .map(|i| format!("w{w}r{round}i{i}@example.org"))
+                    .collect();
+                let dialog = format!("w{w}r{round}");
+                let jobs = crate::helpers::enqueue_test_mail_to(&pool, org, &dialog, &addresses).await;
+                sqlx::query("update deliveries set status = 'delivered', finished_at = now() where job_id = any($1) and recipient like '%i1@%'")
+                    .bind(&jobs)
+                    .execute(&pool)
+                    .await
+                    .unwrap();
+                sqlx::query("update deliveries set status = 'failed', finished_at = now() where job_id = any($1) and recipient like '%i2@%'")
+                    .bind(&jobs)
+                    .execute(&pool)
+                    .await
+                    .unwrap();
+                sqlx::query("delete from deliveries where job_id = any($1) and recipient like '%i3@%'")
+                    .bind(&jobs)
+                    .execute(&pool)
+                    .await
+                    .unwrap();
+            }
+        }));
+    }
+    let folder = {
+        let pool = pool.clone();
+        tokio::spawn(async move {
+            let mut folds = 0;
+            for _ in 0..40 {
+                app::db::metrics::fold_counts(&pool).await.unwrap();
+                folds += 1;
+                tokio::task::yield_now().await;
+            }
+            folds
+        })
+    };
+    let second_folder = {
+        let pool = pool.clone();
+        tokio::spawn(async move {
+            for _ in 0..40 {
+                app::db::metrics::fold_counts(&pool).await.unwrap();
+            }
+        })
+    };
+    for w in writers {
+        w.await.unwrap();
+    }
+    assert_eq!(folder.await.unwrap(), 40);
+    second_folder.await.unwrap();
+    let truth = counted(&pool).await;
+    assert_eq!(
+        truth,
+        vec![
+            ("test".to_string(), "delivered".to_string(), 60),
+            ("test".to_string(), "failed".to_string(), 60),
+            ("test".to_string(), "queued".to_string(), 420),
+        ]
+    );
+    assert_eq!(kept(&pool).await, truth);
+    app::db::metrics::fold_counts(&pool).await.unwrap();
+    assert_eq!(kept(&pool).await, truth);
+    let rows: (i64,) = sqlx::query_as("select count(*) from delivery_counts")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(rows.0, 3, "one row per kind and status after a fold");
+    let s = app::db::metrics::snapshot(&pool).await.unwrap();
+    assert_eq!(s.queued_by_kind, vec![("test".to_string(), 420)]);
+    let mut by_status = s.by_status.clone();
+    by_status.sort();
+    assert_eq!(
+        by_status,
+        vec![
+            ("delivered".to_string(), 60),
+            ("failed".to_string(), 60),
+            ("queued".to_string(), 420),
+        ]
+    );
+}
+
+/// A scrape reads at most one deliveries row (the first of an index), however many rows
+/// the table holds.
+#[tokio::test]
+async fn a_scrape_does_not_scan_the_deliveries_table() {
+    let pool = test_db().await;
+    let (org, _) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    sqlx::query(
+        "insert into deliveries (job_id, org_id, kind, priority, recipient, email_lower, status, finished_at)
+         select 'bulk-' || i, $1, 'test', 0, 'b' || i || '@example.org', 'b' || i || '@example.org',
+                case when i % 2 = 0 then 'queued' else 'delivered' end,
+                case when i % 2 = 0 then null else now() end
+         from generate_series(1, 20000) i",
+    )
+    .bind(org)
+    .execute(&pool)
+    .await
+    .unwrap();
+    sqlx::query("analyze deliveries")
+        .execute(&pool)
+        .await
+        .unwrap();
+    for sql in [app::db::metrics::COUNTS, app::db::metrics::OLDEST_AND_EPOCH] {
+        let plan: Vec<(String,)> = sqlx::query_as(&format!("explain analyze {sql}"))
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+        let plan: Vec<String> = plan.into_iter().map(|(l,)| l).collect();
+        assert!(
+            !plan.iter().any(|l| l.contains("Seq Scan on deliveries")),
+            "{}",
+            plan.join("\n")
+        );
+        for l in plan.iter().filter(|l| l.contains("on deliveries")) {
+            // Each probe reads at most one row per loop.
+            let rows = l
+                .split("actual time=")
+                .nth(1)
+                .and_then(|a| a.split("rows=").nth(1))
+                .and_then(|r| r.split_whitespace().next())
+                .and_then(|r| r.parse::<f64>().ok())
+                .unwrap_or_else(|| panic!("no actual rows in {l}"));
+            assert!(rows <= 1.0, "{}", plan.join("\n"));
+        }
+    }
+    let s = app::db::metrics::snapshot(&pool).await.unwrap();
+    assert_eq!(s.queued_by_kind, vec![("test".to_string(), 10000)]);
+}
