@@ -63,13 +63,18 @@ pub fn hash_token(token: &str) -> Vec<u8> {
 
 /// The session token from a request's `Cookie` headers, if any.
 pub fn token_from_headers(headers: &http::HeaderMap) -> Option<String> {
+    cookie(headers, SESSION_COOKIE)
+}
+
+/// The value of cookie `name` in a request's `Cookie` headers, if any.
+pub fn cookie(headers: &http::HeaderMap, name: &str) -> Option<String> {
     headers
         .get_all(http::header::COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
         .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(name, _)| *name == SESSION_COOKIE)
+        .find(|(n, _)| *n == name)
         .map(|(_, value)| value.to_owned())
 }
 

@@ -4,6 +4,9 @@
 // nested views are deeper than rustc's default query depth of 128.
 #![recursion_limit = "256"]
 
+/// Only errors this server reported show on a page after a plain form post (server only).
+#[cfg(feature = "ssr")]
+pub mod action_error;
 /// Server functions: the dashboard's API, each scoped to the signed-in user's organisation.
 pub mod api;
 /// Passwords, session tokens and cookies (server only).

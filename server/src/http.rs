@@ -158,6 +158,10 @@ pub fn router(state: AppState, api: ApiConfig) -> Router {
         )
         .layer(middleware::from_fn(same_origin_writes))
         .layer(middleware::from_fn(refusal_status))
+        .layer(middleware::from_fn_with_state(
+            state.pool.clone(),
+            crate::action_errors::layer,
+        ))
         .with_state(state)
         .merge(bounded(
             unsubscribe,

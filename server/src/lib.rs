@@ -1,6 +1,8 @@
 //! The `mailroom` process: CLI, configuration, telemetry, the embedded PostgreSQL supervisor,
 //! the HTTP server and the worker host. Application logic and SQL live in the `app` crate.
 
+/// Only errors this server signed show on a page after a plain form post.
+pub mod action_errors;
 /// CSV import into a list (streamed, in the background) and export.
 pub mod audience_io;
 /// `backup` and `restore` of the embedded database (pg_dump custom format).

@@ -251,3 +251,78 @@ async fn a_password_change_ends_the_users_sessions() {
         .await
         .unwrap());
 }
+
+/// After a plain (no-JS) form post fails, the page it returns to shows the server's error; a
+/// link carrying an error the server did not sign, or signed for another browser, shows none.
+#[tokio::test]
+async fn a_page_shows_only_form_errors_this_server_signed_for_this_browser() {
+    use base64::Engine;
+    let pool = test_db().await;
+    let (_, users) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let app = spawn_app(pool).await;
+    let no_js_login = |c: reqwest::Client| {
+        let base = app.base.clone();
+        let email = users[0].1.clone();
+        async move {
+            let r = c
+                .post(format!("{base}/api/login"))
+                .header("accept", "text/html")
+                .header("referer", format!("{base}/login?next=%2Fcampaigns"))
+                .form(&[("email", email.as_str()), ("password", "not the password")])
+                .send()
+                .await
+                .unwrap();
+            assert!(r.status().is_redirection(), "{}", r.status());
+            r.headers()["location"].to_str().unwrap().to_owned()
+        }
+    };
+    let page = |c: &reqwest::Client, url: String| {
+        let c = c.clone();
+        async move {
+            let r = c.get(url).send().await.unwrap();
+            assert_eq!(r.status(), 200);
+            r.text().await.unwrap()
+        }
+    };
+
+    let browser = client(&app);
+    let location = no_js_login(browser.clone()).await;
+    assert!(
+        location.contains("__err=") && location.contains("__sig="),
+        "{location}"
+    );
+    assert!(location.contains("next=%2Fcampaigns"), "{location}");
+    let shown = page(&browser, location.clone()).await;
+    assert!(
+        shown.contains("login-error") && shown.contains("Wrong e-mail address or password."),
+        "the server's own error is shown"
+    );
+
+    // A forged error: the attacker's words, unsigned, or with a signature made up.
+    let forged = base64::engine::general_purpose::URL_SAFE.encode(
+        serde_json::to_vec(&app::error::AppError::Invalid(
+            "Your account is locked: call +1 555 0100 to unlock it.".into(),
+        ))
+        .unwrap(),
+    );
+    for url in [
+        format!("{}/login?__path=/api/login&__err={forged}", app.base),
+        format!(
+            "{}/login?__path=/api/login&__err={forged}&__sig=AAAA",
+            app.base
+        ),
+    ] {
+        let body = page(&browser, url).await;
+        assert!(!body.contains("call +1 555"), "forged error shown");
+        assert!(!body.contains("login-error"));
+    }
+    // A genuine error link (it may quote what its sender typed), opened by another browser:
+    // not shown there, still shown in the browser it was reported to.
+    let other = client(&app);
+    let body = page(&other, location.clone()).await;
+    assert!(
+        !body.contains("login-error"),
+        "another browser's error shown"
+    );
+    assert!(page(&browser, location).await.contains("login-error"));
+}
