@@ -1,7 +1,10 @@
 //! Test sends: a campaign's content, as the version the editor showed, to a few addresses typed
 //! in, through the delivery engine as `test:<campaign>:<version>:<dialog token>:<email>` jobs.
 //! The same dialog submitted twice queues each message once; a new edit (or a new dialog) can be
-//! tested again. Test mail never touches the campaign's recipients or counts.
+//! tested again. Test mail never touches the campaign's recipients or counts, and never goes to
+//! an address the org suppresses (someone who unsubscribed must not get the campaign's content
+//! through a test either): such an address is refused when typed, and a test queued before it
+//! was suppressed is stopped when the worker claims it.
 
 use leptos::prelude::*;
 
@@ -17,7 +20,7 @@ pub async fn send_test(
     token: String,
     addresses: String,
 ) -> Result<String, AppError> {
-    use crate::db::{audit, campaign_edit, deliveries};
+    use crate::db::{audit, campaign_edit, deliveries, suppression_admin};
     use crate::domain::{EmailAddress, JobId};
     let (me, pool) = super::signed_in().await?;
     if !me.role.can_act() {
@@ -31,6 +34,18 @@ pub async fn send_test(
     if now != version {
         return Err(AppError::Conflict(format!(
             "The campaign was saved after this page was loaded (version {now} now, you saw {version}): reload to test what it says now."
+        )));
+    }
+    let lower: Vec<&str> = to.iter().map(|a| a.lower()).collect();
+    let suppressed = suppression_admin::suppressed_among(&mut tx, me.org_id, &lower).await?;
+    if !suppressed.is_empty() {
+        let named: Vec<String> = suppressed
+            .iter()
+            .map(|(email, reason)| format!("{email} ({})", reason.replace('_', " ")))
+            .collect();
+        return Err(AppError::Invalid(format!(
+            "Test sends never go to suppressed addresses, and these are: {}. Test with another address, or remove it from Suppressions first.",
+            named.join(", ")
         )));
     }
     let mut queued = Vec::new();

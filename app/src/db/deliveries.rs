@@ -96,8 +96,9 @@ impl Claimed {
 /// share and the batch is filled round-robin, so one big campaign cannot starve another org or
 /// another campaign. Rows other workers hold are skipped, never waited for.
 ///
-/// Suppression is re-checked here, before any network call: campaign mail is blocked by any
-/// suppression, digest and test mail only by a hard bounce or complaint. Those become
+/// Suppression is re-checked here, before any network call: campaign and test mail are blocked
+/// by any suppression, the other kinds only by a hard bounce or complaint
+/// (`DeliveryKind::stopped_by_any_suppression`). Those become
 /// `suppressed`, counted in the campaign's progress slots in the same statement.
 pub async fn claim(
     pool: &PgPool,
@@ -157,7 +158,7 @@ pub async fn claim(
          blocked as (
              select due.job_id from due
              join suppressions s on s.org_id = due.org_id and s.email_lower = due.email_lower
-             where due.kind = 'campaign' or s.reason in ('hard_bounce', 'complaint')
+             where due.kind = any($5) or s.reason in ('hard_bounce', 'complaint')
          ),
          changed as (
              update deliveries d
@@ -180,6 +181,7 @@ pub async fn claim(
         .bind(lease_seconds)
         .bind(holder)
         .bind(progress_slot())
+        .bind(crate::domain::DeliveryKind::stopped_by_any_suppression_names())
         .fetch_all(pool)
         .await
 }

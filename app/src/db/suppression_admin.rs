@@ -67,3 +67,21 @@ pub async fn remove(
     .fetch_optional(conn)
     .await
 }
+
+/// Which of `emails_lower` the org suppresses, with the reason, in the order given.
+pub async fn suppressed_among(
+    conn: &mut PgConnection,
+    org_id: i64,
+    emails_lower: &[&str],
+) -> sqlx::Result<Vec<(String, String)>> {
+    sqlx::query_as(
+        "select x.email_lower, x.reason
+         from unnest($2::text[]) with ordinality as e(email_lower, n)
+         join suppressions x on x.org_id = $1 and x.email_lower = e.email_lower
+         order by e.n",
+    )
+    .bind(org_id)
+    .bind(emails_lower)
+    .fetch_all(conn)
+    .await
+}

@@ -99,6 +99,22 @@ impl DeliveryKind {
         }
     }
 
+    /// Any suppression stops it, an unsubscribe too: campaign content, tests of it included.
+    /// The other kinds (a digest to an org's admin, account mail) are stopped only by a hard
+    /// bounce or a complaint.
+    pub fn stopped_by_any_suppression(self) -> bool {
+        matches!(self, DeliveryKind::Campaign | DeliveryKind::Test)
+    }
+
+    /// The kinds [`stopped_by_any_suppression`](Self::stopped_by_any_suppression), as stored.
+    pub fn stopped_by_any_suppression_names() -> Vec<&'static str> {
+        DeliveryKind::ALL
+            .into_iter()
+            .filter(|k| k.stopped_by_any_suppression())
+            .map(DeliveryKind::as_str)
+            .collect()
+    }
+
     /// Its message carries a credential (a set-password link): nobody but its recipient may
     /// read it, so the dashboard never opens a captured copy, whoever asks.
     pub fn carries_credential(self) -> bool {

@@ -9,7 +9,7 @@ use mailroom::delivery::Worker;
 use crate::campaigns::audience_of;
 use crate::helpers::{org_with_users, test_db};
 use crate::smtp_sink::SmtpSink;
-use crate::test_app::{json, signed_in, spawn_app};
+use crate::test_app::{json, signed_in, spawn_app, TestApp};
 
 #[tokio::test]
 async fn a_test_send_goes_once_per_dialog_renders_the_version_shown_and_counts_nothing() {
@@ -21,32 +21,7 @@ async fn a_test_send_goes_once_per_dialog_renders_the_version_shown_and_counts_n
     let admin = signed_in(&app, &users[1].1, &users[1].2).await;
     let viewer = signed_in(&app, &users[2].1, &users[2].2).await;
 
-    let (_, body) = app
-        .call_with(&admin, "new_campaign", &[("name", "Launch")])
-        .await;
-    let id = json(&body).as_i64().unwrap().to_string();
-    let l0 = lists[0].to_string();
-    let (status, body) = app
-        .call_with(
-            &admin,
-            "save_campaign",
-            &[
-                ("id", &id),
-                ("version", "1"),
-                ("name", "Launch"),
-                ("subject", "Hello {{ name }}"),
-                ("body", "# News for {{ name }}\n\n*Big* day."),
-                ("format", "markdown"),
-                ("lists[0]", &l0),
-            ],
-        )
-        .await;
-    assert_eq!(status, 200, "{body}");
-    let sheet = json(
-        &app.call_with(&admin, "campaign_sheet", &[("id", &id)])
-            .await
-            .1,
-    );
+    let (id, sheet) = draft_with_content(&app, &admin, lists[0]).await;
     let token = sheet["test_token"].as_str().unwrap().to_string();
     assert_eq!(sheet["format"], "markdown");
     let html = sheet["preview"]["Ok"]["html"].as_str().unwrap();
@@ -232,4 +207,115 @@ async fn a_test_queued_before_an_edit_fails_with_the_reason_instead_of_sending_o
         ),
         "{error}"
     );
+}
+
+/// A draft of list `list` saved as version 2 with a Markdown body; its id and editor sheet.
+async fn draft_with_content(
+    app: &TestApp,
+    admin: &reqwest::Client,
+    list: i64,
+) -> (String, serde_json::Value) {
+    let (_, body) = app
+        .call_with(admin, "new_campaign", &[("name", "Launch")])
+        .await;
+    let id = json(&body).as_i64().unwrap().to_string();
+    let list = list.to_string();
+    let (status, body) = app
+        .call_with(
+            admin,
+            "save_campaign",
+            &[
+                ("id", &id),
+                ("version", "1"),
+                ("name", "Launch"),
+                ("subject", "Hello {{ name }}"),
+                ("body", "# News for {{ name }}\n\n*Big* day."),
+                ("format", "markdown"),
+                ("lists[0]", &list),
+            ],
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let sheet = json(
+        &app.call_with(admin, "campaign_sheet", &[("id", &id)])
+            .await
+            .1,
+    );
+    (id, sheet)
+}
+
+/// Someone who unsubscribed never gets the campaign's content through a test: the address is
+/// refused when typed (422, named, nothing queued), and a test queued before the unsubscribe is
+/// stopped by the worker instead of sent.
+#[tokio::test]
+async fn a_test_send_never_reaches_a_suppressed_address() {
+    use app::domain::EmailAddress;
+    let pool = test_db().await;
+    let (org, users) = org_with_users(&pool, "acme", &[Role::Owner, Role::Admin]).await;
+    let (lists, _) = audience_of(&pool, org, 2).await;
+    let app = spawn_app(pool.clone()).await;
+    let admin = signed_in(&app, &users[1].1, &users[1].2).await;
+    let (id, sheet) = draft_with_content(&app, &admin, lists[0]).await;
+    let token = sheet["test_token"].as_str().unwrap().to_string();
+    let suppress = |email: &'static str| {
+        let pool = pool.clone();
+        async move {
+            let mut conn = pool.acquire().await.unwrap();
+            app::db::audience::suppress(
+                &mut conn,
+                org,
+                &EmailAddress::parse(email).unwrap(),
+                "unsubscribed",
+                "link",
+            )
+            .await
+            .unwrap();
+        }
+    };
+    let send = |to: &'static str| {
+        let (app, admin, id, token) = (&app, &admin, id.clone(), token.clone());
+        async move {
+            app.call_with(
+                admin,
+                "campaign_test",
+                &[
+                    ("id", id.as_str()),
+                    ("version", "2"),
+                    ("token", token.as_str()),
+                    ("addresses", to),
+                ],
+            )
+            .await
+        }
+    };
+    suppress("gone@example.com").await;
+    let (status, body) = send("me@example.com, Gone@Example.com").await;
+    assert_eq!(status, 422, "{body}");
+    let refusal = json(&body)["Invalid"].as_str().unwrap().to_owned();
+    assert!(
+        refusal.contains("gone@example.com (unsubscribed)") && !refusal.contains("me@example"),
+        "{refusal}"
+    );
+    let queued: i64 = sqlx::query_scalar("select count(*) from deliveries where kind = 'test'")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(queued, 0, "nothing is half-queued");
+
+    let (status, body) = send("late@example.com").await;
+    assert_eq!(status, 200, "{body}");
+    suppress("late@example.com").await;
+    let sink = SmtpSink::start();
+    let mut worker = Worker::new(pool.clone(), crate::delivery_worker::config(&sink), "t");
+    worker.round().await.unwrap();
+    worker.close().await;
+    assert!(
+        sink.messages().is_empty(),
+        "a suppressed address got a test"
+    );
+    let status: String = sqlx::query_scalar("select status from deliveries where kind = 'test'")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(status, "suppressed");
 }
