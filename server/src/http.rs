@@ -158,6 +158,7 @@ pub fn router(state: AppState, api: ApiConfig) -> Router {
         )
         .layer(middleware::from_fn(same_origin_writes))
         .layer(middleware::from_fn(refusal_status))
+        .layer(middleware::from_fn(page_redirects))
         .layer(middleware::from_fn_with_state(
             state.pool.clone(),
             crate::action_errors::layer,
@@ -232,6 +233,18 @@ async fn refusal_status(req: Request<Body>, next: Next) -> Response {
         parts.status = StatusCode::from_u16(e.status()).unwrap_or(parts.status);
     }
     Response::from_parts(parts, Body::from(bytes))
+}
+
+/// A page that redirects (a signed-out browser sent to /login) is a redirect for every
+/// client: leptos always sets the `Location`, but the 302 only when the request said it accepts
+/// HTML, and a client that did not (curl, a probe) would get a 200 page saying "Please sign in.".
+async fn page_redirects(req: Request<Body>, next: Next) -> Response {
+    let page = req.method() == Method::GET && !req.uri().path().starts_with("/api/");
+    let mut res = next.run(req).await;
+    if page && res.status() == StatusCode::OK && res.headers().contains_key(header::LOCATION) {
+        *res.status_mut() = StatusCode::FOUND;
+    }
+    res
 }
 
 /// Ready when the database answers.

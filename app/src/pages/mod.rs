@@ -189,9 +189,11 @@ pub fn App() -> impl IntoView {
                     <Route path=path!("/login") view=login::LoginPage/>
                     <Route path=path!("/invite/:token") view=invite::InvitePage ssr=SsrMode::Async/>
                     <Route path=path!("/setup") view=setup::SetupPage ssr=SsrMode::Async/>
+                    // Every signed-in page renders whole before its head is sent (`Async`): the
+                    // layout's redirect of a signed-out browser must reach the status line.
                     <ParentRoute path=path!("") view=layout::Layout>
-                        <Route path=path!("") view=overview::OverviewPage/>
-                        <Route path=path!("campaigns") view=campaigns::CampaignsPage/>
+                        <Route path=path!("") view=overview::OverviewPage ssr=SsrMode::Async/>
+                        <Route path=path!("campaigns") view=campaigns::CampaignsPage ssr=SsrMode::Async/>
                         <Route path=path!("campaigns/bin") view=campaign_bin::BinPage ssr=SsrMode::Async/>
                         <Route path=path!("campaigns/:id") view=campaign::CampaignPage ssr=SsrMode::Async/>
                         <Route path=path!("campaigns/:id/edit") view=campaign_editor::EditorPage ssr=SsrMode::Async/>

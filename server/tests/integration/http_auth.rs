@@ -2,7 +2,7 @@ use app::domain::Role;
 use reqwest::redirect;
 
 use crate::helpers::{org_with_users, test_db};
-use crate::test_app::{client, spawn_app};
+use crate::test_app::{client, signed_in, spawn_app};
 
 #[tokio::test]
 async fn health_and_readiness_reflect_the_database() {
@@ -325,4 +325,80 @@ async fn a_page_shows_only_form_errors_this_server_signed_for_this_browser() {
         "another browser's error shown"
     );
     assert!(page(&browser, location).await.contains("login-error"));
+}
+
+/// Every dashboard page sends a browser without a live session to the sign-in page with a
+/// real redirect (never a 200 page saying "Please sign in."), with no cookie, a stale one, or a
+/// forged one, however often it asks.
+#[tokio::test]
+async fn every_dashboard_page_redirects_a_browser_without_a_live_session() {
+    let pool = test_db().await;
+    let (_, users) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let app = spawn_app(pool).await;
+    let stale = signed_in(&app, &users[0].1, &users[0].2).await;
+    let (status, _) = app.call(&stale, "logout").await;
+    assert!(status.is_success() || status.is_redirection());
+    let pages = [
+        "/campaigns/bin",
+        "/",
+        "/campaigns",
+        "/campaigns/1",
+        "/campaigns/1/edit",
+        "/digests",
+        "/digests/resend",
+        "/audience",
+        "/audience/subscribers/1",
+        "/audience/lists",
+        "/audience/imports/1",
+        "/audience/suppressions",
+        "/deliveries",
+        "/deliveries/message?job=x",
+        "/settings",
+        "/settings/audit",
+    ];
+    let plain = client(&app);
+    let browser_accept = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8";
+    for (cookie, accept) in [
+        (None, Some(browser_accept)),
+        (
+            Some("mailroom_session=stale-or-forged-token"),
+            Some(browser_accept),
+        ),
+        (Some("mailroom_session="), Some(browser_accept)),
+        // A client that does not say it takes HTML (curl, a monitoring probe).
+        (None, None),
+        (Some("mailroom_session=stale-or-forged-token"), None),
+    ] {
+        for round in 0..5 {
+            for path in pages {
+                let mut r = plain.get(format!("{}{path}", app.base));
+                if let Some(c) = cookie {
+                    r = r.header("cookie", c);
+                }
+                if let Some(a) = accept {
+                    r = r.header("accept", a);
+                }
+                let r = r.send().await.unwrap();
+                let status = r.status();
+                let location = r.headers().get("location").cloned();
+                let body = r.text().await.unwrap();
+                assert!(
+                    status.is_redirection(),
+                    "{path} with {cookie:?}, accept {accept:?} (round {round}): {status} {}",
+                    body.get(body.len().saturating_sub(1500)..)
+                        .unwrap_or_default()
+                );
+                assert_eq!(location.unwrap(), "/login", "{path}");
+            }
+        }
+    }
+    // The browser that signed out, with its own (now stale) cookie.
+    for path in pages {
+        let r = stale
+            .get(format!("{}{path}", app.base))
+            .send()
+            .await
+            .unwrap();
+        assert!(r.status().is_redirection(), "{path}: {}", r.status());
+    }
 }

@@ -6,6 +6,17 @@ use leptos::prelude::LeptosOptions;
 use reqwest::{redirect, StatusCode};
 use sqlx::PgPool;
 
+/// Every test's app serves from one multi-threaded runtime, as `mailroom serve` does, rather
+/// than from its test's own single-threaded one.
+static SERVERS: std::sync::LazyLock<tokio::runtime::Runtime> = std::sync::LazyLock::new(|| {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("test-servers")
+        .enable_all()
+        .build()
+        .unwrap()
+});
+
 pub struct TestApp {
     pub base: String,
     pub pool: PgPool,
@@ -34,8 +45,11 @@ pub async fn spawn_app_with(
     api: app::api::ApiConfig,
     edge: mailroom::http::Edge,
 ) -> TestApp {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
+    let std_listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    std_listener.set_nonblocking(true).unwrap();
+    let addr = std_listener.local_addr().unwrap();
+    let _in_servers = SERVERS.enter();
+    let listener = tokio::net::TcpListener::from_std(std_listener).unwrap();
     let options = LeptosOptions::builder()
         .output_name("mailroom")
         .site_root("target/site")
@@ -46,7 +60,7 @@ pub async fn spawn_app_with(
     let shutdown_http = shutdown.clone();
     let edge_limits = edge.listen;
     let progress = mailroom::progress_stream::Hub::new(shutdown);
-    tokio::spawn(progress.clone().listen(pool.clone()));
+    SERVERS.spawn(progress.clone().listen(pool.clone()));
     let router = mailroom::http::router(
         mailroom::http::AppState {
             leptos_options: options,
@@ -59,7 +73,7 @@ pub async fn spawn_app_with(
         api,
     );
     let limits = edge_limits;
-    tokio::spawn(mailroom::listen::serve(
+    SERVERS.spawn(mailroom::listen::serve(
         listener,
         router,
         limits,
