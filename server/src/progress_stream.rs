@@ -7,7 +7,9 @@
 //! [`HEARTBEAT`] keeps proxies from closing an idle stream. The browser's `EventSource`
 //! reconnects by itself after a server restart and gets a fresh full reading.
 
+use std::collections::HashMap;
 use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::extract::{Path, State};
@@ -26,6 +28,10 @@ const REREAD: Duration = Duration::from_secs(5);
 const HEARTBEAT: Duration = Duration::from_secs(15);
 /// Pause before the listener connects again after losing its connection.
 const RECONNECT_AFTER: Duration = Duration::from_secs(1);
+/// The most streams one session may hold open on a replica: each holds a connection and
+/// re-reads the database every [`REREAD`], so one signed-in script must not open thousands.
+/// Generous for a person: a dozen campaign tabs is already a lot.
+pub const MAX_STREAMS_PER_SESSION: usize = 16;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Signal {
@@ -40,6 +46,26 @@ enum Signal {
 pub struct Hub {
     tx: broadcast::Sender<Signal>,
     shutdown: Shutdown,
+    /// Open streams per session (by the session token's hash).
+    open: Arc<Mutex<HashMap<Vec<u8>, usize>>>,
+}
+
+/// One open stream counted against its session; uncounted when the stream ends.
+struct Slot {
+    open: Arc<Mutex<HashMap<Vec<u8>, usize>>>,
+    session: Vec<u8>,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = open.get_mut(&self.session) {
+            *n -= 1;
+            if *n == 0 {
+                open.remove(&self.session);
+            }
+        }
+    }
 }
 
 impl Hub {
@@ -47,7 +73,25 @@ impl Hub {
     /// open by browsers). Start [`Hub::listen`] to feed it.
     pub fn new(shutdown: Shutdown) -> Self {
         let (tx, _) = broadcast::channel(1024);
-        Hub { tx, shutdown }
+        Hub {
+            tx,
+            shutdown,
+            open: Arc::default(),
+        }
+    }
+
+    /// A slot for one more stream of `session`, unless it holds [`MAX_STREAMS_PER_SESSION`].
+    fn take_slot(&self, session: Vec<u8>) -> Option<Slot> {
+        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        let n = open.entry(session.clone()).or_insert(0);
+        if *n >= MAX_STREAMS_PER_SESSION {
+            return None;
+        }
+        *n += 1;
+        Some(Slot {
+            open: self.open.clone(),
+            session,
+        })
     }
 
     /// Holds the replica's one `LISTEN` connection until shutdown, reconnecting when it drops.
@@ -105,14 +149,15 @@ pub async fn handler(
     headers: HeaderMap,
 ) -> Response {
     let pool = state.pool.clone();
-    let user = match app::auth::token_from_headers(&headers) {
-        Some(token) => app::db::sessions::lookup(&pool, &app::auth::hash_token(&token)).await,
+    let session = app::auth::token_from_headers(&headers).map(|t| app::auth::hash_token(&t));
+    let user = match &session {
+        Some(hash) => app::db::sessions::lookup(&pool, hash).await,
         None => Ok(None),
     };
-    let org_id = match user {
-        Ok(Some(u)) => u.org_id,
-        Ok(None) => return (StatusCode::UNAUTHORIZED, "Please sign in.").into_response(),
-        Err(e) => return unavailable(e),
+    let (org_id, session) = match (user, session) {
+        (Ok(Some(u)), Some(session)) => (u.org_id, session),
+        (Ok(_), _) => return (StatusCode::UNAUTHORIZED, "Please sign in.").into_response(),
+        (Err(e), _) => return unavailable(e),
     };
     let first = match read(&pool, org_id, id).await {
         Ok(Some(p)) => p,
@@ -120,7 +165,18 @@ pub async fn handler(
         Err(e) => return unavailable(e),
     };
     let hub = state.progress.clone();
+    let Some(slot) = hub.take_slot(session) else {
+        return (
+            StatusCode::TOO_MANY_REQUESTS,
+            [(axum::http::header::RETRY_AFTER, "30")],
+            format!(
+                "This browser already has {MAX_STREAMS_PER_SESSION} live progress views open: close some tabs."
+            ),
+        )
+            .into_response();
+    };
     let watch = Watch {
+        _slot: slot,
         pool,
         org_id,
         id,
@@ -154,6 +210,7 @@ async fn read(pool: &PgPool, org_id: i64, id: i64) -> sqlx::Result<Option<Progre
 
 /// One page's subscription.
 struct Watch {
+    _slot: Slot,
     pool: PgPool,
     org_id: i64,
     id: i64,

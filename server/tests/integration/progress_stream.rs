@@ -138,3 +138,49 @@ async fn a_campaign_page_streams_every_replicas_progress_and_rereads_when_a_noti
     app.stop.send(true).unwrap();
     assert_eq!(events.next(5).await, None);
 }
+
+/// One session holds at most `MAX_STREAMS_PER_SESSION` streams on a replica (429 past it, with
+/// Retry-After); closing one frees its place, and another session is not affected.
+#[tokio::test]
+async fn a_session_holds_a_bounded_number_of_progress_streams() {
+    use mailroom::progress_stream::MAX_STREAMS_PER_SESSION;
+    let pool = test_db().await;
+    let (org, users) = org_with_users(&pool, "acme", &[Role::Owner, Role::Admin]).await;
+    let (lists, _) = audience_of(&pool, org, 3).await;
+    let id = approved(&pool, org, users[0].0, users[1].0, &lists, "Hi").await;
+    let app = spawn_app(pool.clone()).await;
+    let c = signed_in(&app, &users[1].1, &users[1].2).await;
+    let mut held = Vec::new();
+    for _ in 0..MAX_STREAMS_PER_SESSION {
+        let r = open(&c, &app, id).await;
+        assert_eq!(r.status(), 200);
+        held.push(r);
+    }
+    let refused = open(&c, &app, id).await;
+    assert_eq!(refused.status(), 429);
+    assert_eq!(refused.headers()["retry-after"], "30");
+    assert!(refused
+        .text()
+        .await
+        .unwrap()
+        .contains("live progress views open"));
+    // Another session of the same org is counted on its own.
+    let other = signed_in(&app, &users[0].1, &users[0].2).await;
+    let r = open(&other, &app, id).await;
+    assert_eq!(r.status(), 200);
+    // A closed stream frees its place (once the server notices the connection is gone).
+    drop(held.pop());
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let r = open(&c, &app, id).await;
+        if r.status() == 200 {
+            break;
+        }
+        assert_eq!(r.status(), 429);
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the closed stream's place never came back"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
