@@ -1,5 +1,8 @@
 //! The `mailroom` process: CLI, configuration, telemetry, the embedded PostgreSQL supervisor,
 //! the HTTP server and the worker host. Application logic and SQL live in the `app` crate.
+// The dashboard's view types are computed here too (the router renders them), and its nested
+// views are deeper than rustc's default query depth of 128.
+#![recursion_limit = "256"]
 
 /// Only errors this server signed show on a page after a plain form post.
 pub mod action_errors;

@@ -16,6 +16,11 @@ pub struct Snapshot {
     pub slots: Progress,
     /// Database time of the reading, in milliseconds since the epoch (for rates).
     pub at_ms: i64,
+    pub started_ms: Option<i64>,
+    pub finished_ms: Option<i64>,
+    /// The same two in the org's time zone.
+    pub started: Option<String>,
+    pub finished: Option<String>,
 }
 
 /// The campaign `campaign_id` of `org_id` now, or `None` (missing, deleted, or another org's).
@@ -25,12 +30,23 @@ pub async fn snapshot(
     campaign_id: i64,
 ) -> sqlx::Result<Option<Snapshot>> {
     sqlx::query_as(&format!(
-        "select c.id, c.name, c.subject, c.status, c.recipients_total, {SLOT_SUMS},
-                (extract(epoch from now()) * 1000)::bigint as at_ms
-         from campaigns c
+        "with c as (
+             select c.*, o.timezone,
+                    -- A cancel stops the send: its end is the cancel (the row's last change).
+                    case when c.status = 'cancelled' then coalesce(c.finished_at, c.updated_at)
+                         else c.finished_at end as ended_at
+             from campaigns c join orgs o on o.id = c.org_id
+             where c.org_id = $1 and c.id = $2 and c.deleted_at is null
+         )
+         select c.id, c.name, c.subject, c.status, c.recipients_total, {SLOT_SUMS},
+                (extract(epoch from now()) * 1000)::bigint as at_ms,
+                (extract(epoch from c.started_at) * 1000)::bigint as started_ms,
+                (extract(epoch from c.ended_at) * 1000)::bigint as finished_ms,
+                to_char(c.started_at at time zone c.timezone, 'YYYY-MM-DD HH24:MI') as started,
+                to_char(c.ended_at at time zone c.timezone, 'YYYY-MM-DD HH24:MI') as finished
+         from c
          left join progress_slots p on p.campaign_id = c.id
-         where c.org_id = $1 and c.id = $2 and c.deleted_at is null
-         group by c.id"
+         group by c.id, c.name, c.subject, c.status, c.recipients_total, c.started_at, c.ended_at, c.timezone"
     ))
     .bind(org_id)
     .bind(campaign_id)
@@ -51,6 +67,10 @@ impl Snapshot {
             suppressed: self.slots.suppressed,
             cancelled: self.slots.cancelled,
             at_ms: self.at_ms,
+            started_ms: self.started_ms,
+            finished_ms: self.finished_ms,
+            started: self.started.clone(),
+            finished: self.finished.clone(),
         }
     }
 }

@@ -17,6 +17,37 @@ pub struct Progress {
     pub cancelled: i64,
     /// Database time of the reading, milliseconds since the epoch.
     pub at_ms: i64,
+    /// When sending started and when it ended (sent, or cancelled), milliseconds since the
+    /// epoch, and the same in the org's time zone for people (`YYYY-MM-DD HH:MM`).
+    #[serde(default)]
+    pub started_ms: Option<i64>,
+    #[serde(default)]
+    pub finished_ms: Option<i64>,
+    #[serde(default)]
+    pub started: Option<String>,
+    #[serde(default)]
+    pub finished: Option<String>,
+}
+
+/// What a campaign page shows of a reading.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// Draft, submitted or approved: nothing to count yet.
+    NotStarted,
+    /// Sending or paused: the live bar, the current rate and the ETA.
+    Sending,
+    /// Sent or cancelled: a summary of the whole send.
+    Finished,
+}
+
+/// A finished send in figures.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Summary {
+    /// From start to end, in seconds (None when either end is unknown).
+    pub duration_seconds: Option<i64>,
+    /// Messages that reached the SMTP conversation (delivered, failed, unknown) per second
+    /// over the whole send.
+    pub average_rate: Option<f64>,
 }
 
 impl Progress {
@@ -33,6 +64,31 @@ impl Progress {
     /// Queued or in flight.
     pub fn remaining(&self) -> i64 {
         self.total.saturating_sub(self.done()).max(0)
+    }
+
+    /// Which view of the campaign this reading calls for.
+    pub fn phase(&self) -> Phase {
+        use crate::domain::CampaignStatus as S;
+        match self.status.parse::<S>() {
+            Ok(S::Sending | S::Paused) => Phase::Sending,
+            Ok(S::Sent | S::Cancelled) => Phase::Finished,
+            Ok(S::Draft | S::Submitted | S::Approved) | Err(_) => Phase::NotStarted,
+        }
+    }
+
+    /// The whole send in figures (meaningful once [`Phase::Finished`]).
+    pub fn summary(&self) -> Summary {
+        let duration_ms = match (self.started_ms, self.finished_ms) {
+            (Some(s), Some(f)) if f >= s => Some(f - s),
+            _ => None,
+        };
+        let attempted = self.delivered + self.failed + self.unknown;
+        Summary {
+            duration_seconds: duration_ms.map(|ms| (ms + 999) / 1000),
+            average_rate: duration_ms
+                .filter(|&ms| ms >= 1_000)
+                .map(|ms| attempted as f64 * 1_000.0 / ms as f64),
+        }
     }
 
     /// `part` as a percentage of the total, for a bar segment's width.
@@ -106,6 +162,40 @@ pub fn rate_series(history: &[(i64, i64)]) -> Vec<(i64, f64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_phase_follows_the_status_and_a_finished_send_is_summed_up_whole() {
+        let mut p = Progress {
+            status: "draft".into(),
+            ..Progress::default()
+        };
+        assert_eq!(p.phase(), Phase::NotStarted);
+        p.status = "approved".into();
+        assert_eq!(p.phase(), Phase::NotStarted);
+        p.status = "paused".into();
+        assert_eq!(p.phase(), Phase::Sending);
+        p.status = "cancelled".into();
+        assert_eq!(p.phase(), Phase::Finished);
+        p.status = "sent".into();
+        assert_eq!(p.phase(), Phase::Finished);
+        assert_eq!(
+            p.summary(),
+            Summary {
+                duration_seconds: None,
+                average_rate: None
+            }
+        );
+        p.delivered = 1_150;
+        p.failed = 40;
+        p.unknown = 10;
+        p.suppressed = 300;
+        p.started_ms = Some(1_000_000);
+        p.finished_ms = Some(1_000_000 + 240_000);
+        let s = p.summary();
+        assert_eq!(s.duration_seconds, Some(240));
+        // 1,200 attempted over 4 minutes; suppressed ones never reached SMTP.
+        assert_eq!(s.average_rate, Some(5.0));
+    }
 
     fn at(ms: i64, done: i64) -> Progress {
         Progress {

@@ -1,5 +1,6 @@
-//! A campaign and its send progress, live: a stacked bar of every state, the rate over the last
-//! minute, an ETA and a chart of the rate. The server renders the first reading (the page reads
+//! A campaign and its send progress, live: before it sends, a note that it has not; while it
+//! sends, a stacked bar of every state, the rate over the last minute, an ETA and a chart of the
+//! rate with its scale; once sent or cancelled, the bar and a summary of the whole send. The server renders the first reading (the page reads
 //! without JavaScript); once hydrated, an `EventSource` on `/api/campaigns/{id}/progress`
 //! replaces it with every new reading and reconnects by itself after a server restart.
 
@@ -9,7 +10,7 @@ use leptos_router::hooks::use_params_map;
 use super::campaign_workflow::{Panel, Problems};
 use crate::api::campaign_edit::{campaign_sheet, CampaignAction};
 use crate::api::campaigns::{campaign_detail, CampaignWithProgress};
-use crate::domain::progress::{self, Progress};
+use crate::domain::progress::{self, Phase, Progress};
 use crate::error::AppError;
 
 #[component]
@@ -115,6 +116,7 @@ fn CampaignView(detail: CampaignWithProgress, live: RwSignal<Progress>) -> impl 
             })
             .collect_view()
     };
+    let phase = move || live.with(|p| p.phase());
     view! {
         <div class="flex items-baseline gap-3 mb-1">
             <h1 class="text-2xl font-semibold" id="campaign-name">{detail.name.clone()}</h1>
@@ -124,35 +126,68 @@ fn CampaignView(detail: CampaignWithProgress, live: RwSignal<Progress>) -> impl 
             </span>
         </div>
         <p class="text-slate-600 mb-4 dark:text-slate-300">"Subject: " {detail.subject.clone()}</p>
-        <section class="rounded bg-white shadow p-4 mb-4 dark:bg-slate-900" aria-label="Send progress">
-            <div class="flex justify-between text-sm mb-2">
-                <span data-test="progress-summary">
-                    {move || live.with(|p| format!("{} of {} recipients done", p.done(), p.total))}
-                </span>
-                <span>
-                    "Rate: " <span data-test="rate">{move || rate().map_or("—".to_string(), |r| format!("{r:.1} msg/s"))}</span>
-                    " · ETA: " <span data-test="eta">{move || progress::eta_seconds(&live.get(), rate()).map_or("—".to_string(), progress::human_duration)}</span>
-                </span>
-            </div>
-            <div class="flex h-4 w-full overflow-hidden rounded bg-slate-100 dark:bg-slate-800" data-test="progress-bar">{bar}</div>
-            <dl class="mt-3 grid grid-cols-2 gap-1 text-sm sm:grid-cols-4">{legend}</dl>
-            <RateChart history/>
-        </section>
+        <Show when=move || phase() == Phase::NotStarted>
+            <p class="rounded bg-white shadow p-4 mb-4 text-sm text-slate-600 dark:bg-slate-900 dark:text-slate-300" data-test="not-started">
+                "Not sent yet. Once it is approved and its time comes, its progress shows here as it sends."
+            </p>
+        </Show>
+        <Show when=move || phase() != Phase::NotStarted>
+            <section class="rounded bg-white shadow p-4 mb-4 dark:bg-slate-900" aria-label="Send progress">
+                <div class="flex justify-between text-sm mb-2">
+                    <span data-test="progress-summary">
+                        {move || live.with(|p| format!("{} of {} recipients done", p.done(), p.total))}
+                    </span>
+                    <Show when=move || phase() == Phase::Sending>
+                        <span>
+                            "Rate: " <span data-test="rate">{move || rate().map_or("—".to_string(), |r| format!("{r:.1} msg/s"))}</span>
+                            " · ETA: " <span data-test="eta">{move || progress::eta_seconds(&live.get(), rate()).map_or("—".to_string(), progress::human_duration)}</span>
+                        </span>
+                    </Show>
+                </div>
+                <div class="flex h-4 w-full overflow-hidden rounded bg-slate-100 dark:bg-slate-800" data-test="progress-bar">{bar}</div>
+                <dl class="mt-3 grid grid-cols-2 gap-1 text-sm sm:grid-cols-4">{legend}</dl>
+                <Show when=move || phase() == Phase::Finished fallback=move || view! { <RateChart history/> }>
+                    <SendSummary live/>
+                </Show>
+            </section>
+        </Show>
     }
 }
 
-/// The send rate between readings over the last minutes, as a small SVG line.
+/// A finished send as a whole: when it started and ended, how long it took, its average rate.
+#[component]
+fn SendSummary(live: RwSignal<Progress>) -> impl IntoView {
+    let p = move || live.get();
+    let summary = move || live.with(|p| p.summary());
+    let or_dash = |v: Option<String>| v.unwrap_or_else(|| "—".to_string());
+    view! {
+        <dl class="mt-4 grid grid-cols-2 gap-x-4 gap-y-1 border-t border-slate-200 pt-3 text-sm sm:grid-cols-4 dark:border-slate-700" data-test="send-summary">
+            <div><dt class="text-slate-600 dark:text-slate-300">"Started"</dt><dd data-test="started">{move || or_dash(p().started)}</dd></div>
+            <div>
+                <dt class="text-slate-600 dark:text-slate-300">{move || if p().status == "cancelled" { "Cancelled" } else { "Finished" }}</dt>
+                <dd data-test="finished">{move || or_dash(p().finished)}</dd>
+            </div>
+            <div><dt class="text-slate-600 dark:text-slate-300">"Duration"</dt><dd data-test="duration">{move || or_dash(summary().duration_seconds.map(progress::human_duration))}</dd></div>
+            <div><dt class="text-slate-600 dark:text-slate-300">"Average rate"</dt><dd data-test="average-rate">{move || or_dash(summary().average_rate.map(|r| format!("{r:.1} msg/s")))}</dd></div>
+        </dl>
+    }
+}
+
+/// The send rate between readings over the last minutes, as a small SVG line with its scale:
+/// messages per second up the side (0 to the highest rate seen), time along the bottom.
 #[component]
 fn RateChart(history: RwSignal<Vec<(i64, i64)>>) -> impl IntoView {
     const W: f64 = 300.0;
     const H: f64 = 48.0;
+    let series = move || history.with(|h| progress::rate_series(h));
+    let top = move || series().iter().map(|s| s.1).fold(0.0, f64::max);
     let points = move || {
-        let series = history.with(|h| progress::rate_series(h));
+        let series = series();
         let (Some(first), Some(last)) = (series.first(), series.last()) else {
             return String::new();
         };
         let span = (last.0 - first.0).max(1) as f64;
-        let top = series.iter().map(|s| s.1).fold(1.0, f64::max);
+        let top = top().max(1.0);
         series
             .iter()
             .map(|&(at, r)| {
@@ -163,12 +198,31 @@ fn RateChart(history: RwSignal<Vec<(i64, i64)>>) -> impl IntoView {
             .collect::<Vec<_>>()
             .join(" ")
     };
+    let span_label = move || {
+        let series = series();
+        match (series.first(), series.last()) {
+            (Some(f), Some(l)) if l.0 > f.0 => {
+                format!("{} ago", progress::human_duration((l.0 - f.0) / 1000))
+            }
+            _ => "waiting for a second reading".to_string(),
+        }
+    };
     view! {
         <figure class="mt-3">
-            <svg viewBox="0 0 300 48" class="h-12 w-full" role="img" aria-label="Send rate over time" data-test="rate-chart">
-                <polyline points=points fill="none" stroke="currentColor" stroke-width="1.5" class="text-sky-600"></polyline>
-            </svg>
-            <figcaption class="text-xs text-slate-500 dark:text-slate-400">"Send rate since this page opened"</figcaption>
+            <div class="flex gap-2 text-xs text-slate-500 dark:text-slate-400">
+                <div class="flex w-20 flex-col justify-between text-right tabular-nums" data-test="rate-axis">
+                    <span data-test="rate-axis-top">{move || format!("{:.1} msg/s", top())}</span>
+                    <span>"0 msg/s"</span>
+                </div>
+                <svg viewBox="0 0 300 48" class="h-12 flex-1 border-b border-l border-slate-300 dark:border-slate-600" role="img" aria-label="Send rate over time, in messages per second" data-test="rate-chart">
+                    <polyline points=points fill="none" stroke="currentColor" stroke-width="1.5" class="text-sky-600"></polyline>
+                </svg>
+            </div>
+            <div class="flex justify-between pl-22 text-xs text-slate-500 dark:text-slate-400" data-test="time-axis">
+                <span>{span_label}</span>
+                <span>"now"</span>
+            </div>
+            <figcaption class="text-xs text-slate-500 dark:text-slate-400">"Send rate (messages per second) since this page opened"</figcaption>
         </figure>
     }
 }

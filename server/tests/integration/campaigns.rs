@@ -115,7 +115,7 @@ async fn status(pool: &PgPool, id: i64) -> String {
 }
 
 /// Campaign rounds and delivery rounds in turn until the campaign leaves `sending`.
-async fn run_to_end(pool: &PgPool, id: i64, sink: &SmtpSink) {
+pub(crate) async fn run_to_end(pool: &PgPool, id: i64, sink: &SmtpSink) {
     let mut worker = Worker::new(pool.clone(), crate::delivery_worker::config(sink), "inproc");
     let notifier = Notifier::default();
     for _ in 0..2000 {

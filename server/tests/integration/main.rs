@@ -5,6 +5,7 @@
 mod audience;
 mod audience_import;
 mod backup_restore;
+mod campaign_page;
 mod campaign_processes;
 mod campaign_test_send;
 mod campaign_workflow;

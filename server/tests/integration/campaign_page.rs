@@ -1,0 +1,102 @@
+//! The campaign page as the server renders it, in each phase of a send: a note before it
+//! starts (no empty live panel), the live bar with the rate, ETA and a chart with its scale
+//! while it sends, and a summary of the whole send once it is sent.
+
+use app::domain::Role;
+
+use crate::campaigns::{approved, audience_of, run_to_end};
+use crate::helpers::{org_with_users, test_db};
+use crate::smtp_sink::SmtpSink;
+use crate::test_app::{json, signed_in, spawn_app, TestApp};
+
+async fn page(app: &TestApp, c: &reqwest::Client, id: i64) -> String {
+    let r = c
+        .get(format!("{}/campaigns/{id}", app.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    r.text().await.unwrap()
+}
+
+/// The text of the element marked `data-test="<name>"` (its first text node).
+fn marked(html: &str, name: &str) -> Option<String> {
+    let at = html.find(&format!("data-test=\"{name}\""))?;
+    let rest = &html[at..];
+    let text = &rest[rest.find('>')? + 1..];
+    Some(text[..text.find('<')?].to_string())
+}
+
+#[tokio::test]
+async fn the_campaign_page_shows_each_phase_of_a_send_as_it_is() {
+    let pool = test_db().await;
+    let (org, users) = org_with_users(&pool, "acme", &[Role::Owner, Role::Admin]).await;
+    sqlx::query("update orgs set timezone = 'UTC' where id = $1")
+        .bind(org)
+        .execute(&pool)
+        .await
+        .unwrap();
+    let (lists, _) = audience_of(&pool, org, 6).await;
+    let app = spawn_app(pool.clone()).await;
+    let admin = signed_in(&app, &users[1].1, &users[1].2).await;
+
+    // A draft: a note, no live panel, no rate.
+    let (_, body) = app
+        .call_with(&admin, "new_campaign", &[("name", "Draft one")])
+        .await;
+    let draft = json(&body).as_i64().unwrap();
+    let html = page(&app, &admin, draft).await;
+    assert!(marked(&html, "not-started")
+        .unwrap()
+        .contains("Not sent yet"));
+    for absent in ["progress-bar", "rate", "eta", "rate-chart", "send-summary"] {
+        assert!(marked(&html, absent).is_none(), "a draft shows {absent}");
+    }
+
+    // Sending: the bar, the current rate and ETA, and a chart with both scales.
+    let id = approved(&pool, org, users[0].0, users[1].0, &lists, "Hi").await;
+    mailroom::campaign::start_due(&pool).await.unwrap();
+    let html = page(&app, &admin, id).await;
+    assert!(marked(&html, "not-started").is_none());
+    assert_eq!(
+        marked(&html, "progress-summary").unwrap(),
+        "0 of 6 recipients done"
+    );
+    for present in ["progress-bar", "rate", "eta", "rate-chart", "time-axis"] {
+        assert!(
+            html.contains(&format!("data-test=\"{present}\"")),
+            "no {present}"
+        );
+    }
+    assert_eq!(marked(&html, "rate-axis-top").unwrap(), "0.0 msg/s");
+    assert!(html.contains("0 msg/s") && html.contains(">now<"));
+    assert!(marked(&html, "send-summary").is_none());
+
+    // Sent: the whole send summed up; no instantaneous rate or ETA any more.
+    let sink = SmtpSink::start();
+    run_to_end(&pool, id, &sink).await;
+    sqlx::query(
+        "update campaigns set started_at = '2026-07-01T10:00:00Z', finished_at = '2026-07-01T10:00:03Z'
+         where id = $1",
+    )
+    .bind(id)
+    .execute(&pool)
+    .await
+    .unwrap();
+    let html = page(&app, &admin, id).await;
+    assert_eq!(
+        marked(&html, "progress-summary").unwrap(),
+        "6 of 6 recipients done"
+    );
+    assert_eq!(marked(&html, "count-delivered").unwrap(), "6");
+    assert_eq!(marked(&html, "started").unwrap(), "2026-07-01 10:00");
+    assert_eq!(marked(&html, "finished").unwrap(), "2026-07-01 10:00");
+    assert_eq!(marked(&html, "duration").unwrap(), "3 s");
+    assert_eq!(marked(&html, "average-rate").unwrap(), "2.0 msg/s");
+    for absent in ["rate", "eta", "rate-chart", "not-started"] {
+        assert!(
+            marked(&html, absent).is_none(),
+            "a sent campaign shows {absent}"
+        );
+    }
+}
