@@ -156,6 +156,18 @@ async fn main() -> anyhow::Result<()> {
             .await?;
     }
     app::db::migrate::run(&pool, true).await?;
+    // BENCH_WITHOUT_DELIVERY_COUNTS=1: the engine without the triggers that keep /metrics'
+    // counts, to price them (the same run's other figures are the comparison).
+    if std::env::var("BENCH_WITHOUT_DELIVERY_COUNTS").is_ok() {
+        for t in ["insert", "update", "delete"] {
+            sqlx::query(&format!(
+                "drop trigger deliveries_counted_{t} on deliveries"
+            ))
+            .execute(&pool)
+            .await?;
+        }
+        println!("delivery_counts triggers dropped");
+    }
     // The queue is spread over `orgs` organisations (one claim group each).
     let mut org_ids = Vec::new();
     for i in 0..orgs {
