@@ -66,6 +66,19 @@ pub fn token_from_headers(headers: &http::HeaderMap) -> Option<String> {
     cookie(headers, SESSION_COOKIE)
 }
 
+/// The signed-in user of a request, by its session cookie: the one lookup behind server
+/// functions (`api::signed_in`) and plain routes (`SignedIn` in the server) alike. `None`
+/// without a cookie, or for an expired or unknown session.
+pub async fn session_user(
+    pool: &sqlx::PgPool,
+    headers: &http::HeaderMap,
+) -> sqlx::Result<Option<crate::model::CurrentUser>> {
+    match token_from_headers(headers) {
+        Some(token) => crate::db::sessions::lookup(pool, &hash_token(&token)).await,
+        None => Ok(None),
+    }
+}
+
 /// The value of cookie `name` in a request's `Cookie` headers, if any.
 pub fn cookie(headers: &http::HeaderMap, name: &str) -> Option<String> {
     headers

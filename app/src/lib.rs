@@ -31,6 +31,8 @@ pub mod dkim_key;
 pub mod domain;
 /// The error type of every server function.
 pub mod error;
+/// What pages show, one type each: db reads it, api passes it on (server and browser).
+pub mod model;
 /// Pages and the layout around them.
 pub mod pages;
 /// Set-password links for invitations and resets, derived from their job id (server only).

@@ -11,8 +11,8 @@ use std::collections::HashSet;
 use std::path::{Path as FsPath, PathBuf};
 
 use axum::body::Body;
-use axum::extract::{DefaultBodyLimit, Multipart, Path, Query, State};
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::extract::{DefaultBodyLimit, FromRef, Multipart, Path, Query, State};
+use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use axum::Router;
@@ -22,11 +22,12 @@ use tokio::io::AsyncWriteExt;
 
 use app::api::lists::ERRORS_KEPT;
 use app::api::CurrentUser;
-use app::db::imports::{self, Progress};
+use app::db::imports::{self, Tally};
 use app::domain::audience::csv_cell;
 use app::domain::{CsvColumns, EmailAddress};
+use app::error::AppError;
 
-use crate::http::AppState;
+use crate::plain::{Refusal, SignedIn};
 
 /// The largest file an import takes (about a million rows of address and name).
 pub const MAX_IMPORT_BYTES: usize = 64 * 1024 * 1024;
@@ -36,140 +37,86 @@ const BATCH: usize = 1000;
 const EXPORT_BATCH: i64 = 2000;
 
 /// The upload, apart: it has its own body limit and timeout (see `http::router`).
-pub fn import_routes() -> Router<AppState> {
+pub fn import_routes<S>() -> Router<S>
+where
+    S: Clone + Send + Sync + 'static,
+    PgPool: FromRef<S>,
+{
     Router::new().route(
         "/api/lists/{id}/import",
         post(import).layer(DefaultBodyLimit::max(MAX_IMPORT_BYTES + 64 * 1024)),
     )
 }
 
-pub fn export_routes() -> Router<AppState> {
+pub fn export_routes<S>() -> Router<S>
+where
+    S: Clone + Send + Sync + 'static,
+    PgPool: FromRef<S>,
+{
     Router::new().route("/api/audience/export.csv", get(export))
 }
 
-/// Plain-text answers for a form post or a download link: what was wrong, never internals.
-fn refuse(status: StatusCode, message: &str) -> Response {
-    (
-        status,
-        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
-        message.to_owned(),
-    )
-        .into_response()
-}
-
-fn internal(e: impl std::fmt::Display) -> Response {
-    tracing::error!(error = %e, "audience file request failed");
-    refuse(
-        StatusCode::INTERNAL_SERVER_ERROR,
-        "Something went wrong on our side; it has been logged. Please try again.",
-    )
-}
-
-async fn signed_in(pool: &PgPool, headers: &HeaderMap) -> Result<CurrentUser, Response> {
-    let Some(token) = app::auth::token_from_headers(headers) else {
-        return Err(refuse(StatusCode::UNAUTHORIZED, "Please sign in."));
-    };
-    match app::db::sessions::lookup(pool, &app::auth::hash_token(&token)).await {
-        Ok(Some(me)) => Ok(me),
-        Ok(None) => Err(refuse(StatusCode::UNAUTHORIZED, "Please sign in.")),
-        Err(e) => Err(internal(e)),
-    }
-}
-
 async fn import(
-    State(state): State<AppState>,
+    State(pool): State<PgPool>,
+    SignedIn(me): SignedIn,
     Path(list_id): Path<i64>,
-    headers: HeaderMap,
     multipart: Multipart,
-) -> Response {
-    let pool = state.pool.clone();
-    let me = match signed_in(&pool, &headers).await {
-        Ok(me) => me,
-        Err(r) => return r,
-    };
+) -> Result<Response, Refusal> {
     if !me.role.can_act() {
-        return refuse(
-            StatusCode::FORBIDDEN,
-            "Your role does not allow this action.",
-        );
+        return Err(AppError::Forbidden.into());
     }
-    let found = match pool.acquire().await {
-        Ok(mut c) => app::db::lists::name(&mut c, me.org_id, list_id).await,
-        Err(e) => Err(e),
-    };
-    match found {
-        Ok(Some(_)) => {}
-        Ok(None) => return refuse(StatusCode::NOT_FOUND, "Not found."),
-        Err(e) => return internal(e),
-    }
+    let mut c = pool.acquire().await?;
+    app::db::lists::name(&mut c, me.org_id, list_id)
+        .await?
+        .ok_or(AppError::NotFound)?;
+    drop(c);
     let path =
         std::env::temp_dir().join(format!("mailroom-import-{}.csv", app::auth::dialog_token()));
-    let file_name = match spool(multipart, &path).await {
-        Ok(name) => name,
+    // Whatever fails after the spool began, the partial file goes.
+    let started = async {
+        let file_name = spool(multipart, &path).await?;
+        let mut c = pool.acquire().await?;
+        Ok::<_, Refusal>(imports::start(&mut c, me.org_id, list_id, me.user_id, &file_name).await?)
+    };
+    let id = match started.await {
+        Ok(id) => id,
         Err(r) => {
             let _ = tokio::fs::remove_file(&path).await;
-            return r;
-        }
-    };
-    let id = match pool.acquire().await {
-        Ok(mut c) => imports::start(&mut c, me.org_id, list_id, me.user_id, &file_name).await,
-        Err(e) => Err(e),
-    };
-    let id = match id {
-        Ok(id) => id,
-        Err(e) => {
-            let _ = tokio::fs::remove_file(&path).await;
-            return internal(e);
+            return Err(r);
         }
     };
     tokio::spawn(run(pool, me, list_id, id, path));
-    Redirect::to(&format!("/audience/imports/{id}")).into_response()
+    Ok(Redirect::to(&format!("/audience/imports/{id}")).into_response())
 }
 
 /// Writes the form's `file` field to `path` as it arrives; returns the file's name.
-async fn spool(mut multipart: Multipart, path: &FsPath) -> Result<String, Response> {
-    let bad = |m: &str| refuse(StatusCode::BAD_REQUEST, m);
+async fn spool(mut multipart: Multipart, path: &FsPath) -> Result<String, Refusal> {
+    let bad = |m: &str| Refusal::new(StatusCode::BAD_REQUEST, m);
+    let unreadable = |e: axum::extract::multipart::MultipartError| {
+        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            too_large()
+        } else {
+            bad(&format!("The upload could not be read: {}.", e.body_text()))
+        }
+    };
     loop {
-        let field = match multipart.next_field().await {
-            Ok(Some(f)) => f,
-            Ok(None) => return Err(bad("No file was sent: choose a CSV file to import.")),
-            Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => {
-                return Err(too_large());
-            }
-            Err(e) => {
-                return Err(bad(&format!(
-                    "The upload could not be read: {}.",
-                    e.body_text()
-                )))
-            }
+        let Some(mut field) = multipart.next_field().await.map_err(unreadable)? else {
+            return Err(bad("No file was sent: choose a CSV file to import."));
         };
         if field.name() != Some("file") {
             continue;
         }
         let name: String = field.file_name().unwrap_or("").chars().take(200).collect();
-        let mut out = tokio::fs::File::create(path).await.map_err(internal)?;
-        let mut field = field;
+        let mut out = tokio::fs::File::create(path).await?;
         let mut size = 0usize;
-        loop {
-            match field.chunk().await {
-                Ok(Some(chunk)) => {
-                    size += chunk.len();
-                    if size > MAX_IMPORT_BYTES {
-                        return Err(too_large());
-                    }
-                    out.write_all(&chunk).await.map_err(internal)?;
-                }
-                Ok(None) => break,
-                Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => return Err(too_large()),
-                Err(e) => {
-                    return Err(bad(&format!(
-                        "The upload could not be read: {}.",
-                        e.body_text()
-                    )))
-                }
+        while let Some(chunk) = field.chunk().await.map_err(unreadable)? {
+            size += chunk.len();
+            if size > MAX_IMPORT_BYTES {
+                return Err(too_large());
             }
+            out.write_all(&chunk).await?;
         }
-        out.flush().await.map_err(internal)?;
+        out.flush().await?;
         if size == 0 {
             return Err(bad("The file is empty: nothing to import."));
         }
@@ -177,10 +124,10 @@ async fn spool(mut multipart: Multipart, path: &FsPath) -> Result<String, Respon
     }
 }
 
-fn too_large() -> Response {
-    refuse(
+fn too_large() -> Refusal {
+    Refusal::new(
         StatusCode::PAYLOAD_TOO_LARGE,
-        &format!(
+        format!(
             "The file is larger than {} MB: split it into smaller files.",
             MAX_IMPORT_BYTES / (1024 * 1024)
         ),
@@ -201,7 +148,7 @@ async fn run(pool: PgPool, me: CurrentUser, list_id: i64, id: i64, path: PathBuf
         let failed = async {
             let mut c = pool.acquire().await?;
             let none = serde_json::json!([]);
-            let p = Progress {
+            let p = Tally {
                 rows_read: 0,
                 created: 0,
                 added: 0,
@@ -252,7 +199,7 @@ async fn write(
             added += a;
         }
         let errors = serde_json::Value::Array(errors.clone());
-        let p = Progress {
+        let p = Tally {
             rows_read: read_rows,
             created,
             added,
@@ -265,7 +212,7 @@ async fn write(
     let errors = serde_json::Value::Array(errors);
     match outcome {
         Ok(()) => {
-            let p = Progress {
+            let p = Tally {
                 rows_read: read_rows,
                 created,
                 added,
@@ -293,7 +240,7 @@ async fn write(
         Err(message) => {
             tx.rollback().await?;
             let none = serde_json::json!([]);
-            let p = Progress {
+            let p = Tally {
                 rows_read: read_rows,
                 created: 0,
                 added: 0,
@@ -367,34 +314,25 @@ struct ExportQuery {
 
 /// The org's subscribers (or one list's members) as CSV: email, name, status, created (UTC).
 async fn export(
-    State(state): State<AppState>,
+    State(pool): State<PgPool>,
+    SignedIn(me): SignedIn,
     Query(q): Query<ExportQuery>,
-    headers: HeaderMap,
-) -> Response {
-    let pool = state.pool.clone();
-    let me = match signed_in(&pool, &headers).await {
-        Ok(me) => me,
-        Err(r) => return r,
-    };
+) -> Result<Response, Refusal> {
     let list_id = match q.list.as_deref().map(str::trim).filter(|s| !s.is_empty()) {
         None => None,
-        Some(s) => match s.parse::<i64>() {
-            Ok(id) => Some(id),
-            Err(_) => return refuse(StatusCode::BAD_REQUEST, "The list is not a number."),
-        },
+        Some(s) => Some(
+            s.parse::<i64>()
+                .map_err(|_| Refusal::new(StatusCode::BAD_REQUEST, "The list is not a number."))?,
+        ),
     };
     let file = match list_id {
         None => "subscribers.csv".to_string(),
         Some(id) => {
-            let found = match pool.acquire().await {
-                Ok(mut c) => app::db::lists::name(&mut c, me.org_id, id).await,
-                Err(e) => Err(e),
-            };
-            match found {
-                Ok(Some(_)) => format!("list-{id}.csv"),
-                Ok(None) => return refuse(StatusCode::NOT_FOUND, "Not found."),
-                Err(e) => return internal(e),
-            }
+            let mut c = pool.acquire().await?;
+            app::db::lists::name(&mut c, me.org_id, id)
+                .await?
+                .ok_or(AppError::NotFound)?;
+            format!("list-{id}.csv")
         }
     };
     let org_id = me.org_id;
@@ -440,7 +378,7 @@ async fn export(
             Some((bytes, (last.unwrap_or(after), true, finished)))
         }
     });
-    (
+    Ok((
         [
             (header::CONTENT_TYPE, "text/csv; charset=utf-8".to_string()),
             (
@@ -450,5 +388,5 @@ async fn export(
         ],
         Body::from_stream(chunks),
     )
-        .into_response()
+        .into_response())
 }

@@ -80,6 +80,7 @@ async fn start_one(pool: &PgPool, org_id: i64, id: i64) -> sqlx::Result<Option<i
 }
 
 /// One round: start, hand off (up to [`BATCHES_PER_ROUND`] batches), sweep cancelled, finish.
+#[tracing::instrument(name = "campaign_round", skip_all, fields(batch = cfg.batch))]
 pub async fn round(pool: &PgPool, cfg: &Config, notifier: &Notifier) -> sqlx::Result<Round> {
     let mut r = Round {
         started: start_due(pool).await?,

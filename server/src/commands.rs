@@ -1,8 +1,6 @@
 use std::path::PathBuf;
 
 use anyhow::anyhow;
-use leptos::config::Env;
-use leptos::prelude::LeptosOptions;
 
 use crate::cli::{
     Cli, Command, OrgAddArgs, OrgCommand, ServeArgs, UserAddArgs, UserCommand, UserPasswordArgs,
@@ -126,26 +124,10 @@ async fn serve(cli: &Cli, args: &ServeArgs) -> anyhow::Result<()> {
     let site = Site::find(args.site_root.clone())?;
     let transport = args.worker.transport(cli.captured_dir())?;
     let db = Database::open(cli, Migrations::Tolerant).await?;
-    let options = LeptosOptions::builder()
-        .output_name("mailroom")
-        .site_root(site.root())
-        .site_pkg_dir("pkg")
-        .site_addr(addr)
-        // DEV (set by `cargo leptos watch`) injects the live-reload client; never in production.
-        .env(
-            if std::env::var("LEPTOS_ENV").is_ok_and(|v| v.eq_ignore_ascii_case("dev")) {
-                Env::DEV
-            } else {
-                Env::PROD
-            },
-        )
-        .build();
     let keys = match unsubscribe_keys(&db, &args.worker).await {
         Ok(keys) => keys,
         Err(e) => return db.close().await.and(Err(e)),
     };
-    let progress = crate::progress_stream::Hub::new(shutdown.clone());
-    tokio::spawn(progress.clone().listen(db.pool.clone()));
     let edge = http::Edge {
         trust_proxy: args.trust_proxy,
         request_timeout: std::time::Duration::from_secs(args.request_timeout_seconds),
@@ -160,20 +142,23 @@ async fn serve(cli: &Cli, args: &ServeArgs) -> anyhow::Result<()> {
         allowed_hosts: allowed_hosts(args),
         metrics_token: args.metrics_token.clone(),
     };
-    let app = http::router(
-        http::AppState {
-            leptos_options: options,
+    let app = http::build(
+        http::Settings {
             pool: db.pool.clone(),
-            unsubscribe_keys: keys.clone(),
-            progress,
+            site_root: site.root(),
             embedded_site: matches!(site, Site::Embedded),
+            // Set by `cargo leptos watch`.
+            dev: std::env::var("LEPTOS_ENV").is_ok_and(|v| v.eq_ignore_ascii_case("dev")),
+            unsubscribe_keys: keys.clone(),
             edge: edge.clone(),
+            api: app::api::ApiConfig {
+                secure_cookies: args.secure_cookies,
+                captured_dir: Some(cli.captured_dir()),
+                campaign_bin_days: args.worker.campaign_bin_days,
+            },
         },
-        app::api::ApiConfig {
-            secure_cookies: args.secure_cookies,
-            captured_dir: Some(cli.captured_dir()),
-            campaign_bin_days: args.worker.campaign_bin_days,
-        },
+        addr,
+        shutdown.clone(),
     );
     let workers = (!args.no_workers).then(|| {
         tokio::spawn(worker::run(

@@ -200,9 +200,9 @@ async fn seed_audience(
         .take(20)
     {
         let reason = if n % 2 == 0 {
-            "unsubscribed"
+            app::domain::SuppressionReason::Unsubscribed
         } else {
-            "hard_bounce"
+            app::domain::SuppressionReason::HardBounce
         };
         db::audience::suppress(conn, org_id, email, reason, "demo").await?;
     }

@@ -1,5 +1,5 @@
 use axum::body::Body;
-use axum::extract::{FromRef, State};
+use axum::extract::State;
 use axum::http::{header, Method, Request, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -15,46 +15,8 @@ use tower_http::timeout::TimeoutLayer;
 use app::api::ApiConfig;
 use app::{shell, App};
 
-#[derive(Clone)]
-pub struct AppState {
-    pub leptos_options: LeptosOptions,
-    pub pool: PgPool,
-    /// Verifies the tokens of unsubscribe links.
-    pub unsubscribe_keys: app::unsubscribe::Keys,
-    /// Fans the replica's progress notifications out to open campaign pages.
-    pub progress: crate::progress_stream::Hub,
-    pub edge: Edge,
-    /// Serve the site built into the executable (`site_assets`) instead of `site_root`.
-    pub embedded_site: bool,
-}
-
-/// How the server meets the outside: who the client is, how long a request may take.
-#[derive(Clone, Debug)]
-pub struct Edge {
-    /// Believe a reverse proxy's `X-Forwarded-For` and `X-Forwarded-Proto` (see `client_addr`).
-    pub trust_proxy: bool,
-    /// Time to answer a request (the first byte of the response): 408 after it.
-    pub request_timeout: Duration,
-    /// What a connection may hold before its request is in (`listen`).
-    pub listen: crate::listen::Limits,
-    /// The host names a request may be addressed to (lowercase, no port), against DNS
-    /// rebinding; empty: any.
-    pub allowed_hosts: Vec<String>,
-    /// A scrape of `/metrics` must carry `Authorization: Bearer <it>`; None: open.
-    pub metrics_token: Option<crate::secret::Secret>,
-}
-
-impl Default for Edge {
-    fn default() -> Self {
-        Edge {
-            trust_proxy: false,
-            request_timeout: Duration::from_secs(30),
-            listen: crate::listen::Limits::default(),
-            allowed_hosts: Vec::new(),
-            metrics_token: None,
-        }
-    }
-}
+use crate::shutdown::Shutdown;
+pub use crate::state::{AppState, Edge};
 
 /// The largest request body but a CSV import's: server function arguments and forms, the
 /// largest of which is a pasted list of addresses.
@@ -76,22 +38,48 @@ pub fn bounded<S: Clone + Send + Sync + 'static>(
         ))
 }
 
-impl FromRef<AppState> for LeptosOptions {
-    fn from_ref(state: &AppState) -> Self {
-        state.leptos_options.clone()
-    }
+/// What one replica's HTTP side is made of. [`build`] wires it, the same way for
+/// `mailroom serve` and for the tests.
+pub struct Settings {
+    pub pool: PgPool,
+    /// Where the site's files are (ignored when `embedded_site`).
+    pub site_root: String,
+    /// Serve the site built into the executable.
+    pub embedded_site: bool,
+    /// `cargo leptos watch`'s development mode (the live-reload client); never in production.
+    pub dev: bool,
+    pub unsubscribe_keys: app::unsubscribe::Keys,
+    pub edge: Edge,
+    pub api: ApiConfig,
 }
 
-impl FromRef<AppState> for Edge {
-    fn from_ref(state: &AppState) -> Self {
-        state.edge.clone()
-    }
-}
-
-impl FromRef<AppState> for PgPool {
-    fn from_ref(state: &AppState) -> Self {
-        state.pool.clone()
-    }
+/// The router of a replica listening on `addr`, with its progress listener started (the
+/// listener, and every open progress stream, end when `shutdown` is requested).
+pub fn build(settings: Settings, addr: std::net::SocketAddr, shutdown: Shutdown) -> Router {
+    let leptos_options = LeptosOptions::builder()
+        .output_name("mailroom")
+        .site_root(settings.site_root)
+        .site_pkg_dir("pkg")
+        .site_addr(addr)
+        .env(if settings.dev {
+            leptos::config::Env::DEV
+        } else {
+            leptos::config::Env::PROD
+        })
+        .build();
+    let progress = crate::progress_stream::Hub::new(shutdown);
+    tokio::spawn(progress.clone().listen(settings.pool.clone()));
+    router(
+        AppState {
+            leptos_options,
+            pool: settings.pool,
+            unsubscribe_keys: settings.unsubscribe_keys,
+            progress,
+            edge: settings.edge,
+            embedded_site: settings.embedded_site,
+        },
+        settings.api,
+    )
 }
 
 /// The whole HTTP surface: health probes, server functions and pages, static files, and the
@@ -99,7 +87,7 @@ impl FromRef<AppState> for PgPool {
 /// signed token, and mail clients post to them from nowhere). Every route has a body limit and a
 /// timeout but the progress stream (an event stream, open as long as the page) and the CSV
 /// import (its own 64 MB limit and a long timeout); every response has the security headers.
-pub fn router(state: AppState, api: ApiConfig) -> Router {
+fn router(state: AppState, api: ApiConfig) -> Router {
     let edge = state.edge.clone();
     let dev = state.leptos_options.env == leptos::config::Env::DEV;
     let unsubscribe =
@@ -146,6 +134,18 @@ pub fn router(state: AppState, api: ApiConfig) -> Router {
             _,
         >(context, shell))
     };
+    // A span per request, named by its route (never the raw path: invitation and unsubscribe
+    // links carry tokens), with the status and latency logged at debug and 5xx as errors.
+    let pages = pages.layer(
+        tower_http::trace::TraceLayer::new_for_http().make_span_with(|req: &Request<Body>| {
+            let route = req
+                .extensions()
+                .get::<axum::extract::MatchedPath>()
+                .map(|p| p.as_str().to_owned())
+                .unwrap_or_else(|| "(site file or not found)".to_owned());
+            tracing::debug_span!("request", method = %req.method(), route)
+        }),
+    );
     let app = bounded(pages, MAX_REQUEST_BYTES, edge.request_timeout)
         .merge(bounded(
             crate::audience_io::import_routes(),
@@ -159,6 +159,10 @@ pub fn router(state: AppState, api: ApiConfig) -> Router {
         .layer(middleware::from_fn(same_origin_writes))
         .layer(middleware::from_fn(refusal_status))
         .layer(middleware::from_fn(page_redirects))
+        .layer(middleware::from_fn_with_state(
+            state.pool.clone(),
+            signed_in_pages,
+        ))
         .layer(middleware::from_fn_with_state(
             state.pool.clone(),
             crate::action_errors::layer,
@@ -233,6 +237,34 @@ async fn refusal_status(req: Request<Body>, next: Next) -> Response {
         parts.status = StatusCode::from_u16(e.status()).unwrap_or(parts.status);
     }
     Response::from_parts(parts, Body::from(bytes))
+}
+
+/// A signed-in page asked for without a live session is sent to /login before anything
+/// renders: a real redirect for every client, whatever the page would have done. With one, the
+/// user found rides along in the request, so the page's server functions do not look again.
+async fn signed_in_pages(
+    State(pool): State<PgPool>,
+    mut req: Request<Body>,
+    next: Next,
+) -> Response {
+    if req.method() != Method::GET || !app::pages::layout::is_signed_in_page(req.uri().path()) {
+        return next.run(req).await;
+    }
+    match app::auth::session_user(&pool, req.headers()).await {
+        Ok(Some(me)) => {
+            req.extensions_mut().insert(app::api::KnownUser(me));
+            next.run(req).await
+        }
+        Ok(None) => (StatusCode::FOUND, [(header::LOCATION, "/login")]).into_response(),
+        Err(e) => {
+            tracing::warn!(error = %e, "session lookup failed");
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "The database is not answering: please try again shortly.",
+            )
+                .into_response()
+        }
+    }
 }
 
 /// A page that redirects (a signed-out browser sent to /login) is a redirect for every

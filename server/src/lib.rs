@@ -36,6 +36,8 @@ pub mod leader;
 pub mod listen;
 /// Prometheus `/metrics`.
 pub mod metrics;
+/// The plain routes' signed-in user and plain-text refusals.
+pub mod plain;
 /// Debounced progress notifications (NOTIFY after commit).
 pub mod progress;
 /// Live campaign progress for browsers: one LISTEN per replica fanned out as server-sent events.
@@ -50,6 +52,8 @@ pub mod shutdown;
 pub mod site_assets;
 /// One SMTP conversation driven stage by stage, each outcome classified exactly.
 pub mod smtp;
+/// What every request handler may use (the database, the site, the progress fan-out, the edge).
+pub mod state;
 /// Logs.
 pub mod telemetry;
 /// Public one-click unsubscribe (RFC 8058) and its signing keys.

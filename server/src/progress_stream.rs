@@ -20,9 +20,10 @@ use sqlx::postgres::PgListener;
 use sqlx::PgPool;
 use tokio::sync::broadcast;
 
-use crate::http::AppState;
+use crate::plain::{Refusal, SignedIn};
 use crate::shutdown::Shutdown;
 use app::domain::progress::Progress;
+use app::error::AppError;
 
 const REREAD: Duration = Duration::from_secs(5);
 const HEARTBEAT: Duration = Duration::from_secs(15);
@@ -144,36 +145,27 @@ async fn listener(pool: &PgPool) -> sqlx::Result<PgListener> {
 /// `GET /api/campaigns/{id}/progress`: the signed-in user's campaign as an event stream of
 /// `progress` events (JSON [`Progress`]). Not signed in: 401; another org's campaign: 404.
 pub async fn handler(
-    State(state): State<AppState>,
+    State(pool): State<PgPool>,
+    State(hub): State<Hub>,
+    SignedIn(me): SignedIn,
     Path(id): Path<i64>,
     headers: HeaderMap,
-) -> Response {
-    let pool = state.pool.clone();
-    let session = app::auth::token_from_headers(&headers).map(|t| app::auth::hash_token(&t));
-    let user = match &session {
-        Some(hash) => app::db::sessions::lookup(&pool, hash).await,
-        None => Ok(None),
-    };
-    let (org_id, session) = match (user, session) {
-        (Ok(Some(u)), Some(session)) => (u.org_id, session),
-        (Ok(_), _) => return (StatusCode::UNAUTHORIZED, "Please sign in.").into_response(),
-        (Err(e), _) => return unavailable(e),
-    };
-    let first = match read(&pool, org_id, id).await {
-        Ok(Some(p)) => p,
-        Ok(None) => return (StatusCode::NOT_FOUND, "Not found.").into_response(),
-        Err(e) => return unavailable(e),
-    };
-    let hub = state.progress.clone();
+) -> Result<Response, Refusal> {
+    let org_id = me.org_id;
+    let first = read(&pool, org_id, id).await?.ok_or(AppError::NotFound)?;
+    // SignedIn found a live session, so the request carries its token.
+    let session = app::auth::token_from_headers(&headers)
+        .map(|t| app::auth::hash_token(&t))
+        .ok_or(AppError::NotSignedIn)?;
     let Some(slot) = hub.take_slot(session) else {
-        return (
+        return Ok((
             StatusCode::TOO_MANY_REQUESTS,
             [(axum::http::header::RETRY_AFTER, "30")],
             format!(
                 "This browser already has {MAX_STREAMS_PER_SESSION} live progress views open: close some tabs."
             ),
         )
-            .into_response();
+            .into_response());
     };
     let watch = Watch {
         _slot: slot,
@@ -191,14 +183,9 @@ pub async fn handler(
         let event = Event::default().event("progress").json_data(&p).ok()?;
         Some((Ok::<_, Infallible>(event), w))
     });
-    Sse::new(events)
+    Ok(Sse::new(events)
         .keep_alive(KeepAlive::new().interval(HEARTBEAT))
-        .into_response()
-}
-
-fn unavailable(e: sqlx::Error) -> Response {
-    tracing::warn!(error = %e, "progress stream: database unavailable");
-    (StatusCode::SERVICE_UNAVAILABLE, "Please try again shortly.").into_response()
+        .into_response())
 }
 
 async fn read(pool: &PgPool, org_id: i64, id: i64) -> sqlx::Result<Option<Progress>> {

@@ -188,7 +188,7 @@ async fn unsubscribe(State(s): State<Unsubscribe>, Path(token): Path<String>) ->
             &mut conn,
             claim.org_id,
             claim.subscriber_id,
-            "unsubscribed",
+            app::domain::SuppressionReason::Unsubscribed,
             &source,
         )
         .await

@@ -36,10 +36,7 @@ pub async fn campaign_bin() -> Result<Vec<Binned>, AppError> {
 #[server(endpoint = "delete_campaign")]
 pub async fn delete_campaign(id: i64) -> Result<String, AppError> {
     use crate::db::campaign_bin::{self, BinError};
-    let (me, pool) = super::signed_in().await?;
-    if !me.role.can_act() {
-        return Err(AppError::Forbidden);
-    }
+    let (me, pool) = super::signed_in_to_act().await?;
     let mut tx = pool.begin().await?;
     match campaign_bin::delete(&mut tx, me.org_id, id).await {
         Ok(()) => {}
@@ -59,10 +56,7 @@ pub async fn delete_campaign(id: i64) -> Result<String, AppError> {
 
 #[server(endpoint = "restore_campaign")]
 pub async fn restore_campaign(id: i64) -> Result<String, AppError> {
-    let (me, pool) = super::signed_in().await?;
-    if !me.role.can_act() {
-        return Err(AppError::Forbidden);
-    }
+    let (me, pool) = super::signed_in_to_act().await?;
     let mut tx = pool.begin().await?;
     if !crate::db::campaign_bin::restore(&mut tx, me.org_id, id).await? {
         return Err(AppError::NotFound);

@@ -32,14 +32,7 @@ pub struct Preview {
     pub html: Option<String>,
 }
 
-/// A recipient not reached for sure: `failed` with the server's reply, or `unknown`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Problem {
-    pub job_id: String,
-    pub recipient: String,
-    pub status: String,
-    pub reason: String,
-}
+pub use crate::model::Problem;
 
 /// How many failed and unknown recipients the campaign page lists.
 pub const PROBLEMS_SHOWN: i64 = 50;
@@ -131,16 +124,8 @@ pub async fn campaign_sheet(id: i64) -> Result<Sheet, AppError> {
             )),
         ),
     };
-    let problems = crate::db::campaign_progress::problems(&mut conn, me.org_id, id, PROBLEMS_SHOWN)
-        .await?
-        .into_iter()
-        .map(|p| Problem {
-            job_id: p.job_id,
-            recipient: p.recipient,
-            status: p.status,
-            reason: p.reason.unwrap_or_default(),
-        })
-        .collect();
+    let problems =
+        crate::db::campaign_progress::problems(&mut conn, me.org_id, id, PROBLEMS_SHOWN).await?;
     Ok(Sheet {
         id: c.id,
         status: c.status,
@@ -203,10 +188,7 @@ fn render_preview(
 pub async fn new_campaign(name: String) -> Result<i64, AppError> {
     use crate::db::{audit, campaigns};
     use crate::domain::CampaignContent;
-    let (me, pool) = super::signed_in().await?;
-    if !me.role.can_act() {
-        return Err(AppError::Forbidden);
-    }
+    let (me, pool) = super::signed_in_to_act().await?;
     let content = CampaignContent::parse(&name, "", "", "", "").map_err(AppError::Invalid)?;
     let mut tx = pool.begin().await?;
     let id = campaigns::create_draft(
@@ -224,13 +206,9 @@ pub async fn new_campaign(name: String) -> Result<i64, AppError> {
     audit::record(
         &mut tx,
         audit::Entry {
-            org_id: me.org_id,
-            actor_id: Some(me.user_id),
-            action: "campaign.create",
-            object_type: "campaign",
-            object_id: Some(id.to_string()),
             before: None,
             after: Some(serde_json::json!({ "name": content.name })),
+            ..audit::Entry::by(&me, "campaign.create", "campaign", Some(id.to_string()))
         },
     )
     .await?;
@@ -243,10 +221,7 @@ pub async fn new_campaign(name: String) -> Result<i64, AppError> {
 #[server(endpoint = "clone_campaign")]
 pub async fn clone_campaign(id: i64) -> Result<i64, AppError> {
     use crate::db::{audit, campaign_edit};
-    let (me, pool) = super::signed_in().await?;
-    if !me.role.can_act() {
-        return Err(AppError::Forbidden);
-    }
+    let (me, pool) = super::signed_in_to_act().await?;
     let mut tx = pool.begin().await?;
     let copy = campaign_edit::clone_draft(&mut tx, me.org_id, id, me.user_id)
         .await?
@@ -254,13 +229,9 @@ pub async fn clone_campaign(id: i64) -> Result<i64, AppError> {
     audit::record(
         &mut tx,
         audit::Entry {
-            org_id: me.org_id,
-            actor_id: Some(me.user_id),
-            action: "campaign.clone",
-            object_type: "campaign",
-            object_id: Some(copy.to_string()),
             before: Some(serde_json::json!({ "from": id })),
             after: None,
+            ..audit::Entry::by(&me, "campaign.clone", "campaign", Some(copy.to_string()))
         },
     )
     .await?;
@@ -284,10 +255,7 @@ pub async fn save_campaign(
     use crate::db::audit;
     use crate::db::campaign_edit::{self, Changes, SaveError};
     use crate::domain::CampaignContent;
-    let (me, pool) = super::signed_in().await?;
-    if !me.role.can_act() {
-        return Err(AppError::Forbidden);
-    }
+    let (me, pool) = super::signed_in_to_act().await?;
     let content = CampaignContent::parse(&name, &subject, &body, &format, &schedule)
         .map_err(AppError::Invalid)?;
     let mut tx = pool.begin().await?;
@@ -323,16 +291,12 @@ pub async fn save_campaign(
     audit::record(
         &mut tx,
         audit::Entry {
-            org_id: me.org_id,
-            actor_id: Some(me.user_id),
-            action: "campaign.edit",
-            object_type: "campaign",
-            object_id: Some(id.to_string()),
             before: Some(serde_json::json!({ "version": version })),
             after: Some(serde_json::json!({
                 "version": new_version, "name": content.name, "subject": content.subject,
                 "format": content.format.as_str(), "lists": lists, "schedule": content.schedule,
             })),
+            ..audit::Entry::by(&me, "campaign.edit", "campaign", Some(id.to_string()))
         },
     )
     .await?;
@@ -352,10 +316,7 @@ pub async fn campaign_action(
     use crate::db::campaign_states::{self, ChangeError};
     use crate::db::{audit, campaign_edit};
     use crate::domain::{CampaignStatus, Transition};
-    let (me, pool) = super::signed_in().await?;
-    if !me.role.can_act() {
-        return Err(AppError::Forbidden);
-    }
+    let (me, pool) = super::signed_in_to_act().await?;
     let t = Transition::from_verb(&verb)
         .ok_or_else(|| AppError::Invalid(format!("{verb:?} is not a campaign action.")))?;
     let reason = reason.trim().to_string();
@@ -409,17 +370,18 @@ pub async fn campaign_action(
     audit::record(
         &mut tx,
         audit::Entry {
-            org_id: me.org_id,
-            actor_id: Some(me.user_id),
-            action: &format!("campaign.{}", t.verb()),
-            object_type: "campaign",
-            object_id: Some(id.to_string()),
             before: Some(serde_json::json!({ "version": version })),
             after: Some(serde_json::json!({
                 "status": t.to().as_str(),
                 "self_approved": self_approved,
                 "reason": (!reason.is_empty()).then_some(&reason),
             })),
+            ..audit::Entry::by(
+                &me,
+                &format!("campaign.{}", t.verb()),
+                "campaign",
+                Some(id.to_string()),
+            )
         },
     )
     .await?;

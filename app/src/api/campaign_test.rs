@@ -22,10 +22,7 @@ pub async fn send_test(
 ) -> Result<String, AppError> {
     use crate::db::{audit, campaign_edit, deliveries, suppression_admin};
     use crate::domain::{EmailAddress, JobId};
-    let (me, pool) = super::signed_in().await?;
-    if !me.role.can_act() {
-        return Err(AppError::Forbidden);
-    }
+    let (me, pool) = super::signed_in_to_act().await?;
     let to = EmailAddress::parse_list(&addresses, MAX_TEST_ADDRESSES).map_err(AppError::Invalid)?;
     let mut tx = pool.begin().await?;
     let now = campaign_edit::content_version(&mut tx, me.org_id, id)
@@ -66,13 +63,9 @@ pub async fn send_test(
     audit::record(
         &mut tx,
         audit::Entry {
-            org_id: me.org_id,
-            actor_id: Some(me.user_id),
-            action: "campaign.test",
-            object_type: "campaign",
-            object_id: Some(id.to_string()),
             before: None,
             after: Some(serde_json::json!({ "version": version, "to": queued })),
+            ..audit::Entry::by(&me, "campaign.test", "campaign", Some(id.to_string()))
         },
     )
     .await?;

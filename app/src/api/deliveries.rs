@@ -155,10 +155,7 @@ fn carries_credential(kind: &str) -> bool {
 #[server(endpoint = "retry_delivery")]
 pub async fn retry_delivery(job_id: String) -> Result<String, AppError> {
     use crate::db::delivery_admin::{self, Actor, Retry};
-    let (me, pool) = super::signed_in().await?;
-    if !me.role.can_act() {
-        return Err(AppError::Forbidden);
-    }
+    let (me, pool) = super::signed_in_to_act().await?;
     let mut tx = pool.begin().await?;
     let actor = Actor {
         user_id: me.user_id,

@@ -150,13 +150,9 @@ pub async fn set_digest_opt_in(user_id: i64, enabled: bool) -> Result<String, Ap
     audit::record(
         &mut tx,
         audit::Entry {
-            org_id: me.org_id,
-            actor_id: Some(me.user_id),
-            action: "digest.opt_in",
-            object_type: "user",
-            object_id: Some(user_id.to_string()),
             before: Some(serde_json::json!({ "weekly_digest": before })),
             after: Some(serde_json::json!({ "weekly_digest": enabled })),
+            ..audit::Entry::by(&me, "digest.opt_in", "user", Some(user_id.to_string()))
         },
     )
     .await?;
@@ -176,10 +172,7 @@ pub async fn save_digest_schedule(
     timezone: String,
 ) -> Result<String, AppError> {
     use crate::db::{audit, digest_admin, orgs};
-    let (me, pool) = super::signed_in().await?;
-    if !me.role.can_act() {
-        return Err(AppError::Forbidden);
-    }
+    let (me, pool) = super::signed_in_to_act().await?;
     if !(1..=7).contains(&weekday) {
         return Err(AppError::Invalid(format!(
             "The weekday must be 1 (Monday) to 7 (Sunday), not {weekday}."
@@ -239,10 +232,7 @@ pub async fn digest_preview() -> Result<Preview, AppError> {
 #[server(endpoint = "digest_resend_dialog")]
 pub async fn resend_dialog() -> Result<ResendConfirmation, AppError> {
     use crate::db::{digest_admin, digests};
-    let (me, pool) = super::signed_in().await?;
-    if !me.role.can_act() {
-        return Err(AppError::Forbidden);
-    }
+    let (me, pool) = super::signed_in_to_act().await?;
     let signing = crate::resend_key::key(&pool).await?;
     let mut conn = pool.acquire().await?;
     let issued = digests::issue_manual_key(&mut conn).await?;
@@ -270,10 +260,7 @@ pub async fn resend_dialog() -> Result<ResendConfirmation, AppError> {
 #[server(endpoint = "digest_resend")]
 pub async fn resend_digest(key: String, only_me: Option<String>) -> Result<String, AppError> {
     use crate::digest::{resend, Resent, Templates};
-    let (me, pool) = super::signed_in().await?;
-    if !me.role.can_act() {
-        return Err(AppError::Forbidden);
-    }
+    let (me, pool) = super::signed_in_to_act().await?;
     let signing = crate::resend_key::key(&pool).await?;
     let key = crate::resend_key::verify(&signing, me.org_id, me.user_id, key.trim()).ok_or_else(
         || {

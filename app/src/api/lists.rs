@@ -74,10 +74,7 @@ pub async fn lists() -> Result<ListsView, AppError> {
 #[server(endpoint = "create_list")]
 pub async fn create_list(name: String) -> Result<String, AppError> {
     use crate::db::lists;
-    let (me, pool) = super::signed_in().await?;
-    if !me.role.can_act() {
-        return Err(AppError::Forbidden);
-    }
+    let (me, pool) = super::signed_in_to_act().await?;
     let name = crate::domain::audience::list_name(&name).map_err(AppError::Invalid)?;
     let mut tx = pool.begin().await?;
     let id = lists::create(&mut tx, me.org_id, &name)
@@ -99,10 +96,7 @@ pub async fn create_list(name: String) -> Result<String, AppError> {
 #[server(endpoint = "rename_list")]
 pub async fn rename_list(id: i64, name: String) -> Result<String, AppError> {
     use crate::db::lists::{self, Renamed};
-    let (me, pool) = super::signed_in().await?;
-    if !me.role.can_act() {
-        return Err(AppError::Forbidden);
-    }
+    let (me, pool) = super::signed_in_to_act().await?;
     let name = crate::domain::audience::list_name(&name).map_err(AppError::Invalid)?;
     let mut tx = pool.begin().await?;
     let before = match lists::rename(&mut tx, me.org_id, id, &name).await? {
@@ -130,10 +124,7 @@ pub async fn rename_list(id: i64, name: String) -> Result<String, AppError> {
 #[server(endpoint = "delete_list")]
 pub async fn delete_list(id: i64) -> Result<String, AppError> {
     use crate::db::lists::{self, Deleted};
-    let (me, pool) = super::signed_in().await?;
-    if !me.role.can_act() {
-        return Err(AppError::Forbidden);
-    }
+    let (me, pool) = super::signed_in_to_act().await?;
     let mut tx = pool.begin().await?;
     let (name, members) = match lists::delete(&mut tx, me.org_id, id).await? {
         Deleted::Done { name, members } => (name, members),
@@ -215,13 +206,9 @@ async fn audit(
     crate::db::audit::record(
         conn,
         crate::db::audit::Entry {
-            org_id: me.org_id,
-            actor_id: Some(me.user_id),
-            action,
-            object_type: "list",
-            object_id: Some(id.to_string()),
             before,
             after,
+            ..crate::db::audit::Entry::by(me, action, "list", Some(id.to_string()))
         },
     )
     .await?;

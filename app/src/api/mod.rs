@@ -21,20 +21,7 @@ pub mod subscribers;
 pub mod suppressions;
 pub mod users;
 
-use serde::{Deserialize, Serialize};
-
-use crate::domain::Role;
-
-/// The signed-in user, as every server function and page sees them.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CurrentUser {
-    pub user_id: i64,
-    pub org_id: i64,
-    pub name: String,
-    pub email: String,
-    pub role: Role,
-    pub org_name: String,
-}
+pub use crate::model::CurrentUser;
 
 #[cfg(feature = "ssr")]
 pub use server_side::*;
@@ -127,18 +114,34 @@ mod server_side {
     #[derive(Clone, Default)]
     pub struct RequestUser(std::sync::Arc<tokio::sync::OnceCell<Option<CurrentUser>>>);
 
+    /// The signed-in user the server already found for this request (in its extensions: a
+    /// signed-in page is checked before it renders), so its render does not look again.
+    #[derive(Clone, Debug)]
+    pub struct KnownUser(pub CurrentUser);
+
+    /// The signed-in user, if their role may change things (`Forbidden` otherwise: viewers
+    /// only look), and the database pool. Every state-changing server function starts here.
+    pub async fn signed_in_to_act() -> Result<(CurrentUser, PgPool), AppError> {
+        let (me, pool) = signed_in().await?;
+        if !me.role.can_act() {
+            return Err(AppError::Forbidden);
+        }
+        Ok((me, pool))
+    }
+
     /// The signed-in user and the database pool. Everything is taken from the request's context
     /// before the first await: a resource fetched while a page renders on the server may outlive
     /// its reactive owner, and a context read after an await would then find nothing.
     pub async fn signed_in() -> Result<(CurrentUser, PgPool), AppError> {
         let parts = use_context::<http::request::Parts>().ok_or(AppError::NotSignedIn)?;
         let pool = pool()?;
+        if let Some(KnownUser(me)) = parts.extensions.get::<KnownUser>() {
+            return Ok((me.clone(), pool));
+        }
         let cache = use_context::<RequestUser>().unwrap_or_default();
-        let token = crate::auth::token_from_headers(&parts.headers).ok_or(AppError::NotSignedIn)?;
-        let hash = crate::auth::hash_token(&token);
         let me = cache
             .0
-            .get_or_try_init(|| crate::db::sessions::lookup(&pool, &hash))
+            .get_or_try_init(|| crate::auth::session_user(&pool, &parts.headers))
             .await?
             .clone()
             .ok_or(AppError::NotSignedIn)?;

@@ -190,10 +190,7 @@ pub async fn add_subscriber(
 ) -> Result<i64, AppError> {
     use crate::db::{audit, subscribers};
     use crate::domain::{audience::person_name, EmailAddress};
-    let (me, pool) = super::signed_in().await?;
-    if !me.role.can_act() {
-        return Err(AppError::Forbidden);
-    }
+    let (me, pool) = super::signed_in_to_act().await?;
     let email = EmailAddress::parse(&email)
         .map_err(|e| AppError::Invalid(super::sentence(&e.to_string())))?;
     let name = person_name(&name).map_err(AppError::Invalid)?;
@@ -207,15 +204,11 @@ pub async fn add_subscriber(
     audit::record(
         &mut tx,
         audit::Entry {
-            org_id: me.org_id,
-            actor_id: Some(me.user_id),
-            action: "subscriber.add",
-            object_type: "subscriber",
-            object_id: Some(id.to_string()),
             before: None,
             after: Some(
                 serde_json::json!({ "email": email.as_str(), "name": name, "lists": lists }),
             ),
+            ..audit::Entry::by(&me, "subscriber.add", "subscriber", Some(id.to_string()))
         },
     )
     .await?;
@@ -233,10 +226,7 @@ pub async fn save_subscriber(
 ) -> Result<String, AppError> {
     use crate::db::{audit, subscribers};
     use crate::domain::{audience::person_name, SubscriberStatus};
-    let (me, pool) = super::signed_in().await?;
-    if !me.role.can_act() {
-        return Err(AppError::Forbidden);
-    }
+    let (me, pool) = super::signed_in_to_act().await?;
     let name = person_name(&name).map_err(AppError::Invalid)?;
     let status: SubscriberStatus = status.parse().map_err(AppError::Invalid)?;
     let mut tx = pool.begin().await?;
@@ -252,17 +242,13 @@ pub async fn save_subscriber(
     audit::record(
         &mut tx,
         audit::Entry {
-            org_id: me.org_id,
-            actor_id: Some(me.user_id),
-            action: "subscriber.edit",
-            object_type: "subscriber",
-            object_id: Some(id.to_string()),
             before: Some(serde_json::json!({
                 "name": before.name, "status": before.status, "lists": before.list_ids,
             })),
             after: Some(
                 serde_json::json!({ "name": name, "status": status.as_str(), "lists": lists }),
             ),
+            ..audit::Entry::by(&me, "subscriber.edit", "subscriber", Some(id.to_string()))
         },
     )
     .await?;
@@ -275,10 +261,7 @@ pub async fn save_subscriber(
 pub async fn remove_subscriber(id: i64) -> Result<String, AppError> {
     use crate::db::audit;
     use crate::db::subscribers::{self, Removal};
-    let (me, pool) = super::signed_in().await?;
-    if !me.role.can_act() {
-        return Err(AppError::Forbidden);
-    }
+    let (me, pool) = super::signed_in_to_act().await?;
     let mut tx = pool.begin().await?;
     let before = subscribers::detail(&mut tx, me.org_id, id)
         .await?
@@ -295,13 +278,9 @@ pub async fn remove_subscriber(id: i64) -> Result<String, AppError> {
     audit::record(
         &mut tx,
         audit::Entry {
-            org_id: me.org_id,
-            actor_id: Some(me.user_id),
-            action: "subscriber.remove",
-            object_type: "subscriber",
-            object_id: Some(id.to_string()),
             before: Some(serde_json::json!({ "email": before.email, "name": before.name })),
             after: None,
+            ..audit::Entry::by(&me, "subscriber.remove", "subscriber", Some(id.to_string()))
         },
     )
     .await?;
@@ -316,10 +295,7 @@ pub async fn remove_subscriber(id: i64) -> Result<String, AppError> {
 #[server(endpoint = "erase_subscriber")]
 pub async fn erase_subscriber(id: i64) -> Result<String, AppError> {
     use crate::db::{audit, subscribers};
-    let (me, pool) = super::signed_in().await?;
-    if !me.role.can_act() {
-        return Err(AppError::Forbidden);
-    }
+    let (me, pool) = super::signed_in_to_act().await?;
     let mut tx = pool.begin().await?;
     if subscribers::detail(&mut tx, me.org_id, id).await?.is_none() {
         return Err(AppError::NotFound);
@@ -330,13 +306,9 @@ pub async fn erase_subscriber(id: i64) -> Result<String, AppError> {
     audit::record(
         &mut tx,
         audit::Entry {
-            org_id: me.org_id,
-            actor_id: Some(me.user_id),
-            action: "subscriber.erase",
-            object_type: "subscriber",
-            object_id: Some(id.to_string()),
             before: None,
             after: Some(serde_json::json!({ "erased": true, "subscribers": rows })),
+            ..audit::Entry::by(&me, "subscriber.erase", "subscriber", Some(id.to_string()))
         },
     )
     .await?;

@@ -74,10 +74,7 @@ pub async fn suppressions(
 pub async fn add_suppressions(addresses: String) -> Result<String, AppError> {
     use crate::db::{audience, audit};
     use crate::domain::EmailAddress;
-    let (me, pool) = super::signed_in().await?;
-    if !me.role.can_act() {
-        return Err(AppError::Forbidden);
-    }
+    let (me, pool) = super::signed_in_to_act().await?;
     let list = EmailAddress::parse_list(&addresses, MAX_ADDED).map_err(AppError::Invalid)?;
     let mut tx = pool.begin().await?;
     let added =
@@ -87,13 +84,9 @@ pub async fn add_suppressions(addresses: String) -> Result<String, AppError> {
         audit::record(
             &mut tx,
             audit::Entry {
-                org_id: me.org_id,
-                actor_id: Some(me.user_id),
-                action: "suppression.add",
-                object_type: "suppression",
-                object_id: None,
                 before: None,
                 after: Some(serde_json::json!({ "addresses": added })),
+                ..audit::Entry::by(&me, "suppression.add", "suppression", None)
             },
         )
         .await?;
@@ -108,10 +101,7 @@ pub async fn add_suppressions(addresses: String) -> Result<String, AppError> {
 #[server(endpoint = "remove_suppression")]
 pub async fn remove_suppression(email: String) -> Result<String, AppError> {
     use crate::db::{audit, suppression_admin};
-    let (me, pool) = super::signed_in().await?;
-    if !me.role.can_act() {
-        return Err(AppError::Forbidden);
-    }
+    let (me, pool) = super::signed_in_to_act().await?;
     let lower = email.trim().to_lowercase();
     let mut tx = pool.begin().await?;
     let reason = suppression_admin::remove(&mut tx, me.org_id, &lower)
@@ -120,13 +110,14 @@ pub async fn remove_suppression(email: String) -> Result<String, AppError> {
     audit::record(
         &mut tx,
         audit::Entry {
-            org_id: me.org_id,
-            actor_id: Some(me.user_id),
-            action: "suppression.remove",
-            object_type: "suppression",
-            object_id: Some(lower.clone()),
             before: Some(serde_json::json!({ "reason": reason })),
             after: None,
+            ..audit::Entry::by(
+                &me,
+                "suppression.remove",
+                "suppression",
+                Some(lower.clone()),
+            )
         },
     )
     .await?;

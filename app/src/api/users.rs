@@ -121,13 +121,9 @@ pub async fn invite_user(email: String, name: String, role: String) -> Result<St
     audit::record(
         &mut tx,
         audit::Entry {
-            org_id: me.org_id,
-            actor_id: Some(me.user_id),
-            action: "user.invite",
-            object_type: "user",
-            object_id: Some(user_id.to_string()),
             before: None,
             after: Some(serde_json::json!({ "email": email.as_str(), "name": name, "role": role })),
+            ..audit::Entry::by(&me, "user.invite", "user", Some(user_id.to_string()))
         },
     )
     .await?;
@@ -160,13 +156,9 @@ pub async fn set_user_role(user_id: i64, role: String) -> Result<String, AppErro
     audit::record(
         &mut tx,
         audit::Entry {
-            org_id: me.org_id,
-            actor_id: Some(me.user_id),
-            action: "user.role",
-            object_type: "user",
-            object_id: Some(user_id.to_string()),
             before: Some(serde_json::json!({ "email": user.email, "role": user.role })),
             after: Some(serde_json::json!({ "email": user.email, "role": role })),
+            ..audit::Entry::by(&me, "user.role", "user", Some(user_id.to_string()))
         },
     )
     .await?;
@@ -204,17 +196,18 @@ pub async fn set_user_disabled(user_id: i64, disabled: bool) -> Result<String, A
     audit::record(
         &mut tx,
         audit::Entry {
-            org_id: me.org_id,
-            actor_id: Some(me.user_id),
-            action: if disabled {
-                "user.disable"
-            } else {
-                "user.enable"
-            },
-            object_type: "user",
-            object_id: Some(user_id.to_string()),
             before: Some(serde_json::json!({ "email": user.email, "disabled": user.disabled })),
             after: Some(serde_json::json!({ "email": user.email, "disabled": disabled })),
+            ..audit::Entry::by(
+                &me,
+                if disabled {
+                    "user.disable"
+                } else {
+                    "user.enable"
+                },
+                "user",
+                Some(user_id.to_string()),
+            )
         },
     )
     .await?;
@@ -262,17 +255,18 @@ pub async fn reset_password(user_id: i64) -> Result<String, AppError> {
     audit::record(
         &mut tx,
         audit::Entry {
-            org_id: me.org_id,
-            actor_id: Some(me.user_id),
-            action: if user.invited {
-                "user.reinvite"
-            } else {
-                "user.reset_password"
-            },
-            object_type: "user",
-            object_id: Some(user_id.to_string()),
             before: None,
             after: Some(serde_json::json!({ "email": user.email, "link": purpose })),
+            ..audit::Entry::by(
+                &me,
+                if user.invited {
+                    "user.reinvite"
+                } else {
+                    "user.reset_password"
+                },
+                "user",
+                Some(user_id.to_string()),
+            )
         },
     )
     .await?;

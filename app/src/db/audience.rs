@@ -1,6 +1,6 @@
 use sqlx::PgConnection;
 
-use crate::domain::EmailAddress;
+use crate::domain::{EmailAddress, SuppressionReason};
 
 /// Inserts subscribers in one statement; an address already present (same spelling) is kept as
 /// it was. Returns the ids of the rows inserted.
@@ -54,32 +54,54 @@ pub async fn add_members(
     .rows_affected())
 }
 
-/// Records an opt-out (the one source of truth). An address already suppressed keeps its
-/// reason, except that a hard bounce or complaint replaces a weaker one (an unsubscribe, a
-/// manual entry): those are the reasons that also stop digest and test mail. Returns whether a
-/// row was written.
+/// Records opt-outs: the one place suppressions are written. An address already suppressed
+/// keeps its reason, unless the new reason stops all mail and the old one does not (a hard
+/// bounce or complaint replaces an unsubscribe or a manual entry). Returns the addresses written
+/// (new, or upgraded), in the order given.
+pub async fn suppress_all(
+    conn: &mut PgConnection,
+    org_id: i64,
+    emails_lower: &[&str],
+    reason: SuppressionReason,
+    source: &str,
+) -> sqlx::Result<Vec<String>> {
+    // One row per address: an upsert may not touch a row twice in one statement.
+    let mut seen = std::collections::HashSet::new();
+    let unique: Vec<&str> = emails_lower
+        .iter()
+        .copied()
+        .filter(|e| seen.insert(*e))
+        .collect();
+    sqlx::query_scalar(
+        "insert into suppressions as s (org_id, email_lower, reason, source)
+         select $1, l, $3, $4 from unnest($2::text[]) with ordinality as t(l, n) order by n
+         on conflict (org_id, email_lower) do update
+         set reason = excluded.reason, source = excluded.source, created_at = now()
+         where excluded.reason = any($5) and not (s.reason = any($5))
+         returning email_lower",
+    )
+    .bind(org_id)
+    .bind(&unique)
+    .bind(reason)
+    .bind(source)
+    .bind(SuppressionReason::stopping_all_mail())
+    .fetch_all(conn)
+    .await
+}
+
+/// Records one opt-out (see [`suppress_all`]). Returns whether a row was written.
 pub async fn suppress(
     conn: &mut PgConnection,
     org_id: i64,
     email: &EmailAddress,
-    reason: &str,
+    reason: SuppressionReason,
     source: &str,
 ) -> sqlx::Result<bool> {
-    Ok(sqlx::query(
-        "insert into suppressions as s (org_id, email_lower, reason, source) values ($1, $2, $3, $4)
-         on conflict (org_id, email_lower) do update
-         set reason = excluded.reason, source = excluded.source, created_at = now()
-         where excluded.reason in ('hard_bounce', 'complaint')
-           and s.reason not in ('hard_bounce', 'complaint')",
+    Ok(
+        !suppress_all(conn, org_id, &[email.lower()], reason, source)
+            .await?
+            .is_empty(),
     )
-    .bind(org_id)
-    .bind(email.lower())
-    .bind(reason)
-    .bind(source)
-    .execute(conn)
-    .await?
-    .rows_affected()
-        == 1)
 }
 
 /// Suppresses a subscriber's address (an unsubscribe link names the subscriber, not the
@@ -89,26 +111,20 @@ pub async fn suppress_subscriber(
     conn: &mut PgConnection,
     org_id: i64,
     subscriber_id: i64,
-    reason: &str,
+    reason: SuppressionReason,
     source: &str,
 ) -> sqlx::Result<Option<bool>> {
-    let row: Option<(bool,)> = sqlx::query_as(
-        "with target as (select org_id, email_lower from subscribers where org_id = $1 and id = $2),
-         added as (
-             insert into suppressions (org_id, email_lower, reason, source)
-             select org_id, email_lower, $3, $4 from target
-             on conflict (org_id, email_lower) do nothing
-             returning 1
-         )
-         select exists (select 1 from added) from target",
-    )
-    .bind(org_id)
-    .bind(subscriber_id)
-    .bind(reason)
-    .bind(source)
-    .fetch_optional(conn)
-    .await?;
-    Ok(row.map(|(added,)| added))
+    let lower: Option<String> =
+        sqlx::query_scalar("select email_lower from subscribers where org_id = $1 and id = $2")
+            .bind(org_id)
+            .bind(subscriber_id)
+            .fetch_optional(&mut *conn)
+            .await?;
+    let Some(lower) = lower else {
+        return Ok(None);
+    };
+    let written = suppress_all(conn, org_id, &[&lower], reason, source).await?;
+    Ok(Some(!written.is_empty()))
 }
 
 /// Who an unsubscribe link is for: the org's name and the subscriber's address.
@@ -191,15 +207,5 @@ pub async fn suppress_many(
     source: &str,
 ) -> sqlx::Result<Vec<String>> {
     let lowers: Vec<&str> = emails.iter().map(|e| e.lower()).collect();
-    sqlx::query_scalar(
-        "insert into suppressions (org_id, email_lower, reason, source)
-         select $1, l, 'manual', $3 from unnest($2::text[]) with ordinality as t(l, n) order by n
-         on conflict (org_id, email_lower) do nothing
-         returning email_lower",
-    )
-    .bind(org_id)
-    .bind(&lowers)
-    .bind(source)
-    .fetch_all(conn)
-    .await
+    suppress_all(conn, org_id, &lowers, SuppressionReason::Manual, source).await
 }

@@ -1,6 +1,8 @@
 use serde_json::Value;
 use sqlx::PgConnection;
 
+use crate::model::CurrentUser;
+
 /// One audit entry: who did what to which object, with before/after where there is one.
 pub struct Entry<'a> {
     pub org_id: i64,
@@ -13,6 +15,25 @@ pub struct Entry<'a> {
 }
 
 impl<'a> Entry<'a> {
+    /// An action of the signed-in `me` in their organisation, with nothing before or after
+    /// (fill those in with struct update syntax).
+    pub fn by(
+        me: &CurrentUser,
+        action: &'a str,
+        object_type: &'a str,
+        object_id: Option<String>,
+    ) -> Self {
+        Entry {
+            org_id: me.org_id,
+            actor_id: Some(me.user_id),
+            action,
+            object_type,
+            object_id,
+            before: None,
+            after: None,
+        }
+    }
+
     /// A change to the organisation's own settings, by `actor_id`.
     pub fn org_setting(
         org_id: i64,

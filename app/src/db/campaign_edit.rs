@@ -5,6 +5,8 @@
 
 use sqlx::PgConnection;
 
+use super::campaign_audience::audience_rows;
+
 #[derive(sqlx::FromRow, Clone, Debug, PartialEq, Eq)]
 pub struct Editable {
     pub id: i64,
@@ -176,38 +178,30 @@ pub async fn content_version(
     .await
 }
 
-/// Recipients the campaign would reach now: distinct addresses over its lists, confirmed, not
-/// erased, not suppressed (the same rules as materialisation).
+/// Recipients the campaign would reach now: distinct addresses of its audience.
 pub async fn estimate(conn: &mut PgConnection, org_id: i64, id: i64) -> sqlx::Result<i64> {
-    sqlx::query_scalar(
-        "select count(distinct s.email_lower)
-         from campaign_lists cl
-         join list_members lm on lm.org_id = cl.org_id and lm.list_id = cl.list_id
-         join subscribers s on s.org_id = lm.org_id and s.id = lm.subscriber_id
-         where cl.org_id = $1 and cl.campaign_id = $2
-           and s.status = 'confirmed' and s.erased_at is null
-           and not exists (select 1 from suppressions x where x.org_id = s.org_id and x.email_lower = s.email_lower)",
-    )
+    sqlx::query_scalar(concat!(
+        "select count(distinct s.email_lower) ",
+        audience_rows!()
+    ))
     .bind(org_id)
     .bind(id)
     .fetch_one(conn)
     .await
 }
 
-/// A real recipient for the preview: (name, email) of the first one the campaign would reach.
+/// A real recipient for the preview: (name, email) of the first address of its audience, so an
+/// approver never sees the campaign addressed to someone it will not reach.
 pub async fn sample_recipient(
     conn: &mut PgConnection,
     org_id: i64,
     id: i64,
 ) -> sqlx::Result<Option<(String, String)>> {
-    sqlx::query_as(
-        "select s.name, s.email
-         from campaign_lists cl
-         join list_members lm on lm.org_id = cl.org_id and lm.list_id = cl.list_id
-         join subscribers s on s.org_id = lm.org_id and s.id = lm.subscriber_id
-         where cl.org_id = $1 and cl.campaign_id = $2 and s.status = 'confirmed' and s.erased_at is null
-         order by s.email_lower limit 1",
-    )
+    sqlx::query_as(concat!(
+        "select s.name, s.email ",
+        audience_rows!(),
+        " order by s.email_lower limit 1"
+    ))
     .bind(org_id)
     .bind(id)
     .fetch_optional(conn)

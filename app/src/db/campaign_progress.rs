@@ -3,7 +3,8 @@
 
 use sqlx::PgConnection;
 
-use super::sends::{Progress, SLOT_SUMS};
+use super::sends::{SlotSums, SLOT_SUMS};
+use crate::model::Problem;
 
 #[derive(sqlx::FromRow, Clone, Debug, PartialEq, Eq)]
 pub struct Snapshot {
@@ -13,7 +14,7 @@ pub struct Snapshot {
     pub status: String,
     pub recipients_total: Option<i64>,
     #[sqlx(flatten)]
-    pub slots: Progress,
+    pub slots: SlotSums,
     /// Database time of the reading, in milliseconds since the epoch (for rates).
     pub at_ms: i64,
     pub started_ms: Option<i64>,
@@ -75,16 +76,6 @@ impl Snapshot {
     }
 }
 
-/// A recipient the campaign did not reach for sure: `failed` (with the server's reply) or
-/// `unknown` (the connection broke after the body started).
-#[derive(sqlx::FromRow, Clone, Debug, PartialEq, Eq)]
-pub struct Problem {
-    pub job_id: String,
-    pub recipient: String,
-    pub status: String,
-    pub reason: Option<String>,
-}
-
 /// The campaign's failed and unknown recipients, newest first (at most `limit`).
 pub async fn problems(
     conn: &mut PgConnection,
@@ -93,7 +84,7 @@ pub async fn problems(
     limit: i64,
 ) -> sqlx::Result<Vec<Problem>> {
     sqlx::query_as(
-        "select job_id, recipient, status, coalesce(smtp_reply, last_error) as reason
+        "select job_id, recipient, status, coalesce(smtp_reply, last_error, '') as reason
          from deliveries
          where org_id = $1 and campaign_id = $2 and kind = 'campaign' and status in ('failed', 'unknown')
          order by finished_at desc nulls last, job_id limit $3",

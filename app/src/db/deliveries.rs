@@ -98,7 +98,7 @@ impl Claimed {
 ///
 /// Suppression is re-checked here, before any network call: campaign and test mail are blocked
 /// by any suppression, the other kinds only by a hard bounce or complaint
-/// (`DeliveryKind::stopped_by_any_suppression`). Those become
+/// (`DeliveryKind::stopped_by_any_suppression`, `SuppressionReason::stops_all_mail`). Those become
 /// `suppressed`, counted in the campaign's progress slots in the same statement.
 pub async fn claim(
     pool: &PgPool,
@@ -158,7 +158,7 @@ pub async fn claim(
          blocked as (
              select due.job_id from due
              join suppressions s on s.org_id = due.org_id and s.email_lower = due.email_lower
-             where due.kind = any($5) or s.reason in ('hard_bounce', 'complaint')
+             where due.kind = any($5) or s.reason = any($6)
          ),
          changed as (
              update deliveries d
@@ -182,6 +182,7 @@ pub async fn claim(
         .bind(holder)
         .bind(progress_slot())
         .bind(crate::domain::DeliveryKind::stopped_by_any_suppression_names())
+        .bind(crate::domain::SuppressionReason::stopping_all_mail())
         .fetch_all(pool)
         .await
 }

@@ -66,8 +66,8 @@ pub async fn insert_batch(
     .await
 }
 
-/// Progress so far, and the first errors (`errors` is a JSON array of {row, error}).
-pub struct Progress<'a> {
+/// An import's progress so far, and the first errors (`errors` is a JSON array of {row, error}).
+pub struct Tally<'a> {
     pub rows_read: i64,
     pub created: i64,
     pub added: i64,
@@ -75,7 +75,7 @@ pub struct Progress<'a> {
     pub errors: &'a serde_json::Value,
 }
 
-pub async fn report(pool: &PgPool, id: i64, p: &Progress<'_>) -> sqlx::Result<()> {
+pub async fn report(pool: &PgPool, id: i64, p: &Tally<'_>) -> sqlx::Result<()> {
     sqlx::query(
         "update imports set rows_read = $2, created_subscribers = $3, added_members = $4,
                 error_count = $5, errors = $6, updated_at = now()
@@ -97,7 +97,7 @@ pub async fn report(pool: &PgPool, id: i64, p: &Progress<'_>) -> sqlx::Result<()
 pub async fn finish(
     conn: &mut PgConnection,
     id: i64,
-    p: &Progress<'_>,
+    p: &Tally<'_>,
     failed: Option<&str>,
 ) -> sqlx::Result<()> {
     sqlx::query(

@@ -5,6 +5,7 @@
 pub mod audience;
 pub mod audit;
 pub mod audit_log;
+mod campaign_audience;
 pub mod campaign_bin;
 pub mod campaign_edit;
 pub mod campaign_progress;

@@ -1,32 +1,10 @@
 use sqlx::PgPool;
 
-use crate::api::overview::{Overview, RecentAction};
-
-#[derive(sqlx::FromRow)]
-struct Counts {
-    org_name: String,
-    timezone: String,
-    digest_weekday: i16,
-    digest_hour: i16,
-    subscribers: i64,
-    confirmed: i64,
-    lists: i64,
-    suppressions: i64,
-    campaigns_draft: i64,
-    campaigns_in_review: i64,
-    campaigns_active: i64,
-    campaigns_sent: i64,
-    delivered_7d: i64,
-    failed_7d: i64,
-    unknown_open: i64,
-    queued_now: i64,
-    last_digest: Option<String>,
-    workers_alive: i64,
-}
+use crate::model::overview::{Overview, RecentAction};
 
 /// The Overview page of one organisation, in one round trip. Every figure is scoped by org id.
 pub async fn for_org(pool: &PgPool, org_id: i64) -> sqlx::Result<Overview> {
-    let c: Counts = sqlx::query_as(
+    let mut overview: Overview = sqlx::query_as(
         "select o.name as org_name, o.timezone, o.digest_weekday, o.digest_hour,
            (select count(*) from subscribers s where s.org_id = o.id and s.erased_at is null) as subscribers,
            (select count(*) from subscribers s where s.org_id = o.id and s.status = 'confirmed') as confirmed,
@@ -48,8 +26,9 @@ pub async fn for_org(pool: &PgPool, org_id: i64) -> sqlx::Result<Overview> {
     .fetch_one(pool)
     .await?;
 
-    let recent: Vec<(String, String, Option<String>, String)> = sqlx::query_as(
-        "select a.action, a.object_type, u.name, to_char(a.created_at at time zone o.timezone, 'YYYY-MM-DD HH24:MI')
+    overview.recent = sqlx::query_as::<_, RecentAction>(
+        "select a.action, a.object_type, u.name as actor,
+                to_char(a.created_at at time zone o.timezone, 'YYYY-MM-DD HH24:MI') as at
          from audit_log a
          join orgs o on o.id = a.org_id
          left join users u on u.org_id = a.org_id and u.id = a.actor_id
@@ -60,33 +39,5 @@ pub async fn for_org(pool: &PgPool, org_id: i64) -> sqlx::Result<Overview> {
     .fetch_all(pool)
     .await?;
 
-    Ok(Overview {
-        org_name: c.org_name,
-        timezone: c.timezone,
-        digest_weekday: c.digest_weekday,
-        digest_hour: c.digest_hour,
-        subscribers: c.subscribers,
-        confirmed: c.confirmed,
-        lists: c.lists,
-        suppressions: c.suppressions,
-        campaigns_draft: c.campaigns_draft,
-        campaigns_in_review: c.campaigns_in_review,
-        campaigns_active: c.campaigns_active,
-        campaigns_sent: c.campaigns_sent,
-        delivered_7d: c.delivered_7d,
-        failed_7d: c.failed_7d,
-        unknown_open: c.unknown_open,
-        queued_now: c.queued_now,
-        last_digest: c.last_digest,
-        workers_alive: c.workers_alive,
-        recent: recent
-            .into_iter()
-            .map(|(action, object_type, actor, at)| RecentAction {
-                action,
-                object_type,
-                actor,
-                at,
-            })
-            .collect(),
-    })
+    Ok(overview)
 }

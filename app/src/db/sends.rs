@@ -5,21 +5,19 @@
 
 use sqlx::{PgConnection, PgPool};
 
+use super::campaign_audience::audience_rows;
 use super::deliveries::progress_slot;
 use super::leader::{self, Lease};
 
 /// The materialisation statement ($1 org, $2 campaign, $3 progress slot); public so the
 /// benchmark can run it bare in psql.
-pub const MATERIALISE_SQL: &str = "with added as (
+pub const MATERIALISE_SQL: &str = concat!(
+    "with added as (
              insert into sends (org_id, campaign_id, subscriber_id, email_lower, job_id)
              select distinct on (s.email_lower) s.org_id, $2::bigint, s.id, s.email_lower,
-                    'campaign:' || $2::bigint || ':' || s.id
-             from campaign_lists cl
-             join list_members lm on lm.org_id = cl.org_id and lm.list_id = cl.list_id
-             join subscribers s on s.org_id = lm.org_id and s.id = lm.subscriber_id
-             where cl.org_id = $1 and cl.campaign_id = $2::bigint
-               and s.status = 'confirmed' and s.erased_at is null
-               and not exists (select 1 from suppressions x where x.org_id = s.org_id and x.email_lower = s.email_lower)
+                    'campaign:' || $2::bigint || ':' || s.id ",
+    audience_rows!(),
+    "
              order by s.email_lower, s.created_at, s.id
              on conflict do nothing
              returning 1
@@ -30,7 +28,8 @@ pub const MATERIALISE_SQL: &str = "with added as (
              select $1, $2::bigint, $3, n from n where n > 0
              on conflict (campaign_id, slot) do update set queued = p.queued + excluded.queued
          )
-         select n from n";
+         select n from n"
+);
 
 /// Builds the recipient list of a campaign that just started, in the start's transaction: one
 /// send per address (`DISTINCT ON (email_lower)`, the oldest subscriber row wins) over all its
@@ -227,7 +226,7 @@ pub async fn sweep_cancelled(pool: &PgPool, batch: i64) -> sqlx::Result<i64> {
 /// A campaign's progress, summed over its counter slots: the same cost for 100 or 1,000,000
 /// recipients.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq, sqlx::FromRow)]
-pub struct Progress {
+pub struct SlotSums {
     pub queued: i64,
     pub handed_off: i64,
     pub delivered: i64,
@@ -237,7 +236,7 @@ pub struct Progress {
     pub cancelled: i64,
 }
 
-/// The select list summing a campaign's counter slots into [`Progress`] columns.
+/// The select list summing a campaign's counter slots into [`SlotSums`] columns.
 pub(crate) const SLOT_SUMS: &str =
     "coalesce(sum(queued), 0)::bigint as queued, coalesce(sum(handed_off), 0)::bigint as handed_off,
      coalesce(sum(delivered), 0)::bigint as delivered, coalesce(sum(failed), 0)::bigint as failed,
@@ -248,7 +247,7 @@ pub async fn progress(
     conn: &mut PgConnection,
     org_id: i64,
     campaign_id: i64,
-) -> sqlx::Result<Progress> {
+) -> sqlx::Result<SlotSums> {
     sqlx::query_as(&format!(
         "select {SLOT_SUMS} from progress_slots where org_id = $1 and campaign_id = $2"
     ))
@@ -271,7 +270,7 @@ const COUNTED_SQL: &str =
               + (select count(*) from deliveries where campaign_id = $1 and status = 'cancelled') as cancelled";
 
 /// The same figures counted from the rows themselves (`count(*)`): what the slots must equal.
-pub async fn counted(conn: &mut PgConnection, campaign_id: i64) -> sqlx::Result<Progress> {
+pub async fn counted(conn: &mut PgConnection, campaign_id: i64) -> sqlx::Result<SlotSums> {
     sqlx::query_as(COUNTED_SQL)
         .bind(campaign_id)
         .fetch_one(conn)
@@ -303,7 +302,7 @@ pub async fn reconcile(
     conn: &mut PgConnection,
     campaign_id: i64,
     lease: &Lease,
-) -> sqlx::Result<Option<(Progress, Progress)>> {
+) -> sqlx::Result<Option<(SlotSums, SlotSums)>> {
     let sql = format!(
         "with target as (
              select org_id from campaigns
@@ -334,7 +333,7 @@ pub async fn reconcile(
          order by k",
         fence = leader::fence(2)
     );
-    let rows: Vec<Progress> = leader::bind_fence(sqlx::query_as(&sql).bind(campaign_id), lease)
+    let rows: Vec<SlotSums> = leader::bind_fence(sqlx::query_as(&sql).bind(campaign_id), lease)
         .fetch_all(conn)
         .await?;
     // No row: not ours to reconcile (already done, or the fence refused).

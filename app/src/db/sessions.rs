@@ -1,7 +1,6 @@
 use sqlx::PgPool;
 
-use crate::api::CurrentUser;
-use crate::domain::Role;
+use crate::model::CurrentUser;
 
 /// Stores a new server-side session; the cookie carries the token, the table only its hash.
 pub async fn create(
@@ -24,19 +23,9 @@ pub async fn create(
     Ok(())
 }
 
-#[derive(sqlx::FromRow)]
-struct Row {
-    user_id: i64,
-    org_id: i64,
-    name: String,
-    email: String,
-    role: String,
-    org_name: String,
-}
-
 /// The signed-in user of a live session: expired sessions and disabled users are nobody.
 pub async fn lookup(pool: &PgPool, token_hash: &[u8]) -> sqlx::Result<Option<CurrentUser>> {
-    let row: Option<Row> = sqlx::query_as(
+    sqlx::query_as(
         "select u.id as user_id, u.org_id, u.name, u.email, u.role, o.name as org_name
          from sessions s
          join users u on u.org_id = s.org_id and u.id = s.user_id
@@ -45,17 +34,7 @@ pub async fn lookup(pool: &PgPool, token_hash: &[u8]) -> sqlx::Result<Option<Cur
     )
     .bind(token_hash)
     .fetch_optional(pool)
-    .await?;
-    Ok(row.and_then(|r| {
-        Some(CurrentUser {
-            user_id: r.user_id,
-            org_id: r.org_id,
-            name: r.name,
-            email: r.email,
-            role: r.role.parse::<Role>().ok()?,
-            org_name: r.org_name,
-        })
-    }))
+    .await
 }
 
 pub async fn delete(pool: &PgPool, token_hash: &[u8]) -> sqlx::Result<()> {

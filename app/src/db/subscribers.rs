@@ -4,7 +4,7 @@
 
 use sqlx::PgConnection;
 
-use crate::domain::EmailAddress;
+use crate::domain::{EmailAddress, SuppressionReason};
 
 #[derive(sqlx::FromRow, Debug, Clone)]
 pub struct Row {
@@ -260,14 +260,22 @@ pub async fn erase(
     let Some((email, lower)) = found else {
         return Ok(None);
     };
+    // The address stays suppressed, in clear until the rows below forget it, then as its hash.
+    let hashed: String =
+        sqlx::query_scalar("select 'erased-' || encode(sha256(convert_to($1, 'UTF8')), 'hex')")
+            .bind(&lower)
+            .fetch_one(&mut *conn)
+            .await?;
+    super::audience::suppress_all(
+        conn,
+        org_id,
+        &[&lower, &hashed],
+        SuppressionReason::Manual,
+        "erasure",
+    )
+    .await?;
     let erased: i64 = sqlx::query_scalar(
-        "with hashed as (select 'erased-' || encode(sha256(convert_to($2, 'UTF8')), 'hex') as h),
-         kept as (
-             insert into suppressions (org_id, email_lower, reason, source)
-             select $1, $2, 'manual', 'erasure' union all
-             select $1, h, 'manual', 'erasure' from hashed
-             on conflict (org_id, email_lower) do nothing
-         ),
+        "with hashed as (select $3::text as h),
          members as (
              delete from list_members m using subscribers s
              where m.org_id = $1 and s.org_id = $1 and m.subscriber_id = s.id and s.email_lower = $2
@@ -290,6 +298,7 @@ pub async fn erase(
     )
     .bind(org_id)
     .bind(&lower)
+    .bind(&hashed)
     .fetch_one(conn)
     .await?;
     Ok(Some((email, erased)))

@@ -52,6 +52,81 @@ impl FromStr for SubscriberStatus {
     }
 }
 
+stored_as_text!(SubscriberStatus);
+
+/// Why an address is suppressed (`suppressions.reason`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SuppressionReason {
+    /// The person used an unsubscribe link.
+    Unsubscribed,
+    /// A permanent delivery failure: the address does not exist.
+    HardBounce,
+    /// The person reported the mail as spam.
+    Complaint,
+    /// An admin added it.
+    Manual,
+    /// It came with an import.
+    Import,
+}
+
+impl SuppressionReason {
+    pub const ALL: [SuppressionReason; 5] = [
+        SuppressionReason::Unsubscribed,
+        SuppressionReason::HardBounce,
+        SuppressionReason::Complaint,
+        SuppressionReason::Manual,
+        SuppressionReason::Import,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SuppressionReason::Unsubscribed => "unsubscribed",
+            SuppressionReason::HardBounce => "hard_bounce",
+            SuppressionReason::Complaint => "complaint",
+            SuppressionReason::Manual => "manual",
+            SuppressionReason::Import => "import",
+        }
+    }
+
+    /// It stops every kind of mail to the address, a digest to an admin and account mail too
+    /// (the address cannot or must not receive anything); the other reasons stop only
+    /// campaign content. A suppression for such a reason also replaces a weaker one.
+    pub fn stops_all_mail(self) -> bool {
+        matches!(
+            self,
+            SuppressionReason::HardBounce | SuppressionReason::Complaint
+        )
+    }
+
+    /// The reasons that [`stop all mail`](Self::stops_all_mail), as stored.
+    pub fn stopping_all_mail() -> Vec<&'static str> {
+        Self::ALL
+            .into_iter()
+            .filter(|r| r.stops_all_mail())
+            .map(Self::as_str)
+            .collect()
+    }
+}
+
+impl fmt::Display for SuppressionReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for SuppressionReason {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::ALL
+            .into_iter()
+            .find(|v| v.as_str() == s)
+            .ok_or_else(|| format!("{s:?} is not a suppression reason."))
+    }
+}
+
+stored_as_text!(SuppressionReason);
+
 /// The longest name of a person or a list, in characters.
 pub const NAME_MAX: usize = 200;
 

@@ -46,6 +46,8 @@ impl fmt::Display for CampaignStatus {
     }
 }
 
+stored_as_text!(CampaignStatus);
+
 impl FromStr for CampaignStatus {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {

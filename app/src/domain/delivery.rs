@@ -61,6 +61,8 @@ impl fmt::Display for DeliveryStatus {
     }
 }
 
+stored_as_text!(DeliveryStatus);
+
 impl FromStr for DeliveryStatus {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
@@ -127,6 +129,8 @@ impl fmt::Display for DeliveryKind {
         f.write_str(self.as_str())
     }
 }
+
+stored_as_text!(DeliveryKind);
 
 impl FromStr for DeliveryKind {
     type Err = String;

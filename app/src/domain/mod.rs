@@ -1,5 +1,40 @@
 //! Domain types: each invariant of DESIGN.md that can live in a type lives here, parsed once at
-//! the edge. Compiled for the server and the browser alike (no server-only dependencies).
+//! the edge. Compiled for the server and the browser alike; on the server the state enums also
+//! read and write themselves as the text columns that hold them (`stored_as_text!`).
+
+/// Reads and writes an enum with `as_str` and `FromStr` as a PostgreSQL `text` value (the
+/// column's `check` constraint lists the same words), so rows carry the enum, not a string.
+macro_rules! stored_as_text {
+    ($t:ty) => {
+        #[cfg(feature = "ssr")]
+        impl sqlx::Type<sqlx::Postgres> for $t {
+            fn type_info() -> sqlx::postgres::PgTypeInfo {
+                <&str as sqlx::Type<sqlx::Postgres>>::type_info()
+            }
+            fn compatible(ty: &sqlx::postgres::PgTypeInfo) -> bool {
+                <&str as sqlx::Type<sqlx::Postgres>>::compatible(ty)
+            }
+        }
+        #[cfg(feature = "ssr")]
+        impl<'r> sqlx::Decode<'r, sqlx::Postgres> for $t {
+            fn decode(
+                value: sqlx::postgres::PgValueRef<'r>,
+            ) -> Result<Self, sqlx::error::BoxDynError> {
+                let text = <&str as sqlx::Decode<sqlx::Postgres>>::decode(value)?;
+                text.parse::<$t>().map_err(Into::into)
+            }
+        }
+        #[cfg(feature = "ssr")]
+        impl sqlx::Encode<'_, sqlx::Postgres> for $t {
+            fn encode_by_ref(
+                &self,
+                buf: &mut sqlx::postgres::PgArgumentBuffer,
+            ) -> Result<sqlx::encode::IsNull, sqlx::error::BoxDynError> {
+                <&str as sqlx::Encode<sqlx::Postgres>>::encode_by_ref(&self.as_str(), buf)
+            }
+        }
+    };
+}
 
 pub mod audience;
 mod backoff;
@@ -15,7 +50,7 @@ mod role;
 pub mod text;
 mod week_key;
 
-pub use audience::{CsvColumns, SubscriberStatus};
+pub use audience::{CsvColumns, SubscriberStatus, SuppressionReason};
 pub use backoff::Backoff;
 pub use campaign::{BodyFormat, CampaignContent, CampaignStatus, Transition, TransitionError};
 pub use delivery::{DeliveryCursor, DeliveryKind, DeliveryStatus};

@@ -48,6 +48,8 @@ impl fmt::Display for Role {
     }
 }
 
+stored_as_text!(Role);
+
 impl FromStr for Role {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {

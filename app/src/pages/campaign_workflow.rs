@@ -147,7 +147,7 @@ pub fn Problems(problems: Vec<Problem>) -> impl IntoView {
             view! {
                 <tr class="border-t border-slate-100 dark:border-slate-800" data-test="problem">
                     <td class="p-2">{p.recipient}</td>
-                    <td class="p-2">{p.status}</td>
+                    <td class="p-2">{p.status.to_string()}</td>
                     <td class="p-2 text-slate-600 dark:text-slate-300">{p.reason}</td>
                     <td class="p-2"><a href=href class="text-sky-700 hover:underline dark:text-sky-300">"Details / retry"</a></td>
                 </tr>

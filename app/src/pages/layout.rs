@@ -4,6 +4,7 @@ use leptos_router::components::{Outlet, Redirect, A};
 use crate::api::auth::{me, Logout};
 use crate::api::CurrentUser;
 
+/// The signed-in sections: the navigation, and the paths behind a session.
 const NAV: [(&str, &str); 6] = [
     ("/", "Overview"),
     ("/campaigns", "Campaigns"),
@@ -12,6 +13,16 @@ const NAV: [(&str, &str); 6] = [
     ("/deliveries", "Deliveries"),
     ("/settings", "Settings"),
 ];
+
+/// Whether `path` is a signed-in page (the Overview or under a section of [`NAV`]): the server
+/// sends a browser without a live session from it to /login before rendering anything.
+pub fn is_signed_in_page(path: &str) -> bool {
+    path == "/"
+        || NAV.iter().skip(1).any(|(section, _)| {
+            path.strip_prefix(section)
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+        })
+}
 
 /// Every signed-in page: navigation, who is signed in, and the page itself. Nobody signed in →
 /// the login page.
@@ -73,5 +84,35 @@ fn Who(user: CurrentUser, logout: ServerAction<Logout>) -> impl IntoView {
                 "Sign out"
             </button>
         </ActionForm>
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_signed_in_page;
+
+    #[test]
+    fn the_signed_in_pages_are_the_sections_and_nothing_beside_them() {
+        for path in [
+            "/",
+            "/campaigns",
+            "/campaigns/7/edit",
+            "/audience/lists",
+            "/settings/audit",
+        ] {
+            assert!(is_signed_in_page(path), "{path}");
+        }
+        for path in [
+            "/login",
+            "/invite/abc",
+            "/setup",
+            "/u/token",
+            "/pkg/mailroom.js",
+            "/campaignsx",
+            "/favicon.ico",
+            "",
+        ] {
+            assert!(!is_signed_in_page(path), "{path}");
+        }
     }
 }

@@ -11,7 +11,8 @@ mod digest_resend;
 mod digests;
 mod import;
 mod invite;
-mod layout;
+/// The signed-in pages' frame (navigation, who is signed in) and which paths it covers.
+pub mod layout;
 mod lists;
 mod login;
 mod not_found;

@@ -25,6 +25,7 @@ pub struct Loaded {
 }
 
 /// Takes from the rate limit and claims up to `limit` due deliveries for `holder`.
+#[tracing::instrument(name = "claim", skip_all, fields(limit = limit))]
 pub async fn claim(
     pool: &PgPool,
     cfg: &Config,

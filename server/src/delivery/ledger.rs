@@ -158,7 +158,14 @@ async fn write_results(pool: PgPool, batch: Vec<Result>) -> anyhow::Result<Vec<(
             matches!(&r.outcome, Outcome::Failed { reply } if reply.starts_with(HARD_BOUNCE));
         if let (true, Ok(email)) = (hard_bounce, EmailAddress::parse(&r.recipient)) {
             let source = format!("delivery {}", r.job_id);
-            app::db::audience::suppress(&mut tx, r.org_id, &email, "hard_bounce", &source).await?;
+            app::db::audience::suppress(
+                &mut tx,
+                r.org_id,
+                &email,
+                app::domain::SuppressionReason::HardBounce,
+                &source,
+            )
+            .await?;
         }
     }
     let n = batch.len();

@@ -15,6 +15,7 @@ use crate::smtp::{BodyOutcome, Connection, Refusal};
 pub const HARD_BOUNCE: &str = "hard bounce: ";
 
 /// Sends one message over `conn` (opened or re-opened as needed) or into the capture directory.
+#[tracing::instrument(name = "send", skip_all, fields(job_id = %c.job_id, kind = %c.kind, attempt = c.attempt))]
 pub async fn send_one(
     cfg: &Config,
     marks: &Ledger,

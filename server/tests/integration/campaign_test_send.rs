@@ -1,7 +1,8 @@
 //! Test sends over HTTP, as the editor posts them: the version shown goes to the addresses typed
 //! in through the delivery engine; a double-submitted dialog queues once; a stale version, a bad
 //! address or a viewer is refused; the messages render the campaign (Markdown as text + HTML,
-//! fields escaped in the HTML) and the campaign's counts are untouched.
+//! fields escaped in the HTML) and the campaign's counts are untouched; suppressed addresses
+//! get no test, and the editor's preview is never addressed to one.
 
 use app::domain::Role;
 use mailroom::delivery::Worker;
@@ -265,7 +266,7 @@ async fn a_test_send_never_reaches_a_suppressed_address() {
                 &mut conn,
                 org,
                 &EmailAddress::parse(email).unwrap(),
-                "unsubscribed",
+                app::domain::SuppressionReason::Unsubscribed,
                 "link",
             )
             .await
@@ -318,4 +319,40 @@ async fn a_test_send_never_reaches_a_suppressed_address() {
         .await
         .unwrap();
     assert_eq!(status, "suppressed");
+}
+
+/// The editor's preview is addressed to someone the campaign reaches: the first address of its
+/// audience, never a suppressed one (the approver must not see it going to a person it skips).
+#[tokio::test]
+async fn the_preview_never_addresses_a_suppressed_person() {
+    use app::domain::EmailAddress;
+    let pool = test_db().await;
+    let (org, users) = org_with_users(&pool, "acme", &[Role::Owner, Role::Admin]).await;
+    // lists[0] holds p0, p10 (as "Variant 10"), p12, p15, p18, p3, p6, p8 and p9, in address order.
+    let (lists, _) = audience_of(&pool, org, 20).await;
+    let app = spawn_app(pool.clone()).await;
+    let admin = signed_in(&app, &users[1].1, &users[1].2).await;
+    let (id, sheet) = draft_with_content(&app, &admin, lists[0]).await;
+    let html = sheet["preview"]["Ok"]["html"].as_str().unwrap();
+    assert!(html.contains("<h1>News for Person 0</h1>"), "{html}");
+    assert_eq!(sheet["estimate"], 9, "{sheet}");
+
+    let mut conn = pool.acquire().await.unwrap();
+    app::db::audience::suppress(
+        &mut conn,
+        org,
+        &EmailAddress::parse("p0@example.org").unwrap(),
+        app::domain::SuppressionReason::Unsubscribed,
+        "link",
+    )
+    .await
+    .unwrap();
+    let sheet = json(
+        &app.call_with(&admin, "campaign_sheet", &[("id", &id)])
+            .await
+            .1,
+    );
+    let html = sheet["preview"]["Ok"]["html"].as_str().unwrap();
+    assert!(html.contains("<h1>News for Variant 10</h1>"), "{html}");
+    assert!(!html.contains("Person 0<"), "{html}");
 }

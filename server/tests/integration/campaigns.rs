@@ -294,7 +294,7 @@ async fn an_address_suppressed_while_paused_never_arrives_and_resume_finishes_th
         &mut c,
         org,
         &EmailAddress::parse(&victim).unwrap(),
-        "unsubscribed",
+        app::domain::SuppressionReason::Unsubscribed,
         "test",
     )
     .await

@@ -220,7 +220,7 @@ async fn suppression_is_rechecked_at_claim_with_the_per_kind_rule() {
             &mut conn,
             org,
             &EmailAddress::parse(email).unwrap(),
-            reason,
+            reason.parse().unwrap(),
             "test",
         )
         .await
@@ -441,7 +441,7 @@ async fn progress_slots_move_in_the_same_statement_as_each_result() {
         &mut conn,
         org,
         &EmailAddress::parse("p0@example.org").unwrap(),
-        "unsubscribed",
+        app::domain::SuppressionReason::Unsubscribed,
         "test",
     )
     .await
@@ -650,22 +650,46 @@ async fn a_hard_bounce_upgrades_an_unsubscribe_and_nothing_downgrades_it() {
         r
     };
     let suppress = app::db::audience::suppress;
-    assert!(suppress(&mut conn, org, &ann, "unsubscribed", "link")
-        .await
-        .unwrap());
-    assert!(suppress(&mut conn, org, &ann, "hard_bounce", "delivery")
-        .await
-        .unwrap());
+    assert!(suppress(
+        &mut conn,
+        org,
+        &ann,
+        app::domain::SuppressionReason::Unsubscribed,
+        "link"
+    )
+    .await
+    .unwrap());
+    assert!(suppress(
+        &mut conn,
+        org,
+        &ann,
+        app::domain::SuppressionReason::HardBounce,
+        "delivery"
+    )
+    .await
+    .unwrap());
     assert_eq!(
         reason(pool.clone()).await,
         "hard_bounce",
         "now digests stop too"
     );
-    assert!(!suppress(&mut conn, org, &ann, "unsubscribed", "link")
-        .await
-        .unwrap());
-    assert!(!suppress(&mut conn, org, &ann, "complaint", "fbl")
-        .await
-        .unwrap());
+    assert!(!suppress(
+        &mut conn,
+        org,
+        &ann,
+        app::domain::SuppressionReason::Unsubscribed,
+        "link"
+    )
+    .await
+    .unwrap());
+    assert!(!suppress(
+        &mut conn,
+        org,
+        &ann,
+        app::domain::SuppressionReason::Complaint,
+        "fbl"
+    )
+    .await
+    .unwrap());
     assert_eq!(reason(pool.clone()).await, "hard_bounce");
 }

@@ -220,9 +220,15 @@ async fn audience_objects(
         .await
         .unwrap();
     let suppressed = EmailAddress::parse(&format!("{marker}-gone@example.org")).unwrap();
-    audience::suppress(&mut tx, org, &suppressed, "manual", marker)
-        .await
-        .unwrap();
+    audience::suppress(
+        &mut tx,
+        org,
+        &suppressed,
+        app::domain::SuppressionReason::Manual,
+        marker,
+    )
+    .await
+    .unwrap();
     let import = imports::start(&mut tx, org, list, user, &format!("{marker}.csv"))
         .await
         .unwrap();

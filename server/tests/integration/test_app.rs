@@ -2,7 +2,6 @@
 
 use std::path::PathBuf;
 
-use leptos::prelude::LeptosOptions;
 use reqwest::{redirect, StatusCode};
 use sqlx::PgPool;
 
@@ -50,35 +49,23 @@ pub async fn spawn_app_with(
     let addr = std_listener.local_addr().unwrap();
     let _in_servers = SERVERS.enter();
     let listener = tokio::net::TcpListener::from_std(std_listener).unwrap();
-    let options = LeptosOptions::builder()
-        .output_name("mailroom")
-        .site_root("target/site")
-        .site_pkg_dir("pkg")
-        .site_addr(addr)
-        .build();
     let (stop, shutdown) = mailroom::shutdown::Shutdown::manual();
-    let shutdown_http = shutdown.clone();
     let edge_limits = edge.listen;
-    let progress = mailroom::progress_stream::Hub::new(shutdown);
-    SERVERS.spawn(progress.clone().listen(pool.clone()));
-    let router = mailroom::http::router(
-        mailroom::http::AppState {
-            leptos_options: options,
+    let router = mailroom::http::build(
+        mailroom::http::Settings {
             pool: pool.clone(),
-            unsubscribe_keys: crate::helpers::test_keys(),
-            progress,
-            edge,
+            site_root: "target/site".into(),
             embedded_site: false,
+            dev: false,
+            unsubscribe_keys: crate::helpers::test_keys(),
+            edge,
+            api,
         },
-        api,
+        addr,
+        shutdown.clone(),
     );
     let limits = edge_limits;
-    SERVERS.spawn(mailroom::listen::serve(
-        listener,
-        router,
-        limits,
-        shutdown_http,
-    ));
+    SERVERS.spawn(mailroom::listen::serve(listener, router, limits, shutdown));
     TestApp {
         base: format!("http://{addr}"),
         pool,
