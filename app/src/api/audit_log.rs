@@ -9,20 +9,7 @@ use crate::error::AppError;
 /// Entries per page.
 pub const PAGE_SIZE: i64 = 50;
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct AuditEntry {
-    pub id: i64,
-    /// In the org's time zone.
-    pub at: String,
-    /// None: done by the system (a worker, the CLI) or by a user since removed.
-    pub actor: Option<String>,
-    pub action: String,
-    pub object_type: String,
-    pub object_id: Option<String>,
-    /// Compact JSON.
-    pub before: Option<String>,
-    pub after: Option<String>,
-}
+pub use crate::model::AuditEntry;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct AuditPage {
@@ -76,20 +63,7 @@ pub async fn audit_log_page(
         .collect();
     let timezone = settings::sender(&mut conn, me.org_id).await?.timezone;
     Ok(AuditPage {
-        rows: page
-            .rows
-            .into_iter()
-            .map(|r| AuditEntry {
-                id: r.id,
-                at: r.at,
-                actor: r.actor,
-                action: r.action,
-                object_type: r.object_type,
-                object_id: r.object_id,
-                before: r.before,
-                after: r.after,
-            })
-            .collect(),
+        rows: page.rows,
         next: page.next,
         actions,
         users,

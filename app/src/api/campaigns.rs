@@ -3,17 +3,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::AppError;
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct CampaignSummary {
-    pub id: i64,
-    pub name: String,
-    pub status: String,
-    pub content_version: i32,
-    pub author: String,
-    pub updated: String,
-    pub total: i64,
-    pub done: i64,
-}
+pub use crate::model::CampaignSummary;
 
 /// The signed-in organisation's campaigns, all or those in `status`.
 #[server(endpoint = "campaigns")]
@@ -29,20 +19,7 @@ pub async fn campaigns(
     };
     let (me, pool) = super::signed_in().await?;
     let mut conn = pool.acquire().await?;
-    let rows = crate::db::campaigns::list(&mut conn, me.org_id, status.map(|s| s.as_str())).await?;
-    Ok(rows
-        .into_iter()
-        .map(|r| CampaignSummary {
-            id: r.id,
-            name: r.name,
-            status: r.status,
-            content_version: r.content_version,
-            author: r.author,
-            updated: r.updated,
-            total: r.total,
-            done: r.done,
-        })
-        .collect())
+    Ok(crate::db::campaigns::list(&mut conn, me.org_id, status).await?)
 }
 
 /// A campaign page: what it is and where its sending stands.

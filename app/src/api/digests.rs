@@ -21,20 +21,7 @@ pub struct DigestAdmin {
     pub can_toggle: bool,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct HistoryEntry {
-    pub id: i64,
-    pub week_key: String,
-    pub kind: String,
-    pub covers_week: String,
-    pub scheduled_at: String,
-    pub created_at: String,
-    pub triggered_by: Option<String>,
-    pub only_me: bool,
-    pub recipient_count: i32,
-    /// (recipient, delivery status)
-    pub recipients: Vec<(String, String)>,
-}
+pub use crate::model::HistoryEntry;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct DigestsData {
@@ -101,24 +88,13 @@ pub async fn digests_view() -> Result<DigestsData, AppError> {
     let recipients = digest_admin::recipients(&mut conn, me.org_id, &ids).await?;
     let history = rows
         .into_iter()
-        .map(|r| {
-            let mine: Vec<(String, String)> = recipients
+        .map(|mut r| {
+            r.recipients = recipients
                 .iter()
                 .filter(|x| x.digest_send_id == r.id)
                 .map(|x| (x.recipient.clone(), x.status.clone()))
                 .collect();
-            HistoryEntry {
-                id: r.id,
-                week_key: r.week_key,
-                kind: r.kind,
-                covers_week: r.covers_week,
-                scheduled_at: r.scheduled_at,
-                created_at: r.created_at,
-                triggered_by: r.triggered_by,
-                only_me: r.only_me,
-                recipient_count: r.recipient_count,
-                recipients: mine,
-            }
+            r
         })
         .collect();
     Ok(DigestsData {

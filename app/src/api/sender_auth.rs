@@ -159,19 +159,7 @@ pub async fn set_dkim_enabled(enabled: bool) -> Result<String, AppError> {
             "DKIM: generate or paste a key first.".into(),
         ));
     };
-    if before != enabled {
-        audit::record(
-            &mut tx,
-            audit::Entry::org_setting(
-                me.org_id,
-                me.user_id,
-                "settings.dkim",
-                serde_json::json!({ "enabled": before }),
-                serde_json::json!({ "enabled": enabled }),
-            ),
-        )
-        .await?;
-    }
+    audit::setting_changed(&mut tx, &me, "settings.dkim", "enabled", before, enabled).await?;
     tx.commit().await?;
     Ok(if enabled {
         "DKIM signing is on: every message from now on is signed.".into()
@@ -198,19 +186,15 @@ pub async fn save_return_path(return_path: String) -> Result<String, AppError> {
     let new = return_path.as_ref().map(EmailAddress::as_str);
     let mut tx = pool.begin().await?;
     let old = settings::save_return_path(&mut tx, me.org_id, new).await?;
-    if old.as_deref() != new {
-        audit::record(
-            &mut tx,
-            audit::Entry::org_setting(
-                me.org_id,
-                me.user_id,
-                "settings.return_path",
-                serde_json::json!({ "return_path": old }),
-                serde_json::json!({ "return_path": new }),
-            ),
-        )
-        .await?;
-    }
+    audit::setting_changed(
+        &mut tx,
+        &me,
+        "settings.return_path",
+        "return_path",
+        old.as_deref(),
+        new,
+    )
+    .await?;
     tx.commit().await?;
     Ok(match new {
         Some(r) => format!("Bounces now go to {r} (the envelope sender)."),

@@ -121,19 +121,15 @@ pub async fn save_approval_policy(
     let allow = allow_self_approval.is_some_and(|v| !v.is_empty() && v != "false");
     let mut tx = pool.begin().await?;
     let before = settings::set_self_approval(&mut tx, me.org_id, allow).await?;
-    if before != allow {
-        audit::record(
-            &mut tx,
-            audit::Entry::org_setting(
-                me.org_id,
-                me.user_id,
-                "settings.approval",
-                serde_json::json!({ "allow_self_approval": before }),
-                serde_json::json!({ "allow_self_approval": allow }),
-            ),
-        )
-        .await?;
-    }
+    audit::setting_changed(
+        &mut tx,
+        &me,
+        "settings.approval",
+        "allow_self_approval",
+        before,
+        allow,
+    )
+    .await?;
     tx.commit().await?;
     Ok(if allow {
         "Admins may now approve their own campaigns; each such approval is marked.".into()

@@ -10,18 +10,7 @@ use crate::error::AppError;
 /// Rows per page of the list.
 pub const PAGE_SIZE: i64 = 50;
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct SubscriberRow {
-    pub id: i64,
-    pub email: String,
-    pub name: String,
-    pub status: String,
-    pub erased: bool,
-    /// The suppression's reason, when the address is suppressed.
-    pub suppressed: Option<String>,
-    pub lists: i64,
-    pub created: String,
-}
+pub use crate::model::SubscriberRow;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ListOption {
@@ -111,19 +100,7 @@ pub async fn subscribers(
         })
         .collect();
     Ok(SubscriberPage {
-        rows: rows
-            .into_iter()
-            .map(|r| SubscriberRow {
-                id: r.id,
-                email: r.email,
-                name: r.name,
-                status: r.status,
-                erased: r.erased,
-                suppressed: r.suppressed,
-                lists: r.lists,
-                created: r.created,
-            })
-            .collect(),
+        rows,
         next,
         lists,
         can_act: me.role.can_act(),

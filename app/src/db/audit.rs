@@ -54,6 +54,34 @@ impl<'a> Entry<'a> {
     }
 }
 
+/// Records that `me` changed one setting of their org (`{key: before}` → `{key: after}`),
+/// when it did change; in the caller's transaction, like [`record`].
+pub async fn setting_changed<T: serde::Serialize + PartialEq>(
+    conn: &mut PgConnection,
+    me: &CurrentUser,
+    action: &str,
+    key: &str,
+    before: T,
+    after: T,
+) -> sqlx::Result<()> {
+    if before == after {
+        return Ok(());
+    }
+    let one = |v: T| {
+        let mut m = serde_json::Map::new();
+        m.insert(
+            key.to_owned(),
+            serde_json::to_value(v).unwrap_or(Value::Null),
+        );
+        Value::Object(m)
+    };
+    record(
+        conn,
+        Entry::org_setting(me.org_id, me.user_id, action, one(before), one(after)),
+    )
+    .await
+}
+
 /// Written inside the caller's transaction, so an action and its audit row commit together.
 pub async fn record(conn: &mut PgConnection, e: Entry<'_>) -> sqlx::Result<()> {
     sqlx::query(

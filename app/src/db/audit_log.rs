@@ -2,18 +2,7 @@
 
 use sqlx::{PgConnection, Postgres, QueryBuilder};
 
-#[derive(sqlx::FromRow, Debug, Clone)]
-pub struct Row {
-    pub id: i64,
-    /// In the org's time zone.
-    pub at: String,
-    pub actor: Option<String>,
-    pub action: String,
-    pub object_type: String,
-    pub object_id: Option<String>,
-    pub before: Option<String>,
-    pub after: Option<String>,
-}
+use crate::model::AuditEntry;
 
 #[derive(Default)]
 pub struct Filter<'a> {
@@ -24,7 +13,7 @@ pub struct Filter<'a> {
 }
 
 pub struct Page {
-    pub rows: Vec<Row>,
+    pub rows: Vec<AuditEntry>,
     /// Set when there are more rows: the id to continue before.
     pub next: Option<i64>,
 }
@@ -59,7 +48,7 @@ pub async fn list(
     // One row more than a page tells whether a next page exists.
     q.push(" order by a.id desc limit ")
         .push_bind(page_size + 1);
-    let mut rows: Vec<Row> = q.build_query_as().fetch_all(conn).await?;
+    let mut rows: Vec<AuditEntry> = q.build_query_as().fetch_all(conn).await?;
     let next = if rows.len() as i64 > page_size {
         rows.truncate(page_size as usize);
         rows.last().map(|r| r.id)

@@ -1,5 +1,8 @@
 use sqlx::PgConnection;
 
+use crate::domain::CampaignStatus;
+use crate::model::CampaignSummary;
+
 pub struct NewDraft<'a> {
     pub org_id: i64,
     pub author_id: i64,
@@ -34,27 +37,13 @@ pub async fn create_draft(conn: &mut PgConnection, d: NewDraft<'_>) -> sqlx::Res
     Ok(id)
 }
 
-#[derive(sqlx::FromRow, Clone, Debug)]
-pub struct CampaignRow {
-    pub id: i64,
-    pub name: String,
-    pub status: String,
-    pub content_version: i32,
-    pub author: String,
-    pub updated: String,
-    /// Recipients materialised (0 before the start).
-    pub total: i64,
-    /// Recipients in a final state, from the counter slots.
-    pub done: i64,
-}
-
 /// The org's campaigns, newest first, optionally in one `status` (soft-deleted ones are in the
 /// recycle bin, not here). Progress comes from the counter slots: 16 rows per campaign at most.
 pub async fn list(
     conn: &mut PgConnection,
     org_id: i64,
-    status: Option<&str>,
-) -> sqlx::Result<Vec<CampaignRow>> {
+    status: Option<CampaignStatus>,
+) -> sqlx::Result<Vec<CampaignSummary>> {
     sqlx::query_as(
         "select c.id, c.name, c.status, c.content_version, u.name as author,
                 to_char(c.updated_at at time zone o.timezone, 'YYYY-MM-DD HH24:MI') as updated,

@@ -3,6 +3,8 @@
 
 use sqlx::PgConnection;
 
+use crate::model::HistoryEntry;
+
 #[derive(sqlx::FromRow, Debug, Clone, PartialEq, Eq)]
 pub struct Schedule {
     pub weekday: i16,
@@ -81,26 +83,12 @@ pub async fn set_opt_in(
     .await
 }
 
-#[derive(sqlx::FromRow, Debug, Clone, PartialEq, Eq)]
-pub struct HistoryRow {
-    pub id: i64,
-    pub week_key: String,
-    pub kind: String,
-    pub covers_week: String,
-    /// In the org's time zone.
-    pub scheduled_at: String,
-    pub created_at: String,
-    pub triggered_by: Option<String>,
-    pub only_me: bool,
-    pub recipient_count: i32,
-}
-
 /// The org's newest digests (scheduled, manual and skipped).
 pub async fn history(
     conn: &mut PgConnection,
     org_id: i64,
     limit: i64,
-) -> sqlx::Result<Vec<HistoryRow>> {
+) -> sqlx::Result<Vec<HistoryEntry>> {
     sqlx::query_as(
         "select d.id, d.week_key, d.kind, d.covers_week,
                 to_char(d.scheduled_at at time zone o.timezone, 'YYYY-MM-DD HH24:MI') as scheduled_at,

@@ -5,18 +5,7 @@
 use sqlx::PgConnection;
 
 use crate::domain::{EmailAddress, SuppressionReason};
-
-#[derive(sqlx::FromRow, Debug, Clone)]
-pub struct Row {
-    pub id: i64,
-    pub email: String,
-    pub name: String,
-    pub status: String,
-    pub erased: bool,
-    pub suppressed: Option<String>,
-    pub lists: i64,
-    pub created: String,
-}
+use crate::model::SubscriberRow;
 
 pub struct Filter<'a> {
     /// Part of the address, lower case.
@@ -33,8 +22,8 @@ pub async fn page(
     org_id: i64,
     f: &Filter<'_>,
     limit: i64,
-) -> sqlx::Result<(Vec<Row>, Option<i64>)> {
-    let mut rows: Vec<Row> = sqlx::query_as(
+) -> sqlx::Result<(Vec<SubscriberRow>, Option<i64>)> {
+    let mut rows: Vec<SubscriberRow> = sqlx::query_as(
         "select s.id, s.email, s.name, s.status, s.erased_at is not null as erased,
                 (select x.reason from suppressions x where x.org_id = s.org_id and x.email_lower = s.email_lower) as suppressed,
                 (select count(*) from list_members m where m.subscriber_id = s.id) as lists,

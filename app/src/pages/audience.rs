@@ -172,8 +172,8 @@ fn Subscribers(
                             <td class="p-3 font-medium"><A href=format!("/audience/subscribers/{}", r.id) attr:class="text-indigo-700 hover:underline dark:text-indigo-300">{r.email.clone()}</A></td>
                             <td class="p-3">{r.name.clone()}</td>
                             <td class="p-3">
-                                {if r.erased { "erased".to_string() } else { r.status.clone() }}
-                                {r.suppressed.clone().map(|why| view! { <span class="ml-2 rounded-full bg-slate-100 px-2 py-0.5 text-xs text-slate-700 dark:bg-slate-800 dark:text-slate-300" data-test="suppressed">{format!("suppressed: {why}")}</span> })}
+                                {if r.erased { "erased".to_string() } else { r.status.to_string() }}
+                                {r.suppressed.map(|why| view! { <span class="ml-2 rounded-full bg-slate-100 px-2 py-0.5 text-xs text-slate-700 dark:bg-slate-800 dark:text-slate-300" data-test="suppressed">{format!("suppressed: {why}")}</span> })}
                             </td>
                             <td class="p-3">{r.lists}</td>
                             <td class="p-3 whitespace-nowrap text-slate-500 dark:text-slate-400">{r.created.clone()}</td>

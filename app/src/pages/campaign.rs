@@ -126,13 +126,14 @@ fn CampaignView(detail: CampaignWithProgress, live: RwSignal<Progress>) -> impl 
             </span>
         </div>
         <p class="text-slate-600 mb-4 dark:text-slate-300">"Subject: " {detail.subject.clone()}</p>
-        <Show when=move || phase() == Phase::NotStarted>
-            <p class="rounded bg-white shadow p-4 mb-4 text-sm text-slate-600 dark:bg-slate-900 dark:text-slate-300" data-test="not-started">
-                "Not sent yet. Once it is approved and its time comes, its progress shows here as it sends."
-            </p>
-        </Show>
-        <Show when=move || phase() != Phase::NotStarted>
-            <section class="rounded bg-white shadow p-4 mb-4 dark:bg-slate-900" aria-label="Send progress">
+        // One section in every phase: what it holds changes as the readings arrive.
+        <section class="rounded bg-white shadow p-4 mb-4 dark:bg-slate-900" aria-label="Send progress">
+            <Show when=move || phase() == Phase::NotStarted>
+                <p class="text-sm text-slate-600 dark:text-slate-300" data-test="not-started">
+                    "Not sent yet. Once it is approved and its time comes, its progress shows here as it sends."
+                </p>
+            </Show>
+            <Show when=move || phase() != Phase::NotStarted>
                 <div class="flex justify-between text-sm mb-2">
                     <span data-test="progress-summary">
                         {move || live.with(|p| format!("{} of {} recipients done", p.done(), p.total))}
@@ -149,8 +150,8 @@ fn CampaignView(detail: CampaignWithProgress, live: RwSignal<Progress>) -> impl 
                 <Show when=move || phase() == Phase::Finished fallback=move || view! { <RateChart history/> }>
                     <SendSummary live/>
                 </Show>
-            </section>
-        </Show>
+            </Show>
+        </section>
     }
 }
 

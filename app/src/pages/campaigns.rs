@@ -45,7 +45,7 @@ pub fn CampaignsPage() -> impl IntoView {
                                 {rows.into_iter().map(|c| view! {
                                     <tr class="border-t border-slate-100 dark:border-slate-800">
                                         <td class="p-3 font-medium"><a href=format!("/campaigns/{}", c.id) class="text-sky-700 hover:underline">{c.name}</a></td>
-                                        <td class="p-3"><span class="rounded-full bg-slate-100 px-2 py-0.5 dark:bg-slate-800" data-test="status">{c.status.clone()}</span></td>
+                                        <td class="p-3"><span class="rounded-full bg-slate-100 px-2 py-0.5 dark:bg-slate-800" data-test="status">{c.status.to_string()}</span></td>
                                         <td class="p-3 w-40">{(c.total > 0).then(|| {
                                             let pct = (c.done as f64 * 100.0 / c.total as f64).clamp(0.0, 100.0);
                                             view! {
