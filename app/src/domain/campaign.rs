@@ -99,18 +99,27 @@ impl Transition {
         }
     }
 
-    /// The transitions an admin asks for by name (the others are the workers').
+    /// The transitions an admin asks for (the others are the workers'), in the order the
+    /// campaign page offers them.
+    pub const BY_ADMINS: [Transition; 6] = [
+        Transition::Submit,
+        Transition::Approve,
+        Transition::Reject,
+        Transition::Pause,
+        Transition::Resume,
+        Transition::Cancel,
+    ];
+
+    /// An admin's transition by its name.
     pub fn from_verb(verb: &str) -> Option<Transition> {
-        [
-            Transition::Submit,
-            Transition::Approve,
-            Transition::Reject,
-            Transition::Pause,
-            Transition::Resume,
-            Transition::Cancel,
-        ]
-        .into_iter()
-        .find(|t| t.verb() == verb)
+        Self::BY_ADMINS.into_iter().find(|t| t.verb() == verb)
+    }
+
+    /// The admin's transitions legal from `s`, in the page's order.
+    pub fn offered_from(s: CampaignStatus) -> impl Iterator<Item = Transition> {
+        Self::BY_ADMINS
+            .into_iter()
+            .filter(move |t| t.allowed_from(s))
     }
 
     pub fn verb(self) -> &'static str {

@@ -7,50 +7,41 @@ use leptos::prelude::*;
 
 use crate::api::campaign_bin::DeleteCampaign;
 use crate::api::campaign_edit::{CampaignAction, CloneCampaign, Problem, Sheet};
+use crate::domain::{CampaignStatus, Transition};
 
-/// (verb, button label, what the confirmation says) for each action the state allows.
+/// (verb, button label, what the confirmation says) for each action the state allows: the
+/// domain says which transitions are legal from it, the page only words them.
 fn actions(status: &str) -> Vec<(&'static str, &'static str, &'static str)> {
-    match status {
-        "draft" => vec![
-            (
-                "submit",
-                "Submit for approval",
-                "Another admin will review and approve it.",
-            ),
-            ("cancel", "Cancel campaign", "It will never be sent."),
-        ],
-        "submitted" => vec![
-            ("approve", "Approve", ""),
-            (
-                "reject",
-                "Reject",
-                "It goes back to draft with your reason.",
-            ),
-            ("cancel", "Cancel campaign", "It will never be sent."),
-        ],
-        "approved" => vec![("cancel", "Cancel campaign", "It will not be sent.")],
-        "sending" => vec![
-            (
-                "pause",
-                "Pause",
-                "Sending stops within one message per connection.",
-            ),
-            (
-                "cancel",
-                "Cancel campaign",
-                "Nothing not yet sent will be sent.",
-            ),
-        ],
-        "paused" => vec![
-            ("resume", "Resume", "Sending continues where it stopped."),
-            (
-                "cancel",
-                "Cancel campaign",
-                "Nothing not yet sent will be sent.",
-            ),
-        ],
-        _ => vec![],
-    }
+    let Ok(s) = status.parse::<CampaignStatus>() else {
+        return Vec::new();
+    };
+    Transition::offered_from(s)
+        .map(|t| {
+            let (label, note) = match t {
+                Transition::Submit => (
+                    "Submit for approval",
+                    "Another admin will review and approve it.",
+                ),
+                Transition::Approve => ("Approve", ""),
+                Transition::Reject => ("Reject", "It goes back to draft with your reason."),
+                Transition::Pause => ("Pause", "Sending stops within one message per connection."),
+                Transition::Resume => ("Resume", "Sending continues where it stopped."),
+                Transition::Cancel => (
+                    "Cancel campaign",
+                    match s {
+                        CampaignStatus::Draft | CampaignStatus::Submitted => {
+                            "It will never be sent."
+                        }
+                        CampaignStatus::Approved => "It will not be sent.",
+                        _ => "Nothing not yet sent will be sent.",
+                    },
+                ),
+                // Workers' transitions: never offered.
+                Transition::Start | Transition::Finish => ("", ""),
+            };
+            (t.verb(), label, note)
+        })
+        .collect()
 }
 
 #[component]
@@ -214,5 +205,29 @@ fn Approval(s: Sheet) -> impl IntoView {
         {warning}
         {zero}
         {preview}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::actions;
+
+    fn verbs(status: &str) -> Vec<&'static str> {
+        actions(status).into_iter().map(|(v, _, _)| v).collect()
+    }
+
+    #[test]
+    fn each_state_offers_exactly_the_transitions_the_domain_allows_from_it() {
+        assert_eq!(verbs("draft"), ["submit", "cancel"]);
+        assert_eq!(verbs("submitted"), ["approve", "reject", "cancel"]);
+        assert_eq!(verbs("approved"), ["cancel"]);
+        assert_eq!(verbs("sending"), ["pause", "cancel"]);
+        assert_eq!(verbs("paused"), ["resume", "cancel"]);
+        assert!(verbs("sent").is_empty() && verbs("cancelled").is_empty());
+        assert!(verbs("no such state").is_empty());
+        let cancel = |s| actions(s).into_iter().find(|a| a.0 == "cancel").unwrap().2;
+        assert_eq!(cancel("draft"), "It will never be sent.");
+        assert_eq!(cancel("approved"), "It will not be sent.");
+        assert_eq!(cancel("paused"), "Nothing not yet sent will be sent.");
     }
 }
