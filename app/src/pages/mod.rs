@@ -190,8 +190,10 @@ pub fn App() -> impl IntoView {
                     <Route path=path!("/login") view=login::LoginPage/>
                     <Route path=path!("/invite/:token") view=invite::InvitePage ssr=SsrMode::Async/>
                     <Route path=path!("/setup") view=setup::SetupPage ssr=SsrMode::Async/>
-                    // Every signed-in page renders whole before its head is sent (`Async`): the
-                    // layout's redirect of a signed-out browser must reach the status line.
+                    // Every signed-in page renders whole before its head is sent (`Async`). The
+                    // server sends a browser without a session to /login before rendering; the
+                    // layout's redirect covers a session that ends during the render, and must
+                    // reach the status line.
                     <ParentRoute path=path!("") view=layout::Layout>
                         <Route path=path!("") view=overview::OverviewPage ssr=SsrMode::Async/>
                         <Route path=path!("campaigns") view=campaigns::CampaignsPage ssr=SsrMode::Async/>
