@@ -92,9 +92,16 @@ test('four eyes: the owner writes, tests and submits, cannot approve; an editing
   await expect(adam.locator('[data-test=save-result]')).toHaveText('Saved (version 3).');
   // The preview shows the Markdown body as HTML in a sandboxed frame (retried: the preview is
   // re-rendered once the campaign is read again after the save, replacing the frame).
-  await expect(async () => {
-    await expect(adam.frameLocator('[data-test=preview] iframe').locator('strong')).toHaveText('Everything', { timeout: 1_000 });
-  }).toPass({ timeout: 10_000 });
+  try {
+    await expect(async () => {
+      await expect(adam.frameLocator('[data-test=preview] iframe').locator('strong')).toHaveText('Everything', { timeout: 1_000 });
+    }).toPass({ timeout: 20_000 });
+  } catch (e) {
+    // What the editor showed instead, for the log (CI keeps no screenshots).
+    console.log('editor preview after the save:', await adam.locator('main').innerHTML().catch((x) => String(x)));
+    console.log('saved body:', sql(`select body from campaigns where id = ${id}`));
+    throw e;
+  }
   await adam.goto(`/campaigns/${id}`);
   await hydrated(adam);
   await expect(adam.locator('[data-test=campaign-status]')).toHaveText('draft');

@@ -20,7 +20,6 @@ use serde::Deserialize;
 use sqlx::PgPool;
 use tokio::io::AsyncWriteExt;
 
-use app::api::lists::ERRORS_KEPT;
 use app::api::CurrentUser;
 use app::db::imports::{self, Tally};
 use app::domain::audience::csv_cell;
@@ -147,18 +146,10 @@ async fn run(pool: PgPool, me: CurrentUser, list_id: i64, id: i64, path: PathBuf
         tracing::error!(import = id, error = %e, "import failed");
         let failed = async {
             let mut c = pool.acquire().await?;
-            let none = serde_json::json!([]);
-            let p = Tally {
-                rows_read: 0,
-                created: 0,
-                added: 0,
-                error_count: 0,
-                errors: &none,
-            };
             imports::finish(
                 &mut c,
                 id,
-                &p,
+                &Tally::default(),
                 Some("Something went wrong on our side; nothing was imported. Please try again."),
             )
             .await
@@ -183,43 +174,22 @@ async fn write(
         tokio::task::spawn_blocking(move || read(&path, &send))
     };
     let mut tx = pool.begin().await?;
-    let (mut read_rows, mut created, mut added, mut error_count) = (0i64, 0i64, 0i64, 0i64);
-    let mut errors: Vec<serde_json::Value> = Vec::new();
+    let mut t = Tally::default();
     while let Some(b) = batches.recv().await {
-        read_rows += b.read as i64;
-        error_count += b.errors.len() as i64;
+        t.rows_read += b.read as i64;
         for (row, error) in b.errors {
-            if errors.len() < ERRORS_KEPT {
-                errors.push(serde_json::json!({ "row": row, "error": error }));
-            }
+            t.refuse(row as i64, error);
         }
         if !b.rows.is_empty() {
             let (c, a) = imports::insert_batch(&mut tx, me.org_id, list_id, &b.rows).await?;
-            created += c;
-            added += a;
+            t.created += c;
+            t.added += a;
         }
-        let errors = serde_json::Value::Array(errors.clone());
-        let p = Tally {
-            rows_read: read_rows,
-            created,
-            added,
-            error_count,
-            errors: &errors,
-        };
-        imports::report(pool, id, &p).await?;
+        imports::report(pool, id, &t).await?;
     }
-    let outcome = reading.await?;
-    let errors = serde_json::Value::Array(errors);
-    match outcome {
+    match reading.await? {
         Ok(()) => {
-            let p = Tally {
-                rows_read: read_rows,
-                created,
-                added,
-                error_count,
-                errors: &errors,
-            };
-            imports::finish(&mut tx, id, &p, None).await?;
+            imports::finish(&mut tx, id, &t, None).await?;
             app::db::audit::record(
                 &mut tx,
                 app::db::audit::Entry {
@@ -230,7 +200,7 @@ async fn write(
                     object_id: Some(list_id.to_string()),
                     before: None,
                     after: Some(serde_json::json!({
-                        "import": id, "rows": read_rows, "created": created, "added": added, "errors": error_count,
+                        "import": id, "rows": t.rows_read, "created": t.created, "added": t.added, "errors": t.error_count,
                     })),
                 },
             )
@@ -239,16 +209,8 @@ async fn write(
         }
         Err(message) => {
             tx.rollback().await?;
-            let none = serde_json::json!([]);
-            let p = Tally {
-                rows_read: read_rows,
-                created: 0,
-                added: 0,
-                error_count,
-                errors: &none,
-            };
             let mut c = pool.acquire().await?;
-            imports::finish(&mut c, id, &p, Some(&message)).await?;
+            imports::finish(&mut c, id, &t.rolled_back(), Some(&message)).await?;
         }
     }
     Ok(())

@@ -62,6 +62,14 @@ impl Cli {
             .filter(|s| !s.trim().is_empty())
     }
 
+    /// The database the command works against.
+    pub fn database(&self) -> crate::database::Location {
+        crate::database::Location {
+            url: self.database_url(),
+            data_dir: self.data_dir.clone(),
+        }
+    }
+
     /// Where mail is captured when no SMTP server is configured.
     pub fn captured_dir(&self) -> PathBuf {
         self.data_dir.join("captured")
@@ -341,6 +349,26 @@ impl WorkerArgs {
             },
             progress: crate::progress::Notifier::default(),
             held: Default::default(),
+        }
+    }
+
+    /// What the worker host runs: every setting checked and converted once, here.
+    pub fn plan(
+        &self,
+        transport: crate::delivery::Transport,
+        unsubscribe_keys: app::unsubscribe::Keys,
+        captured_dir: PathBuf,
+    ) -> crate::worker::Plan {
+        use std::time::Duration;
+        crate::worker::Plan {
+            heartbeat: Duration::from_secs(self.heartbeat_seconds.max(1)),
+            campaign: self.campaign(),
+            leader: self.leader(),
+            digest_tick: Duration::from_secs(self.digest_tick_seconds),
+            digest_now: self.digest_now,
+            shutdown_grace: Duration::from_secs(self.shutdown_timeout_seconds),
+            delivery: self.delivery(transport, unsubscribe_keys),
+            captured_dir,
         }
     }
 

@@ -17,16 +17,14 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             allow_fake_clock("--digest-now", args.digest_now)?;
             let shutdown = Shutdown::on_signals()?;
             let transport = args.transport(cli.captured_dir())?;
-            let db = Database::open(&cli, Migrations::Tolerant).await?;
+            let db = Database::open(&cli.database(), Migrations::Tolerant).await?;
             let keys = match unsubscribe_keys(&db, args).await {
                 Ok(keys) => keys,
                 Err(e) => return db.close().await.and(Err(e)),
             };
             worker::run(
                 db.pool.clone(),
-                args.clone(),
-                args.delivery(transport, keys),
-                cli.captured_dir(),
+                args.plan(transport, keys, cli.captured_dir()),
                 worker::Mode::Worker,
                 shutdown,
             )
@@ -34,12 +32,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             db.close().await
         }
         Command::Migrate => {
-            let db = Database::open(&cli, Migrations::Strict).await?;
+            let db = Database::open(&cli.database(), Migrations::Strict).await?;
             println!("migrations are up to date");
             db.close().await
         }
         Command::Demo => {
-            let db = Database::open(&cli, Migrations::Tolerant).await?;
+            let db = Database::open(&cli.database(), Migrations::Tolerant).await?;
             let result = demo::seed(&db.pool).await;
             db.close().await?;
             match result? {
@@ -49,20 +47,20 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Org(OrgCommand::Add(args)) => {
-            let db = Database::open(&cli, Migrations::Tolerant).await?;
+            let db = Database::open(&cli.database(), Migrations::Tolerant).await?;
             let result = org_add(&db, args).await;
             db.close().await?;
             result
         }
         Command::User(UserCommand::Add(args)) => {
-            let db = Database::open(&cli, Migrations::Tolerant).await?;
+            let db = Database::open(&cli.database(), Migrations::Tolerant).await?;
             let result = user_add(&db, args).await;
             db.close().await?;
             result
         }
         Command::DigestTick(args) => {
             allow_fake_clock("--now", args.now)?;
-            let db = Database::open(&cli, Migrations::Tolerant).await?;
+            let db = Database::open(&cli.database(), Migrations::Tolerant).await?;
             let started = std::time::Instant::now();
             let result = app::digest::tick(
                 &db.pool,
@@ -88,7 +86,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Backup(args) => crate::backup::backup(&cli, args).await,
         Command::Restore(args) => crate::backup::restore(&cli, args).await,
         Command::User(UserCommand::Password(args)) => {
-            let db = Database::open(&cli, Migrations::Tolerant).await?;
+            let db = Database::open(&cli.database(), Migrations::Tolerant).await?;
             let result = user_password(&db, args).await;
             db.close().await?;
             result
@@ -123,7 +121,7 @@ async fn serve(cli: &Cli, args: &ServeArgs) -> anyhow::Result<()> {
     let addr = listener.local_addr()?;
     let site = Site::find(args.site_root.clone())?;
     let transport = args.worker.transport(cli.captured_dir())?;
-    let db = Database::open(cli, Migrations::Tolerant).await?;
+    let db = Database::open(&cli.database(), Migrations::Tolerant).await?;
     let keys = match unsubscribe_keys(&db, &args.worker).await {
         Ok(keys) => keys,
         Err(e) => return db.close().await.and(Err(e)),
@@ -163,9 +161,7 @@ async fn serve(cli: &Cli, args: &ServeArgs) -> anyhow::Result<()> {
     let workers = (!args.no_workers).then(|| {
         tokio::spawn(worker::run(
             db.pool.clone(),
-            args.worker.clone(),
-            args.worker.delivery(transport, keys),
-            cli.captured_dir(),
+            args.worker.plan(transport, keys, cli.captured_dir()),
             worker::Mode::Serve,
             shutdown.clone(),
         ))

@@ -5,7 +5,6 @@ use anyhow::anyhow;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{ConnectOptions, PgPool};
 
-use crate::cli::Cli;
 use crate::embedded_pg::{self, EmbeddedPg};
 
 /// The database this process works against, and the embedded cluster behind it if any.
@@ -22,15 +21,23 @@ pub enum Migrations {
     Tolerant,
 }
 
+/// Where the database is.
+pub struct Location {
+    /// `DATABASE_URL`, when given.
+    pub url: Option<String>,
+    /// Holds the embedded cluster when there is no URL.
+    pub data_dir: std::path::PathBuf,
+}
+
 impl Database {
-    /// `DATABASE_URL` when given, else the embedded cluster under the data directory; then
+    /// The URL's database when given, else the embedded cluster under the data directory; then
     /// applies migrations.
-    pub async fn open(cli: &Cli, migrations: Migrations) -> anyhow::Result<Self> {
-        let (options, embedded) = match cli.database_url() {
+    pub async fn open(at: &Location, migrations: Migrations) -> anyhow::Result<Self> {
+        let (options, embedded) = match &at.url {
             // The URL may hold a password: errors name the variable, never its value.
-            Some(url) => (parse_url(&url)?, None),
+            Some(url) => (parse_url(url)?, None),
             None => {
-                let pg = EmbeddedPg::open(&cli.data_dir, embedded_pg::Options::default()).await?;
+                let pg = EmbeddedPg::open(&at.data_dir, embedded_pg::Options::default()).await?;
                 (pg.connect_options(embedded_pg::DATABASE), Some(pg))
             }
         };

@@ -134,18 +134,6 @@ fn router(state: AppState, api: ApiConfig) -> Router {
             _,
         >(context, shell))
     };
-    // A span per request, named by its route (never the raw path: invitation and unsubscribe
-    // links carry tokens), with the status and latency logged at debug and 5xx as errors.
-    let pages = pages.layer(
-        tower_http::trace::TraceLayer::new_for_http().make_span_with(|req: &Request<Body>| {
-            let route = req
-                .extensions()
-                .get::<axum::extract::MatchedPath>()
-                .map(|p| p.as_str().to_owned())
-                .unwrap_or_else(|| "(site file or not found)".to_owned());
-            tracing::debug_span!("request", method = %req.method(), route)
-        }),
-    );
     let app = bounded(pages, MAX_REQUEST_BYTES, edge.request_timeout)
         .merge(bounded(
             crate::audience_io::import_routes(),
@@ -177,7 +165,21 @@ fn router(state: AppState, api: ApiConfig) -> Router {
             edge.trust_proxy,
             crate::client_addr::layer,
         ))
-        .layer(middleware::from_fn_with_state(edge.clone(), known_host));
+        .layer(middleware::from_fn_with_state(edge.clone(), known_host))
+        // Outermost, so what it logs is the answer the client got (a server function's refusal
+        // is a 4xx by then, not the 500 leptos first gives it) and a timeout names its route.
+        // A span per request, named by its route (never the raw path: invitation and
+        // unsubscribe links carry tokens), so every line logged while serving it says where.
+        .layer(
+            tower_http::trace::TraceLayer::new_for_http().make_span_with(|req: &Request<Body>| {
+                let route = req
+                    .extensions()
+                    .get::<axum::extract::MatchedPath>()
+                    .map(|p| p.as_str().to_owned())
+                    .unwrap_or_else(|| "(site file or not found)".to_owned());
+                tracing::info_span!("request", method = %req.method(), route)
+            }),
+        );
     crate::security_headers::apply(app, dev)
 }
 

@@ -179,7 +179,7 @@ async fn jobs(pool: &PgPool, cfg: &Config, h: &Held, captured_dir: &Path, retent
 /// Replaces each newly finished campaign's progress slots with `count(*)` figures, once.
 async fn reconcile_finished(pool: &PgPool, lease: &Lease) {
     let ids = match pool.acquire().await {
-        Ok(mut conn) => app::db::sends::to_reconcile(&mut conn, 20).await,
+        Ok(mut conn) => app::db::progress_slots::to_reconcile(&mut conn, 20).await,
         Err(e) => Err(e),
     };
     let ids = match ids {
@@ -189,7 +189,7 @@ async fn reconcile_finished(pool: &PgPool, lease: &Lease) {
     for id in ids {
         let done = async {
             let mut tx = pool.begin().await?;
-            let r = app::db::sends::reconcile(&mut tx, id, lease).await?;
+            let r = app::db::progress_slots::reconcile(&mut tx, id, lease).await?;
             tx.commit().await?;
             Ok::<_, sqlx::Error>(r)
         }

@@ -3,7 +3,6 @@ use std::time::Duration;
 
 use sqlx::PgPool;
 
-use crate::cli::WorkerArgs;
 use crate::delivery::Transport;
 use crate::shutdown::Shutdown;
 
@@ -40,22 +39,42 @@ fn hostname() -> String {
         .unwrap_or_else(|| "unknown-host".into())
 }
 
+/// What the worker host runs, settled from the command line before it starts.
+pub struct Plan {
+    /// Between heartbeats (and session housekeeping).
+    pub heartbeat: Duration,
+    pub campaign: crate::campaign::Config,
+    pub leader: crate::leader::Config,
+    /// Between digest ticks.
+    pub digest_tick: Duration,
+    /// A pinned clock for the digest ticker (tests only).
+    pub digest_now: Option<chrono::DateTime<chrono::Utc>>,
+    /// How long a shutdown waits for the delivery batch in hand.
+    pub shutdown_grace: Duration,
+    pub delivery: crate::delivery::Config,
+    /// Where mail goes when no SMTP server is configured; the leader prunes it.
+    pub captured_dir: PathBuf,
+}
+
 /// Runs the worker host until shutdown: a heartbeat every few seconds (database clock), session
 /// housekeeping, the leader elector and the delivery worker (SMTP, or capture into
 /// `captured_dir`), the digest ticker, the campaign worker and the progress notifier.
-pub async fn run(
-    pool: PgPool,
-    args: WorkerArgs,
-    cfg: crate::delivery::Config,
-    captured_dir: PathBuf,
-    mode: Mode,
-    shutdown: Shutdown,
-) {
+pub async fn run(pool: PgPool, plan: Plan, mode: Mode, shutdown: Shutdown) {
+    let Plan {
+        heartbeat,
+        campaign,
+        leader,
+        digest_tick,
+        digest_now,
+        shutdown_grace: grace,
+        delivery: cfg,
+        captured_dir,
+    } = plan;
     let id = process_id();
     let host = hostname();
     let pid = std::process::id() as i32;
     let version = env!("CARGO_PKG_VERSION");
-    let mut tick = tokio::time::interval(Duration::from_secs(args.heartbeat_seconds.max(1)));
+    let mut tick = tokio::time::interval(heartbeat);
     let lease_seconds = cfg.lease_seconds;
     let mut renew = tokio::time::interval(Duration::from_secs_f64(lease_seconds / 3.0));
     if matches!(cfg.transport, Transport::Smtp(_)) && cfg.links.public_url.contains("://localhost")
@@ -75,7 +94,7 @@ pub async fn run(
     let progress = tokio::spawn(notifier.clone().run(pool.clone(), shutdown.clone()));
     let campaigns = tokio::spawn(crate::campaign::run(
         pool.clone(),
-        args.campaign(),
+        campaign,
         notifier,
         shutdown.clone(),
     ));
@@ -84,15 +103,15 @@ pub async fn run(
     );
     let leader = tokio::spawn(crate::leader::run(
         pool.clone(),
-        args.leader(),
+        leader,
         id.clone(),
         captured_dir,
         shutdown.clone(),
     ));
     let digests = tokio::spawn(crate::digest::run(
         pool.clone(),
-        Duration::from_secs(args.digest_tick_seconds),
-        args.digest_now,
+        digest_tick,
+        digest_now,
         shutdown.clone(),
     ));
     tracing::info!(process = %id, mode = mode.as_str(), "worker host started");
@@ -118,7 +137,6 @@ pub async fn run(
     }
     // Stop claiming, let the batch in hand finish within the timeout, then give back whatever
     // is still held: unsent claims are requeued at once, bodies in flight become `unknown`.
-    let grace = Duration::from_secs(args.shutdown_timeout_seconds);
     if tokio::time::timeout(grace, &mut delivery).await.is_err() {
         tracing::warn!(
             seconds = grace.as_secs(),

@@ -2,35 +2,17 @@
 //! what is in the bin and when the leader purges it. Scoped to the signed-in org, audited.
 
 use leptos::prelude::*;
-use serde::{Deserialize, Serialize};
 
 use crate::error::AppError;
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Binned {
-    pub id: i64,
-    pub name: String,
-    pub status: String,
-    pub deleted: String,
-    pub purged_after: String,
-}
+pub use crate::model::Binned;
 
 #[server(endpoint = "campaign_bin")]
 pub async fn campaign_bin() -> Result<Vec<Binned>, AppError> {
     let days = super::api_config().campaign_bin_days;
     let (me, pool) = super::signed_in().await?;
     let mut conn = pool.acquire().await?;
-    Ok(crate::db::campaign_bin::list(&mut conn, me.org_id, days)
-        .await?
-        .into_iter()
-        .map(|b| Binned {
-            id: b.id,
-            name: b.name,
-            status: b.status,
-            deleted: b.deleted,
-            purged_after: b.purged_after,
-        })
-        .collect())
+    Ok(crate::db::campaign_bin::list(&mut conn, me.org_id, days).await?)
 }
 
 #[server(endpoint = "delete_campaign")]

@@ -44,9 +44,8 @@ pub struct Sheet {
     pub name: String,
     pub subject: String,
     pub body: String,
-    /// `markdown` or `html`.
-    pub format: String,
-    pub status: String,
+    pub format: crate::domain::BodyFormat,
+    pub status: crate::domain::CampaignStatus,
     pub version: i32,
     /// A fresh token for the test-send dialog: the same dialog submitted twice sends once.
     pub test_token: String,
@@ -164,7 +163,7 @@ fn render_preview(
         org_id: 0,
         subject: c.subject.clone(),
         body: c.body.clone(),
-        body_format: c.body_format.clone(),
+        body_format: c.body_format,
         content_version: c.content_version,
     })
     .map_err(|e| format!("The template does not compile: {e}"))?;
@@ -263,7 +262,7 @@ pub async fn save_campaign(
         name: &content.name,
         subject: &content.subject,
         body: &content.body,
-        body_format: content.format.as_str(),
+        body_format: content.format,
         list_ids: &lists,
         scheduled_local: content.schedule.as_deref(),
     };
@@ -276,7 +275,7 @@ pub async fn save_campaign(
                 "The scheduled time is in the past: choose a later time, or none to send as soon as it is approved.".into(),
             ))
         }
-        Err(SaveError::Moved { status, .. }) if status != "draft" && status != "submitted" => {
+        Err(SaveError::Moved { status, .. }) if !status.content_editable() => {
             return Err(AppError::Conflict(format!(
                 "This campaign is {status}: only a draft (or a submitted campaign, which goes back to draft) can be edited."
             )))

@@ -21,7 +21,7 @@ pub struct StatusCount {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct DeliveryRow {
     pub job_id: String,
-    pub kind: String,
+    pub kind: crate::domain::DeliveryKind,
     pub recipient: String,
     pub status: DeliveryStatus,
     pub attempt: i32,
@@ -102,11 +102,7 @@ pub async fn deliveries_page(
     };
     let mut conn = pool.acquire().await?;
     let page = delivery_admin::list(&mut conn, me.org_id, &filter, PAGE_SIZE).await?;
-    let rows = page
-        .rows
-        .into_iter()
-        .map(row)
-        .collect::<Result<Vec<_>, AppError>>()?;
+    let rows = page.rows.into_iter().map(row).collect();
     Ok(DeliveryPage {
         rows,
         next: page.next.map(|c| c.to_string()),
@@ -115,15 +111,12 @@ pub async fn deliveries_page(
 }
 
 #[cfg(feature = "ssr")]
-fn row(r: crate::db::delivery_admin::ListRow) -> Result<DeliveryRow, AppError> {
-    let status: DeliveryStatus = r.status.parse().map_err(|e: String| {
-        tracing::error!(error = %e, "unexpected delivery status");
-        AppError::Internal
-    })?;
+fn row(r: crate::db::delivery_admin::ListRow) -> DeliveryRow {
+    let status = r.status;
     // The delivery worker records "captured …" as the reply of a message written to a file;
     // one that carries a credential is never offered.
     let captured = status == DeliveryStatus::Delivered
-        && !carries_credential(&r.kind)
+        && !r.kind.carries_credential()
         && r.smtp_reply
             .as_deref()
             .is_some_and(|s| s.starts_with("captured"));
@@ -132,7 +125,7 @@ fn row(r: crate::db::delivery_admin::ListRow) -> Result<DeliveryRow, AppError> {
         DeliveryStatus::Delivered => None,
         _ => r.last_error,
     };
-    Ok(DeliveryRow {
+    DeliveryRow {
         job_id: r.job_id,
         kind: r.kind,
         recipient: r.recipient,
@@ -141,14 +134,7 @@ fn row(r: crate::db::delivery_admin::ListRow) -> Result<DeliveryRow, AppError> {
         updated: r.updated,
         detail,
         captured,
-    })
-}
-
-/// An unknown kind counts as carrying one: fail closed.
-#[cfg(feature = "ssr")]
-fn carries_credential(kind: &str) -> bool {
-    kind.parse::<crate::domain::DeliveryKind>()
-        .map_or(true, |k| k.carries_credential())
+    }
 }
 
 /// Puts a failed or unknown delivery back in the queue (owners and admins), with an audit row.
@@ -184,7 +170,7 @@ pub async fn captured_message(job_id: String) -> Result<CapturedText, AppError> 
     let mut conn = pool.acquire().await?;
     let found = crate::db::delivery_admin::find(&mut conn, me.org_id, &job_id)
         .await?
-        .filter(|f| !carries_credential(&f.kind))
+        .filter(|f| !f.kind.carries_credential())
         .ok_or(AppError::NotFound)?;
     drop(conn);
     let no_copy = || {

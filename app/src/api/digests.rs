@@ -173,17 +173,7 @@ pub async fn save_digest_schedule(
     let mut tx = pool.begin().await?;
     let old = digest_admin::save_schedule(&mut tx, me.org_id, &new).await?;
     let json = |s: &digest_admin::Schedule| serde_json::json!({ "weekday": s.weekday, "hour": s.hour, "timezone": s.timezone });
-    audit::record(
-        &mut tx,
-        audit::Entry::org_setting(
-            me.org_id,
-            me.user_id,
-            "digest.schedule",
-            json(&old),
-            json(&new),
-        ),
-    )
-    .await?;
+    audit::org_setting(&mut tx, &me, "digest.schedule", json(&old), json(&new)).await?;
     tx.commit().await?;
     Ok("Schedule saved.".into())
 }

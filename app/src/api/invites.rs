@@ -8,8 +8,7 @@ use crate::error::AppError;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct InviteLink {
-    /// `invite` or `reset`.
-    pub purpose: String,
+    pub purpose: crate::domain::LinkPurpose,
     pub email: String,
     pub name: String,
     pub org_name: String,
@@ -86,7 +85,7 @@ pub async fn accept_invite(token: String, name: String, password: String) -> Res
         audit::Entry {
             org_id: link.org_id,
             actor_id: Some(link.user_id),
-            action: if link.purpose == "invite" {
+            action: if link.purpose == crate::domain::LinkPurpose::Invite {
                 "user.accept_invite"
             } else {
                 "user.set_password"

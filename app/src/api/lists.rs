@@ -5,6 +5,7 @@ use leptos::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use crate::error::AppError;
+pub use crate::model::Import;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ListRow {
@@ -19,37 +20,6 @@ pub struct ListsView {
     pub lists: Vec<ListRow>,
     pub can_act: bool,
 }
-
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct RowError {
-    /// The row's line in the file (the header is line 1).
-    pub row: i64,
-    pub error: String,
-}
-
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct ImportView {
-    pub id: i64,
-    pub list_id: i64,
-    pub list_name: String,
-    pub file_name: String,
-    /// `running`, `done`, `failed`, or `interrupted` (running, but its progress stopped: the
-    /// server stopped during it, and it imported nothing).
-    pub status: String,
-    pub rows_read: i64,
-    pub created_subscribers: i64,
-    pub added_members: i64,
-    pub error_count: i64,
-    /// The first errors (at most [`ERRORS_KEPT`]).
-    pub errors: Vec<RowError>,
-    pub message: Option<String>,
-    pub started: String,
-}
-
-/// How many per-row errors an import keeps to show.
-pub const ERRORS_KEPT: usize = 200;
-/// Seconds without progress after which a running import is reported as interrupted.
-pub const STALLED_AFTER_SECONDS: f64 = 60.0;
 
 #[server(endpoint = "lists")]
 pub async fn lists() -> Result<ListsView, AppError> {
@@ -151,46 +121,14 @@ pub async fn delete_list(id: i64) -> Result<String, AppError> {
     ))
 }
 
+/// One import, as its page shows it (refreshed every second while it runs).
 #[server(endpoint = "import_status")]
-pub async fn import_status(id: i64) -> Result<ImportView, AppError> {
+pub async fn import_status(id: i64) -> Result<Import, AppError> {
     let (me, pool) = super::signed_in().await?;
     let mut conn = pool.acquire().await?;
-    let i = crate::db::imports::get(&mut conn, me.org_id, id)
+    crate::db::imports::get(&mut conn, me.org_id, id)
         .await?
-        .ok_or(AppError::NotFound)?;
-    let errors: Vec<RowError> = i
-        .errors
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|e| {
-                    Some(RowError {
-                        row: e.get("row")?.as_i64()?,
-                        error: e.get("error")?.as_str()?.to_owned(),
-                    })
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    let status = if i.status == "running" && i.idle_seconds > STALLED_AFTER_SECONDS {
-        "interrupted".to_string()
-    } else {
-        i.status
-    };
-    Ok(ImportView {
-        id: i.id,
-        list_id: i.list_id,
-        list_name: i.list_name,
-        file_name: i.file_name,
-        status,
-        rows_read: i.rows_read,
-        created_subscribers: i.created_subscribers,
-        added_members: i.added_members,
-        error_count: i.error_count,
-        errors,
-        message: i.message,
-        started: i.started,
-    })
+        .ok_or(AppError::NotFound)
 }
 
 /// The audit row of a list change.

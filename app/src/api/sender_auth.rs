@@ -117,24 +117,21 @@ pub async fn save_dkim_key(
     )
     .await?;
     // Keys are told apart by their public key's fingerprint; neither half is recorded.
-    audit::record(
+    audit::org_setting(
         &mut tx,
-        audit::Entry::org_setting(
-            me.org_id,
-            me.user_id,
-            "settings.dkim_key",
-            old.map(|o| {
-                serde_json::json!({
-                    "domain": o.domain, "selector": o.selector, "enabled": o.enabled,
-                    "public_key_sha256": fingerprint(&o.public_key),
-                })
-            }),
+        &me,
+        "settings.dkim_key",
+        old.map(|o| {
             serde_json::json!({
-                "domain": domain.as_str(), "selector": selector.as_str(), "enabled": false,
-                "public_key_sha256": fingerprint(&public_key),
-                "source": if generated { "generated" } else { "pasted" },
-            }),
-        ),
+                "domain": o.domain, "selector": o.selector, "enabled": o.enabled,
+                "public_key_sha256": fingerprint(&o.public_key),
+            })
+        }),
+        serde_json::json!({
+            "domain": domain.as_str(), "selector": selector.as_str(), "enabled": false,
+            "public_key_sha256": fingerprint(&public_key),
+            "source": if generated { "generated" } else { "pasted" },
+        }),
     )
     .await?;
     tx.commit().await?;

@@ -86,20 +86,17 @@ pub async fn save_sender(
         reply_to.as_ref().map(EmailAddress::as_str),
     )
     .await?;
-    audit::record(
+    audit::org_setting(
         &mut tx,
-        audit::Entry::org_setting(
-            me.org_id,
-            me.user_id,
-            "settings.sender",
-            serde_json::json!({
-                "from_name": old.from_name, "from_address": old.from_address, "reply_to": old.reply_to,
-            }),
-            serde_json::json!({
-                "from_name": from_name, "from_address": from_address.as_str(),
-                "reply_to": reply_to.as_ref().map(EmailAddress::as_str),
-            }),
-        ),
+        &me,
+        "settings.sender",
+        serde_json::json!({
+            "from_name": old.from_name, "from_address": old.from_address, "reply_to": old.reply_to,
+        }),
+        serde_json::json!({
+            "from_name": from_name, "from_address": from_address.as_str(),
+            "reply_to": reply_to.as_ref().map(EmailAddress::as_str),
+        }),
     )
     .await?;
     tx.commit().await?;

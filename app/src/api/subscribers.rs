@@ -10,7 +10,7 @@ use crate::error::AppError;
 /// Rows per page of the list.
 pub const PAGE_SIZE: i64 = 50;
 
-pub use crate::model::SubscriberRow;
+pub use crate::model::{Reached, SubscriberProfile, SubscriberRow};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ListOption {
@@ -29,25 +29,9 @@ pub struct SubscriberPage {
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Reached {
-    pub campaign_id: i64,
-    pub campaign: String,
-    pub status: String,
-    pub detail: Option<String>,
-    pub at: String,
-}
-
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SubscriberDetail {
-    pub id: i64,
-    pub email: String,
-    pub name: String,
-    pub status: String,
-    /// When their personal data was erased.
-    pub erased: Option<String>,
-    pub created: String,
-    /// (reason, source, when), when the address is suppressed.
-    pub suppression: Option<(String, String, String)>,
+    #[serde(flatten)]
+    pub subscriber: SubscriberProfile,
     /// Every list of the org, checked where they are a member.
     pub lists: Vec<(ListOption, bool)>,
     pub history: Vec<Reached>,
@@ -90,7 +74,8 @@ pub async fn subscribers(
         list_id,
         before,
     };
-    let (rows, next) = subscribers::page(&mut conn, me.org_id, &filter, PAGE_SIZE).await?;
+    let crate::db::Page { rows, next } =
+        subscribers::page(&mut conn, me.org_id, &filter, PAGE_SIZE).await?;
     let lists = lists::all(&mut conn, me.org_id)
         .await?
         .into_iter()
@@ -129,29 +114,9 @@ pub async fn subscriber(id: i64) -> Result<SubscriberDetail, AppError> {
             )
         })
         .collect();
-    let history = subscribers::history(&mut conn, me.org_id, id, HISTORY_SHOWN)
-        .await?
-        .into_iter()
-        .map(|h| Reached {
-            campaign_id: h.campaign_id,
-            campaign: h.campaign,
-            status: h.status,
-            detail: h.detail,
-            at: h.at,
-        })
-        .collect();
-    let suppression = match (d.suppression, d.suppression_source, d.suppressed_at) {
-        (Some(reason), source, Some(at)) => Some((reason, source.unwrap_or_default(), at)),
-        _ => None,
-    };
+    let history = subscribers::history(&mut conn, me.org_id, id, HISTORY_SHOWN).await?;
     Ok(SubscriberDetail {
-        id: d.id,
-        email: d.email,
-        name: d.name,
-        status: d.status,
-        erased: d.erased,
-        created: d.created,
-        suppression,
+        subscriber: d,
         lists,
         history,
         can_act: me.role.can_act(),

@@ -45,7 +45,7 @@ pub async fn suppressions(
         None => None,
     };
     let mut conn = pool.acquire().await?;
-    let (rows, next) = crate::db::suppression_admin::page(
+    let crate::db::Page { rows, next } = crate::db::suppression_admin::page(
         &mut conn,
         me.org_id,
         search.as_deref(),

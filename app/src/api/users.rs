@@ -115,7 +115,13 @@ pub async fn invite_user(email: String, name: String, role: String) -> Result<St
         Err(users::CreateUserError::Db(e)) => return Err(e.into()),
     };
     send_link(
-        &mut tx, &key, me.org_id, me.user_id, user_id, &email, "invite",
+        &mut tx,
+        &key,
+        me.org_id,
+        me.user_id,
+        user_id,
+        &email,
+        crate::domain::LinkPurpose::Invite,
     )
     .await?;
     audit::record(
@@ -243,7 +249,11 @@ pub async fn reset_password(user_id: i64) -> Result<String, AppError> {
         tracing::error!(user_id, error = %e, "a stored user address does not parse");
         AppError::Internal
     })?;
-    let purpose = if user.invited { "invite" } else { "reset" };
+    let purpose = if user.invited {
+        crate::domain::LinkPurpose::Invite
+    } else {
+        crate::domain::LinkPurpose::Reset
+    };
     if !user.invited {
         user_admin::replace_password(&mut tx, me.org_id, user_id, crate::auth::NO_PASSWORD_RESET)
             .await?;
@@ -313,7 +323,7 @@ async fn send_link(
     actor_id: i64,
     user_id: i64,
     email: &crate::domain::EmailAddress,
-    purpose: &str,
+    purpose: crate::domain::LinkPurpose,
 ) -> Result<(), AppError> {
     use crate::db::deliveries::{enqueue, NewDelivery};
     use crate::db::password_tokens;

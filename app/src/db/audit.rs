@@ -33,25 +33,26 @@ impl<'a> Entry<'a> {
             after: None,
         }
     }
+}
 
-    /// A change to the organisation's own settings, by `actor_id`.
-    pub fn org_setting(
-        org_id: i64,
-        actor_id: i64,
-        action: &'a str,
-        before: impl Into<Option<Value>>,
-        after: impl Into<Option<Value>>,
-    ) -> Self {
+/// Records that `me` changed their organisation's own settings (`before` → `after`); in the
+/// caller's transaction, like [`record`].
+pub async fn org_setting(
+    conn: &mut PgConnection,
+    me: &CurrentUser,
+    action: &str,
+    before: impl Into<Option<Value>>,
+    after: impl Into<Option<Value>>,
+) -> sqlx::Result<()> {
+    record(
+        conn,
         Entry {
-            org_id,
-            actor_id: Some(actor_id),
-            action,
-            object_type: "org",
-            object_id: Some(org_id.to_string()),
             before: before.into(),
             after: after.into(),
-        }
-    }
+            ..Entry::by(me, action, "org", Some(me.org_id.to_string()))
+        },
+    )
+    .await
 }
 
 /// Records that `me` changed one setting of their org (`{key: before}` → `{key: after}`),
@@ -75,11 +76,7 @@ pub async fn setting_changed<T: serde::Serialize + PartialEq>(
         );
         Value::Object(m)
     };
-    record(
-        conn,
-        Entry::org_setting(me.org_id, me.user_id, action, one(before), one(after)),
-    )
-    .await
+    org_setting(conn, me, action, one(before), one(after)).await
 }
 
 /// Written inside the caller's transaction, so an action and its audit row commit together.

@@ -2,6 +2,7 @@
 
 use sqlx::{PgConnection, Postgres, QueryBuilder};
 
+use super::Page;
 use crate::model::AuditEntry;
 
 #[derive(Default)]
@@ -12,12 +13,6 @@ pub struct Filter<'a> {
     pub before_id: Option<i64>,
 }
 
-pub struct Page {
-    pub rows: Vec<AuditEntry>,
-    /// Set when there are more rows: the id to continue before.
-    pub next: Option<i64>,
-}
-
 /// One page of the org's audit entries, newest first. Keyset on the id (indexes
 /// `audit_log_org_*`): each page costs the same however deep it is.
 pub async fn list(
@@ -25,7 +20,7 @@ pub async fn list(
     org_id: i64,
     f: &Filter<'_>,
     page_size: i64,
-) -> sqlx::Result<Page> {
+) -> sqlx::Result<Page<AuditEntry, i64>> {
     let mut q: QueryBuilder<Postgres> = QueryBuilder::new(
         "select a.id, to_char(a.created_at at time zone o.timezone, 'YYYY-MM-DD HH24:MI:SS') as at,
                 u.name as actor, a.action, a.object_type, a.object_id,
@@ -48,14 +43,9 @@ pub async fn list(
     // One row more than a page tells whether a next page exists.
     q.push(" order by a.id desc limit ")
         .push_bind(page_size + 1);
-    let mut rows: Vec<AuditEntry> = q.build_query_as().fetch_all(conn).await?;
-    let next = if rows.len() as i64 > page_size {
-        rows.truncate(page_size as usize);
-        rows.last().map(|r| r.id)
-    } else {
-        None
-    };
-    Ok(Page { rows, next })
+    let rows: Vec<AuditEntry> = q.build_query_as().fetch_all(conn).await?;
+    // Rows with a smaller id than the last come next.
+    Ok(Page::of(rows, page_size, |r| r.id))
 }
 
 /// The actions that occur in the org's log, for the filter.

@@ -5,12 +5,14 @@
 use sqlx::{PgConnection, PgPool};
 
 use super::leader::{self, Lease};
+use crate::domain::CampaignStatus;
+use crate::model::Binned;
 
 #[derive(Debug, thiserror::Error)]
 pub enum BinError {
     /// Only draft, sent and cancelled campaigns go to the bin; it is in this state.
     #[error("only a draft, sent or cancelled campaign can be deleted; this one is {0}")]
-    NotDeletable(String),
+    NotDeletable(CampaignStatus),
     #[error("no such campaign")]
     NotFound,
     #[error(transparent)]
@@ -21,17 +23,18 @@ pub enum BinError {
 pub async fn delete(conn: &mut PgConnection, org_id: i64, id: i64) -> Result<(), BinError> {
     let done: Option<i64> = sqlx::query_scalar(
         "update campaigns set deleted_at = now()
-         where org_id = $1 and id = $2 and deleted_at is null and status in ('draft', 'sent', 'cancelled')
+         where org_id = $1 and id = $2 and deleted_at is null and status = any($3)
          returning id",
     )
     .bind(org_id)
     .bind(id)
+    .bind(CampaignStatus::DELETABLE.map(CampaignStatus::as_str))
     .fetch_optional(&mut *conn)
     .await?;
     if done.is_some() {
         return Ok(());
     }
-    let status: Option<String> = sqlx::query_scalar(
+    let status: Option<CampaignStatus> = sqlx::query_scalar(
         "select status from campaigns where org_id = $1 and id = $2 and deleted_at is null",
     )
     .bind(org_id)
@@ -52,17 +55,6 @@ pub async fn restore(conn: &mut PgConnection, org_id: i64, id: i64) -> sqlx::Res
     .fetch_optional(conn)
     .await?;
     Ok(done.is_some())
-}
-
-#[derive(sqlx::FromRow, Clone, Debug)]
-pub struct Binned {
-    pub id: i64,
-    pub name: String,
-    pub status: String,
-    /// `YYYY-MM-DD HH:MI`, org time zone.
-    pub deleted: String,
-    /// When the leader purges it, same format.
-    pub purged_after: String,
 }
 
 /// The org's bin, most recently deleted first.
@@ -109,9 +101,9 @@ pub async fn purge(pool: &PgPool, lease: &Lease, days: f64, batch: i64) -> sqlx:
              returning 1
          )
          select (select count(*) from d) + (select count(*) from s) + (select count(*) from c)",
-        fence = leader::fence(1)
+        fence = leader::FENCE
     );
-    let n: i64 = leader::bind_fence(sqlx::query_as::<_, (i64,)>(&sql), lease)
+    let n: i64 = leader::fenced::<(i64,)>(&sql, lease)
         .bind(days)
         .bind(batch)
         .fetch_one(pool)

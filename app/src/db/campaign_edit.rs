@@ -6,6 +6,7 @@
 use sqlx::PgConnection;
 
 use super::campaign_audience::audience_rows;
+use crate::domain::{BodyFormat, CampaignStatus};
 
 #[derive(sqlx::FromRow, Clone, Debug, PartialEq, Eq)]
 pub struct Editable {
@@ -13,8 +14,8 @@ pub struct Editable {
     pub name: String,
     pub subject: String,
     pub body: String,
-    pub body_format: String,
-    pub status: String,
+    pub body_format: BodyFormat,
+    pub status: CampaignStatus,
     pub content_version: i32,
     pub list_ids: Vec<i64>,
     /// `YYYY-MM-DDTHH:MM` in the org's time zone; `None`: as soon as approved.
@@ -60,7 +61,7 @@ pub struct Changes<'a> {
     pub name: &'a str,
     pub subject: &'a str,
     pub body: &'a str,
-    pub body_format: &'a str,
+    pub body_format: BodyFormat,
     pub list_ids: &'a [i64],
     /// `YYYY-MM-DDTHH:MM` in the org's time zone; `None`: as soon as approved.
     pub scheduled_local: Option<&'a str>,
@@ -70,7 +71,10 @@ pub struct Changes<'a> {
 pub enum SaveError {
     /// The version or the state moved since the editor loaded it: (status, version) now.
     #[error("the campaign changed meanwhile")]
-    Moved { status: String, version: i32 },
+    Moved {
+        status: CampaignStatus,
+        version: i32,
+    },
     #[error("the campaign does not exist")]
     NotFound,
     /// A target list is not this org's.
@@ -109,7 +113,7 @@ pub async fn save(
                 scheduled_for = (select t from at), status = 'draft', submitted_at = null,
                 content_version = c.content_version + 1, last_editor_id = $3
          where c.org_id = $1 and c.id = $2 and c.content_version = $4
-           and c.status in ('draft', 'submitted') and c.deleted_at is null
+           and c.status = any($10) and c.deleted_at is null
            and ($9 is null or (select t from at) > now())
          returning c.content_version, true",
     )
@@ -122,10 +126,11 @@ pub async fn save(
     .bind(changes.body)
     .bind(changes.body_format)
     .bind(changes.scheduled_local.map(|s| s.replace('T', " ")))
+    .bind(CampaignStatus::CONTENT_EDITABLE.map(CampaignStatus::as_str))
     .fetch_optional(&mut *conn)
     .await?;
     let Some((version, _)) = saved else {
-        let now: Option<(String, i32, bool)> = sqlx::query_as(
+        let now: Option<(CampaignStatus, i32, bool)> = sqlx::query_as(
             "select c.status, c.content_version,
                     $3::text is not null and ($3::timestamp at time zone o.timezone) <= now()
              from campaigns c join orgs o on o.id = c.org_id
@@ -139,7 +144,7 @@ pub async fn save(
         return Err(match now {
             None => SaveError::NotFound,
             Some((status, version, past))
-                if past && version == seen && (status == "draft" || status == "submitted") =>
+                if past && version == seen && status.content_editable() =>
             {
                 SaveError::PastSchedule
             }

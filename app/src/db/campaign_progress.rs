@@ -3,7 +3,7 @@
 
 use sqlx::PgConnection;
 
-use super::sends::{SlotSums, SLOT_SUMS};
+use super::progress_slots::{SlotSums, SLOT_SUMS};
 use crate::model::Problem;
 
 #[derive(sqlx::FromRow, Clone, Debug, PartialEq, Eq)]
@@ -11,7 +11,7 @@ pub struct Snapshot {
     pub id: i64,
     pub name: String,
     pub subject: String,
-    pub status: String,
+    pub status: crate::domain::CampaignStatus,
     pub recipients_total: Option<i64>,
     #[sqlx(flatten)]
     pub slots: SlotSums,
@@ -59,7 +59,7 @@ impl Snapshot {
     /// The reading as pages show it.
     pub fn progress(&self) -> crate::domain::progress::Progress {
         crate::domain::progress::Progress {
-            status: self.status.clone(),
+            status: self.status,
             total: self.recipients_total.unwrap_or(0),
             queued: self.slots.queued,
             delivered: self.slots.delivered,

@@ -69,7 +69,7 @@ pub struct Content {
     pub org_id: i64,
     pub subject: String,
     pub body: String,
-    pub body_format: String,
+    pub body_format: crate::domain::BodyFormat,
     pub content_version: i32,
 }
 

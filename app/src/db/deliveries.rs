@@ -5,6 +5,7 @@
 use sqlx::{PgConnection, PgPool};
 
 use super::leader::{self, Lease};
+use super::progress_slots::bump_changed;
 use crate::domain::{EmailAddress, JobId};
 
 /// A message to queue: its job id, recipient and typed references (never a rendered body).
@@ -65,7 +66,7 @@ pub async fn enqueue(conn: &mut PgConnection, d: NewDelivery<'_>) -> sqlx::Resul
 pub struct Claimed {
     pub job_id: String,
     pub org_id: i64,
-    pub kind: String,
+    pub kind: crate::domain::DeliveryKind,
     pub recipient: String,
     pub attempt: i32,
     pub campaign_id: Option<i64>,
@@ -158,7 +159,7 @@ pub async fn claim(
          blocked as (
              select due.job_id from due
              join suppressions s on s.org_id = due.org_id and s.email_lower = due.email_lower
-             where due.kind = any($5) or s.reason = any($6)
+             where due.kind = any($4) or s.reason = any($5)
          ),
          changed as (
              update deliveries d
@@ -174,42 +175,16 @@ pub async fn claim(
          where d.job_id = due.job_id and due.job_id not in (select job_id from blocked)
          returning d.job_id, d.org_id, d.kind, d.recipient, d.attempt, d.campaign_id,
                    d.content_version, d.subscriber_id, d.digest_send_id, d.user_id",
-        bump = bump_progress(4)
+        bump = bump_changed!()
     );
     sqlx::query_as(&sql)
         .bind(limit)
         .bind(lease_seconds)
         .bind(holder)
-        .bind(progress_slot())
         .bind(crate::domain::DeliveryKind::stopped_by_any_suppression_names())
         .bind(crate::domain::SuppressionReason::stopping_all_mail())
         .fetch_all(pool)
         .await
-}
-
-/// A CTE named `bump` adding the terminal states of the CTE `changed` (org_id, campaign_id,
-/// status) to the campaigns' progress slots, in the same statement as the change itself.
-/// `$slot` picks one of the campaign's 16 slot rows, spreading concurrent writers.
-fn bump_progress(slot: usize) -> String {
-    format!(
-        "bump as (
-             insert into progress_slots as p (org_id, campaign_id, slot, delivered, failed, unknown, suppressed)
-             select org_id, campaign_id, ${slot}::smallint,
-                    count(*) filter (where status = 'delivered'), count(*) filter (where status = 'failed'),
-                    count(*) filter (where status = 'unknown'), count(*) filter (where status = 'suppressed')
-             from changed where campaign_id is not null and status in ('delivered', 'failed', 'unknown', 'suppressed')
-             group by org_id, campaign_id
-             order by campaign_id
-             on conflict (campaign_id, slot) do update
-             set delivered = p.delivered + excluded.delivered, failed = p.failed + excluded.failed,
-                 unknown = p.unknown + excluded.unknown, suppressed = p.suppressed + excluded.suppressed
-         )"
-    )
-}
-
-/// Which of a campaign's 16 progress slots this statement adds to.
-pub(crate) fn progress_slot() -> i16 {
-    rand::random::<u8>() as i16 % 16
 }
 
 /// Records, for every message of a group, that its body is about to be written (one statement
@@ -307,7 +282,7 @@ pub async fn record(
          ),
          {bump}
          select count(*) from changed",
-        bump = bump_progress(6)
+        bump = bump_changed!()
     );
     let written: i64 = sqlx::query_scalar(&sql)
         .bind(&jobs)
@@ -315,7 +290,6 @@ pub async fn record(
         .bind(&statuses)
         .bind(&texts)
         .bind(&delays)
-        .bind(progress_slot())
         .fetch_one(conn)
         .await?;
     Ok(written as u64)
@@ -327,15 +301,11 @@ pub async fn record(
 /// Returns (requeued, unknown).
 pub async fn reap_expired(pool: &PgPool, lease: &Lease) -> sqlx::Result<(i64, i64)> {
     let sql = give_back(
-        &format!("lease_until < now() and {}", leader::fence(1)),
+        &format!("lease_until < now() and {}", leader::FENCE),
         "worker lost before sending; requeued",
         "worker lost while the body was in flight",
-        4,
     );
-    leader::bind_fence(sqlx::query_as(&sql), lease)
-        .bind(progress_slot())
-        .fetch_one(pool)
-        .await
+    leader::fenced(&sql, lease).fetch_one(pool).await
 }
 
 /// A stopping process gives back what it holds: claims whose body had not started go back to
@@ -348,20 +318,15 @@ pub async fn release_held(pool: &PgPool, holder: &str) -> sqlx::Result<(i64, i64
         "claimed_by = $1",
         "released at shutdown before sending",
         "shutdown while the body was in flight",
-        2,
     );
-    sqlx::query_as(&sql)
-        .bind(holder)
-        .bind(progress_slot())
-        .fetch_one(pool)
-        .await
+    sqlx::query_as(&sql).bind(holder).fetch_one(pool).await
 }
 
 /// The one rule for taking claims back (reaper, shutdown): `sending` rows matching `filter`
 /// whose body had not started return to the queue, the others become `unknown`; counted in
-/// the campaigns' progress slots (`$slot`). Returns (requeued, unknown). The texts are
+/// the campaigns' progress slots. Returns (requeued, unknown). The texts are
 /// constants of this module, never input.
-fn give_back(filter: &str, requeued: &str, in_flight: &str, slot: usize) -> String {
+fn give_back(filter: &str, requeued: &str, in_flight: &str) -> String {
     format!(
         "with changed as (
              update deliveries
@@ -374,7 +339,7 @@ fn give_back(filter: &str, requeued: &str, in_flight: &str, slot: usize) -> Stri
          ),
          {bump}
          select count(*) filter (where status = 'queued'), count(*) filter (where status = 'unknown') from changed",
-        bump = bump_progress(slot)
+        bump = bump_changed!()
     )
 }
 
@@ -425,12 +390,9 @@ pub async fn trim_details(
                             and (smtp_reply is not null or last_error is not null)
                           limit $5)
            and {}",
-        leader::fence(1)
+        leader::FENCE
     );
-    Ok(sqlx::query(&sql)
-        .bind(&lease.name)
-        .bind(&lease.holder)
-        .bind(lease.epoch)
+    Ok(leader::fenced_rows(&sql, lease)
         .bind(days * 86_400.0)
         .bind(batch)
         .execute(pool)

@@ -9,16 +9,12 @@ use sqlx::{PgConnection, Postgres, QueryBuilder};
 use super::audit;
 use crate::domain::{DeliveryCursor, DeliveryKind, DeliveryStatus};
 
-fn parse_status(s: &str) -> sqlx::Result<DeliveryStatus> {
-    s.parse().map_err(|e: String| sqlx::Error::Decode(e.into()))
-}
-
 /// How many deliveries of the org are in each state, every state listed (zeros included).
 pub async fn counts(
     conn: &mut PgConnection,
     org_id: i64,
 ) -> sqlx::Result<Vec<(DeliveryStatus, i64)>> {
-    let rows: Vec<(String, i64)> =
+    let rows: Vec<(DeliveryStatus, i64)> =
         sqlx::query_as("select status, count(*) from deliveries where org_id = $1 group by status")
             .bind(org_id)
             .fetch_all(conn)
@@ -26,7 +22,6 @@ pub async fn counts(
     let mut out: Vec<(DeliveryStatus, i64)> =
         DeliveryStatus::ALL.into_iter().map(|s| (s, 0)).collect();
     for (status, n) in rows {
-        let status = parse_status(&status)?;
         if let Some(slot) = out.iter_mut().find(|(s, _)| *s == status) {
             slot.1 = n;
         }
@@ -47,21 +42,15 @@ pub struct Filter<'a> {
 #[derive(sqlx::FromRow, Clone, Debug)]
 pub struct ListRow {
     pub job_id: String,
-    pub kind: String,
+    pub kind: DeliveryKind,
     pub recipient: String,
-    pub status: String,
+    pub status: DeliveryStatus,
     pub attempt: i32,
     pub last_error: Option<String>,
     pub smtp_reply: Option<String>,
     pub created_at: DateTime<Utc>,
     /// `updated_at` in the org's time zone, for display.
     pub updated: String,
-}
-
-pub struct Page {
-    pub rows: Vec<ListRow>,
-    /// Set when there are more rows after this page.
-    pub next: Option<DeliveryCursor>,
 }
 
 /// One page of the org's deliveries, newest first by `(created_at, job_id)` (index
@@ -72,7 +61,7 @@ pub async fn list(
     org_id: i64,
     f: &Filter<'_>,
     page_size: i64,
-) -> sqlx::Result<Page> {
+) -> sqlx::Result<super::Page<ListRow, DeliveryCursor>> {
     let mut q: QueryBuilder<Postgres> = QueryBuilder::new(
         "select d.job_id, d.kind, d.recipient, d.status, d.attempt, d.last_error, d.smtp_reply,
                 d.created_at,
@@ -103,25 +92,19 @@ pub async fn list(
     // One row more than a page tells whether a next page exists.
     q.push(" order by d.created_at desc, d.job_id desc limit ")
         .push_bind(page_size + 1);
-    let mut rows: Vec<ListRow> = q.build_query_as().fetch_all(conn).await?;
-    let next = if rows.len() as i64 > page_size {
-        rows.truncate(page_size as usize);
-        rows.last().map(|r| DeliveryCursor {
-            created_at: r.created_at,
-            job_id: r.job_id.clone(),
-        })
-    } else {
-        None
-    };
-    Ok(Page { rows, next })
+    let rows: Vec<ListRow> = q.build_query_as().fetch_all(conn).await?;
+    Ok(super::Page::of(rows, page_size, |r| DeliveryCursor {
+        created_at: r.created_at,
+        job_id: r.job_id.clone(),
+    }))
 }
 
 #[derive(sqlx::FromRow, Clone, Debug)]
 pub struct Found {
     pub job_id: String,
-    pub kind: String,
+    pub kind: DeliveryKind,
     pub recipient: String,
-    pub status: String,
+    pub status: DeliveryStatus,
     pub smtp_reply: Option<String>,
 }
 
@@ -168,7 +151,7 @@ pub async fn retry(
     job_id: &str,
     actor: Actor<'_>,
 ) -> sqlx::Result<Retry> {
-    let row: Option<(String, Option<String>)> = sqlx::query_as(
+    let row: Option<(DeliveryStatus, Option<DeliveryStatus>)> = sqlx::query_as(concat!(
         "with target as (
              select job_id, status from deliveries
              where org_id = $1 and job_id = $2
@@ -185,26 +168,26 @@ pub async fn retry(
          -- A campaign's counts no longer hold this one as failed/unknown (same statement).
          unbump as (
              insert into progress_slots as p (org_id, campaign_id, slot, failed, unknown)
-             select $1, r.campaign_id, $4::smallint, -(r.before = 'failed')::int, -(r.before = 'unknown')::int
+             select $1, r.campaign_id, ",
+        super::progress_slots::slot!(),
+        ", -(r.before = 'failed')::int, -(r.before = 'unknown')::int
              from retried r where r.campaign_id is not null
              on conflict (campaign_id, slot) do update
              set failed = p.failed + excluded.failed, unknown = p.unknown + excluded.unknown
          )
-         select t.status, r.before from target t left join retried r on true",
-    )
+         select t.status, r.before from target t left join retried r on true"
+    ))
     .bind(org_id)
     .bind(job_id)
     .bind(format!("retried by {}", actor.name))
-    .bind(super::deliveries::progress_slot())
     .fetch_optional(&mut *conn)
     .await?;
     let Some((current, before)) = row else {
         return Ok(Retry::NotFound);
     };
     let Some(before) = before else {
-        return Ok(Retry::NotRetryable(parse_status(&current)?));
+        return Ok(Retry::NotRetryable(current));
     };
-    let before = parse_status(&before)?;
     audit::record(
         conn,
         audit::Entry {

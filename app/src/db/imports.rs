@@ -2,7 +2,10 @@
 //! the pool, outside the import's transaction, so the page sees it move), and the batch insert
 //! that runs inside that one transaction.
 
-use sqlx::{PgConnection, PgPool};
+use sqlx::types::Json;
+use sqlx::{PgConnection, PgExecutor, PgPool};
+
+use crate::model::{Import, RowError};
 
 use crate::domain::EmailAddress;
 
@@ -66,30 +69,43 @@ pub async fn insert_batch(
     .await
 }
 
-/// An import's progress so far, and the first errors (`errors` is a JSON array of {row, error}).
-pub struct Tally<'a> {
+/// How many refused rows an import keeps to show.
+pub const ERRORS_KEPT: usize = 200;
+/// Seconds without progress after which a running import reads as interrupted.
+pub const STALLED_AFTER_SECONDS: f64 = 60.0;
+
+/// An import's progress so far, and the first rows it refused.
+#[derive(Default)]
+pub struct Tally {
     pub rows_read: i64,
     pub created: i64,
     pub added: i64,
     pub error_count: i64,
-    pub errors: &'a serde_json::Value,
+    pub errors: Vec<RowError>,
 }
 
-pub async fn report(pool: &PgPool, id: i64, p: &Tally<'_>) -> sqlx::Result<()> {
-    sqlx::query(
-        "update imports set rows_read = $2, created_subscribers = $3, added_members = $4,
-                error_count = $5, errors = $6, updated_at = now()
-         where id = $1 and status = 'running'",
-    )
-    .bind(id)
-    .bind(p.rows_read)
-    .bind(p.created)
-    .bind(p.added)
-    .bind(p.error_count)
-    .bind(p.errors)
-    .execute(pool)
-    .await?;
-    Ok(())
+impl Tally {
+    /// Counts a refused row; the first [`ERRORS_KEPT`] are kept to show.
+    pub fn refuse(&mut self, row: i64, error: String) {
+        self.error_count += 1;
+        if self.errors.len() < ERRORS_KEPT {
+            self.errors.push(RowError { row, error });
+        }
+    }
+
+    /// What a rolled-back import reports: the rows it read and refused, nothing written.
+    pub fn rolled_back(&self) -> Tally {
+        Tally {
+            rows_read: self.rows_read,
+            error_count: self.error_count,
+            ..Tally::default()
+        }
+    }
+}
+
+/// Writes the progress so far, on the pool: the page sees it move while the import runs.
+pub async fn report(pool: &PgPool, id: i64, p: &Tally) -> sqlx::Result<()> {
+    write(pool, id, p, None).await
 }
 
 /// Ends an import: `done` inside the import's own transaction (so it reads done exactly when its
@@ -97,58 +113,55 @@ pub async fn report(pool: &PgPool, id: i64, p: &Tally<'_>) -> sqlx::Result<()> {
 pub async fn finish(
     conn: &mut PgConnection,
     id: i64,
-    p: &Tally<'_>,
+    p: &Tally,
     failed: Option<&str>,
+) -> sqlx::Result<()> {
+    write(conn, id, p, Some(failed)).await
+}
+
+/// `ending`: None while it runs; Some(None) done, Some(Some(reason)) failed.
+async fn write<'c>(
+    e: impl PgExecutor<'c>,
+    id: i64,
+    p: &Tally,
+    ending: Option<Option<&str>>,
 ) -> sqlx::Result<()> {
     sqlx::query(
         "update imports set rows_read = $2, created_subscribers = $3, added_members = $4,
-                error_count = $5, errors = $6, message = $7,
-                status = case when $7::text is null then 'done' else 'failed' end,
-                finished_at = now(), updated_at = now()
-         where id = $1",
+                error_count = $5, errors = $6, updated_at = now(),
+                status = case when not $7 then status when $8::text is null then 'done' else 'failed' end,
+                message = $8,
+                finished_at = case when $7 then now() end
+         where id = $1 and status = 'running'",
     )
     .bind(id)
     .bind(p.rows_read)
     .bind(p.created)
     .bind(p.added)
     .bind(p.error_count)
-    .bind(p.errors)
-    .bind(failed)
-    .execute(conn)
-    .await?;
-    Ok(())
-}
-
-#[derive(sqlx::FromRow, Debug, Clone)]
-pub struct Import {
-    pub id: i64,
-    pub list_id: i64,
-    pub list_name: String,
-    pub file_name: String,
-    pub status: String,
-    pub rows_read: i64,
-    pub created_subscribers: i64,
-    pub added_members: i64,
-    pub error_count: i64,
-    pub errors: serde_json::Value,
-    pub message: Option<String>,
-    pub started: String,
-    /// Seconds since its progress last moved.
-    pub idle_seconds: f64,
+    .bind(Json(&p.errors))
+    .bind(ending.is_some())
+    .bind(ending.flatten())
+    .execute(e)
+    .await
+    .map(drop)
 }
 
 pub async fn get(conn: &mut PgConnection, org_id: i64, id: i64) -> sqlx::Result<Option<Import>> {
     sqlx::query_as(
-        "select i.id, i.list_id, l.name as list_name, i.file_name, i.status, i.rows_read,
+        "select i.id, i.list_id, l.name as list_name, i.file_name,
+                case when i.status = 'running' and now() - i.updated_at > make_interval(secs => $3)
+                     then 'interrupted' else i.status end as status,
+                i.rows_read,
                 i.created_subscribers, i.added_members, i.error_count, i.errors, i.message,
-                to_char(i.started_at at time zone o.timezone, 'YYYY-MM-DD HH24:MI') as started,
-                extract(epoch from now() - i.updated_at)::float8 as idle_seconds
+                to_char(i.started_at at time zone o.timezone, 'YYYY-MM-DD HH24:MI') as started
          from imports i join lists l on l.org_id = i.org_id and l.id = i.list_id
          join orgs o on o.id = i.org_id
          where i.org_id = $1 and i.id = $2",
     )
     .bind(org_id)
     .bind(id)
+    .bind(STALLED_AFTER_SECONDS)
     .fetch_optional(conn)
     .await
 }

@@ -57,22 +57,38 @@ pub async fn release(pool: &PgPool, lease: &Lease) -> sqlx::Result<()> {
     Ok(())
 }
 
-/// The fence: a condition true only while `lease` is current. `$n`, `$n+1`, `$n+2` must be
-/// bound to the lease's name, holder and epoch ([`bind_fence`]).
-pub(crate) fn fence(n: usize) -> String {
-    format!(
-        "exists (select 1 from leader_lease fence where fence.name = ${n} and fence.holder = ${}
-                 and fence.epoch = ${} and fence.expires_at > now())",
-        n + 1,
-        n + 2
-    )
+/// The fence: a condition true only while the lease bound as `$1`–`$3` is current. A fenced
+/// statement is always started with [`fenced`] (or [`fenced_rows`]), which binds those three
+/// first, so its own parameters are `$4` on: there is no position to get wrong.
+pub(crate) const FENCE: &str =
+    "exists (select 1 from leader_lease fence where fence.name = $1 and fence.holder = $2
+             and fence.epoch = $3 and fence.expires_at > now())";
+
+type Args = sqlx::postgres::PgArguments;
+
+/// A fenced statement returning rows, with the lease bound.
+pub(crate) fn fenced<'q, O>(
+    sql: &'q str,
+    lease: &'q Lease,
+) -> sqlx::query::QueryAs<'q, sqlx::Postgres, O, Args>
+where
+    O: for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow>,
+{
+    sqlx::query_as(sql)
+        .bind(&lease.name)
+        .bind(&lease.holder)
+        .bind(lease.epoch)
 }
 
-pub(crate) fn bind_fence<'q, O>(
-    q: sqlx::query::QueryAs<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments>,
+/// A fenced statement whose rows affected is its answer, with the lease bound.
+pub(crate) fn fenced_rows<'q>(
+    sql: &'q str,
     lease: &'q Lease,
-) -> sqlx::query::QueryAs<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments> {
-    q.bind(&lease.name).bind(&lease.holder).bind(lease.epoch)
+) -> sqlx::query::Query<'q, sqlx::Postgres, Args> {
+    sqlx::query(sql)
+        .bind(&lease.name)
+        .bind(&lease.holder)
+        .bind(lease.epoch)
 }
 
 /// Records a leader action under the fence. `false`: the lease is no longer ours and nothing
@@ -85,11 +101,10 @@ pub async fn log_action(
 ) -> sqlx::Result<bool> {
     let sql = format!(
         "insert into leader_log (name, holder, epoch, action, detail)
-         select $1, $2, $3, $4, $5 where {}
-         returning id",
-        fence(1)
+         select $1, $2, $3, $4, $5 where {FENCE}
+         returning id"
     );
-    let row: Option<(i64,)> = bind_fence(sqlx::query_as(&sql), lease)
+    let row: Option<(i64,)> = fenced(&sql, lease)
         .bind(action)
         .bind(detail)
         .fetch_optional(pool)
@@ -115,14 +130,9 @@ pub async fn actions(pool: &PgPool, name: &str) -> sqlx::Result<Vec<Action>> {
 
 /// Retention for the leader log itself: rows older than `days`.
 pub async fn trim_log(pool: &PgPool, lease: &Lease, days: f64) -> sqlx::Result<u64> {
-    let sql = format!(
-        "delete from leader_log where at < now() - make_interval(secs => $4) and {}",
-        fence(1)
-    );
-    let done = sqlx::query(&sql)
-        .bind(&lease.name)
-        .bind(&lease.holder)
-        .bind(lease.epoch)
+    let sql =
+        format!("delete from leader_log where at < now() - make_interval(secs => $4) and {FENCE}");
+    let done = fenced_rows(&sql, lease)
         .bind(days * 86_400.0)
         .execute(pool)
         .await?;

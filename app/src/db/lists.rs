@@ -50,20 +50,22 @@ pub enum Renamed {
     Taken,
 }
 
+/// The list's name, its row locked until the transaction ends (None: no such list in the org).
+async fn lock_name(conn: &mut PgConnection, org_id: i64, id: i64) -> sqlx::Result<Option<String>> {
+    sqlx::query_scalar("select name from lists where org_id = $1 and id = $2 for update")
+        .bind(org_id)
+        .bind(id)
+        .fetch_optional(&mut *conn)
+        .await
+}
+
 pub async fn rename(
     conn: &mut PgConnection,
     org_id: i64,
     id: i64,
     name: &str,
 ) -> sqlx::Result<Renamed> {
-    let Some(before) = sqlx::query_scalar::<_, String>(
-        "select name from lists where org_id = $1 and id = $2 for update",
-    )
-    .bind(org_id)
-    .bind(id)
-    .fetch_optional(&mut *conn)
-    .await?
-    else {
+    let Some(before) = lock_name(conn, org_id, id).await? else {
         return Ok(Renamed::NotFound);
     };
     let taken: bool = sqlx::query_scalar(
@@ -100,14 +102,7 @@ pub enum Deleted {
 /// has not finished targets it; finished campaigns forget it (their recipients were
 /// materialised when they started).
 pub async fn delete(conn: &mut PgConnection, org_id: i64, id: i64) -> sqlx::Result<Deleted> {
-    let Some(name) = sqlx::query_scalar::<_, String>(
-        "select name from lists where org_id = $1 and id = $2 for update",
-    )
-    .bind(org_id)
-    .bind(id)
-    .fetch_optional(&mut *conn)
-    .await?
-    else {
+    let Some(name) = lock_name(conn, org_id, id).await? else {
         return Ok(Deleted::NotFound);
     };
     let users: Vec<String> = sqlx::query_scalar(

@@ -29,6 +29,7 @@ pub mod migrate;
 pub mod orgs;
 pub mod overview;
 pub mod password_tokens;
+pub mod progress_slots;
 pub mod rate_limit;
 pub mod secrets;
 pub mod sends;
@@ -40,3 +41,25 @@ pub mod user_admin;
 pub mod users;
 
 pub use sqlx::PgPool;
+
+/// One page of a keyset-paginated list, and where the next page starts.
+pub struct Page<R, C> {
+    pub rows: Vec<R>,
+    /// Set when there are more rows: the keyset to continue from.
+    pub next: Option<C>,
+}
+
+impl<R, C> Page<R, C> {
+    /// From a query that asked for `size + 1` rows: the extra row only tells that a next page
+    /// exists, which then starts after the last row kept.
+    pub fn of(mut rows: Vec<R>, size: i64, cursor: impl FnOnce(&R) -> C) -> Self {
+        let size = usize::try_from(size).unwrap_or(0);
+        let next = if rows.len() > size {
+            rows.truncate(size);
+            rows.last().map(cursor)
+        } else {
+            None
+        };
+        Page { rows, next }
+    }
+}

@@ -3,6 +3,8 @@
 
 use sqlx::PgConnection;
 
+use crate::domain::LinkPurpose;
+
 /// Issues a new link for a user, retiring any older unused one (only the newest link works).
 /// Returns the new row's id; the caller derives the token from it and stores its hash with
 /// [`set_hash`] in the same transaction.
@@ -10,7 +12,7 @@ pub async fn issue(
     conn: &mut PgConnection,
     org_id: i64,
     user_id: i64,
-    purpose: &str,
+    purpose: LinkPurpose,
     created_by: i64,
 ) -> sqlx::Result<i64> {
     sqlx::query(
@@ -52,7 +54,7 @@ pub async fn set_hash(
 /// What the set-password page shows for a live link.
 #[derive(sqlx::FromRow, Debug, Clone)]
 pub struct Pending {
-    pub purpose: String,
+    pub purpose: LinkPurpose,
     pub email: String,
     pub name: String,
     pub org_name: String,
@@ -80,7 +82,7 @@ pub struct Redeemed {
     pub id: i64,
     pub org_id: i64,
     pub user_id: i64,
-    pub purpose: String,
+    pub purpose: LinkPurpose,
 }
 
 /// Uses a live link, once: a compare-and-set on `used_at is null`, so two submissions of the
@@ -104,7 +106,7 @@ pub struct MailFacts {
     pub id: i64,
     pub org_id: i64,
     pub user_id: i64,
-    pub purpose: String,
+    pub purpose: LinkPurpose,
     pub user_name: String,
     pub org_name: String,
     /// In the org's time zone, with the zone's name.

@@ -6,11 +6,10 @@
 use sqlx::{PgConnection, PgPool};
 
 use super::campaign_audience::audience_rows;
-use super::deliveries::progress_slot;
-use super::leader::{self, Lease};
+use super::progress_slots::slot;
 
-/// The materialisation statement ($1 org, $2 campaign, $3 progress slot); public so the
-/// benchmark can run it bare in psql.
+/// The materialisation statement ($1 org, $2 campaign); public so the benchmark can run it
+/// bare in psql.
 pub const MATERIALISE_SQL: &str = concat!(
     "with added as (
              insert into sends (org_id, campaign_id, subscriber_id, email_lower, job_id)
@@ -25,7 +24,9 @@ pub const MATERIALISE_SQL: &str = concat!(
          n as (select count(*) as n from added),
          bump as (
              insert into progress_slots as p (org_id, campaign_id, slot, queued)
-             select $1, $2::bigint, $3, n from n where n > 0
+             select $1, $2::bigint, ",
+    slot!(),
+    ", n from n where n > 0
              on conflict (campaign_id, slot) do update set queued = p.queued + excluded.queued
          )
          select n from n"
@@ -45,7 +46,6 @@ pub async fn materialise(
     sqlx::query_scalar(MATERIALISE_SQL)
         .bind(org_id)
         .bind(campaign_id)
-        .bind(progress_slot())
         .fetch_one(conn)
         .await
 }
@@ -132,6 +132,7 @@ async fn hand_off_in(
     }
     // Then one statement keyed by those ids (primary-key lookups throughout).
     let done: HandOff = sqlx::query_as(
+        concat!(
         "with picked as (
              select s.id, s.org_id, s.campaign_id, s.subscriber_id, s.email_lower, s.job_id, c.approved_version
              from sends s join campaigns c on c.id = s.campaign_id
@@ -161,7 +162,9 @@ async fn hand_off_in(
          ),
          bump as (
              insert into progress_slots as p (org_id, campaign_id, slot, queued, handed_off, suppressed)
-             select org_id, campaign_id, $2, -count(*),
+             select org_id, campaign_id, ",
+        slot!(),
+        ", -count(*),
                     count(*) filter (where status = 'handed_off'), count(*) filter (where status = 'suppressed')
              from marked group by org_id, campaign_id
              order by campaign_id
@@ -172,10 +175,10 @@ async fn hand_off_in(
          select count(*) filter (where status = 'handed_off') as handed_off,
                 count(*) filter (where status = 'suppressed') as suppressed,
                 coalesce(array_agg(distinct campaign_id), '{}') as campaigns
-         from marked",
+         from marked"
+    ),
     )
     .bind(&ids)
-    .bind(progress_slot())
     .fetch_one(&mut *tx)
     .await?;
     Ok(Some(done))
@@ -185,7 +188,7 @@ async fn hand_off_in(
 /// `cancelled` (in batches: never a million-row update in one statement), counting them in the
 /// progress slots. Returns how many rows it changed; 0 means nothing is left.
 pub async fn sweep_cancelled(pool: &PgPool, batch: i64) -> sqlx::Result<i64> {
-    sqlx::query_scalar(
+    sqlx::query_scalar(concat!(
         "with s_ids as (
              select s.id from sends s join campaigns c on c.id = s.campaign_id
              where c.status = 'cancelled' and s.status = 'queued'
@@ -209,136 +212,17 @@ pub async fn sweep_cancelled(pool: &PgPool, batch: i64) -> sqlx::Result<i64> {
          done as (select * from s_done union all select * from d_done),
          bump as (
              insert into progress_slots as p (org_id, campaign_id, slot, queued, cancelled)
-             select org_id, campaign_id, $2, -sum(from_queue), count(*)
+             select org_id, campaign_id, ",
+        slot!(),
+        ", -sum(from_queue), count(*)
              from done group by org_id, campaign_id
              order by campaign_id
              on conflict (campaign_id, slot) do update
              set queued = p.queued + excluded.queued, cancelled = p.cancelled + excluded.cancelled
          )
-         select count(*) from done",
-    )
+         select count(*) from done"
+    ))
     .bind(batch)
-    .bind(progress_slot())
     .fetch_one(pool)
     .await
-}
-
-/// A campaign's progress, summed over its counter slots: the same cost for 100 or 1,000,000
-/// recipients.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, sqlx::FromRow)]
-pub struct SlotSums {
-    pub queued: i64,
-    pub handed_off: i64,
-    pub delivered: i64,
-    pub failed: i64,
-    pub unknown: i64,
-    pub suppressed: i64,
-    pub cancelled: i64,
-}
-
-/// The select list summing a campaign's counter slots into [`SlotSums`] columns.
-pub(crate) const SLOT_SUMS: &str =
-    "coalesce(sum(queued), 0)::bigint as queued, coalesce(sum(handed_off), 0)::bigint as handed_off,
-     coalesce(sum(delivered), 0)::bigint as delivered, coalesce(sum(failed), 0)::bigint as failed,
-     coalesce(sum(unknown), 0)::bigint as unknown, coalesce(sum(suppressed), 0)::bigint as suppressed,
-     coalesce(sum(cancelled), 0)::bigint as cancelled";
-
-pub async fn progress(
-    conn: &mut PgConnection,
-    org_id: i64,
-    campaign_id: i64,
-) -> sqlx::Result<SlotSums> {
-    sqlx::query_as(&format!(
-        "select {SLOT_SUMS} from progress_slots where org_id = $1 and campaign_id = $2"
-    ))
-    .bind(org_id)
-    .bind(campaign_id)
-    .fetch_one(conn)
-    .await
-}
-
-/// The progress figures counted from the rows themselves ($1: the campaign).
-const COUNTED_SQL: &str =
-    "select (select count(*) from sends where campaign_id = $1 and status = 'queued') as queued,
-            (select count(*) from sends where campaign_id = $1 and status = 'handed_off') as handed_off,
-            (select count(*) from deliveries where campaign_id = $1 and status = 'delivered') as delivered,
-            (select count(*) from deliveries where campaign_id = $1 and status = 'failed') as failed,
-            (select count(*) from deliveries where campaign_id = $1 and status = 'unknown') as unknown,
-            (select count(*) from sends where campaign_id = $1 and status = 'suppressed')
-              + (select count(*) from deliveries where campaign_id = $1 and status = 'suppressed') as suppressed,
-            (select count(*) from sends where campaign_id = $1 and status = 'cancelled')
-              + (select count(*) from deliveries where campaign_id = $1 and status = 'cancelled') as cancelled";
-
-/// The same figures counted from the rows themselves (`count(*)`): what the slots must equal.
-pub async fn counted(conn: &mut PgConnection, campaign_id: i64) -> sqlx::Result<SlotSums> {
-    sqlx::query_as(COUNTED_SQL)
-        .bind(campaign_id)
-        .fetch_one(conn)
-        .await
-}
-
-/// Finished campaigns whose slots were not reconciled yet (a leader job).
-pub async fn to_reconcile(conn: &mut PgConnection, limit: i64) -> sqlx::Result<Vec<i64>> {
-    sqlx::query_scalar(
-        "select c.id from campaigns c
-         where c.progress_reconciled_at is null
-           and (c.status = 'sent'
-                or (c.status = 'cancelled'
-                    and not exists (select 1 from sends s where s.campaign_id = c.id and s.status = 'queued')
-                    and not exists (select 1 from deliveries d where d.campaign_id = c.id and d.status in ('queued', 'sending'))))
-         order by c.id limit $1",
-    )
-    .bind(limit)
-    .fetch_all(conn)
-    .await
-}
-
-/// Corrects a finished campaign's slots to the counted figures, once: a leader job, fenced by
-/// its lease, guarded by the campaign's row lock and `progress_reconciled_at`. One statement, so
-/// the slots and the rows are read from one snapshot, and the difference is *added* to slot 0:
-/// a change committed meanwhile (an operator's retry, a retried message's outcome) moves its
-/// own slot and is never overwritten. Returns (slots before, counted).
-pub async fn reconcile(
-    conn: &mut PgConnection,
-    campaign_id: i64,
-    lease: &Lease,
-) -> sqlx::Result<Option<(SlotSums, SlotSums)>> {
-    let sql = format!(
-        "with target as (
-             select org_id from campaigns
-             where id = $1 and progress_reconciled_at is null and {fence} for update
-         ),
-         slots as (select {SLOT_SUMS} from progress_slots where campaign_id = $1),
-         counted as ({COUNTED_SQL}),
-         fix as (
-             insert into progress_slots as p (org_id, campaign_id, slot, queued, handed_off, delivered,
-                                              failed, unknown, suppressed, cancelled)
-             select t.org_id, $1, 0, c.queued - s.queued, c.handed_off - s.handed_off,
-                    c.delivered - s.delivered, c.failed - s.failed, c.unknown - s.unknown,
-                    c.suppressed - s.suppressed, c.cancelled - s.cancelled
-             from target t, slots s, counted c
-             on conflict (campaign_id, slot) do update
-             set queued = p.queued + excluded.queued, handed_off = p.handed_off + excluded.handed_off,
-                 delivered = p.delivered + excluded.delivered, failed = p.failed + excluded.failed,
-                 unknown = p.unknown + excluded.unknown, suppressed = p.suppressed + excluded.suppressed,
-                 cancelled = p.cancelled + excluded.cancelled
-         ),
-         done as (
-             update campaigns set progress_reconciled_at = now()
-             where id = $1 and exists (select 1 from target)
-         )
-         select 0 as k, s.* from target, slots s
-         union all
-         select 1, c.* from target, counted c
-         order by k",
-        fence = leader::fence(2)
-    );
-    let rows: Vec<SlotSums> = leader::bind_fence(sqlx::query_as(&sql).bind(campaign_id), lease)
-        .fetch_all(conn)
-        .await?;
-    // No row: not ours to reconcile (already done, or the fence refused).
-    Ok(match rows.as_slice() {
-        [before, after] => Some((*before, *after)),
-        _ => None,
-    })
 }

@@ -1,7 +1,7 @@
 //! The organisation's own settings: its sender identity (From name and address, Reply-To), its
 //! envelope sender (Return-Path) and its DKIM key.
 
-use sqlx::PgConnection;
+use sqlx::{PgConnection, Postgres};
 
 #[derive(sqlx::FromRow, Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Sender {
@@ -43,10 +43,7 @@ pub async fn save_sender(
 
 /// Whether an admin may approve a campaign they wrote or last edited (four eyes off).
 pub async fn allows_self_approval(conn: &mut PgConnection, org_id: i64) -> sqlx::Result<bool> {
-    sqlx::query_scalar("select allow_self_approval from orgs where id = $1")
-        .bind(org_id)
-        .fetch_one(conn)
-        .await
+    read(conn, org_id, Column::AllowSelfApproval).await
 }
 
 /// Sets it; returns what it was (read under the row lock, for the audit row).
@@ -55,14 +52,53 @@ pub async fn set_self_approval(
     org_id: i64,
     allow: bool,
 ) -> sqlx::Result<bool> {
-    sqlx::query_scalar(
-        "update orgs o set allow_self_approval = $2
-         from (select id, allow_self_approval from orgs where id = $1 for update) old
+    swap(conn, org_id, Column::AllowSelfApproval, allow).await
+}
+
+/// The settings that are one column of `orgs` each, read and swapped alike.
+#[derive(Clone, Copy)]
+enum Column {
+    AllowSelfApproval,
+    ReturnPath,
+}
+
+impl Column {
+    fn name(self) -> &'static str {
+        match self {
+            Column::AllowSelfApproval => "allow_self_approval",
+            Column::ReturnPath => "return_path",
+        }
+    }
+}
+
+async fn read<T>(conn: &mut PgConnection, org_id: i64, c: Column) -> sqlx::Result<T>
+where
+    T: for<'r> sqlx::Decode<'r, Postgres> + sqlx::Type<Postgres> + Send + Unpin,
+{
+    sqlx::query_scalar(&format!("select {} from orgs where id = $1", c.name()))
+        .bind(org_id)
+        .fetch_one(conn)
+        .await
+}
+
+/// Sets the column; returns what it held, read under the row lock.
+async fn swap<T>(conn: &mut PgConnection, org_id: i64, c: Column, value: T) -> sqlx::Result<T>
+where
+    T: for<'r> sqlx::Decode<'r, Postgres>
+        + for<'q> sqlx::Encode<'q, Postgres>
+        + sqlx::Type<Postgres>
+        + Send
+        + Unpin,
+{
+    let col = c.name();
+    sqlx::query_scalar(&format!(
+        "update orgs o set {col} = $2
+         from (select id, {col} from orgs where id = $1 for update) old
          where o.id = old.id
-         returning old.allow_self_approval",
-    )
+         returning old.{col}"
+    ))
     .bind(org_id)
-    .bind(allow)
+    .bind(value)
     .fetch_one(conn)
     .await
 }
@@ -145,10 +181,7 @@ pub async fn set_dkim_enabled(
 
 /// The envelope sender (None: the From address).
 pub async fn return_path(conn: &mut PgConnection, org_id: i64) -> sqlx::Result<Option<String>> {
-    sqlx::query_scalar("select return_path from orgs where id = $1")
-        .bind(org_id)
-        .fetch_one(conn)
-        .await
+    read(conn, org_id, Column::ReturnPath).await
 }
 
 /// Sets it; returns what it was (read under the row lock, for the audit row).
@@ -157,14 +190,11 @@ pub async fn save_return_path(
     org_id: i64,
     return_path: Option<&str>,
 ) -> sqlx::Result<Option<String>> {
-    sqlx::query_scalar(
-        "update orgs o set return_path = $2
-         from (select id, return_path from orgs where id = $1 for update) old
-         where o.id = old.id
-         returning old.return_path",
+    swap(
+        conn,
+        org_id,
+        Column::ReturnPath,
+        return_path.map(str::to_owned),
     )
-    .bind(org_id)
-    .bind(return_path)
-    .fetch_one(conn)
     .await
 }

@@ -5,7 +5,7 @@
 use sqlx::PgConnection;
 
 use crate::domain::{EmailAddress, SuppressionReason};
-use crate::model::SubscriberRow;
+use crate::model::{Reached, SubscriberProfile, SubscriberRow};
 
 pub struct Filter<'a> {
     /// Part of the address, lower case.
@@ -16,14 +16,14 @@ pub struct Filter<'a> {
     pub before: Option<i64>,
 }
 
-/// One page, newest first; the second value is the `before` of the next page.
+/// One page, newest first; `next` is the `before` of the next page.
 pub async fn page(
     conn: &mut PgConnection,
     org_id: i64,
     f: &Filter<'_>,
     limit: i64,
-) -> sqlx::Result<(Vec<SubscriberRow>, Option<i64>)> {
-    let mut rows: Vec<SubscriberRow> = sqlx::query_as(
+) -> sqlx::Result<super::Page<SubscriberRow, i64>> {
+    let rows: Vec<SubscriberRow> = sqlx::query_as(
         "select s.id, s.email, s.name, s.status, s.erased_at is not null as erased,
                 (select x.reason from suppressions x where x.org_id = s.org_id and x.email_lower = s.email_lower) as suppressed,
                 (select count(*) from list_members m where m.subscriber_id = s.id) as lists,
@@ -46,31 +46,14 @@ pub async fn page(
     .bind(limit + 1)
     .fetch_all(conn)
     .await?;
-    let more = rows.len() as i64 > limit;
-    rows.truncate(limit as usize);
-    let next = if more {
-        rows.last().map(|r| r.id)
-    } else {
-        None
-    };
-    Ok((rows, next))
+    Ok(super::Page::of(rows, limit, |r| r.id))
 }
 
-#[derive(sqlx::FromRow, Debug, Clone)]
-pub struct Detail {
-    pub id: i64,
-    pub email: String,
-    pub name: String,
-    pub status: String,
-    pub erased: Option<String>,
-    pub created: String,
-    pub suppression: Option<String>,
-    pub suppression_source: Option<String>,
-    pub suppressed_at: Option<String>,
-    pub list_ids: Vec<i64>,
-}
-
-pub async fn detail(conn: &mut PgConnection, org_id: i64, id: i64) -> sqlx::Result<Option<Detail>> {
+pub async fn detail(
+    conn: &mut PgConnection,
+    org_id: i64,
+    id: i64,
+) -> sqlx::Result<Option<SubscriberProfile>> {
     sqlx::query_as(
         "select s.id, s.email, s.name, s.status,
                 to_char(s.erased_at at time zone o.timezone, 'YYYY-MM-DD HH24:MI') as erased,
@@ -90,16 +73,6 @@ pub async fn detail(conn: &mut PgConnection, org_id: i64, id: i64) -> sqlx::Resu
 }
 
 /// Which campaigns reached (or tried to reach) a subscriber, and how: newest first.
-#[derive(sqlx::FromRow, Debug, Clone)]
-pub struct Reached {
-    pub campaign_id: i64,
-    pub campaign: String,
-    /// The delivery's state, or the send's when it never became a delivery.
-    pub status: String,
-    pub detail: Option<String>,
-    pub at: String,
-}
-
 pub async fn history(
     conn: &mut PgConnection,
     org_id: i64,

@@ -13,16 +13,16 @@ pub struct Row {
     pub cursor: String,
 }
 
-/// One page, newest first; the second value is the cursor of the next page.
+/// One page, newest first.
 pub async fn page(
     conn: &mut PgConnection,
     org_id: i64,
     search: Option<&str>,
     after: Option<(&str, &str)>,
     limit: i64,
-) -> sqlx::Result<(Vec<Row>, Option<String>)> {
+) -> sqlx::Result<super::Page<Row, String>> {
     let (after_at, after_email) = after.unzip();
-    let mut rows: Vec<Row> = sqlx::query_as(
+    let rows: Vec<Row> = sqlx::query_as(
         "select x.email_lower as email, x.reason, x.source,
                 to_char(x.created_at at time zone o.timezone, 'YYYY-MM-DD HH24:MI') as created,
                 to_char(x.created_at at time zone 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US') || '|' || x.email_lower as cursor
@@ -42,14 +42,7 @@ pub async fn page(
     .bind(limit + 1)
     .fetch_all(conn)
     .await?;
-    let more = rows.len() as i64 > limit;
-    rows.truncate(limit as usize);
-    let next = if more {
-        rows.last().map(|r| r.cursor.clone())
-    } else {
-        None
-    };
-    Ok((rows, next))
+    Ok(super::Page::of(rows, limit, |r| r.cursor.clone()))
 }
 
 /// Removes a suppression: the address may be mailed again. Returns its reason, or `None` when

@@ -127,6 +127,17 @@ impl FromStr for SuppressionReason {
 
 stored_as_text!(SuppressionReason);
 
+text_enum! {
+    /// Where a CSV import stands (`imports.status`; `interrupted` is read, never stored: a
+    /// running import whose progress stopped, because the server stopped during it).
+    pub enum ImportStatus ("an import status") {
+        Running = "running",
+        Done = "done",
+        Failed = "failed",
+        Interrupted = "interrupted",
+    }
+}
+
 /// The longest name of a person or a list, in characters.
 pub const NAME_MAX: usize = 200;
 

@@ -4,9 +4,10 @@ use std::str::FromStr;
 
 /// A campaign's state (`campaigns.status`). Every change is a compare-and-set from the states
 /// its [`Transition`] allows (DESIGN "State machines").
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum CampaignStatus {
+    #[default]
     Draft,
     Submitted,
     Approved,
@@ -26,6 +27,27 @@ impl CampaignStatus {
         CampaignStatus::Sent,
         CampaignStatus::Cancelled,
     ];
+
+    /// The states whose content an editor may still change (saving a submitted campaign sends
+    /// it back to draft).
+    pub const CONTENT_EDITABLE: [CampaignStatus; 2] =
+        [CampaignStatus::Draft, CampaignStatus::Submitted];
+
+    pub fn content_editable(self) -> bool {
+        Self::CONTENT_EDITABLE.contains(&self)
+    }
+
+    /// The states a campaign may be deleted (to the recycle bin) in: never while it could
+    /// still send.
+    pub const DELETABLE: [CampaignStatus; 3] = [
+        CampaignStatus::Draft,
+        CampaignStatus::Sent,
+        CampaignStatus::Cancelled,
+    ];
+
+    pub fn deletable(self) -> bool {
+        Self::DELETABLE.contains(&self)
+    }
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -229,6 +251,8 @@ impl FromStr for BodyFormat {
         }
     }
 }
+
+stored_as_text!(BodyFormat);
 
 /// A draft's editable content, checked: a name of 1–200 characters, a one-line subject of at
 /// most 300, a body of at most 200,000, and a schedule (`YYYY-MM-DDTHH:MM`, the org's local

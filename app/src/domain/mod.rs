@@ -36,6 +36,52 @@ macro_rules! stored_as_text {
     };
 }
 
+/// An enum stored as text, declared with each variant's stored name: `ALL`, `as_str`,
+/// `Display`, `FromStr` (whose error names the value and what was expected) and the text
+/// mapping above, from one list.
+macro_rules! text_enum {
+    (
+        $(#[$meta:meta])*
+        pub enum $t:ident ($what:literal) {
+            $($(#[$vmeta:meta])* $v:ident = $s:literal),+ $(,)?
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+        pub enum $t {
+            $($(#[$vmeta])* #[serde(rename = $s)] $v),+
+        }
+
+        impl $t {
+            pub const ALL: &'static [$t] = &[$($t::$v),+];
+
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($t::$v => $s),+
+                }
+            }
+        }
+
+        impl std::fmt::Display for $t {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl std::str::FromStr for $t {
+            type Err = String;
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                Self::ALL.iter().copied().find(|v| v.as_str() == s).ok_or_else(|| {
+                    let known: Vec<&str> = Self::ALL.iter().map(|v| v.as_str()).collect();
+                    format!("{s:?} is not {} (one of {}).", $what, known.join(", "))
+                })
+            }
+        }
+
+        stored_as_text!($t);
+    };
+}
+
 pub mod audience;
 mod backoff;
 mod campaign;
@@ -43,6 +89,7 @@ mod delivery;
 mod dkim;
 mod email;
 mod job_id;
+mod link;
 pub mod login_throttle;
 pub mod org;
 pub mod progress;
@@ -50,12 +97,13 @@ mod role;
 pub mod text;
 mod week_key;
 
-pub use audience::{CsvColumns, SubscriberStatus, SuppressionReason};
+pub use audience::{CsvColumns, ImportStatus, SubscriberStatus, SuppressionReason};
 pub use backoff::Backoff;
 pub use campaign::{BodyFormat, CampaignContent, CampaignStatus, Transition, TransitionError};
 pub use delivery::{DeliveryCursor, DeliveryKind, DeliveryStatus};
 pub use dkim::{DkimDomain, DkimNameError, DkimSelector};
 pub use email::{sentence, EmailAddress, EmailError};
 pub use job_id::{JobId, JobIdError};
+pub use link::LinkPurpose;
 pub use role::Role;
 pub use week_key::{WeekKey, WeekKeyError};

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 /// One reading of a campaign's counter slots, stamped with the database clock.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Progress {
-    pub status: String,
+    pub status: crate::domain::CampaignStatus,
     /// Recipients materialised (0 before the campaign started).
     pub total: i64,
     pub queued: i64,
@@ -69,10 +69,10 @@ impl Progress {
     /// Which view of the campaign this reading calls for.
     pub fn phase(&self) -> Phase {
         use crate::domain::CampaignStatus as S;
-        match self.status.parse::<S>() {
-            Ok(S::Sending | S::Paused) => Phase::Sending,
-            Ok(S::Sent | S::Cancelled) => Phase::Finished,
-            Ok(S::Draft | S::Submitted | S::Approved) | Err(_) => Phase::NotStarted,
+        match self.status {
+            S::Sending | S::Paused => Phase::Sending,
+            S::Sent | S::Cancelled => Phase::Finished,
+            S::Draft | S::Submitted | S::Approved => Phase::NotStarted,
         }
     }
 
@@ -162,21 +162,22 @@ pub fn rate_series(history: &[(i64, i64)]) -> Vec<(i64, f64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::CampaignStatus;
 
     #[test]
     fn the_phase_follows_the_status_and_a_finished_send_is_summed_up_whole() {
         let mut p = Progress {
-            status: "draft".into(),
+            status: CampaignStatus::Draft,
             ..Progress::default()
         };
         assert_eq!(p.phase(), Phase::NotStarted);
-        p.status = "approved".into();
+        p.status = CampaignStatus::Approved;
         assert_eq!(p.phase(), Phase::NotStarted);
-        p.status = "paused".into();
+        p.status = CampaignStatus::Paused;
         assert_eq!(p.phase(), Phase::Sending);
-        p.status = "cancelled".into();
+        p.status = CampaignStatus::Cancelled;
         assert_eq!(p.phase(), Phase::Finished);
-        p.status = "sent".into();
+        p.status = CampaignStatus::Sent;
         assert_eq!(p.phase(), Phase::Finished);
         assert_eq!(
             p.summary(),
@@ -199,7 +200,7 @@ mod tests {
 
     fn at(ms: i64, done: i64) -> Progress {
         Progress {
-            status: "sending".into(),
+            status: CampaignStatus::Sending,
             total: 1_000,
             delivered: done,
             at_ms: ms,

@@ -102,3 +102,77 @@ pub struct HistoryEntry {
     #[cfg_attr(feature = "ssr", sqlx(skip))]
     pub recipients: Vec<(String, String)>,
 }
+
+/// A CSV import as its page shows it: progress while it runs, then what it did.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(sqlx::FromRow))]
+pub struct Import {
+    pub id: i64,
+    pub list_id: i64,
+    pub list_name: String,
+    pub file_name: String,
+    pub status: crate::domain::ImportStatus,
+    pub rows_read: i64,
+    pub created_subscribers: i64,
+    pub added_members: i64,
+    pub error_count: i64,
+    /// The first rows refused (at most `db::imports::ERRORS_KEPT`).
+    #[cfg_attr(feature = "ssr", sqlx(json))]
+    pub errors: Vec<RowError>,
+    pub message: Option<String>,
+    /// In the org's time zone.
+    pub started: String,
+}
+
+/// A row of an imported file that was refused, and why.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RowError {
+    /// The row's line in the file (the header is line 1).
+    pub row: i64,
+    pub error: String,
+}
+
+/// One subscriber as their page shows them.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(sqlx::FromRow))]
+pub struct SubscriberProfile {
+    pub id: i64,
+    pub email: String,
+    pub name: String,
+    pub status: crate::domain::SubscriberStatus,
+    /// When their personal data was erased, in the org's time zone.
+    pub erased: Option<String>,
+    pub created: String,
+    /// Why the address is suppressed, when it is; with the suppression's source and date.
+    pub suppression: Option<crate::domain::SuppressionReason>,
+    pub suppression_source: Option<String>,
+    pub suppressed_at: Option<String>,
+    /// The lists they are on.
+    pub list_ids: Vec<i64>,
+}
+
+/// A campaign that reached (or tried to reach) a subscriber, and how.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(sqlx::FromRow))]
+pub struct Reached {
+    pub campaign_id: i64,
+    pub campaign: String,
+    /// The delivery's state, or the send's when it never became a delivery (`sends.status`).
+    pub status: String,
+    pub detail: Option<String>,
+    /// In the org's time zone.
+    pub at: String,
+}
+
+/// A campaign in the recycle bin.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(sqlx::FromRow))]
+pub struct Binned {
+    pub id: i64,
+    pub name: String,
+    pub status: crate::domain::CampaignStatus,
+    /// `YYYY-MM-DD HH:MI`, org time zone.
+    pub deleted: String,
+    /// When the leader purges it, same format.
+    pub purged_after: String,
+}

@@ -4,7 +4,6 @@
 
 use leptos::prelude::*;
 use leptos_router::components::{Form, A};
-use leptos_router::hooks::use_query_map;
 
 use crate::api::subscribers::{subscribers, AddSubscriber, SubscriberPage};
 use crate::domain::SubscriberStatus;
@@ -56,27 +55,25 @@ impl Query {
     }
 }
 
-fn given(s: String) -> Option<String> {
-    Some(s).filter(|s| !s.is_empty())
-}
-
 #[component]
 pub fn SubscribersPage() -> impl IntoView {
-    let params = use_query_map();
-    let query = Memo::new(move |_| {
-        let p = params.read();
-        let get = |k: &str| p.get(k).unwrap_or_default();
-        Query {
-            q: get("q"),
-            status: get("status"),
-            list: get("list"),
-            before: get("before"),
-        }
+    let query = super::query_of(|get| Query {
+        q: get("q"),
+        status: get("status"),
+        list: get("list"),
+        before: get("before"),
     });
     let add = ServerAction::<AddSubscriber>::new();
     let page = Resource::new(
         move || query.get(),
-        |q| subscribers(given(q.q), given(q.status), given(q.list), given(q.before)),
+        |q| {
+            subscribers(
+                super::given(q.q),
+                super::given(q.status),
+                super::given(q.list),
+                super::given(q.before),
+            )
+        },
     );
     view! {
         <AudienceTabs current="Subscribers"/>

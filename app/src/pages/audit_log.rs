@@ -4,7 +4,6 @@
 
 use leptos::prelude::*;
 use leptos_router::components::{Form, A};
-use leptos_router::hooks::use_query_map;
 use leptos_router::location::Url;
 
 use super::settings::SettingsTabs;
@@ -37,25 +36,22 @@ impl Query {
     }
 }
 
-fn given(s: String) -> Option<String> {
-    Some(s).filter(|s| !s.is_empty())
-}
-
 #[component]
 pub fn AuditPage() -> impl IntoView {
-    let params = use_query_map();
-    let query = Memo::new(move |_| {
-        let p = params.read();
-        let get = |k: &str| p.get(k).unwrap_or_default();
-        Query {
-            action: get("action"),
-            actor: get("actor"),
-            before: get("before"),
-        }
+    let query = super::query_of(|get| Query {
+        action: get("action"),
+        actor: get("actor"),
+        before: get("before"),
     });
     let page = Resource::new(
         move || query.get(),
-        |q| audit_log_page(given(q.action), given(q.actor), given(q.before)),
+        |q| {
+            audit_log_page(
+                super::given(q.action),
+                super::given(q.actor),
+                super::given(q.before),
+            )
+        },
     );
     view! {
         <SettingsTabs current="/settings/audit"/>

@@ -11,6 +11,7 @@ use super::campaign_workflow::{Panel, Problems};
 use crate::api::campaign_edit::{campaign_sheet, CampaignAction};
 use crate::api::campaigns::{campaign_detail, CampaignWithProgress};
 use crate::domain::progress::{self, Phase, Progress};
+use crate::domain::CampaignStatus;
 use crate::error::AppError;
 
 #[component]
@@ -42,7 +43,7 @@ pub fn CampaignPage() -> impl IntoView {
                     (Ok(d), Ok(s)) => {
                         // One live reading for the progress and for which actions are offered.
                         let live = RwSignal::new(d.progress.clone());
-                        let status = Signal::derive(move || live.with(|p| p.status.clone()));
+                        let status = Signal::derive(move || live.with(|p| p.status));
                         let problems = s.problems.clone();
                         view! { <CampaignView detail=d live/> <Panel s act status/> <Problems problems/> }.into_any()
                     }
@@ -120,7 +121,7 @@ fn CampaignView(detail: CampaignWithProgress, live: RwSignal<Progress>) -> impl 
     view! {
         <div class="flex items-baseline gap-3 mb-1">
             <h1 class="text-2xl font-semibold" id="campaign-name">{detail.name.clone()}</h1>
-            <span class="rounded-full bg-slate-100 px-2 py-0.5 text-sm dark:bg-slate-800" data-test="campaign-status">{move || live.with(|p| p.status.clone())}</span>
+            <span class="rounded-full bg-slate-100 px-2 py-0.5 text-sm dark:bg-slate-800" data-test="campaign-status">{move || live.with(|p| p.status.as_str())}</span>
             <span class="text-xs" data-test="live">
                 {move || if connected.get() { "● live" } else { "○ not live" }}
             </span>
@@ -165,7 +166,7 @@ fn SendSummary(live: RwSignal<Progress>) -> impl IntoView {
         <dl class="mt-4 grid grid-cols-2 gap-x-4 gap-y-1 border-t border-slate-200 pt-3 text-sm sm:grid-cols-4 dark:border-slate-700" data-test="send-summary">
             <div><dt class="text-slate-600 dark:text-slate-300">"Started"</dt><dd data-test="started">{move || or_dash(p().started)}</dd></div>
             <div>
-                <dt class="text-slate-600 dark:text-slate-300">{move || if p().status == "cancelled" { "Cancelled" } else { "Finished" }}</dt>
+                <dt class="text-slate-600 dark:text-slate-300">{move || if p().status == CampaignStatus::Cancelled { "Cancelled" } else { "Finished" }}</dt>
                 <dd data-test="finished">{move || or_dash(p().finished)}</dd>
             </div>
             <div><dt class="text-slate-600 dark:text-slate-300">"Duration"</dt><dd data-test="duration">{move || or_dash(summary().duration_seconds.map(progress::human_duration))}</dd></div>

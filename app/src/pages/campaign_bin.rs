@@ -18,15 +18,11 @@ pub fn BinPage() -> impl IntoView {
                     Err(e) => view! { <p role="alert" class="text-red-700 dark:text-red-300">{e.to_string()}</p> }.into_any(),
                     Ok(rows) if rows.is_empty() => view! { <p class="text-slate-600 dark:text-slate-300">"The recycle bin is empty."</p> }.into_any(),
                     Ok(rows) => view! {
-                        <table class="w-full rounded bg-white text-sm shadow dark:bg-slate-900">
-                            <thead class="text-left text-slate-500 dark:text-slate-400">
-                                <tr><th class="p-3">"Name"</th><th class="p-3">"Status"</th><th class="p-3">"Deleted"</th><th class="p-3">"Purged after"</th><th></th></tr>
-                            </thead>
-                            <tbody>
+                        <super::DataTable headings=&["Name", "Status", "Deleted", "Purged after", ""]>
                                 {rows.into_iter().map(|b| view! {
                                     <tr class="border-t border-slate-100 dark:border-slate-800" data-test="binned">
                                         <td class="p-3 font-medium">{b.name}</td>
-                                        <td class="p-3">{b.status}</td>
+                                        <td class="p-3">{b.status.as_str()}</td>
                                         <td class="p-3">{b.deleted}</td>
                                         <td class="p-3">{b.purged_after}</td>
                                         <td class="p-3">
@@ -37,8 +33,7 @@ pub fn BinPage() -> impl IntoView {
                                         </td>
                                     </tr>
                                 }).collect_view()}
-                            </tbody>
-                        </table>
+                            </super::DataTable>
                     }.into_any(),
                 }
             })}

@@ -8,6 +8,7 @@ use leptos_router::hooks::use_params_map;
 
 use crate::api::campaign_edit::{campaign_sheet, SaveCampaign, Sheet};
 use crate::api::campaign_test::{SendTest, MAX_TEST_ADDRESSES};
+use crate::domain::{BodyFormat, CampaignStatus};
 use crate::error::AppError;
 
 #[component]
@@ -67,11 +68,11 @@ fn Editor(
         Err(e) => view! { <p data-test="preview-problem" class="text-sm text-slate-600 dark:text-slate-300">{e}</p> }
             .into_any(),
     };
-    let locked = !(s.status == "draft" || s.status == "submitted");
+    let locked = !s.status.content_editable();
     let test_form = view! { <TestSend s=s.clone() test/> };
     view! {
         <h1 class="mb-1 text-2xl font-semibold">"Edit campaign"</h1>
-        {(s.status == "submitted").then(|| view! {
+        {(s.status == CampaignStatus::Submitted).then(|| view! {
             <p class="mb-3 rounded bg-amber-50 px-3 py-2 text-sm text-amber-900 dark:bg-amber-950 dark:text-amber-200">"It is submitted: saving sends it back to draft, and it must be submitted and approved again."</p>
         })}
         {locked.then(|| view! {
@@ -89,8 +90,8 @@ fn Editor(
                 </label>
                 <label class="grid gap-1">"Body format"
                     <select name="format" class=FIELD data-test="format">
-                        <option value="markdown" selected=s.format == "markdown">"Markdown (sent as HTML and text)"</option>
-                        <option value="html" selected=s.format == "html">"HTML"</option>
+                        <option value="markdown" selected=s.format == BodyFormat::Markdown>"Markdown (sent as HTML and text)"</option>
+                        <option value="html" selected=s.format == BodyFormat::Html>"HTML"</option>
                     </select>
                 </label>
                 <label class="grid gap-1">"Body"

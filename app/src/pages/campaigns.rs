@@ -37,11 +37,7 @@ pub fn CampaignsPage() -> impl IntoView {
                     Err(e) => view! { <p role="alert" class="text-red-700 dark:text-red-300">{e.to_string()}</p> }.into_any(),
                     Ok(rows) if rows.is_empty() => view! { <p class="text-slate-600 dark:text-slate-300">"No campaigns here yet. Name one above and press “New campaign” to write it."</p> }.into_any(),
                     Ok(rows) => view! {
-                        <table id="campaigns" class="w-full rounded bg-white shadow text-sm dark:bg-slate-900">
-                            <thead class="text-left text-slate-500 dark:text-slate-400">
-                                <tr><th class="p-3">"Name"</th><th class="p-3">"Status"</th><th class="p-3">"Progress"</th><th class="p-3">"Version"</th><th class="p-3">"Author"</th><th class="p-3">"Updated"</th></tr>
-                            </thead>
-                            <tbody>
+                        <super::DataTable id="campaigns" headings=&["Name", "Status", "Progress", "Version", "Author", "Updated"]>
                                 {rows.into_iter().map(|c| view! {
                                     <tr class="border-t border-slate-100 dark:border-slate-800">
                                         <td class="p-3 font-medium"><a href=format!("/campaigns/{}", c.id) class="text-sky-700 hover:underline">{c.name}</a></td>
@@ -60,8 +56,7 @@ pub fn CampaignsPage() -> impl IntoView {
                                         <td class="p-3 text-slate-500 dark:text-slate-400">{c.updated}</td>
                                     </tr>
                                 }).collect_view()}
-                            </tbody>
-                        </table>
+                            </super::DataTable>
                     }.into_any(),
                 }
             })}

@@ -37,10 +37,6 @@ impl Query {
     }
 }
 
-fn given(s: String) -> Option<String> {
-    Some(s).filter(|s| !s.is_empty())
-}
-
 pub(super) fn badge_class(s: DeliveryStatus) -> &'static str {
     match s {
         DeliveryStatus::Delivered => {
@@ -61,16 +57,11 @@ pub(super) fn badge_class(s: DeliveryStatus) -> &'static str {
 
 #[component]
 pub fn DeliveriesPage() -> impl IntoView {
-    let params = use_query_map();
-    let query = Memo::new(move |_| {
-        let p = params.read();
-        let get = |k: &str| p.get(k).unwrap_or_default();
-        Query {
-            status: get("status"),
-            kind: get("kind"),
-            recipient: get("recipient"),
-            after: get("after"),
-        }
+    let query = super::query_of(|get| Query {
+        status: get("status"),
+        kind: get("kind"),
+        recipient: get("recipient"),
+        after: get("after"),
     });
     let retry = ServerAction::<RetryDelivery>::new();
     // The job whose retry panel is open; every retry answer closes it.
@@ -85,10 +76,10 @@ pub fn DeliveriesPage() -> impl IntoView {
         move || (query.get(), retry.version().get()),
         |(q, _)| {
             deliveries_page(
-                given(q.status),
-                given(q.kind),
-                given(q.recipient),
-                given(q.after),
+                super::given(q.status),
+                super::given(q.kind),
+                super::given(q.recipient),
+                super::given(q.after),
             )
         },
     );
@@ -202,7 +193,7 @@ fn Row(
     view! {
         <tr class="border-t border-slate-100 align-top dark:border-slate-800" data-test="delivery-row" data-job=d.job_id.clone() data-status=d.status.as_str()>
             <td class="p-3 font-medium whitespace-nowrap">{d.recipient.clone()}</td>
-            <td class="p-3">{d.kind.clone()}</td>
+            <td class="p-3">{d.kind.as_str()}</td>
             <td class="p-3"><span class=format!("rounded-full px-2 py-0.5 {}", badge_class(d.status)) data-test="status">{d.status.as_str()}</span></td>
             <td class="p-3">{d.attempt}</td>
             <td class="p-3 text-slate-500 whitespace-nowrap dark:text-slate-400">{d.updated.clone()}</td>

@@ -6,7 +6,8 @@ use leptos_meta::Meta;
 use leptos_router::components::A;
 use leptos_router::hooks::use_params_map;
 
-use crate::api::lists::{import_status, ImportView};
+use crate::api::lists::{import_status, Import};
+use crate::domain::ImportStatus;
 use crate::error::AppError;
 
 #[component]
@@ -30,7 +31,7 @@ pub fn ImportPage() -> impl IntoView {
                 let running = status
                     .get_untracked()
                     .and_then(|r| r.ok())
-                    .is_some_and(|v| v.status == "running");
+                    .is_some_and(|v| v.status == ImportStatus::Running);
                 if running {
                     tick.update(|t| *t += 1);
                 }
@@ -46,7 +47,7 @@ pub fn ImportPage() -> impl IntoView {
             {move || Suspend::new(async move {
                 match status.await {
                     Err(e) => view! { <p role="alert" class="text-red-700 dark:text-red-300">{e.to_string()}</p> }.into_any(),
-                    Ok(v) => view! { <Import v/> }.into_any(),
+                    Ok(v) => view! { <ImportReport v/> }.into_any(),
                 }
             })}
         </Transition>
@@ -54,19 +55,19 @@ pub fn ImportPage() -> impl IntoView {
 }
 
 #[component]
-fn Import(v: ImportView) -> impl IntoView {
-    let running = v.status == "running";
-    let headline = match v.status.as_str() {
-        "running" => format!("Importing… {} rows read", super::thousands(v.rows_read)),
-        "done" => format!(
+fn ImportReport(v: Import) -> impl IntoView {
+    let running = v.status == ImportStatus::Running;
+    let headline = match v.status {
+        ImportStatus::Running => format!("Importing… {} rows read", super::thousands(v.rows_read)),
+        ImportStatus::Done => format!(
             "Imported: {} rows read, {} new subscribers, {} added to the list, {} rows refused",
             super::thousands(v.rows_read),
             super::thousands(v.created_subscribers),
             super::thousands(v.added_members),
             super::thousands(v.error_count)
         ),
-        "interrupted" => "Interrupted: the server stopped during this import, and nothing of it was imported. Import the file again.".to_string(),
-        _ => format!(
+        ImportStatus::Interrupted => "Interrupted: the server stopped during this import, and nothing of it was imported. Import the file again.".to_string(),
+        ImportStatus::Failed => format!(
             "Nothing was imported: {}",
             v.message.clone().unwrap_or_default()
         ),
@@ -93,7 +94,7 @@ fn Import(v: ImportView) -> impl IntoView {
         <h2 class="mb-1 text-xl font-semibold">{format!("Import into {}", v.list_name)}</h2>
         <p class="mb-3 text-sm text-slate-500 dark:text-slate-400">{format!("{} · started {}", v.file_name, v.started)}</p>
         <p role="status" data-test="import-status"
-            class=if running { "rounded bg-sky-50 px-3 py-2 text-sky-900 dark:bg-sky-950 dark:text-sky-200" } else if v.status == "done" { "rounded bg-green-50 px-3 py-2 text-green-800 dark:bg-green-950 dark:text-green-200" } else { "rounded bg-red-50 px-3 py-2 text-red-700 dark:bg-red-950 dark:text-red-300" }>
+            class=if running { "rounded bg-sky-50 px-3 py-2 text-sky-900 dark:bg-sky-950 dark:text-sky-200" } else if v.status == ImportStatus::Done { "rounded bg-green-50 px-3 py-2 text-green-800 dark:bg-green-950 dark:text-green-200" } else { "rounded bg-red-50 px-3 py-2 text-red-700 dark:bg-red-950 dark:text-red-300" }>
             {headline}
         </p>
         {running.then(|| view! { <progress class="mt-2 w-full" aria-label="Import progress"></progress> })}

@@ -31,7 +31,7 @@ pub fn InvitePage() -> impl IntoView {
                                 <a href="/login" class="mt-4 inline-block text-indigo-700 underline dark:text-indigo-300">"Sign in"</a>
                             }.into_any(),
                             Ok(info) => {
-                                let heading = if info.purpose == "invite" {
+                                let heading = if info.purpose == crate::domain::LinkPurpose::Invite {
                                     format!("Join {} on Mailroom", info.org_name)
                                 } else {
                                     format!("Choose a new password for {}", info.org_name)

@@ -88,8 +88,7 @@ fn ListCard(
             </form>
             <super::Confirm label="Delete" test="delete-list" question>
                 <ActionForm action=delete>
-                    <input type="hidden" name="id" value=delete_id/>
-                    <button type="submit" data-test="confirm-delete-list" class="rounded bg-red-600 px-3 py-1.5 font-medium text-white hover:bg-red-700">"Delete"</button>
+                    <super::DangerSubmit label="Delete" test="confirm-delete-list" name="id" value=delete_id/>
                 </ActionForm>
             </super::Confirm>
         </div>

@@ -127,6 +127,45 @@ fn href_with(path: &str, params: &[(&str, &str)]) -> String {
     }
 }
 
+/// Reads one field of the query string.
+type QueryField<'a> = &'a dyn Fn(&str) -> String;
+
+/// The page's query string read into `T` (a missing field reads as empty), re-read only when
+/// the URL changes.
+fn query_of<T>(read: fn(QueryField<'_>) -> T) -> Memo<T>
+where
+    T: PartialEq + Send + Sync + 'static,
+{
+    let params = leptos_router::hooks::use_query_map();
+    Memo::new(move |_| {
+        let p = params.read();
+        read(&|k| p.get(k).unwrap_or_default())
+    })
+}
+
+/// A query field as a filter: empty means not given.
+fn given(s: String) -> Option<String> {
+    Some(s).filter(|s| !s.is_empty())
+}
+
+/// A table on a card: its column headings, and its rows (`<tr>`s) as children.
+#[component]
+fn DataTable(
+    #[prop(optional)] id: Option<&'static str>,
+    #[prop(optional)] test: Option<&'static str>,
+    headings: &'static [&'static str],
+    children: Children,
+) -> impl IntoView {
+    view! {
+        <table id=id data-test=test class="w-full rounded bg-white text-sm shadow dark:bg-slate-900">
+            <thead class="text-left text-slate-500 dark:text-slate-400">
+                <tr>{headings.iter().map(|h| view! { <th class="p-3">{*h}</th> }).collect_view()}</tr>
+            </thead>
+            <tbody>{children()}</tbody>
+        </table>
+    }
+}
+
 /// A destructive action behind a confirmation: a `<details>` panel (it opens without
 /// JavaScript) holding the action's form.
 #[component]
@@ -150,6 +189,21 @@ fn Confirm(
                 {children()}
             </div>
         </details>
+    }
+}
+
+/// The button inside a [`Confirm`] panel that carries the destructive action out, with the
+/// one field that names what it acts on (`name`=`value`).
+#[component]
+fn DangerSubmit(
+    label: &'static str,
+    test: &'static str,
+    name: &'static str,
+    #[prop(into)] value: String,
+) -> impl IntoView {
+    view! {
+        <input type="hidden" name=name value=value/>
+        <button type="submit" data-test=test class="rounded bg-red-600 px-3 py-1.5 font-medium text-white hover:bg-red-700">{label}</button>
     }
 }
 

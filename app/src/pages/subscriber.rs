@@ -52,21 +52,23 @@ fn Detail(
     erase: ServerAction<EraseSubscriber>,
     remove: ServerAction<RemoveSubscriber>,
 ) -> impl IntoView {
-    let editable = d.can_act && d.erased.is_none();
-    let (id, name) = (d.id, d.name.clone());
-    let suppression = d.suppression.clone().map(|(reason, source, at)| view! {
+    let editable = d.can_act && d.subscriber.erased.is_none();
+    let (id, name) = (d.subscriber.id, d.subscriber.name.clone());
+    let source = d.subscriber.suppression_source.clone().unwrap_or_default();
+    let at = d.subscriber.suppressed_at.clone().unwrap_or_default();
+    let suppression = d.subscriber.suppression.map(|reason| view! {
         <p class="mb-3 rounded bg-slate-100 px-3 py-2 text-sm dark:bg-slate-800" data-test="suppression">
             {format!("Suppressed ({reason}, {source}) since {at}: no campaign reaches this address.")}
         </p>
     });
-    let erased = d.erased.clone().map(|at| {
+    let erased = d.subscriber.erased.clone().map(|at| {
         view! {
             <p class="mb-3 rounded bg-amber-50 px-3 py-2 text-sm text-amber-900 dark:bg-amber-950 dark:text-amber-200" data-test="erased">
                 {format!("Personal data erased on {at}. The address stays suppressed.")}
             </p>
         }
     });
-    let (status, lists) = (d.status.clone(), d.lists.clone());
+    let (status, lists) = (d.subscriber.status, d.lists.clone());
     let form = editable.then(move || view! {
         <ActionForm action=save attr:class="mb-6 grid max-w-xl gap-3 text-sm">
             <input type="hidden" name="id" value=id.to_string()/>
@@ -74,7 +76,7 @@ fn Detail(
             <label>"Status"
                 <select name="status" class=FIELD data-test="status">
                     {SubscriberStatus::ALL.into_iter().map(|s| view! {
-                        <option value=s.as_str() selected=status == s.as_str()>{s.as_str()}</option>
+                        <option value=s.as_str() selected=status == s>{s.as_str()}</option>
                     }).collect_view()}
                 </select>
             </label>
@@ -86,20 +88,18 @@ fn Detail(
             <button type="submit" data-test="save" class="justify-self-start rounded bg-indigo-600 px-3 py-1.5 font-medium text-white hover:bg-indigo-700">"Save"</button>
         </ActionForm>
     });
-    let email = d.email.clone();
+    let email = d.subscriber.email.clone();
     let actions = editable.then(move || {
         view! {
             <div class="mb-6 flex gap-3">
                 <super::Confirm label="Remove" test="remove" question=format!("Remove {email}? Only possible while no campaign has reached them.")>
                     <ActionForm action=remove>
-                        <input type="hidden" name="id" value=id.to_string()/>
-                        <button type="submit" data-test="confirm-remove" class="rounded bg-red-600 px-3 py-1.5 font-medium text-white hover:bg-red-700">"Remove"</button>
+                        <super::DangerSubmit label="Remove" test="confirm-remove" name="id" value=id.to_string()/>
                     </ActionForm>
                 </super::Confirm>
                 <super::Confirm label="Erase personal data" test="erase" question=format!("Erase {email}'s personal data? The address becomes a hash everywhere, their name goes, and they stay suppressed. This cannot be undone.")>
                     <ActionForm action=erase>
-                        <input type="hidden" name="id" value=id.to_string()/>
-                        <button type="submit" data-test="confirm-erase" class="rounded bg-red-600 px-3 py-1.5 font-medium text-white hover:bg-red-700">"Erase"</button>
+                        <super::DangerSubmit label="Erase" test="confirm-erase" name="id" value=id.to_string()/>
                     </ActionForm>
                 </super::Confirm>
             </div>
@@ -109,9 +109,7 @@ fn Detail(
         view! { <p class="text-sm text-slate-600 dark:text-slate-300" data-test="no-history">"No campaign has been sent to them yet."</p> }.into_any()
     } else {
         view! {
-            <table class="w-full rounded bg-white text-sm shadow dark:bg-slate-900" data-test="history">
-                <thead class="text-left text-slate-500 dark:text-slate-400"><tr><th class="p-3">"Campaign"</th><th class="p-3">"Outcome"</th><th class="p-3">"When"</th><th class="p-3">"Detail"</th></tr></thead>
-                <tbody>
+            <super::DataTable test="history" headings=&["Campaign", "Outcome", "When", "Detail"]>
                     {d.history.into_iter().map(|h| view! {
                         <tr class="border-t border-slate-100 dark:border-slate-800" data-test="history-row">
                             <td class="p-3"><A href=format!("/campaigns/{}", h.campaign_id) attr:class="text-indigo-700 hover:underline dark:text-indigo-300">{h.campaign}</A></td>
@@ -120,13 +118,12 @@ fn Detail(
                             <td class="p-3 font-mono text-xs text-slate-600 break-all dark:text-slate-300">{h.detail}</td>
                         </tr>
                     }).collect_view()}
-                </tbody>
-            </table>
+                </super::DataTable>
         }.into_any()
     };
     view! {
-        <h2 class="mb-1 text-xl font-semibold" data-test="subscriber-email">{d.email.clone()}</h2>
-        <p class="mb-3 text-sm text-slate-500 dark:text-slate-400">{format!("{} · added {}", d.status, d.created)}</p>
+        <h2 class="mb-1 text-xl font-semibold" data-test="subscriber-email">{d.subscriber.email.clone()}</h2>
+        <p class="mb-3 text-sm text-slate-500 dark:text-slate-400">{format!("{} · added {}", d.subscriber.status, d.subscriber.created)}</p>
         {suppression}
         {erased}
         {form}

@@ -68,9 +68,7 @@ fn Suppressions(
         view! { <p data-test="no-suppressions" class="text-slate-600 dark:text-slate-300">{if q.is_empty() { "Nobody is suppressed yet: unsubscribes, hard bounces and complaints will appear here." } else { "No suppressed address matches." }}</p> }.into_any()
     } else {
         view! {
-            <table id="suppressions" class="w-full rounded bg-white text-sm shadow dark:bg-slate-900">
-                <thead class="text-left text-slate-500 dark:text-slate-400"><tr><th class="p-3">"Address"</th><th class="p-3">"Reason"</th><th class="p-3">"Source"</th><th class="p-3">"Since"</th><th class="p-3"></th></tr></thead>
-                <tbody>
+            <super::DataTable id="suppressions" headings=&["Address", "Reason", "Source", "Since", ""]>
                     {p.rows.into_iter().map(|r| {
                         let email = r.email.clone();
                         view! {
@@ -82,16 +80,14 @@ fn Suppressions(
                                 <td class="p-3 text-right">{can_act.then(|| view! {
                                     <super::Confirm label="Remove" test="remove" question=format!("Remove the suppression of {email}? Campaigns may mail it again.")>
                                         <ActionForm action=remove>
-                                            <input type="hidden" name="email" value=email.clone()/>
-                                            <button type="submit" data-test="confirm-remove" class="rounded bg-red-600 px-3 py-1.5 font-medium text-white hover:bg-red-700">"Remove"</button>
+                                            <super::DangerSubmit label="Remove" test="confirm-remove" name="email" value=email.clone()/>
                                         </ActionForm>
                                     </super::Confirm>
                                 })}</td>
                             </tr>
                         }
                     }).collect_view()}
-                </tbody>
-            </table>
+                </super::DataTable>
         }.into_any()
     };
     view! {

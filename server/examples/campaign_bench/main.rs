@@ -260,8 +260,7 @@ async fn main() -> anyhow::Result<()> {
     let bare_id = campaign(&pool, org, users, &big_lists, true).await?;
     let sql = app::db::sends::MATERIALISE_SQL
         .replace("$1", &org.to_string())
-        .replace("$2", &bare_id.to_string())
-        .replace("$3", "0::smallint");
+        .replace("$2", &bare_id.to_string());
     let socket = data.path().join("postgres");
     let t = Instant::now();
     let out = Command::new("psql")

@@ -8,7 +8,7 @@ use sqlx::PgPool;
 
 use app::db::deliveries::Claimed;
 use app::db::password_tokens::MailFacts;
-use app::domain::JobId;
+use app::domain::{JobId, LinkPurpose};
 
 /// The links of a batch's invite mail and the key to derive them, loaded once per batch.
 #[derive(Default)]
@@ -71,25 +71,30 @@ pub fn subject_and_body(
     );
     let link =
         app::password_token::link(public_url, &app::password_token::token(&invites.key, job));
-    Ok(if f.purpose == "invite" {
-        (
+    let (subject, why) = match f.purpose {
+        LinkPurpose::Invite => (
             format!("You are invited to {} on Mailroom", f.org_name),
-            format!(
-                "Hello {name},\n\nYou have been invited to {org} on Mailroom. Choose your password here:\n\n{link}\n\nThe link works once, until {expires}.\nIf you did not expect this invitation, ignore this message.\n",
-                name = f.user_name,
-                org = f.org_name,
-                expires = f.expires,
-            ),
-        )
-    } else {
-        (
+            format!("You have been invited to {} on Mailroom. Choose your password here:", f.org_name),
+        ),
+        LinkPurpose::Reset => (
             format!("Set a new Mailroom password for {}", f.org_name),
             format!(
-                "Hello {name},\n\nAn owner of {org} reset your Mailroom password; your old password no longer works. Choose a new one here:\n\n{link}\n\nThe link works once, until {expires}.\n",
-                name = f.user_name,
-                org = f.org_name,
-                expires = f.expires,
+                "An owner of {} reset your Mailroom password; your old password no longer works. Choose a new one here:",
+                f.org_name
             ),
-        )
-    })
+        ),
+    };
+    // Only an invitation can arrive unexpected; a reset follows from an account they have.
+    let unexpected = match f.purpose {
+        LinkPurpose::Invite => "If you did not expect this invitation, ignore this message.\n",
+        LinkPurpose::Reset => "",
+    };
+    Ok((
+        subject,
+        format!(
+            "Hello {name},\n\n{why}\n\n{link}\n\nThe link works once, until {expires}.\n{unexpected}",
+            name = f.user_name,
+            expires = f.expires,
+        ),
+    ))
 }

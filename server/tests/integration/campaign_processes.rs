@@ -144,8 +144,13 @@ fn reconcile(
     assert_eq!(open, 0, "every send reached a terminal state");
     let (slots, counted) = rt.block_on(async {
         let mut c = pool.acquire().await.unwrap();
-        let slots = app::db::sends::progress(&mut c, org, id).await.unwrap();
-        (slots, app::db::sends::counted(&mut c, id).await.unwrap())
+        let slots = app::db::progress_slots::progress(&mut c, org, id)
+            .await
+            .unwrap();
+        (
+            slots,
+            app::db::progress_slots::counted(&mut c, id).await.unwrap(),
+        )
     });
     assert_eq!(slots, counted, "counter slots vs count(*)");
     eprintln!(

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use app::db::{audience, campaign_states, campaigns, sends};
+use app::db::{audience, campaign_states, campaigns, progress_slots, sends};
 use app::domain::{EmailAddress, Role, Transition};
 use mailroom::campaign::{self, Config};
 use mailroom::delivery::Worker;
@@ -131,8 +131,8 @@ pub(crate) async fn run_to_end(pool: &PgPool, id: i64, sink: &SmtpSink) {
 
 async fn slots_equal_counts(pool: &PgPool, org: i64, id: i64) {
     let mut c = pool.acquire().await.unwrap();
-    let slots = sends::progress(&mut c, org, id).await.unwrap();
-    let counted = sends::counted(&mut c, id).await.unwrap();
+    let slots = progress_slots::progress(&mut c, org, id).await.unwrap();
+    let counted = progress_slots::counted(&mut c, id).await.unwrap();
     assert_eq!(slots, counted, "counter slots vs count(*)");
 }
 
@@ -373,7 +373,7 @@ async fn after_a_cancel_nothing_queued_is_sent_and_the_counts_add_up() {
     );
     assert_eq!(status(&pool, id).await, "cancelled");
     let mut c = pool.acquire().await.unwrap();
-    let p = sends::counted(&mut c, id).await.unwrap();
+    let p = progress_slots::counted(&mut c, id).await.unwrap();
     assert_eq!(p.queued, 0);
     assert_eq!(p.delivered as usize, sent_before);
     assert_eq!((p.delivered + p.cancelled) as usize, n, "{p:?}");
@@ -399,7 +399,10 @@ async fn the_leader_reconciles_a_finished_campaigns_slots_once() {
         .unwrap()
         .unwrap();
     let mut c = pool.acquire().await.unwrap();
-    assert_eq!(sends::to_reconcile(&mut c, 10).await.unwrap(), vec![id]);
+    assert_eq!(
+        progress_slots::to_reconcile(&mut c, 10).await.unwrap(),
+        vec![id]
+    );
     // A change to a delivery and its slot (as an operator's retry makes) is in flight while
     // the reconcile runs, and commits after it read the rows: its increment must survive.
     let mut other = pool.begin().await.unwrap();
@@ -417,7 +420,9 @@ async fn the_leader_reconciles_a_finished_campaigns_slots_once() {
         let pool = pool.clone();
         async move {
             let mut tx = pool.begin().await.unwrap();
-            let r = sends::reconcile(&mut tx, id, &lease).await.unwrap();
+            let r = progress_slots::reconcile(&mut tx, id, &lease)
+                .await
+                .unwrap();
             tx.commit().await.unwrap();
             r
         }
@@ -432,7 +437,10 @@ async fn the_leader_reconciles_a_finished_campaigns_slots_once() {
     );
     slots_equal_counts(&pool, org, id).await;
     assert!(
-        sends::to_reconcile(&mut c, 10).await.unwrap().is_empty(),
+        progress_slots::to_reconcile(&mut c, 10)
+            .await
+            .unwrap()
+            .is_empty(),
         "once"
     );
 }
