@@ -310,7 +310,7 @@ mod tests {
         assert!(html.contains("href=\"https://ok.example/p?q=1\""), "{html}");
         assert_eq!(html.matches("href=\"#\"").count(), 2, "{html}");
         assert!(html.contains("src=\"#\""), "{html}");
-        // The plain-text part is the source filled in, as before.
+        // The plain-text part is the source filled in as typed.
         let text = c.render(&f).unwrap().text.unwrap();
         assert!(
             text.starts_with("Hi [click](javascript:alert(1))"),

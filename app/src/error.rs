@@ -81,11 +81,15 @@ impl FromServerFnError for AppError {
 
 #[cfg(feature = "ssr")]
 impl From<sqlx::Error> for AppError {
+    /// The log line names where the failing statement was run (the `?` that converted it), so
+    /// a database error points at its query.
+    #[track_caller]
     fn from(e: sqlx::Error) -> Self {
         match e {
             sqlx::Error::RowNotFound => AppError::NotFound,
             other => {
-                tracing::error!(error = %other, "database error");
+                let at = std::panic::Location::caller();
+                tracing::error!(error = %other, at = %format_args!("{}:{}", at.file(), at.line()), "database error");
                 AppError::Internal
             }
         }

@@ -1,11 +1,5 @@
 import { test, expect } from '@playwright/test';
-
-const email = process.env.MAILROOM_E2E_EMAIL;
-const password = process.env.MAILROOM_E2E_PASSWORD;
-
-async function hydrated(page) {
-  await expect(page.locator('#app')).toHaveAttribute('data-hydrated', 'true', { timeout: 20_000 });
-}
+import { hydrated, email, password } from '../support.mjs';
 
 test('the binary alone serves a dashboard that hydrates: sign in, navigate without reload, styles applied', async ({ page }) => {
   const errors = [];

@@ -4,23 +4,11 @@
 // measured and printed (only "at least once within a second" is asserted: timings on a shared
 // 2-core machine are not a pass/fail matter).
 import { test, expect } from '@playwright/test';
-import { execFileSync } from 'node:child_process';
-
-const email = process.env.MAILROOM_E2E_EMAIL;
-const password = process.env.MAILROOM_E2E_PASSWORD;
-const psqlBin = process.env.MAILROOM_E2E_PSQL ?? '/usr/lib/postgresql/15/bin/psql';
-
-function sql(statement) {
-  return execFileSync(psqlBin, [process.env.MAILROOM_E2E_PG, '-v', 'ON_ERROR_STOP=1', '-qAt', '-c', statement], { encoding: 'utf8' }).trim();
-}
+import { hydrated, sql, email, password } from '../support.mjs';
 
 // The replica's one progress listener (sqlx sends `LISTEN "mailroom_progress"`; the campaign
 // worker's approval listener is on another channel, and only A has a progress hub).
 const LISTENER = `from pg_stat_activity where query ilike 'listen%mailroom_progress%'`;
-
-async function hydrated(page) {
-  await expect(page.locator('#app')).toHaveAttribute('data-hydrated', 'true', { timeout: 20_000 });
-}
 
 function quantile(sorted, q) {
   return sorted[Math.min(sorted.length - 1, Math.round((sorted.length - 1) * q))];

@@ -1,12 +1,5 @@
 import { test, expect } from '@playwright/test';
-
-const email = process.env.MAILROOM_E2E_EMAIL;
-const password = process.env.MAILROOM_E2E_PASSWORD;
-
-// The app marks #app data-hydrated="true" from an effect, which runs only in the browser.
-async function hydrated(page) {
-  await expect(page.locator('#app')).toHaveAttribute('data-hydrated', 'true', { timeout: 20_000 });
-}
+import { hydrated, email, password } from '../support.mjs';
 
 test('a wrong password shows a clear error and no session', async ({ page }) => {
   await page.goto('/login');

@@ -1,21 +1,5 @@
 import { test, expect } from '@playwright/test';
-
-const email = process.env.MAILROOM_E2E_EMAIL;
-const password = process.env.MAILROOM_E2E_PASSWORD;
-
-// The app marks #app data-hydrated="true" from an effect, which runs only in the browser.
-async function hydrated(page) {
-  await expect(page.locator('#app')).toHaveAttribute('data-hydrated', 'true', { timeout: 20_000 });
-}
-
-async function signIn(page) {
-  await page.goto('/login');
-  await hydrated(page);
-  await page.fill('input[name=email]', email);
-  await page.fill('input[name=password]', password);
-  await page.click('#sign-in');
-  await expect(page.locator('#org-name')).toHaveText('Acme Analytics');
-}
+import { hydrated, signIn, email, password } from '../support.mjs';
 
 const count = (page, status) => page.locator(`[data-test=count-${status}] [data-test=count-value]`);
 
@@ -95,7 +79,7 @@ test('mail captured by the worker (no SMTP configured) can be opened and read', 
     await expect(page.locator('[data-test=open-message]').first()).toBeVisible({ timeout: 1_000 });
   }).toPass({ timeout: 30_000 });
   // Follow the link as a fresh page load (server-rendered): a client-side click here failed
-  // once in six runs under load (noted for the dashboard issue).
+  // once in six runs under load.
   const href = await page.locator('[data-test=open-message]').first().getAttribute('href');
   expect(href).toMatch(/^\/deliveries\/message\?job=/);
   await page.goto(href);

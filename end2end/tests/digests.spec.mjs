@@ -1,20 +1,5 @@
 import { test, expect } from '@playwright/test';
-
-const email = process.env.MAILROOM_E2E_EMAIL;
-const password = process.env.MAILROOM_E2E_PASSWORD;
-
-async function hydrated(page) {
-  await expect(page.locator('#app')).toHaveAttribute('data-hydrated', 'true', { timeout: 20_000 });
-}
-
-async function signIn(page) {
-  await page.goto('/login');
-  await hydrated(page);
-  await page.fill('input[name=email]', email);
-  await page.fill('input[name=password]', password);
-  await page.click('#sign-in');
-  await expect(page.locator('#org-name')).toHaveText('Acme Analytics');
-}
+import { hydrated, signIn, email, password } from '../support.mjs';
 
 const adamSwitch = (page) =>
   page.locator('[data-test=digest-admin][data-email="adam@acme.example"] [data-test=opt-in]');

@@ -1,27 +1,9 @@
 import { test, expect } from '@playwright/test';
-import { execFileSync } from 'node:child_process';
+import { hydrated, signIn, sql } from '../support.mjs';
 
 // Markup typed into any field must stay text on every page, in the server's HTML and after
-// hydration: a campaign body that closed its <textarea> once put a live form on the owner's
-// editor page that made its admin author an owner with one click.
-
-const psqlBin = process.env.MAILROOM_E2E_PSQL ?? '/usr/lib/postgresql/15/bin/psql';
-function sql(statement) {
-  return execFileSync(psqlBin, [process.env.MAILROOM_E2E_PG, '-v', 'ON_ERROR_STOP=1', '-qAt', '-c', statement], { encoding: 'utf8' }).trim();
-}
-
-async function hydrated(page) {
-  await expect(page.locator('#app')).toHaveAttribute('data-hydrated', 'true', { timeout: 20_000 });
-}
-
-async function signIn(page, email, password) {
-  await page.goto('/login');
-  await hydrated(page);
-  await page.fill('input[name=email]', email);
-  await page.fill('input[name=password]', password);
-  await page.click('#sign-in');
-  await expect(page.locator('#org-name')).toHaveText('Acme Analytics');
-}
+// hydration: a campaign body that closes its <textarea> could otherwise put a live form on the
+// owner's editor page that makes its admin author an owner with one click.
 
 // Ends every raw-text element a page could hold it in, then tries three kinds of live markup.
 // "zz" sorts it after the demo data, so the specs that pick the first list are not disturbed.
@@ -30,7 +12,7 @@ const P = 'zz</textarea></title></style></script><b data-injected="b">b</b>'
 const quoted = `$inj$${P}$inj$`;
 
 test('markup typed into any field stays text on every page, for the server and after hydration', async ({ page, browser }) => {
-  // The attack as it was made: an admin writes the campaign through the editor.
+  // The attack as an admin would make it: writing the campaign through the editor.
   const context = await browser.newContext();
   const admin = await context.newPage();
   await signIn(admin, process.env.MAILROOM_E2E_ADMIN_EMAIL, process.env.MAILROOM_E2E_ADMIN_PASSWORD);

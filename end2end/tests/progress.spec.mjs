@@ -1,17 +1,5 @@
 import { test, expect } from '@playwright/test';
-import { execFileSync } from 'node:child_process';
-
-const email = process.env.MAILROOM_E2E_EMAIL;
-const password = process.env.MAILROOM_E2E_PASSWORD;
-const psqlBin = process.env.MAILROOM_E2E_PSQL ?? '/usr/lib/postgresql/15/bin/psql';
-
-function sql(statement) {
-  return execFileSync(psqlBin, [process.env.MAILROOM_E2E_PG, '-v', 'ON_ERROR_STOP=1', '-qAt', '-c', statement], { encoding: 'utf8' }).trim();
-}
-
-async function hydrated(page) {
-  await expect(page.locator('#app')).toHaveAttribute('data-hydrated', 'true', { timeout: 20_000 });
-}
+import { hydrated, sql, email, password } from '../support.mjs';
 
 test('campaign page: progress moves live, without a reload, as the workers send', async ({ page }) => {
   const errors = [];
@@ -32,8 +20,9 @@ test('campaign page: progress moves live, without a reload, as the workers send'
   await expect(page.locator('[data-test=live]')).toHaveText('● live');
   await page.evaluate(() => { window.__noReload = 'still here'; });
 
-  // A second admin approves it for now (the approval screens come with issue 6): the workers of
-  // the running server start it, send it through capture, and the page follows.
+  // A second admin's approval, written to the database (workflow.spec.mjs approves through the
+  // pages) so this page stays open: the workers of the running server start it, send it
+  // through capture, and the page follows.
   const id = Number(new URL(page.url()).pathname.split('/').pop());
   sql(`update campaigns c set status = 'approved', submitted_at = now(), approved_at = now(),
       approver_id = (select u.id from users u where u.org_id = c.org_id and u.email_lower = 'adam@acme.example'),

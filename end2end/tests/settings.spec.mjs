@@ -1,23 +1,7 @@
 import { test, expect } from '@playwright/test';
+import { hydrated, signIn, email, password } from '../support.mjs';
 import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-
-const email = process.env.MAILROOM_E2E_EMAIL;
-const password = process.env.MAILROOM_E2E_PASSWORD;
-
-// The app marks #app data-hydrated="true" from an effect, which runs only in the browser.
-async function hydrated(page) {
-  await expect(page.locator('#app')).toHaveAttribute('data-hydrated', 'true', { timeout: 20_000 });
-}
-
-async function signIn(page) {
-  await page.goto('/login');
-  await hydrated(page);
-  await page.fill('input[name=email]', email);
-  await page.fill('input[name=password]', password);
-  await page.click('#sign-in');
-  await expect(page.locator('#org-name')).toHaveText('Acme Analytics');
-}
 
 test('settings: sender identity, invite a user who sets a password from the mail, audit log', async ({ page, browser }) => {
   const errors = [];

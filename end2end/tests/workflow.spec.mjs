@@ -1,14 +1,5 @@
 import { test, expect } from '@playwright/test';
-import { execFileSync } from 'node:child_process';
-
-const psqlBin = process.env.MAILROOM_E2E_PSQL ?? '/usr/lib/postgresql/15/bin/psql';
-function sql(statement) {
-  return execFileSync(psqlBin, [process.env.MAILROOM_E2E_PG, '-v', 'ON_ERROR_STOP=1', '-qAt', '-c', statement], { encoding: 'utf8' }).trim();
-}
-
-async function hydrated(page) {
-  await expect(page.locator('#app')).toHaveAttribute('data-hydrated', 'true', { timeout: 20_000 });
-}
+import { hydrated, signIn, sql } from '../support.mjs';
 
 // Opens an action's confirmation; retried because the panel re-renders once more after the
 // page re-reads the campaign, which closes a dialog opened in between.
@@ -19,15 +10,6 @@ async function openDialog(page, verb) {
     await page.waitForTimeout(300);
     await expect(details).toHaveJSProperty('open', true, { timeout: 100 });
   }).toPass({ timeout: 10_000 });
-}
-
-async function signIn(page, email, password) {
-  await page.goto('/login');
-  await hydrated(page);
-  await page.fill('input[name=email]', email);
-  await page.fill('input[name=password]', password);
-  await page.click('#sign-in');
-  await expect(page.locator('#org-name')).toHaveText('Acme Analytics');
 }
 
 // Another admin, signed in in a browser context of their own.

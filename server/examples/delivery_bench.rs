@@ -1,4 +1,4 @@
-//! Delivery throughput benchmark (issue 3): on this machine, in one run,
+//! Delivery throughput benchmark: on this machine, in one run,
 //! (1) the raw ceiling — Mailroom's SMTP client alone (same stage-by-stage code, same
 //!     TCP_NODELAY sockets, same concurrency) blasting Postfix `smtp-sink`, no database;
 //! (2) the delivery engine — a real `mailroom worker` process draining N queued deliveries from
@@ -8,7 +8,7 @@
 //! Run through `bench/delivery.sh` (builds release, then runs this).
 //! Usage: delivery_bench <mailroom binary> [messages=100000] [connections=8] [batch=200] [orgs=1]
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
@@ -21,32 +21,7 @@ use mailroom::smtp::{BodyOutcome, Connection, Target};
 
 #[path = "support/mod.rs"]
 mod support;
-use support::free_port;
-
-struct Sink(Child, u16);
-
-impl Drop for Sink {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn start_sink() -> anyhow::Result<Sink> {
-    let port = free_port()?;
-    let child = Command::new("smtp-sink")
-        .args(["-u", "nobody", &format!("127.0.0.1:{port}"), "1024"])
-        .stdout(Stdio::null())
-        .spawn()
-        .context("starting Postfix smtp-sink (apt-get install postfix)")?;
-    for _ in 0..100 {
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return Ok(Sink(child, port));
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    bail!("smtp-sink did not listen on {port}")
-}
+use support::Sink;
 
 /// The raw ceiling: `connections` tasks, each its own connection, `messages` in all.
 async fn raw(port: u16, connections: usize, messages: usize) -> anyhow::Result<f64> {
@@ -124,16 +99,16 @@ async fn main() -> anyhow::Result<()> {
     let connections: usize = args.get(3).map_or(Ok(8), |s| s.parse())?;
     let batch: usize = args.get(4).map_or(Ok(200), |s| s.parse())?;
     let orgs: usize = args.get(5).map_or(Ok(1), |s| s.parse())?;
-    let sink = start_sink()?;
-    println!("messages={messages} connections={connections} batch={batch} orgs={orgs} sink=postfix smtp-sink 127.0.0.1:{}", sink.1);
+    let sink = Sink::start()?;
+    println!("messages={messages} connections={connections} batch={batch} orgs={orgs} sink=postfix smtp-sink 127.0.0.1:{}", sink.port);
 
-    let (sink_cpu, client_cpu) = (cpu_seconds(sink.0.id()), cpu_seconds(std::process::id()));
-    let raw_rate = raw(sink.1, connections, messages).await?;
+    let (sink_cpu, client_cpu) = (cpu_seconds(sink.pid()), cpu_seconds(std::process::id()));
+    let raw_rate = raw(sink.port, connections, messages).await?;
     println!("raw ceiling (SMTP client alone, no database): {raw_rate:.0} msg/s");
     println!(
         "  CPU per message: client {:.0} us, smtp-sink {:.0} us",
         (cpu_seconds(std::process::id()) - client_cpu) * 1e6 / messages as f64,
-        (cpu_seconds(sink.0.id()) - sink_cpu) * 1e6 / messages as f64
+        (cpu_seconds(sink.pid()) - sink_cpu) * 1e6 / messages as f64
     );
 
     let data = tempfile::Builder::new()
@@ -200,7 +175,7 @@ async fn main() -> anyhow::Result<()> {
             .execute(&pool)
             .await?;
     }
-    let (sink_cpu, pg_cpu) = (cpu_seconds(sink.0.id()), postgres_cpu_seconds());
+    let (sink_cpu, pg_cpu) = (cpu_seconds(sink.pid()), postgres_cpu_seconds());
     let started = Instant::now();
     let mut worker = Command::new(bin)
         .args(["worker", "--data-dir"])
@@ -209,7 +184,7 @@ async fn main() -> anyhow::Result<()> {
             "--smtp-host",
             "127.0.0.1",
             "--smtp-port",
-            &sink.1.to_string(),
+            &sink.port.to_string(),
         ])
         .args(["--smtp-connections", &connections.to_string()])
         .args(["--delivery-batch", &batch.to_string()])
@@ -239,7 +214,7 @@ async fn main() -> anyhow::Result<()> {
                 "  CPU per message: worker {:.0} us, PostgreSQL {:.0} us, smtp-sink {:.0} us",
                 per(cpu_seconds(worker.id())),
                 per(postgres_cpu_seconds() - pg_cpu),
-                per(cpu_seconds(sink.0.id()) - sink_cpu)
+                per(cpu_seconds(sink.pid()) - sink_cpu)
             );
             break;
         }

@@ -1,4 +1,4 @@
-//! Worker throughput with 0 and with N open progress streams (issue 6). One `mailroom serve`
+//! Worker throughput with 0 and with N open progress streams. One `mailroom serve`
 //! (dashboard and workers in one process, as most installs run it) sends a campaign to Postfix's
 //! `smtp-sink`; during the "streams" runs, N clients hold its progress stream open on that same
 //! replica and read every event. After an uncounted warm-up, runs alternate (0, N, 0, N, …) so

@@ -1,4 +1,4 @@
-//! Soak test (issue 7): three `mailroom serve` replicas (workers on) on one data directory — the
+//! Soak test: three `mailroom serve` replicas (workers on) on one data directory — the
 //! first owns the embedded PostgreSQL cluster, the others join it through its socket — all
 //! sending to one SMTP sink in this process, under one global rate limit, for a fixed duration:
 //!

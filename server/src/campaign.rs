@@ -1,10 +1,12 @@
 //! The campaign worker, on every replica: starts due campaigns (compare-and-set, one winner,
 //! recipients materialised in the same transaction), hands queued sends to the delivery queue
 //! in SKIP LOCKED batches, sweeps cancelled campaigns, and finishes campaigns with nothing
-//! left. Each step is one idempotent statement or transaction (the seed's four layers), so a
+//! left. Each step is one idempotent statement or transaction (guarantees 4–8), so a
 //! process killed anywhere leaves nothing half done.
 
 use std::time::Duration;
+
+use anyhow::Context;
 
 use sqlx::postgres::PgListener;
 use sqlx::PgPool;
@@ -81,15 +83,17 @@ async fn start_one(pool: &PgPool, org_id: i64, id: i64) -> sqlx::Result<Option<i
 
 /// One round: start, hand off (up to [`BATCHES_PER_ROUND`] batches), sweep cancelled, finish.
 #[tracing::instrument(name = "campaign_round", skip_all, fields(batch = cfg.batch))]
-pub async fn round(pool: &PgPool, cfg: &Config, notifier: &Notifier) -> sqlx::Result<Round> {
+pub async fn round(pool: &PgPool, cfg: &Config, notifier: &Notifier) -> anyhow::Result<Round> {
     let mut r = Round {
-        started: start_due(pool).await?,
+        started: start_due(pool).await.context("starting due campaigns")?,
         ..Round::default()
     };
     let started: Vec<i64> = r.started.iter().map(|s| s.0).collect();
     notifier.touch(&started);
     for _ in 0..BATCHES_PER_ROUND {
-        let h = sends::hand_off(pool, cfg.batch, cfg.watermark, CAMPAIGNS_PER_BATCH).await?;
+        let h = sends::hand_off(pool, cfg.batch, cfg.watermark, CAMPAIGNS_PER_BATCH)
+            .await
+            .context("handing recipients to the delivery queue")?;
         notifier.touch(&h.campaigns);
         r.handed_off += h.handed_off;
         r.suppressed += h.suppressed;
@@ -99,14 +103,18 @@ pub async fn round(pool: &PgPool, cfg: &Config, notifier: &Notifier) -> sqlx::Re
     }
     // Bounded per round, so a million-recipient cancel never stalls this replica's hand-offs.
     for _ in 0..SWEEPS_PER_ROUND {
-        let n = sends::sweep_cancelled(pool, cfg.batch.max(500)).await?;
+        let n = sends::sweep_cancelled(pool, cfg.batch.max(500))
+            .await
+            .context("sweeping cancelled campaigns")?;
         r.cancelled += n;
         if n == 0 {
             break;
         }
     }
     let mut conn = pool.acquire().await?;
-    r.finished = campaign_states::finish_done(&mut conn).await?;
+    r.finished = campaign_states::finish_done(&mut conn)
+        .await
+        .context("finishing sent campaigns")?;
     for id in &r.finished {
         tracing::info!(campaign = id, "campaign sent");
     }
@@ -138,7 +146,7 @@ pub async fn run(pool: PgPool, cfg: Config, notifier: Notifier, shutdown: Shutdo
                 false => cfg.tick,
             },
             Err(e) => {
-                tracing::warn!(error = %e, "campaign round failed; retrying");
+                tracing::warn!(error = %format_args!("{e:#}"), "campaign round failed; retrying");
                 Duration::from_secs(1)
             }
         };

@@ -6,7 +6,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use leptos::prelude::*;
-use leptos_axum::{generate_route_list, LeptosRoutes};
+use leptos_axum::{generate_route_list, AxumRouteListing, LeptosRoutes};
 use sqlx::PgPool;
 use std::time::Duration;
 use tower_http::limit::RequestBodyLimitLayer;
@@ -92,7 +92,7 @@ fn router(state: AppState, api: ApiConfig) -> Router {
     let dev = state.leptos_options.env == leptos::config::Env::DEV;
     let unsubscribe =
         crate::unsubscribe::routes(state.pool.clone(), state.unsubscribe_keys.clone());
-    let routes = generate_route_list(App);
+    let routes = route_list();
     let context = {
         let pool = state.pool.clone();
         let figures = app::api::figures::Figures::default();
@@ -181,6 +181,16 @@ fn router(state: AppState, api: ApiConfig) -> Router {
             }),
         );
     crate::security_headers::apply(app, dev)
+}
+
+/// The app's routes, generated once per process. Generating them suppresses resource loads
+/// process-wide (leptos' `SuppressResourceLoad`, leptos-rs/leptos#4773): a page whose resource
+/// first polled while another router was being built waited forever (a 408 after the request
+/// timeout). Production builds one router; the test suite builds one per test, concurrently with
+/// other tests' pages.
+fn route_list() -> Vec<AxumRouteListing> {
+    static ROUTES: std::sync::OnceLock<Vec<AxumRouteListing>> = std::sync::OnceLock::new();
+    ROUTES.get_or_init(|| generate_route_list(App)).clone()
 }
 
 /// A page on another name that resolves to us (DNS rebinding) must not be able to read or drive

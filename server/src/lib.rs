@@ -58,5 +58,5 @@ pub mod state;
 pub mod telemetry;
 /// Public one-click unsubscribe (RFC 8058) and its signing keys.
 pub mod unsubscribe;
-/// The worker host: heartbeat now, the workers of later issues beside it.
+/// The worker host: heartbeat, leader jobs, digest ticker, campaign and delivery workers.
 pub mod worker;

@@ -15,7 +15,7 @@ pub struct DigestAdmin {
     pub user_id: i64,
     pub name: String,
     pub email: String,
-    pub role: String,
+    pub role: crate::domain::Role,
     pub weekly_digest: bool,
     /// The signed-in user may change this admin's opt-in.
     pub can_toggle: bool,
@@ -36,7 +36,7 @@ pub struct DigestsData {
     pub this_week: String,
     pub this_week_at: String,
     /// `scheduled` or `skipped` once this week's slot was claimed; `None` before.
-    pub this_week_claimed: Option<String>,
+    pub this_week_claimed: Option<crate::domain::DigestKind>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -214,7 +214,7 @@ pub async fn resend_dialog() -> Result<ResendConfirmation, AppError> {
     Ok(ResendConfirmation {
         key,
         scheduled_pending: week.claimed_as.is_none(),
-        scheduled_skipped: week.claimed_as.as_deref() == Some("skipped"),
+        scheduled_skipped: week.claimed_as == Some(crate::domain::DigestKind::Skipped),
         this_week: week.week_key,
         this_week_at: week.scheduled_local,
         recipients,

@@ -1,24 +1,42 @@
 //! Server functions: the dashboard's whole API. Each one starts from [`current_user`] (or is
 //! the login itself), so every read and write is scoped to the signed-in user's organisation.
 
+/// Settings › Audit log: who did what, when, with before and after (read only).
 pub mod audit_log;
+/// Signing in (throttled) and out, and who is signed in.
 pub mod auth;
+/// The campaign recycle bin: delete, restore, and when the leader purges each.
 pub mod campaign_bin;
+/// The campaign editor and its workflow transitions, each an audited compare-and-set.
 pub mod campaign_edit;
+/// Test sends of a campaign's content to a few typed-in addresses.
 pub mod campaign_test;
+/// The campaign list and one campaign with its progress.
 pub mod campaigns;
+/// The Deliveries page: counts, the list, an admin's retry, captured messages.
 pub mod deliveries;
+/// The Digests page: schedule, admins' opt-ins, history, preview and forced resend.
 pub mod digests;
+/// Costly dashboard figures: computed once for concurrent requests, cached by cost (server only).
 #[cfg(feature = "ssr")]
 pub mod figures;
+/// The public set-password page for invitations and resets; the link is the credential.
 pub mod invites;
+/// The Audience page's lists, and CSV imports into them with their progress.
 pub mod lists;
+/// The Overview page's figures of the signed-in organisation.
 pub mod overview;
+/// Sender authentication: the org's DKIM key and envelope sender (owners change them).
 pub mod sender_auth;
+/// Settings: the sender identity and the approval policy (owners change them).
 pub mod settings;
+/// The first-run page: the first organisation and its owner, behind the setup token.
 pub mod setup;
+/// The Audience page's subscribers: search, one subscriber, changes and erasure.
 pub mod subscribers;
+/// The Audience page's suppression list: search, add one or many, remove.
 pub mod suppressions;
+/// Settings › Users: the org's users, invitations, roles, disabling and password resets.
 pub mod users;
 
 pub use crate::model::CurrentUser;

@@ -14,7 +14,7 @@ pub const MAX_ADDED: usize = 1000;
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SuppressionRow {
     pub email: String,
-    pub reason: String,
+    pub reason: crate::domain::SuppressionReason,
     pub source: String,
     pub created: String,
 }

@@ -39,17 +39,15 @@ pub async fn users_view() -> Result<UsersData, AppError> {
     let users = crate::db::user_admin::list(&mut conn, me.org_id)
         .await?
         .into_iter()
-        .filter_map(|u| {
-            Some(UserEntry {
-                role: u.role.parse().ok()?,
-                is_me: u.id == me.user_id,
-                id: u.id,
-                name: u.name,
-                email: u.email,
-                disabled: u.disabled,
-                awaiting: u.awaiting,
-                created: u.created,
-            })
+        .map(|u| UserEntry {
+            role: u.role,
+            is_me: u.id == me.user_id,
+            id: u.id,
+            name: u.name,
+            email: u.email,
+            disabled: u.disabled,
+            awaiting: u.awaiting,
+            created: u.created,
         })
         .collect();
     Ok(UsersData {
@@ -152,17 +150,17 @@ pub async fn set_user_role(user_id: i64, role: String) -> Result<String, AppErro
     let (user, other_owners) = user_admin::lock_with_owners(&mut tx, me.org_id, user_id)
         .await?
         .ok_or(AppError::NotFound)?;
-    if user.role == role.as_str() {
+    if user.role == role {
         return Ok(format!("{} is already {role}.", user.name));
     }
-    if user.role == "owner" && !user.disabled && other_owners == 0 {
+    if user.role == Role::Owner && !user.disabled && other_owners == 0 {
         return Err(last_owner(&user.name));
     }
     user_admin::set_role(&mut tx, me.org_id, user_id, role).await?;
     audit::record(
         &mut tx,
         audit::Entry {
-            before: Some(serde_json::json!({ "email": user.email, "role": user.role })),
+            before: Some(serde_json::json!({ "email": user.email, "role": user.role.as_str() })),
             after: Some(serde_json::json!({ "email": user.email, "role": role })),
             ..audit::Entry::by(&me, "user.role", "user", Some(user_id.to_string()))
         },
@@ -195,7 +193,7 @@ pub async fn set_user_disabled(user_id: i64, disabled: bool) -> Result<String, A
     if user.disabled == disabled {
         return Ok(done(&user.name));
     }
-    if disabled && user.role == "owner" && other_owners == 0 {
+    if disabled && user.role == Role::Owner && other_owners == 0 {
         return Err(last_owner(&user.name));
     }
     user_admin::set_disabled(&mut tx, me.org_id, user_id, disabled).await?;

@@ -347,8 +347,8 @@ fn give_back(filter: &str, requeued: &str, in_flight: &str) -> String {
 /// attempt): a live process keeps those claims however slow its SMTP server (each step is
 /// bounded by the SMTP timeout). A claim it abandoned, and a dead or stopped process's, runs
 /// out. Rows another transaction holds right now (this process's own ledger finishing them) are
-/// skipped, not waited for: waiting took their locks in another order and deadlocked. A skipped
-/// row that is still in flight is extended at the next renewal. Returns the rows extended.
+/// skipped, not waited for: waiting would take their locks in another order and deadlock. A
+/// skipped row that is still in flight is extended at the next renewal. Returns the rows extended.
 pub async fn extend_leases(
     pool: &PgPool,
     holder: &str,

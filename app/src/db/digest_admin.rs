@@ -47,7 +47,7 @@ pub struct Admin {
     pub id: i64,
     pub name: String,
     pub email: String,
-    pub role: String,
+    pub role: crate::domain::Role,
     pub weekly_digest: bool,
 }
 

@@ -1,6 +1,6 @@
 //! The figures a digest reports for an org's period: campaigns sent with their outcomes,
 //! subscribers gained, addresses suppressed and why, deliveries needing attention. Read for a
-//! whole chunk of orgs in one statement; later issues extend `Figures` with more lines.
+//! whole chunk of orgs in one statement.
 
 use chrono::{DateTime, NaiveDateTime, Utc};
 use serde::{Deserialize, Serialize};

@@ -14,8 +14,7 @@ pub struct ClaimedWeek {
     pub id: i64,
     pub org_id: i64,
     pub week_key: String,
-    /// `scheduled`, `manual`, or `skipped` when the 24-hour window had already passed.
-    pub kind: String,
+    pub kind: crate::domain::DigestKind,
     pub scheduled_at: DateTime<Utc>,
     pub period_start: DateTime<Utc>,
     pub period_end: DateTime<Utc>,
@@ -304,7 +303,7 @@ pub struct ThisWeek {
     pub period_end: DateTime<Utc>,
     /// The slot on the org's wall clock, e.g. `Mon 30 Nov 2026 09:00`.
     pub scheduled_local: String,
-    pub claimed_as: Option<String>,
+    pub claimed_as: Option<crate::domain::DigestKind>,
 }
 
 pub async fn this_week(conn: &mut PgConnection, org_id: i64) -> sqlx::Result<Option<ThisWeek>> {

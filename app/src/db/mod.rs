@@ -2,42 +2,79 @@
 //! executor or a pool and the caller's org id where rows are org-owned: nothing here can read
 //! another organisation's rows by accident.
 
+/// Subscribers, lists and memberships, and the one place suppressions are written.
 pub mod audience;
+/// Writing audit entries, inside the transaction of the action they record.
 pub mod audit;
+/// Reading the audit log, filtered, a page at a time.
 pub mod audit_log;
+/// Who a campaign reaches, defined once for materialising, estimate and preview.
 mod campaign_audience;
+/// Soft delete and restore of campaigns, and the leader's purge of the bin.
 pub mod campaign_bin;
+/// A draft's content: read, save (compare-and-set on its version), estimate, preview.
 pub mod campaign_edit;
+/// What a campaign page shows live: its state and progress summed over the slots.
 pub mod campaign_progress;
+/// Every campaign state change, each a compare-and-set on the states it allows.
 pub mod campaign_states;
+/// Creating drafts, the campaign list, and campaign content for the renderer.
 pub mod campaigns;
+/// Database-level statements (create, drop, swap databases) for the cluster and restores.
 pub mod cluster;
+/// The delivery queue: claims, leases and result writes fenced by attempt.
 pub mod deliveries;
+/// The dashboard's view of the delivery queue and the admin's retry.
 pub mod delivery_admin;
+/// Demo deliveries already in a final state, as if the delivery worker had sent them.
 pub mod demo;
+/// The Digests page's reads and writes: schedule, opt-ins, history.
 pub mod digest_admin;
+/// The figures a digest reports, read for a whole chunk of orgs in one statement.
 pub mod digest_figures;
+/// The digest's arbiter: claiming an org's week is inserting its `digest_sends` row.
 pub mod digests;
+/// Whether the database answers a query (`/readyz`).
 pub mod health;
+/// Each worker host's heartbeat row, timed by the database clock.
 pub mod heartbeat;
+/// CSV imports: the progress row (outside the import's transaction) and the batch insert.
 pub mod imports;
+/// Leader leases per role, timed by the database clock and fenced by epoch.
 pub mod leader;
+/// An org's lists with member counts: create, rename, delete.
 pub mod lists;
+/// Login throttle counters, locked and counted before a password is checked.
 pub mod login_throttle;
+/// What `/metrics` reads from the database, at a cost independent of the queue's size.
 pub mod metrics;
+/// The embedded migrations, applied strictly or tolerating newer ones (rolling upgrades).
 pub mod migrate;
+/// Creating organisations (the first with its owner), time zone checks, lookups.
 pub mod orgs;
+/// The Overview page's figures of one organisation, in one round trip.
 pub mod overview;
+/// Set-password links: issued, redeemed once; only the token's hash is stored.
 pub mod password_tokens;
+/// A campaign's progress counters, spread over slot rows, moved with each state change.
 pub mod progress_slots;
+/// The per-SMTP-server token bucket shared by every replica, refilled by database time.
 pub mod rate_limit;
+/// Generated secrets shared by every replica: created once, then read by all.
 pub mod secrets;
+/// A campaign's recipients: materialised once, then handed to the delivery queue in batches.
 pub mod sends;
+/// Server-side sessions, stored by the hash of their token.
 pub mod sessions;
+/// The org's sender identity, envelope sender and DKIM key.
 pub mod settings;
+/// An org's subscribers as the Audience pages see them, and the admin's changes.
 pub mod subscribers;
+/// The suppression list as admins manage it: search, add, remove.
 pub mod suppression_admin;
+/// Managing an org's users: the list, roles, disabling, set-password link state.
 pub mod user_admin;
+/// Creating users, finding them at login, and setting their passwords.
 pub mod users;
 
 pub use sqlx::PgPool;

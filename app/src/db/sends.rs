@@ -1,5 +1,5 @@
 //! A campaign's recipients (`sends`, the campaign worker's real queue): built once when the
-//! campaign starts, then handed to the delivery queue in batches. Layers 2–4 of the seed: each
+//! campaign starts, then handed to the delivery queue in batches (guarantees 5–8): each
 //! statement here is idempotent and set-based, so a worker killed anywhere leaves nothing half
 //! done and a rerun creates nothing twice.
 
@@ -59,7 +59,7 @@ pub struct HandOff {
     pub campaigns: Vec<i64>,
 }
 
-/// Layers 3 and 4 in one transaction and one commit: claims up to `batch` queued sends of
+/// Guarantees 6–8 in one transaction and one commit: claims up to `batch` queued sends of
 /// `sending` campaigns (`FOR UPDATE SKIP LOCKED`, so racing workers take disjoint batches and
 /// never wait), at most `campaigns` campaigns at a time picked at random (they take turns),
 /// and only from campaigns with fewer than `watermark` queued deliveries (0: no limit), so

@@ -6,7 +6,7 @@ use sqlx::PgConnection;
 #[derive(sqlx::FromRow, Debug, Clone)]
 pub struct Row {
     pub email: String,
-    pub reason: String,
+    pub reason: crate::domain::SuppressionReason,
     pub source: String,
     pub created: String,
     /// Keyset of this row: `<created_at, UTC, to the µs>|<email>`.

@@ -10,7 +10,7 @@ pub struct UserRow {
     pub id: i64,
     pub name: String,
     pub email: String,
-    pub role: String,
+    pub role: crate::domain::Role,
     pub disabled: bool,
     /// `invited` or `reset` while the user has no password, else None.
     pub awaiting: Option<String>,
@@ -41,7 +41,7 @@ pub struct Target {
     pub id: i64,
     pub name: String,
     pub email: String,
-    pub role: String,
+    pub role: crate::domain::Role,
     pub disabled: bool,
     /// Invited and has not set a password yet.
     pub invited: bool,
@@ -67,7 +67,7 @@ pub async fn lock_with_owners(
     .await?;
     let others = rows
         .iter()
-        .filter(|r| r.id != user_id && r.role == "owner" && !r.disabled)
+        .filter(|r| r.id != user_id && r.role == crate::domain::Role::Owner && !r.disabled)
         .count();
     Ok(rows
         .into_iter()

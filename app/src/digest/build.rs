@@ -9,7 +9,7 @@ use super::Templates;
 use crate::db::audit;
 use crate::db::digest_figures::{self, Period};
 use crate::db::digests::{self, ClaimedWeek, ManualClaim, ManualRequest};
-use crate::domain::WeekKey;
+use crate::domain::{DigestKind, WeekKey};
 
 /// Orgs per chunk of a tick (one transaction each).
 pub const CHUNK: i64 = 1000;
@@ -48,7 +48,10 @@ pub async fn build(
     claims: &[ClaimedWeek],
     templates: &Templates,
 ) -> Result<i64, BuildError> {
-    let to_build: Vec<&ClaimedWeek> = claims.iter().filter(|c| c.kind != "skipped").collect();
+    let to_build: Vec<&ClaimedWeek> = claims
+        .iter()
+        .filter(|c| c.kind != DigestKind::Skipped)
+        .collect();
     if to_build.is_empty() {
         return Ok(0);
     }
@@ -112,7 +115,10 @@ async fn run_chunk(
         total_us = t.elapsed().as_micros() as u64,
         "digest chunk committed"
     );
-    let skipped = claims.iter().filter(|c| c.kind == "skipped").count() as u64;
+    let skipped = claims
+        .iter()
+        .filter(|c| c.kind == DigestKind::Skipped)
+        .count() as u64;
     Ok((claims.len() as u64 - skipped, skipped, recipients))
 }
 

@@ -1,7 +1,9 @@
 //! The weekly digest (guarantees 1–3): the ticker's chunked claims, forced resends, and the
 //! digest's content. SQL lives in `db::digests`, `db::digest_figures` and `db::digest_admin`.
 
+/// Claiming a due week (tick) or a resend key and building its digest in that transaction.
 mod build;
+/// The digest's subject, text and HTML, rendered from its figures with minijinja.
 mod content;
 
 pub use build::{

@@ -82,19 +82,33 @@ macro_rules! text_enum {
     };
 }
 
+/// Subscriber statuses, names of people and lists, and checking one imported CSV row.
 pub mod audience;
+/// When to retry a temporary failure: exponential, capped, with jitter.
 mod backoff;
+/// Campaign states and their legal transitions, body formats and content.
 mod campaign;
+/// A delivery's state and kind, and where a newest-first page ends.
 mod delivery;
+/// DKIM signing domains and selectors, checked as DNS host name labels.
 mod dkim;
+/// `EmailAddress`: the one place its comparison form `email_lower` is computed.
 mod email;
+/// `JobId`: a message's deterministic identity, the base of its `Message-ID`.
 mod job_id;
+/// What a set-password link is for: an invitation or a reset.
 mod link;
+/// How failed sign-ins slow down and then lock further attempts.
 pub mod login_throttle;
+/// An organisation's identity as typed at creation (CLI or first-run page), checked once.
 pub mod org;
+/// A campaign's progress as pages show it, with the send rate and ETA.
 pub mod progress;
+/// A user's role within their organisation.
 mod role;
+/// What a one-line name typed by a person may not hold.
 pub mod text;
+/// `WeekKey`: a digest's dedupe key, an ISO week or a forced resend's `manual-…` key.
 mod week_key;
 
 pub use audience::{CsvColumns, ImportStatus, SubscriberStatus, SuppressionReason};
@@ -106,4 +120,4 @@ pub use email::{sentence, EmailAddress, EmailError};
 pub use job_id::{JobId, JobIdError};
 pub use link::LinkPurpose;
 pub use role::Role;
-pub use week_key::{WeekKey, WeekKeyError};
+pub use week_key::{DigestKind, WeekKey, WeekKeyError};

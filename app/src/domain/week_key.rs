@@ -132,6 +132,18 @@ impl From<WeekKey> for String {
     }
 }
 
+text_enum! {
+    /// How a digest came to be (`digest_sends.kind`).
+    pub enum DigestKind ("a digest kind") {
+        /// The weekly one, claimed within its 24-hour window.
+        Scheduled = "scheduled",
+        /// An admin's resend.
+        Manual = "manual",
+        /// The weekly one whose window had passed when it was claimed: recorded, never sent.
+        Skipped = "skipped",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -90,7 +90,7 @@ pub struct SubscriberRow {
 pub struct HistoryEntry {
     pub id: i64,
     pub week_key: String,
-    pub kind: String,
+    pub kind: crate::domain::DigestKind,
     pub covers_week: String,
     /// In the org's time zone.
     pub scheduled_at: String,

@@ -11,7 +11,7 @@ use crate::api::digests::{
     digest_preview, digests_view, DigestAdmin, DigestsData, HistoryEntry, SaveDigestSchedule,
     SetDigestOptIn,
 };
-use crate::domain::DeliveryStatus;
+use crate::domain::{DeliveryStatus, DigestKind};
 
 #[component]
 pub fn DigestsPage() -> impl IntoView {
@@ -66,10 +66,10 @@ pub fn DigestsPage() -> impl IntoView {
 
 #[component]
 fn ThisWeek(d: DigestsData) -> impl IntoView {
-    let state = match d.this_week_claimed.as_deref() {
-        Some("scheduled") => "sent".to_string(),
-        Some("skipped") => "skipped (the 24-hour window was missed)".to_string(),
-        _ => "not sent yet".to_string(),
+    let state = match d.this_week_claimed {
+        Some(DigestKind::Scheduled) => "sent",
+        Some(DigestKind::Skipped) => "skipped (the 24-hour window was missed)",
+        Some(DigestKind::Manual) | None => "not sent yet",
     };
     view! {
         <section class="mb-6 flex flex-wrap items-center justify-between gap-4 rounded-lg bg-white p-4 shadow dark:bg-slate-900">
@@ -155,7 +155,7 @@ fn AdminRow(a: DigestAdmin, action: ServerAction<SetDigestOptIn>) -> impl IntoVi
         <li class="flex items-center justify-between gap-3 py-2" data-test="digest-admin" data-email=a.email.clone()>
             <div>
                 <div class="font-medium">{a.name.clone()}</div>
-                <div class="text-slate-500 dark:text-slate-400">{a.email.clone()} " · " {a.role.clone()}</div>
+                <div class="text-slate-500 dark:text-slate-400">{a.email.clone()} " · " {a.role.as_str()}</div>
             </div>
             <ActionForm action=action>
                 <input type="hidden" name="user_id" value=a.user_id.to_string()/>
@@ -217,9 +217,9 @@ fn HistoryRow(r: HistoryEntry) -> impl IntoView {
         })
         .collect_view();
     view! {
-        <tr class="border-t border-slate-100 align-top dark:border-slate-800" data-test="digest-row" data-kind=r.kind.clone() data-week=r.week_key.clone()>
+        <tr class="border-t border-slate-100 align-top dark:border-slate-800" data-test="digest-row" data-kind=r.kind.as_str() data-week=r.week_key.clone()>
             <td class="p-3 font-mono text-xs">{r.covers_week.clone()}<div class="text-slate-400">{r.week_key.clone()}</div></td>
-            <td class="p-3">{r.kind.clone()}</td>
+            <td class="p-3">{r.kind.as_str()}</td>
             <td class="p-3 whitespace-nowrap">{r.scheduled_at.clone()}<div class="text-slate-400">{r.created_at.clone()}</div></td>
             <td class="p-3">{who}</td>
             <td class="p-3">

@@ -1,26 +1,48 @@
+/// Audience: the subscribers list, adding a subscriber, and the export.
 mod audience;
+/// Settings › Audit log, filtered and paged through the URL.
 mod audit_log;
+/// One campaign and its send progress, live.
 mod campaign;
+/// The recycle bin: deleted campaigns, when each is purged, and restore.
 mod campaign_bin;
+/// The draft editor, with a preview for a real recipient and the estimate.
 mod campaign_editor;
+/// A campaign rendered for one recipient, its HTML in a sandboxed frame.
 mod campaign_preview;
+/// The campaign page's workflow panel: who wrote, edited, approved it; its actions.
 mod campaign_workflow;
+/// The campaign list, filtered by status, and creating a campaign.
 mod campaigns;
+/// Deliveries: counts, the filtered list, an admin's retry, captured messages.
 mod deliveries;
+/// The forced resend's confirmation, rendered with a key the server issued.
 mod digest_resend;
+/// Digests: this week's digest, the schedule, admins' opt-ins and the history.
 mod digests;
+/// One CSV import: its progress, then what it did and the rows it refused.
 mod import;
+/// The public set-password page reached from an invitation or reset mail.
 mod invite;
 /// The signed-in pages' frame (navigation, who is signed in) and which paths it covers.
 pub mod layout;
+/// Lists: create, rename, delete; import a CSV file into one, export it.
 mod lists;
+/// The sign-in page, pointing to first-run setup while no organisation exists.
 mod login;
+/// The page for unknown paths (a server render answers 404).
 mod not_found;
+/// The Overview: the organisation's figures at a glance.
 mod overview;
+/// Settings › sender authentication: envelope sender, DKIM key and its DNS record.
 mod sender_auth;
+/// Settings: sender identity, time zone, and the users.
 mod settings;
+/// The first-run page, behind the one-time setup token.
 mod setup;
+/// One subscriber: edit, the campaigns that reached them, remove or erase.
 mod subscriber;
+/// The suppression list: search, add, remove.
 mod suppressions;
 
 use leptos::prelude::*;

@@ -74,7 +74,7 @@ fn Suppressions(
                         view! {
                             <tr class="border-t border-slate-100 dark:border-slate-800" data-test="suppression-row" data-email=r.email.clone()>
                                 <td class="p-3 font-medium">{r.email.clone()}</td>
-                                <td class="p-3">{r.reason}</td>
+                                <td class="p-3">{r.reason.as_str()}</td>
                                 <td class="p-3 text-slate-600 dark:text-slate-300">{r.source}</td>
                                 <td class="p-3 whitespace-nowrap text-slate-500 dark:text-slate-400">{r.created}</td>
                                 <td class="p-3 text-right">{can_act.then(|| view! {

@@ -1,4 +1,4 @@
-//! Campaign engine benchmark (issue 5), on this machine and in one run:
+//! Campaign engine benchmark, on this machine and in one run:
 //! (1) materialising a campaign over 3 overlapping lists (`campaign::start_due`: the start
 //!     compare-and-set and the `INSERT … SELECT DISTINCT ON` in one transaction), and the same
 //!     statement run bare through `psql` for the ratio;
@@ -312,15 +312,8 @@ async fn main() -> anyhow::Result<()> {
     }
 
     // (3) End to end into smtp-sink, with the worker's peak RSS.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port();
-    let mut sink = Command::new("smtp-sink")
-        .args(["-u", "nobody", &format!("127.0.0.1:{port}"), "1024"])
-        .stdout(Stdio::null())
-        .spawn()
-        .context("starting Postfix smtp-sink")?;
-    std::thread::sleep(Duration::from_millis(300));
+    let sink = support::Sink::start()?;
+    let port = sink.port;
     // The big campaign was materialised above; park it so the small one runs alone first.
     sqlx::query("update campaigns set status = 'paused' where id = $1")
         .bind(big_id)
@@ -368,7 +361,7 @@ async fn main() -> anyhow::Result<()> {
     )
     .await?;
     println!("the {big}-recipient campaign for 60 s: {n} delivered, {rate:.0} recipients/s, worker peak RSS {:.1} MiB", peak as f64 / 1024.0);
-    let _ = sink.kill();
+    drop(sink);
     pool.close().await;
     pg.shutdown().await?;
     Ok(())

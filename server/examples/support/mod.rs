@@ -1,13 +1,50 @@
-//! What the benches share: free ports, a replica's readiness, a signed-in dashboard client,
+//! What the benches share: Postfix's `smtp-sink` as the receiving server, free ports, a replica's readiness, a signed-in dashboard client,
 //! stopping a process, and the CPU counters of every process. Included by each bench with
 //! `#[path]` (cargo builds no example from a directory without a `main.rs`); each bench uses
 //! its own part of it.
 #![allow(dead_code)]
 
-use std::process::Child;
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use anyhow::bail;
+use anyhow::{bail, Context};
+
+/// Postfix's `smtp-sink` on a free port (every bench sends into the same receiver, so their
+/// figures compare); stopped when dropped.
+pub struct Sink {
+    child: Child,
+    pub port: u16,
+}
+
+impl Sink {
+    pub fn start() -> anyhow::Result<Sink> {
+        let port = free_port()?;
+        let child = Command::new("smtp-sink")
+            .args(["-u", "nobody", &format!("127.0.0.1:{port}"), "1024"])
+            .stdout(Stdio::null())
+            .spawn()
+            .context("starting Postfix smtp-sink (apt-get install postfix)")?;
+        let sink = Sink { child, port };
+        for _ in 0..100 {
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return Ok(sink);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        bail!("smtp-sink did not listen on {port}")
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Sink {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
 
 pub fn free_port() -> anyhow::Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?

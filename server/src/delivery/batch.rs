@@ -33,7 +33,9 @@ pub async fn claim(
     limit: i64,
 ) -> anyhow::Result<Vec<Claimed>> {
     let allowed = match cfg.rate_per_second {
-        Some(_) => app::db::rate_limit::take(pool, &cfg.bucket(), limit as i32).await? as i64,
+        Some(_) => app::db::rate_limit::take(pool, &cfg.bucket(), limit as i32)
+            .await
+            .context("taking from the rate limit")? as i64,
         None => limit,
     };
     if allowed == 0 {
@@ -57,7 +59,8 @@ impl Loaded {
         org_ids.sort_unstable();
         org_ids.dedup();
         let senders: HashMap<i64, Sender> = deliveries::senders(pool, &org_ids)
-            .await?
+            .await
+            .context("loading the batch's senders")?
             .into_iter()
             .map(|s| (s.org_id, s))
             .collect();
@@ -68,7 +71,10 @@ impl Loaded {
         let mut names = HashMap::new();
         if !refs.is_empty() {
             let mut conn = pool.acquire().await?;
-            for k in app::db::campaigns::contents(&mut conn, &refs).await? {
+            let contents = app::db::campaigns::contents(&mut conn, &refs)
+                .await
+                .context("loading the batch's campaign contents")?;
+            for k in contents {
                 match Compiled::new(&k) {
                     Ok(compiled) => {
                         campaigns.insert((k.org_id, k.id), compiled);
@@ -83,7 +89,8 @@ impl Loaded {
                 .filter_map(|c| Some((c.org_id, c.subscriber_id?)))
                 .collect();
             names = app::db::audience::subscriber_names(&mut conn, &subscribers)
-                .await?
+                .await
+                .context("loading the batch's subscriber names")?
                 .into_iter()
                 .collect();
         }
@@ -98,7 +105,8 @@ impl Loaded {
         } else {
             let mut conn = pool.acquire().await?;
             app::db::digests::contents(&mut conn, &digest_refs)
-                .await?
+                .await
+                .context("loading the batch's digests")?
                 .into_iter()
                 .map(|d| (d.id, d))
                 .collect()

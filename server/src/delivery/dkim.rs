@@ -18,7 +18,7 @@ use app::db::deliveries::Sender;
 /// absent, so nobody can add it later without breaking the signature. Not Content-Type nor
 /// Content-Transfer-Encoding: lettre writes a MIME body's own headers with the body, where its
 /// signer does not see them, so it would sign them as absent and every multipart message would
-/// fail verification (caught by the sender_auth integration test).
+/// fail verification (the sender_auth integration test checks this).
 const SIGNED_HEADERS: [&str; 9] = [
     "From",
     "To",

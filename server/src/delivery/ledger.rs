@@ -143,7 +143,8 @@ async fn group_commit<I, T, F, Fut>(
 async fn write_marks(pool: PgPool, held: Vec<(String, i32)>) -> anyhow::Result<Vec<bool>> {
     let mut conn = pool.acquire().await?;
     let marked: HashSet<String> = deliveries::mark_body_started(&mut conn, &held)
-        .await?
+        .await
+        .context("marking bodies as started")?
         .into_iter()
         .collect();
     Ok(held.iter().map(|(job, _)| marked.contains(job)).collect())
@@ -165,7 +166,8 @@ async fn write_results(pool: PgPool, batch: Vec<Result>) -> anyhow::Result<Vec<(
                 app::domain::SuppressionReason::HardBounce,
                 &source,
             )
-            .await?;
+            .await
+            .context("suppressing a hard bounce")?;
         }
     }
     let n = batch.len();
@@ -173,7 +175,9 @@ async fn write_results(pool: PgPool, batch: Vec<Result>) -> anyhow::Result<Vec<(
         .into_iter()
         .map(|r| (r.job_id, r.attempt, r.outcome))
         .collect();
-    deliveries::record(&mut tx, &rows).await?;
+    deliveries::record(&mut tx, &rows)
+        .await
+        .context("writing delivery outcomes")?;
     tx.commit().await.context("recording delivery outcomes")?;
     Ok(vec![(); n])
 }

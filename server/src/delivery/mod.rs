@@ -3,13 +3,21 @@
 //! its attempt. It runs in every `serve` / `worker` process; the database arbitrates between
 //! them.
 
+/// A claimed batch and what its renderers read, loaded once per batch.
 mod batch;
+/// DKIM signing: each org's key parsed once per batch, each message signed when rendered.
 mod dkim;
+/// The claims this process is working on: the only ones whose leases are extended.
 mod held;
+/// Set-password mail (`invite:` jobs), its link derived from the job id.
 mod invite;
+/// Group commit of every connection's body-start marks and outcomes.
 mod ledger;
+/// The steady state: feeders claim ahead, connections send, a settler lets claims go.
 mod pipeline;
+/// One renderer per kind, building each message at send time.
 mod render;
+/// Sending one claimed delivery and classifying its outcome exactly.
 mod send;
 
 use std::path::PathBuf;

@@ -9,7 +9,7 @@
 //!   is no longer extended) and announces the campaign's progress.
 //!
 //! Only the body-start mark stays on a message's path: the body is never written before the
-//! mark is committed (guarantee 10).
+//! mark is committed (guarantee 9).
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -50,7 +50,10 @@ impl RunAs {
 
     /// Makes `dir` (created by us) the database user's, mode 0700 as PostgreSQL requires.
     pub fn own(&self, dir: &Path) -> Result<(), PgError> {
-        let io = |e: std::io::Error| PgError::Io(format!("cannot prepare {}: {e}", dir.display()));
+        let io = |e: std::io::Error| PgError::Io {
+            what: format!("cannot prepare {}", dir.display()),
+            source: e,
+        };
         if self.dropped {
             chown(dir, Some(self.uid), Some(self.gid)).map_err(|e| io(e.into()))?;
         }

@@ -6,7 +6,9 @@
 //! Sockets are our own with TCP_NODELAY: lettre writes the end-of-data marker as a separate
 //! small write, which Nagle's algorithm and delayed ACKs turn into ~40 ms per message.
 
+/// Where mail goes (host, port, security, credentials), from flags or `MAILROOM_SMTP_URL`.
 mod target;
+/// Implicit TLS and STARTTLS on our own TCP_NODELAY socket.
 mod tls;
 
 use std::time::Duration;

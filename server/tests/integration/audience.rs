@@ -7,8 +7,8 @@
 use app::domain::Role;
 use serde_json::Value;
 
-use crate::helpers::{org_with_users, test_db};
-use crate::test_app::{json, signed_in, spawn_app, TestApp};
+use crate::support::helpers::{org_with_users, test_db};
+use crate::support::test_app::{json, signed_in, spawn_app, TestApp};
 
 async fn call(app: &TestApp, c: &reqwest::Client, endpoint: &str, args: &[(&str, &str)]) -> Value {
     let (_, body) = app.call_with(c, endpoint, args).await;
@@ -20,7 +20,7 @@ async fn subscribers_page_by_keyset_filter_and_are_added_and_edited_with_clear_r
     let pool = test_db().await;
     let (org, users) =
         org_with_users(&pool, "acme", &[Role::Owner, Role::Admin, Role::Viewer]).await;
-    let (lists, _) = crate::campaigns::audience_of(&pool, org, 120).await;
+    let (lists, _) = crate::support::fixtures::audience_of(&pool, org, 120).await;
     let app = spawn_app(pool.clone()).await;
     let admin = signed_in(&app, &users[1].1, &users[1].2).await;
     let viewer = signed_in(&app, &users[2].1, &users[2].2).await;
@@ -200,11 +200,12 @@ async fn subscribers_page_by_keyset_filter_and_are_added_and_edited_with_clear_r
 async fn a_reached_subscriber_cannot_be_removed_but_erased_everywhere_and_stays_suppressed() {
     let pool = test_db().await;
     let (org, users) = org_with_users(&pool, "acme", &[Role::Owner, Role::Admin]).await;
-    let (lists, n) = crate::campaigns::audience_of(&pool, org, 10).await;
-    let id = crate::campaigns::approved(&pool, org, users[0].0, users[1].0, &lists, "Hi").await;
+    let (lists, n) = crate::support::fixtures::audience_of(&pool, org, 10).await;
+    let id =
+        crate::support::fixtures::approved(&pool, org, users[0].0, users[1].0, &lists, "Hi").await;
     // The campaign starts and hands its sends off; nothing is delivered yet.
     let notifier = mailroom::progress::Notifier::default();
-    mailroom::campaign::round(&pool, &crate::campaigns::cfg(), &notifier)
+    mailroom::campaign::round(&pool, &crate::support::fixtures::cfg(), &notifier)
         .await
         .unwrap();
     let (subscriber, lower): (i64, String) = sqlx::query_as(
@@ -273,9 +274,9 @@ async fn a_reached_subscriber_cannot_be_removed_but_erased_everywhere_and_stays_
     .await;
     assert!(r["Conflict"].as_str().unwrap().contains("erased"), "{r}");
     // The campaign still accounts for everyone: the erased recipient ends suppressed, not sent.
-    let sink = crate::smtp_sink::SmtpSink::start();
+    let sink = crate::support::smtp_sink::SmtpSink::start();
     let mut worker =
-        mailroom::delivery::Worker::new(pool.clone(), crate::delivery_worker::config(&sink), "t");
+        mailroom::delivery::Worker::new(pool.clone(), crate::support::fixtures::config(&sink), "t");
     for _ in 0..50 {
         worker.round().await.unwrap();
     }
@@ -345,7 +346,7 @@ async fn lists_are_created_renamed_and_deleted_but_not_under_a_live_campaign() {
 
     // A draft sending to Events keeps it; once the draft is gone, it can be deleted.
     let mut tx = pool.begin().await.unwrap();
-    let draft = crate::helpers::draft(&mut tx, org, users[1].0, "Launch").await;
+    let draft = crate::support::helpers::draft(&mut tx, org, users[1].0, "Launch").await;
     sqlx::query("insert into campaign_lists (org_id, campaign_id, list_id) values ($1, $2, $3)")
         .bind(org)
         .bind(draft)

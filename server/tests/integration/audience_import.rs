@@ -9,8 +9,8 @@ use app::domain::Role;
 use reqwest::StatusCode;
 use serde_json::Value;
 
-use crate::helpers::{org_with_users, test_db};
-use crate::test_app::{json, signed_in, spawn_app, TestApp};
+use crate::support::helpers::{org_with_users, test_db};
+use crate::support::test_app::{json, signed_in, spawn_app, TestApp};
 
 async fn list(app: &TestApp, c: &reqwest::Client, name: &str) -> i64 {
     let (status, body) = app.call_with(c, "create_list", &[("name", name)]).await;
@@ -252,7 +252,7 @@ async fn a_file_that_cannot_be_read_as_a_whole_imports_nothing_and_says_why() {
     )
     .await;
     assert_eq!(status, StatusCode::NOT_FOUND);
-    let anonymous = crate::test_app::client(&app);
+    let anonymous = crate::support::test_app::client(&app);
     let (status, _) = upload(&app, &anonymous, news, b"email\na@example.org\n".to_vec()).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
     let r = anonymous

@@ -6,11 +6,11 @@ use std::path::Path;
 use mailroom::embedded_pg::{EmbeddedPg, Options};
 use sqlx::{ConnectOptions, Connection};
 
-use crate::cli_errors::one_line_naming;
-use crate::helpers::data_dir;
+use crate::support::fixtures::one_line_naming;
+use crate::support::helpers::data_dir;
 use nix::sys::signal::Signal;
 
-use crate::procs::{run, wait_postmaster_gone, Proc};
+use crate::support::procs::{run, wait_postmaster_gone, Proc};
 
 /// Every table's row count and md5 of its rows in a stable order, every sequence's position,
 /// and the names of all databases: equal fingerprints mean equal contents.
@@ -238,10 +238,10 @@ fn a_restore_that_must_not_happen_says_why_in_one_line_and_changes_nothing() {
     one_line_naming(&stderr, &["pg_restore"]);
 
     // An external database: pointed to pg_dump, the password never echoed.
-    let password = crate::canary::db_password();
+    let password = crate::support::canary::db_password();
     let url = format!(
         "postgres://u:{}@127.0.0.1:1/x",
-        crate::canary::percent(&password)
+        crate::support::canary::percent(&password)
     );
     let url = [("DATABASE_URL", url.as_str())];
     for args in [

@@ -8,10 +8,10 @@ use app::domain::{JobId, Role, Transition};
 use nix::sys::signal::Signal;
 use sqlx::PgPool;
 
-use crate::campaigns::{approved, audience_of};
-use crate::helpers::org_with_users;
-use crate::procs::{wait_until, Proc};
-use crate::smtp_sink::SmtpSink;
+use crate::support::fixtures::{approved, audience_of};
+use crate::support::helpers::org_with_users;
+use crate::support::procs::{wait_until, Proc};
+use crate::support::smtp_sink::SmtpSink;
 
 const CONNECTIONS: usize = 4;
 const BATCH: usize = 20;
@@ -217,7 +217,7 @@ fn report(rt: &tokio::runtime::Runtime, pool: &PgPool, id: i64, procs: &[Proc]) 
 /// A runtime, a pool, its URL, the org, an approved campaign and its distinct addresses.
 fn setup(recipients: usize) -> (tokio::runtime::Runtime, PgPool, String, i64, i64, usize) {
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let (pool, url) = rt.block_on(crate::helpers::migrated_db_with_url());
+    let (pool, url) = rt.block_on(crate::support::helpers::migrated_db_with_url());
     let (org, id, n) = rt.block_on(async {
         let (org, users) = org_with_users(&pool, "acme", &[Role::Owner, Role::Admin]).await;
         let (lists, n) = audience_of(&pool, org, recipients).await;
@@ -238,7 +238,7 @@ fn setup(recipients: usize) -> (tokio::runtime::Runtime, PgPool, String, i64, i6
     (rt, pool, url, org, id, n)
 }
 
-/// The seed's promise: three workers, a random one SIGKILLed every few seconds and restarted,
+/// Guarantee 9: three workers, a random one SIGKILLed every few seconds and restarted,
 /// until the campaign is sent; nobody gets it twice and nothing is lost.
 #[test]
 fn sigkill_a_random_worker_every_few_seconds_and_nobody_gets_the_campaign_twice() {
@@ -248,7 +248,7 @@ fn sigkill_a_random_worker_every_few_seconds_and_nobody_gets_the_campaign_twice(
         .unwrap_or(5000);
     let (rt, pool, url, org, id, n) = setup(recipients);
     let sink = SmtpSink::start();
-    let dir = crate::helpers::data_dir();
+    let dir = crate::support::helpers::data_dir();
     let args = worker_args(&sink, &[]);
     let mut procs: Vec<Proc> = (0..3)
         .map(|i| start(&format!("w{i}"), dir.path(), &args, &url))
@@ -295,7 +295,7 @@ fn close(rt: tokio::runtime::Runtime, pool: PgPool) {
 fn a_pause_stops_the_campaign_within_one_message_per_connection_and_resume_finishes_it() {
     let (rt, pool, url, org, id, n) = setup(3000);
     let sink = SmtpSink::start();
-    let dir = crate::helpers::data_dir();
+    let dir = crate::support::helpers::data_dir();
     // A rate limit keeps the campaign running long enough to pause it in the middle.
     let args = worker_args(&sink, &["--smtp-rate-per-second", "400"]);
     let procs: Vec<Proc> = (0..2)
@@ -347,7 +347,7 @@ fn a_pause_stops_the_campaign_within_one_message_per_connection_and_resume_finis
 fn workers_whose_database_connections_are_terminated_reconnect_and_finish_without_duplicates() {
     let (rt, pool, url, org, id, n) = setup(3000);
     let sink = SmtpSink::start();
-    let dir = crate::helpers::data_dir();
+    let dir = crate::support::helpers::data_dir();
     let args = worker_args(&sink, &["--smtp-rate-per-second", "600"]);
     let procs: Vec<Proc> = (0..2)
         .map(|i| start(&format!("w{i}"), dir.path(), &args, &url))

@@ -7,10 +7,10 @@
 use app::domain::Role;
 use mailroom::delivery::Worker;
 
-use crate::campaigns::audience_of;
-use crate::helpers::{org_with_users, test_db};
-use crate::smtp_sink::SmtpSink;
-use crate::test_app::{json, signed_in, spawn_app, TestApp};
+use crate::support::fixtures::audience_of;
+use crate::support::helpers::{org_with_users, test_db};
+use crate::support::smtp_sink::SmtpSink;
+use crate::support::test_app::{json, signed_in, spawn_app, TestApp};
 
 #[tokio::test]
 async fn a_test_send_goes_once_per_dialog_renders_the_version_shown_and_counts_nothing() {
@@ -113,7 +113,7 @@ async fn a_test_send_goes_once_per_dialog_renders_the_version_shown_and_counts_n
 
     // The delivery worker sends them (the campaign is a draft: tests do not wait for sending).
     let sink = SmtpSink::start();
-    let mut worker = Worker::new(pool.clone(), crate::delivery_worker::config(&sink), "t");
+    let mut worker = Worker::new(pool.clone(), crate::support::fixtures::config(&sink), "t");
     worker.round().await.unwrap();
     worker.close().await;
     let got = sink.messages();
@@ -191,7 +191,7 @@ async fn a_test_queued_before_an_edit_fails_with_the_reason_instead_of_sending_o
     assert_eq!(status, 200, "{body}");
     let _ = org;
     let sink = SmtpSink::start();
-    let mut worker = Worker::new(pool.clone(), crate::delivery_worker::config(&sink), "t");
+    let mut worker = Worker::new(pool.clone(), crate::support::fixtures::config(&sink), "t");
     worker.round().await.unwrap();
     worker.close().await;
     assert!(sink.messages().is_empty());
@@ -307,7 +307,7 @@ async fn a_test_send_never_reaches_a_suppressed_address() {
     assert_eq!(status, 200, "{body}");
     suppress("late@example.com").await;
     let sink = SmtpSink::start();
-    let mut worker = Worker::new(pool.clone(), crate::delivery_worker::config(&sink), "t");
+    let mut worker = Worker::new(pool.clone(), crate::support::fixtures::config(&sink), "t");
     worker.round().await.unwrap();
     worker.close().await;
     assert!(

@@ -6,9 +6,9 @@
 use app::domain::Role;
 use serde_json::Value;
 
-use crate::campaigns::audience_of;
-use crate::helpers::{org_with_users, test_db};
-use crate::test_app::{json, signed_in, spawn_app, TestApp};
+use crate::support::fixtures::audience_of;
+use crate::support::helpers::{org_with_users, test_db};
+use crate::support::test_app::{json, signed_in, spawn_app, TestApp};
 
 /// The error a server function answered, as the browser shows it.
 fn conflict(body: &str) -> String {
@@ -430,7 +430,8 @@ async fn a_sending_campaign_pauses_and_resumes_once_and_lists_the_recipients_not
     let pool = test_db().await;
     let (org, users) = org_with_users(&pool, "acme", &[Role::Admin, Role::Admin]).await;
     let (lists, _) = audience_of(&pool, org, 10).await;
-    let id = crate::campaigns::approved(&pool, org, users[0].0, users[1].0, &lists, "Hi").await;
+    let id =
+        crate::support::fixtures::approved(&pool, org, users[0].0, users[1].0, &lists, "Hi").await;
     mailroom::campaign::start_due(&pool).await.unwrap();
     app::db::sends::hand_off(&pool, 100, 0, 8).await.unwrap();
     let app = spawn_app(pool.clone()).await;
@@ -504,7 +505,7 @@ async fn a_deleted_campaign_waits_in_the_bin_and_can_be_restored_but_a_sending_o
     let (org, users) = org_with_users(&pool, "acme", &[Role::Admin, Role::Admin]).await;
     let (lists, _) = audience_of(&pool, org, 5).await;
     let sending =
-        crate::campaigns::approved(&pool, org, users[0].0, users[1].0, &lists, "Hi").await;
+        crate::support::fixtures::approved(&pool, org, users[0].0, users[1].0, &lists, "Hi").await;
     mailroom::campaign::start_due(&pool).await.unwrap();
     let app = spawn_app(pool.clone()).await;
     let a = signed_in(&app, &users[0].1, &users[0].2).await;

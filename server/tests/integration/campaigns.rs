@@ -3,131 +3,17 @@
 //! cancel, and counter slots that equal `count(*)`.
 
 use std::collections::HashMap;
-use std::time::Duration;
 
-use app::db::{audience, campaign_states, campaigns, progress_slots, sends};
+use app::db::{audience, campaign_states, progress_slots, sends};
 use app::domain::{EmailAddress, Role, Transition};
-use mailroom::campaign::{self, Config};
+use mailroom::campaign;
 use mailroom::delivery::Worker;
 use mailroom::progress::Notifier;
 use sqlx::PgPool;
 
-use crate::helpers::{org_with_users, test_db};
-use crate::smtp_sink::SmtpSink;
-
-/// `n` subscribers over three overlapping lists; every 10th address also exists as a second,
-/// upper-cased subscriber row on another list. Returns (list ids, distinct addresses).
-pub(crate) async fn audience_of(pool: &PgPool, org: i64, n: usize) -> (Vec<i64>, usize) {
-    let mut tx = pool.begin().await.unwrap();
-    let mut lists = Vec::new();
-    for name in ["news", "product", "events"] {
-        lists.push(audience::create_list(&mut tx, org, name).await.unwrap());
-    }
-    let people: Vec<(EmailAddress, String)> = (0..n)
-        .map(|i| {
-            (
-                EmailAddress::parse(&format!("p{i}@example.org")).unwrap(),
-                format!("Person {i}"),
-            )
-        })
-        .collect();
-    let ids = audience::insert_subscribers(&mut tx, org, &people)
-        .await
-        .unwrap();
-    let variants: Vec<(EmailAddress, String)> = (0..n)
-        .step_by(10)
-        .map(|i| {
-            (
-                EmailAddress::parse(&format!("P{i}@EXAMPLE.org")).unwrap(),
-                format!("Variant {i}"),
-            )
-        })
-        .collect();
-    let variant_ids = audience::insert_subscribers(&mut tx, org, &variants)
-        .await
-        .unwrap();
-    for (i, id) in ids.iter().enumerate() {
-        audience::add_members(&mut tx, org, lists[i % 3], &[*id])
-            .await
-            .unwrap();
-        if i % 4 == 0 {
-            audience::add_members(&mut tx, org, lists[(i + 1) % 3], &[*id])
-                .await
-                .unwrap();
-        }
-    }
-    for (k, id) in variant_ids.iter().enumerate() {
-        audience::add_members(&mut tx, org, lists[(k + 2) % 3], &[*id])
-            .await
-            .unwrap();
-    }
-    tx.commit().await.unwrap();
-    (lists, n)
-}
-
-/// A campaign to `lists`, submitted by `author` and approved by `approver` to go out now.
-pub(crate) async fn approved(
-    pool: &PgPool,
-    org: i64,
-    author: i64,
-    approver: i64,
-    lists: &[i64],
-    body: &str,
-) -> i64 {
-    let mut tx = pool.begin().await.unwrap();
-    let id = campaigns::create_draft(
-        &mut tx,
-        campaigns::NewDraft {
-            org_id: org,
-            author_id: author,
-            name: "Launch",
-            subject: "Hello {{ name }}",
-            body,
-            list_ids: lists,
-        },
-    )
-    .await
-    .unwrap();
-    campaign_states::change(&mut tx, org, id, Transition::Submit)
-        .await
-        .unwrap();
-    campaign_states::approve(&mut tx, org, id, approver, 1)
-        .await
-        .unwrap();
-    tx.commit().await.unwrap();
-    id
-}
-
-pub(crate) fn cfg() -> Config {
-    Config {
-        tick: Duration::from_secs(1),
-        batch: 20,
-        watermark: 200,
-    }
-}
-
-async fn status(pool: &PgPool, id: i64) -> String {
-    sqlx::query_scalar("select status from campaigns where id = $1")
-        .bind(id)
-        .fetch_one(pool)
-        .await
-        .unwrap()
-}
-
-/// Campaign rounds and delivery rounds in turn until the campaign leaves `sending`.
-pub(crate) async fn run_to_end(pool: &PgPool, id: i64, sink: &SmtpSink) {
-    let mut worker = Worker::new(pool.clone(), crate::delivery_worker::config(sink), "inproc");
-    let notifier = Notifier::default();
-    for _ in 0..2000 {
-        campaign::round(pool, &cfg(), &notifier).await.unwrap();
-        if status(pool, id).await != "sending" {
-            worker.close().await;
-            return;
-        }
-        worker.round().await.unwrap();
-    }
-    panic!("campaign {id} did not finish");
-}
+use crate::support::fixtures::{approved, audience_of, cfg, run_to_end, status};
+use crate::support::helpers::{org_with_users, test_db};
+use crate::support::smtp_sink::SmtpSink;
 
 async fn slots_equal_counts(pool: &PgPool, org: i64, id: i64) {
     let mut c = pool.acquire().await.unwrap();
@@ -220,8 +106,8 @@ async fn two_racing_workers_start_a_campaign_once_and_build_one_send_per_address
     assert_eq!(chosen, "P20@EXAMPLE.org", "the row created first is chosen");
 
     // Rerun after the chosen row left its lists and a new case variant joined: nothing new.
-    // (The issue says "deleting the subscriber row": a send's foreign key keeps a row that was
-    // sent to, so leaving every list is the deletion this schema allows.)
+    // (Not deleting the subscriber row: a send's foreign key keeps a row that was sent to, so
+    // leaving every list is the deletion this schema allows.)
     sqlx::query("delete from list_members where subscriber_id = (select id from subscribers where email = 'p10@example.org')")
         .execute(&pool)
         .await
@@ -302,7 +188,7 @@ async fn an_address_suppressed_while_paused_never_arrives_and_resume_finishes_th
     // While paused, the delivery worker takes nothing of this campaign.
     let mut worker = Worker::new(
         pool.clone(),
-        crate::delivery_worker::config(&sink),
+        crate::support::fixtures::config(&sink),
         "paused",
     );
     assert_eq!(worker.round().await.unwrap(), 0);
@@ -351,7 +237,7 @@ async fn after_a_cancel_nothing_queued_is_sent_and_the_counts_add_up() {
     let sink = SmtpSink::start();
     campaign::start_due(&pool).await.unwrap();
     sends::hand_off(&pool, 40, 1000, 8).await.unwrap();
-    let mut worker = Worker::new(pool.clone(), crate::delivery_worker::config(&sink), "c");
+    let mut worker = Worker::new(pool.clone(), crate::support::fixtures::config(&sink), "c");
     worker.round().await.unwrap();
     let mut c = pool.acquire().await.unwrap();
     campaign_states::change(&mut c, org, id, Transition::Cancel)
@@ -454,7 +340,8 @@ async fn the_leader_purges_campaigns_binned_longer_than_the_retention_with_their
     let sink = SmtpSink::start();
     run_to_end(&pool, old, &sink).await;
     let mut tx = pool.begin().await.unwrap();
-    let recent = crate::helpers::draft(&mut tx, org, users[0].0, "Deleted yesterday").await;
+    let recent =
+        crate::support::helpers::draft(&mut tx, org, users[0].0, "Deleted yesterday").await;
     app::db::campaign_bin::delete(&mut tx, org, old)
         .await
         .unwrap();

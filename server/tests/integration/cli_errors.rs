@@ -3,17 +3,9 @@
 
 use std::os::unix::fs::PermissionsExt;
 
-use crate::helpers::data_dir;
-use crate::procs::run;
-
-/// stderr has exactly one line (the error), which contains every needle.
-pub fn one_line_naming(stderr: &str, needles: &[&str]) {
-    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
-    assert_eq!(lines.len(), 1, "expected one line, got:\n{stderr}");
-    for n in needles {
-        assert!(lines[0].contains(n), "{n:?} missing from: {}", lines[0]);
-    }
-}
+use crate::support::fixtures::one_line_naming;
+use crate::support::helpers::data_dir;
+use crate::support::procs::run;
 
 /// Entries of `dir` a failed start might have left: a cluster or an initdb scratch directory.
 fn cluster_leftovers(dir: &std::path::Path) -> Vec<String> {
@@ -40,8 +32,8 @@ fn unknown_flags_are_refused_by_name() {
 
 #[test]
 fn a_bad_database_url_is_named_without_echoing_secrets() {
-    let password = crate::canary::db_password();
-    let encoded = crate::canary::percent(&password);
+    let password = crate::support::canary::db_password();
+    let encoded = crate::support::canary::percent(&password);
     for (url, says) in [
         (
             format!("mysql://root:{encoded}@db/x"),
@@ -159,16 +151,16 @@ fn a_failed_first_initdb_leaves_nothing_that_breaks_the_next_start() {
     let (status, stdout, stderr) = run(&["migrate", "--data-dir", data], &[]);
     assert!(status.success(), "{stderr}");
     assert!(stdout.contains("migrations are up to date"));
-    crate::procs::wait_postmaster_gone(dir.path(), 30);
+    crate::support::procs::wait_postmaster_gone(dir.path(), 30);
 }
 
 #[test]
 fn a_bad_smtp_url_is_named_without_echoing_the_password_before_anything_starts() {
     let dir = data_dir();
     let d = dir.path().to_string_lossy().into_owned();
-    let password = crate::canary::smtp_password();
-    let encoded = crate::canary::percent(&password);
-    let url = |query| crate::canary::smtp_url("relay.example", 587, query);
+    let password = crate::support::canary::smtp_password();
+    let encoded = crate::support::canary::percent(&password);
+    let url = |query| crate::support::canary::smtp_url("relay.example", 587, query);
     for (url, says) in [
         (url("").replacen("smtp:", "http:", 1), "smtp:// or smtps://"),
         (url("tls=sometimes"), "tls=sometimes"),

@@ -7,11 +7,12 @@ use app::db::deliveries::{self, NewDelivery, Outcome};
 use app::domain::{EmailAddress, JobId, Role};
 use sqlx::PgPool;
 
-use crate::helpers::{org_with_users, test_db};
+use crate::support::fixtures::campaign_deliveries;
+use crate::support::helpers::{org_with_users, test_db};
 
 async fn enqueue_test_mail(pool: &PgPool, org: i64, n: usize) -> Vec<String> {
     let addresses: Vec<String> = (0..n).map(|i| format!("r{i}@example.org")).collect();
-    crate::helpers::enqueue_test_mail_to(pool, org, "dlg", &addresses).await
+    crate::support::helpers::enqueue_test_mail_to(pool, org, "dlg", &addresses).await
 }
 
 /// A campaign in `status` with one subscriber, and its queued delivery.
@@ -26,55 +27,6 @@ async fn campaign_delivery(
         .await
         .1
         .remove(0)
-}
-
-/// A campaign in `status` with these subscribers, and their queued deliveries in order.
-pub(crate) async fn campaign_deliveries(
-    pool: &PgPool,
-    org: i64,
-    author: i64,
-    status: &str,
-    emails: &[String],
-) -> (i64, Vec<String>) {
-    let mut tx = pool.begin().await.unwrap();
-    let rows: Vec<(EmailAddress, String)> = emails
-        .iter()
-        .map(|e| (EmailAddress::parse(e).unwrap(), String::new()))
-        .collect();
-    let subs = app::db::audience::insert_subscribers(&mut tx, org, &rows)
-        .await
-        .unwrap();
-    let cid = crate::helpers::draft(&mut tx, org, author, "C").await;
-    sqlx::query(
-        "update campaigns set status = $2, scheduled_for = now(), approver_id = author_id, approved_at = now(),
-                approved_version = 1, self_approved = true where id = $1",
-    )
-    .bind(cid)
-    .bind(status)
-    .execute(&mut *tx)
-    .await
-    .unwrap();
-    let mut jobs = Vec::new();
-    for ((to, _), sub) in rows.iter().zip(subs) {
-        let job = JobId::Campaign {
-            campaign_id: cid,
-            subscriber_id: sub,
-        };
-        let d = NewDelivery {
-            job: &job,
-            org_id: org,
-            recipient: to,
-            campaign_id: Some(cid),
-            content_version: Some(1),
-            subscriber_id: Some(sub),
-            digest_send_id: None,
-            user_id: None,
-        };
-        deliveries::enqueue(&mut tx, d).await.unwrap();
-        jobs.push(job.to_string());
-    }
-    tx.commit().await.unwrap();
-    (cid, jobs)
 }
 
 /// Leadership for the reaper (a leader job).
@@ -591,8 +543,8 @@ async fn a_live_process_extends_only_the_leases_of_claims_it_is_still_working_on
     assert_eq!(status_of(&pool, &theirs[0].job_id).await.0, "queued");
 }
 
-/// The lease renewal never waits for a row lock: waiting, it took its locks in another order
-/// than the ledger finishing the same rows, and the two deadlocked (seen in the soak).
+/// The lease renewal never waits for a row lock: waiting, it would take its locks in another
+/// order than the ledger finishing the same rows, and the two would deadlock.
 #[tokio::test]
 async fn extending_leases_skips_rows_being_finished_instead_of_waiting_for_them() {
     let pool = test_db().await;

@@ -9,8 +9,8 @@ use app::domain::{DeliveryCursor, DeliveryKind, DeliveryStatus, EmailAddress, Jo
 use serde_json::Value;
 use sqlx::PgPool;
 
-use crate::helpers::{org_with_users, test_db};
-use crate::test_app::{json, signed_in, spawn_app, spawn_app_capturing};
+use crate::support::helpers::{org_with_users, test_db};
+use crate::support::test_app::{json, signed_in, spawn_app, spawn_app_capturing};
 
 /// Test mails to `<local>@<domain>` in the given states; returns their job ids.
 async fn seed(

@@ -4,27 +4,13 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use app::domain::{Backoff, JobId, Role};
-use mailroom::delivery::{Config, Links, Transport, Worker};
+use mailroom::delivery::{Config, Transport, Worker};
 use mailroom::smtp::Target;
 
-use crate::helpers::{enqueue_test_mail_to, org_with_users, test_db};
-use crate::procs::wait_until;
-use crate::smtp_sink::SmtpSink;
-
-/// The test configuration, sending to `sink`.
-pub(crate) fn config(sink: &SmtpSink) -> Config {
-    Config {
-        transport: Transport::Smtp(Target::plain(
-            sink.addr.ip().to_string(),
-            sink.addr.port(),
-            "mailroom.test",
-            Duration::from_secs(5),
-        )),
-        connections: 4,
-        batch: 20,
-        ..config_for_capture(std::path::PathBuf::new())
-    }
-}
+use crate::support::fixtures::{config, config_for_capture};
+use crate::support::helpers::{enqueue_test_mail_to, org_with_users, test_db};
+use crate::support::procs::wait_until;
+use crate::support::smtp_sink::SmtpSink;
 
 #[tokio::test]
 async fn racing_workers_deliver_each_message_exactly_once_and_classify_refusals() {
@@ -105,19 +91,19 @@ async fn racing_workers_deliver_each_message_exactly_once_and_classify_refusals(
 /// Every message ends delivered or unknown, and none reaches the SMTP server twice.
 #[test]
 fn sigkill_mid_send_never_duplicates_and_loses_nothing() {
-    use crate::procs::Proc;
+    use crate::support::procs::Proc;
     use nix::sys::signal::Signal;
 
     const TOTAL: i64 = 1500;
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let (pool, url) = rt.block_on(crate::helpers::migrated_db_with_url());
+    let (pool, url) = rt.block_on(crate::support::helpers::migrated_db_with_url());
     rt.block_on(async {
         let (org, _) = org_with_users(&pool, "acme", &[Role::Owner]).await;
         let addresses: Vec<String> = (0..TOTAL).map(|i| format!("k{i}@example.org")).collect();
         enqueue_test_mail_to(&pool, org, "kill", &addresses).await;
     });
     let sink = SmtpSink::start();
-    let dir = crate::helpers::data_dir();
+    let dir = crate::support::helpers::data_dir();
     let port = sink.addr.port().to_string();
     let args = [
         "worker",
@@ -237,7 +223,7 @@ async fn the_global_rate_limit_caps_what_a_round_claims() {
 
 #[tokio::test]
 async fn every_smtp_fault_ends_in_the_right_state_attempt_and_reply() {
-    use crate::fault_sink::FaultSink;
+    use crate::support::fault_sink::FaultSink;
     let pool = test_db().await;
     let (org, _) = org_with_users(&pool, "acme", &[Role::Owner]).await;
     let cases = [
@@ -345,25 +331,6 @@ async fn every_smtp_fault_ends_in_the_right_state_attempt_and_reply() {
     assert_eq!(due, 0, "retries are scheduled in the future");
 }
 
-pub(crate) fn config_for_capture(dir: std::path::PathBuf) -> Config {
-    Config {
-        transport: Transport::Capture(dir),
-        connections: 3,
-        batch: 10,
-        lease_seconds: 60.0,
-        idle: Duration::from_millis(20),
-        backoff: Backoff::default(),
-        message_id_domain: Some("acme.example".into()),
-        rate_per_second: None,
-        links: Links {
-            public_url: "http://mailroom.test".into(),
-            keys: crate::helpers::test_keys(),
-        },
-        progress: Default::default(),
-        held: Default::default(),
-    }
-}
-
 #[tokio::test]
 async fn without_smtp_mail_is_captured_to_files_the_dashboard_can_read() {
     let pool = test_db().await;
@@ -399,11 +366,11 @@ async fn without_smtp_mail_is_captured_to_files_the_dashboard_can_read() {
 
 #[test]
 fn sigterm_finishes_or_releases_the_batch_in_hand_within_the_timeout() {
-    use crate::procs::Proc;
+    use crate::support::procs::Proc;
     use nix::sys::signal::Signal;
 
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let (pool, url) = rt.block_on(crate::helpers::migrated_db_with_url());
+    let (pool, url) = rt.block_on(crate::support::helpers::migrated_db_with_url());
     rt.block_on(async {
         let (org, _) = org_with_users(&pool, "acme", &[Role::Owner]).await;
         let mut many: Vec<String> = (0..8).map(|i| format!("ok{i}@example.org")).collect();
@@ -412,8 +379,8 @@ fn sigterm_finishes_or_releases_the_batch_in_hand_within_the_timeout() {
     });
     // The server takes `hang@`'s body and never answers: without the shutdown timeout the
     // process would wait for the 60 s SMTP timeout.
-    let sink = rt.block_on(crate::fault_sink::FaultSink::start());
-    let dir = crate::helpers::data_dir();
+    let sink = rt.block_on(crate::support::fault_sink::FaultSink::start());
+    let dir = crate::support::helpers::data_dir();
     let port = sink.addr.port().to_string();
     let args = [
         "worker",
@@ -476,20 +443,20 @@ fn sigterm_finishes_or_releases_the_batch_in_hand_within_the_timeout() {
 
 #[test]
 fn two_worker_processes_share_one_rate_limit_measured_at_the_sink() {
-    use crate::procs::Proc;
+    use crate::support::procs::Proc;
     use nix::sys::signal::Signal;
 
     const RATE: f64 = 20.0;
     const TOTAL: usize = 120;
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let (pool, url) = rt.block_on(crate::helpers::migrated_db_with_url());
+    let (pool, url) = rt.block_on(crate::support::helpers::migrated_db_with_url());
     rt.block_on(async {
         let (org, _) = org_with_users(&pool, "acme", &[Role::Owner]).await;
         let addresses: Vec<String> = (0..TOTAL).map(|i| format!("rl{i}@example.org")).collect();
         enqueue_test_mail_to(&pool, org, "rate", &addresses).await;
     });
     let sink = SmtpSink::start();
-    let dir = crate::helpers::data_dir();
+    let dir = crate::support::helpers::data_dir();
     let port = sink.addr.port().to_string();
     let rate = RATE.to_string();
     let args = [

@@ -3,7 +3,7 @@
 
 use sqlx::PgPool;
 
-use crate::procs::{wait_until, Proc};
+use crate::support::procs::{wait_until, Proc};
 
 /// 2026-11-30 09:30 UTC, a Monday: every org below (Monday 09:00 UTC) is due.
 const NOW: &str = "2026-11-30T09:30:00Z";
@@ -65,9 +65,9 @@ fn tick_output(p: &Proc) -> serde_json::Value {
 fn ten_racing_ticker_processes_claim_each_org_once_and_queue_one_digest_per_opted_in_admin() {
     const ORGS: i64 = 1000;
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let (pool, url) = rt.block_on(crate::helpers::migrated_db_with_url());
+    let (pool, url) = rt.block_on(crate::support::helpers::migrated_db_with_url());
     rt.block_on(due_orgs(&pool, ORGS));
-    let dir = crate::helpers::data_dir();
+    let dir = crate::support::helpers::data_dir();
     let env = [
         ("DATABASE_URL", url.as_str()),
         ("MAILROOM_ALLOW_FAKE_CLOCK", "1"),
@@ -128,9 +128,9 @@ fn a_ticker_killed_between_claim_and_commit_claims_nothing_and_the_next_tick_sen
     use nix::sys::signal::Signal;
     const ORGS: i64 = 50;
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let (pool, url) = rt.block_on(crate::helpers::migrated_db_with_url());
+    let (pool, url) = rt.block_on(crate::support::helpers::migrated_db_with_url());
     rt.block_on(due_orgs(&pool, ORGS));
-    let dir = crate::helpers::data_dir();
+    let dir = crate::support::helpers::data_dir();
     let env = [
         ("DATABASE_URL", url.as_str()),
         ("MAILROOM_ALLOW_FAKE_CLOCK", "1"),

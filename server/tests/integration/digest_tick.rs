@@ -7,7 +7,7 @@ use app::domain::{JobId, Role, WeekKey};
 use chrono::{DateTime, TimeZone, Utc};
 use sqlx::PgPool;
 
-use crate::helpers::{draft, enqueue_test_mail_to, org_with_users, test_db};
+use crate::support::helpers::{draft, enqueue_test_mail_to, org_with_users, test_db};
 
 /// Monday 2026-11-30 09:30 in Berlin: the default slot (Monday 09:00) has just passed.
 fn monday() -> DateTime<Utc> {
@@ -337,10 +337,10 @@ async fn the_worker_sends_a_digest_as_text_and_html_with_its_own_message_id() {
         .execute(&pool)
         .await
         .unwrap();
-    let sink = crate::smtp_sink::SmtpSink::start();
+    let sink = crate::support::smtp_sink::SmtpSink::start();
     let mut worker = Worker::new(
         pool.clone(),
-        crate::delivery_worker::config(&sink),
+        crate::support::fixtures::config(&sink),
         "digest",
     );
     while worker.round().await.unwrap() > 0 {}

@@ -8,7 +8,7 @@ use app::db::orgs::NewOrg;
 use chrono::{DateTime, Datelike, Duration, TimeZone, Utc};
 use sqlx::PgPool;
 
-use crate::helpers::test_db;
+use crate::support::helpers::test_db;
 
 async fn org(pool: &PgPool, slug: &str, tz: &str, weekday: i16, hour: i16) -> i64 {
     let mut conn = pool.acquire().await.unwrap();

@@ -5,8 +5,8 @@ use app::domain::Role;
 use serde_json::Value;
 use sqlx::PgPool;
 
-use crate::helpers::{org_with_users, test_db};
-use crate::test_app::{json, signed_in, spawn_app};
+use crate::support::helpers::{org_with_users, test_db};
+use crate::support::test_app::{json, signed_in, spawn_app};
 
 async fn opted_in(pool: &PgPool, user: i64) -> bool {
     sqlx::query_scalar("select weekly_digest from users where id = $1")

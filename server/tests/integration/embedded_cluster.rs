@@ -4,8 +4,10 @@ use nix::sys::signal::Signal;
 use sqlx::postgres::PgConnectOptions;
 use sqlx::{ConnectOptions, Connection};
 
-use crate::helpers::data_dir;
-use crate::procs::{free_listen_address, postmaster_pid, start_serve, wait_postmaster_gone, Proc};
+use crate::support::helpers::data_dir;
+use crate::support::procs::{
+    free_listen_address, postmaster_pid, start_serve, wait_postmaster_gone, Proc,
+};
 
 /// Counts live worker heartbeats through the embedded cluster's socket.
 fn heartbeats(dir: &std::path::Path) -> i64 {

@@ -5,8 +5,8 @@
 
 use nix::sys::signal::Signal;
 
-use crate::helpers::data_dir;
-use crate::procs::{free_listen_address, start_serve};
+use crate::support::helpers::data_dir;
+use crate::support::procs::{free_listen_address, start_serve};
 
 #[test]
 fn the_first_run_page_creates_one_organisation_with_the_token_from_the_log() {

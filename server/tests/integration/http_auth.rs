@@ -1,8 +1,8 @@
 use app::domain::Role;
 use reqwest::redirect;
 
-use crate::helpers::{org_with_users, test_db};
-use crate::test_app::{client, signed_in, spawn_app};
+use crate::support::helpers::{org_with_users, test_db};
+use crate::support::test_app::{client, signed_in, spawn_app};
 
 #[tokio::test]
 async fn health_and_readiness_reflect_the_database() {
@@ -190,8 +190,8 @@ async fn every_read_is_scoped_to_the_signed_in_organisation() {
     app::db::audience::insert_subscribers(&mut tx, org_b, &[(sub, "X".into())])
         .await
         .unwrap();
-    crate::helpers::draft(&mut tx, org_b, b[0].0, "Beta secret plan").await;
-    crate::helpers::draft(&mut tx, org_a, a[0].0, "Alpha launch").await;
+    crate::support::helpers::draft(&mut tx, org_b, b[0].0, "Beta secret plan").await;
+    crate::support::helpers::draft(&mut tx, org_a, a[0].0, "Alpha launch").await;
     tx.commit().await.unwrap();
 
     let app = spawn_app(pool).await;

@@ -7,8 +7,8 @@ use app::db::leader;
 use nix::sys::signal::Signal;
 use sqlx::PgPool;
 
-use crate::helpers::test_db;
-use crate::procs::{wait_until, Proc};
+use crate::support::helpers::test_db;
+use crate::support::procs::{wait_until, Proc};
 
 async fn expire_lease(pool: &PgPool) {
     sqlx::query("update leader_lease set expires_at = now() - interval '1 second'")
@@ -56,7 +56,7 @@ async fn one_elector_of_three_leads_and_a_stale_epoch_is_fenced_out() {
 
     // The stalled leader wakes up: every write it attempts with its old epoch is rejected.
     assert!(!leader::log_action(&pool, &old, "reap", "").await.unwrap());
-    let org = crate::helpers::org_with_users(&pool, "acme", &[app::domain::Role::Owner])
+    let org = crate::support::helpers::org_with_users(&pool, "acme", &[app::domain::Role::Owner])
         .await
         .0;
     let to = app::domain::EmailAddress::parse("a@example.org").unwrap();
@@ -113,8 +113,8 @@ fn holder_pid(holder: &str) -> i32 {
 #[test]
 fn a_sigstopped_leader_is_replaced_and_never_acts_again_on_its_old_epoch() {
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let (pool, url) = rt.block_on(crate::helpers::migrated_db_with_url());
-    let dir = crate::helpers::data_dir();
+    let (pool, url) = rt.block_on(crate::support::helpers::migrated_db_with_url());
+    let dir = crate::support::helpers::data_dir();
     let args = [
         "worker",
         "--leader-lease-seconds",
@@ -196,7 +196,7 @@ fn a_sigstopped_leader_is_replaced_and_never_acts_again_on_its_old_epoch() {
 #[tokio::test]
 async fn retention_clears_old_details_and_files_but_keeps_the_ledger_rows() {
     let pool = test_db().await;
-    let org = crate::helpers::org_with_users(&pool, "acme", &[app::domain::Role::Owner])
+    let org = crate::support::helpers::org_with_users(&pool, "acme", &[app::domain::Role::Owner])
         .await
         .0;
     let mut conn = pool.acquire().await.unwrap();

@@ -10,8 +10,8 @@ use app::domain::login_throttle::{ACCOUNT, IP, PAIR};
 use app::domain::Role;
 use mailroom::http::Edge;
 
-use crate::helpers::{org_with_users, test_db};
-use crate::test_app::{client, spawn_app_with, TestApp};
+use crate::support::helpers::{org_with_users, test_db};
+use crate::support::test_app::{client, spawn_app_with, TestApp};
 
 const WRONG: &str = "Wrong e-mail address or password.";
 const LOCKED: &str = "Too many failed sign-in attempts. Try again in ";

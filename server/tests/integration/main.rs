@@ -2,6 +2,9 @@
 //! database per test copied from a migrated template, the real HTTP router on a real socket, and
 //! the real `mailroom` binary for process-level behaviour (signals, embedded cluster, bad input).
 
+/// What the tests share: the database, the router, the binary, SMTP servers, fixtures.
+mod support;
+
 mod audience;
 mod audience_import;
 mod backup_restore;
@@ -10,7 +13,6 @@ mod campaign_processes;
 mod campaign_test_send;
 mod campaign_workflow;
 mod campaigns;
-mod canary;
 mod cli_errors;
 mod deliveries;
 mod deliveries_page;
@@ -20,15 +22,12 @@ mod digest_tick;
 mod digests;
 mod digests_page;
 mod embedded_cluster;
-mod fault_sink;
 mod first_run;
-mod helpers;
 mod http_auth;
 mod leader;
 mod login_throttle;
 mod metrics;
 mod migrations;
-mod procs;
 mod progress_stream;
 mod rate_limit;
 mod request_limits;
@@ -37,10 +36,8 @@ mod secrets_in_logs;
 mod security_headers;
 mod sender_auth;
 mod settings;
-mod smtp_sink;
 mod smtp_tls;
 mod tenancy;
-mod test_app;
 mod unsubscribe;
 mod user_commands;
 mod version;

@@ -3,9 +3,9 @@
 use app::domain::Role;
 use mailroom::delivery::Worker;
 
-use crate::helpers::{org_with_users, test_db};
-use crate::smtp_sink::SmtpSink;
-use crate::test_app::spawn_app;
+use crate::support::helpers::{org_with_users, test_db};
+use crate::support::smtp_sink::SmtpSink;
+use crate::support::test_app::spawn_app;
 
 fn value(text: &str, series: &str) -> f64 {
     text.lines()
@@ -23,7 +23,7 @@ async fn metrics_report_deliveries_queue_depth_age_latency_and_leader_epoch() {
     let pool = test_db().await;
     let (org, _) = org_with_users(&pool, "acme", &[Role::Owner]).await;
     let addresses: Vec<String> = (0..5).map(|i| format!("m{i}@example.org")).collect();
-    crate::helpers::enqueue_test_mail_to(&pool, org, "m", &addresses).await;
+    crate::support::helpers::enqueue_test_mail_to(&pool, org, "m", &addresses).await;
     sqlx::query("update deliveries set created_at = now() - interval '90 seconds', next_attempt_at = now() - interval '90 seconds'")
         .execute(&pool)
         .await
@@ -54,7 +54,7 @@ async fn metrics_report_deliveries_queue_depth_age_latency_and_leader_epoch() {
         .await
         .unwrap();
     let sink = SmtpSink::start();
-    let mut worker = Worker::new(pool.clone(), crate::delivery_worker::config(&sink), "m");
+    let mut worker = Worker::new(pool.clone(), crate::support::fixtures::config(&sink), "m");
     let sent_before = value(&before, "mailroom_smtp_latency_seconds_count");
     while worker.round().await.unwrap() > 0 {}
     let after = scrape().await;
@@ -88,7 +88,7 @@ async fn a_metrics_token_is_required_when_one_is_set() {
         metrics_token: Some("scrape-token-123".parse().unwrap()),
         ..mailroom::http::Edge::default()
     };
-    let app = crate::test_app::spawn_app_with(test_db().await, api, edge).await;
+    let app = crate::support::test_app::spawn_app_with(test_db().await, api, edge).await;
     let c = reqwest::Client::new();
     let url = format!("{}/metrics", app.base);
     for auth in [
@@ -150,7 +150,7 @@ async fn delivery_counts_stay_exact_under_racing_writers_and_folds() {
                     .map(|i| format!("w{w}r{round}i{i}@example.org"))
                     .collect();
                 let dialog = format!("w{w}r{round}");
-                let jobs = crate::helpers::enqueue_test_mail_to(&pool, org, &dialog, &addresses).await;
+                let jobs = crate::support::helpers::enqueue_test_mail_to(&pool, org, &dialog, &addresses).await;
                 sqlx::query("update deliveries set status = 'delivered', finished_at = now() where job_id = any($1) and recipient like '%i1@%'")
                     .bind(&jobs)
                     .execute(&pool)

@@ -1,4 +1,4 @@
-use crate::helpers::{data_dir, empty_db, empty_db_with_url};
+use crate::support::helpers::{data_dir, empty_db, empty_db_with_url};
 
 #[tokio::test]
 async fn replicas_starting_together_apply_each_migration_once() {
@@ -47,7 +47,7 @@ async fn with_database_url_the_binary_uses_that_database_and_starts_no_cluster()
     let dir = data_dir();
     let data = dir.path().to_str().unwrap().to_owned();
     let (status, stdout, stderr) = tokio::task::spawn_blocking(move || {
-        crate::procs::run(&["migrate", "--data-dir", &data], &[("DATABASE_URL", &url)])
+        crate::support::procs::run(&["migrate", "--data-dir", &data], &[("DATABASE_URL", &url)])
     })
     .await
     .unwrap();

@@ -8,9 +8,9 @@ use app::db::{campaign_states, sends};
 use app::domain::progress::Progress;
 use app::domain::Role;
 
-use crate::campaigns::{approved, audience_of};
-use crate::helpers::{org_with_users, test_db};
-use crate::test_app::{client, signed_in, spawn_app, TestApp};
+use crate::support::fixtures::{approved, audience_of};
+use crate::support::helpers::{org_with_users, test_db};
+use crate::support::test_app::{client, signed_in, spawn_app, TestApp};
 
 /// Reads server-sent events from a streaming response.
 struct Events {

@@ -1,6 +1,6 @@
 use app::db::rate_limit;
 
-use crate::helpers::test_db;
+use crate::support::helpers::test_db;
 
 #[tokio::test]
 async fn racing_replicas_never_take_more_than_the_bucket_holds() {

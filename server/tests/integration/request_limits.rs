@@ -10,8 +10,8 @@ use mailroom::http::{Edge, MAX_REQUEST_BYTES};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::helpers::{draft, org_with_users, test_db};
-use crate::test_app::{client, spawn_app_with, TestApp};
+use crate::support::helpers::{draft, org_with_users, test_db};
+use crate::support::test_app::{client, spawn_app_with, TestApp};
 
 async fn app_timing_out_after_one_second(pool: sqlx::PgPool) -> TestApp {
     let api = app::api::ApiConfig {
@@ -244,8 +244,8 @@ async fn a_client_holding_many_connections_cannot_starve_the_others() {
 }
 
 /// A connection that never finishes its request head, or never sends a byte, is closed once the
-/// header-read timeout passes; before, such connections stayed open for ever and ran the
-/// server out of file descriptors.
+/// header-read timeout passes; left open, such connections would pile up and run the server
+/// out of file descriptors.
 #[tokio::test]
 async fn unfinished_request_heads_are_closed_after_the_header_read_timeout() {
     use mailroom::listen::Limits;

@@ -1,6 +1,6 @@
 use app::domain::{EmailAddress, Role};
 
-use crate::helpers::{org_with_users, test_db};
+use crate::support::helpers::{org_with_users, test_db};
 
 #[tokio::test]
 async fn composite_keys_refuse_rows_that_mix_two_organisations() {
@@ -134,7 +134,7 @@ async fn campaign_and_delivery_invariants_are_enforced_by_the_schema() {
     let pool = test_db().await;
     let (org, users) = org_with_users(&pool, "acme", &[Role::Owner]).await;
     let mut tx = pool.begin().await.unwrap();
-    let cid = crate::helpers::draft(&mut tx, org, users[0].0, "C").await;
+    let cid = crate::support::helpers::draft(&mut tx, org, users[0].0, "C").await;
     tx.commit().await.unwrap();
     // approved without a schedule
     let e = sqlx::query("update campaigns set status = 'approved' where id = $1")
@@ -181,7 +181,7 @@ async fn four_eyes_is_enforced_by_the_schema_unless_self_approval_is_marked() {
     let pool = test_db().await;
     let (org, users) = org_with_users(&pool, "acme", &[Role::Owner]).await;
     let mut tx = pool.begin().await.unwrap();
-    let cid = crate::helpers::draft(&mut tx, org, users[0].0, "C").await;
+    let cid = crate::support::helpers::draft(&mut tx, org, users[0].0, "C").await;
     tx.commit().await.unwrap();
     let approve = "update campaigns set status = 'approved', approver_id = author_id, approved_at = now(), approved_version = 1,
                    scheduled_for = now(), self_approved = $2 where id = $1";

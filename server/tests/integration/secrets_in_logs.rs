@@ -30,7 +30,7 @@ fn finished_run(dir: &Path) -> [(&'static str, String); 4] {
     ];
     let mut lines = String::new();
     for (kind, value) in &canaries {
-        for (encoding, form) in crate::canary::encodings(kind, value) {
+        for (encoding, form) in crate::support::canary::encodings(kind, value) {
             lines.push_str(&format!("{kind}\t{encoding}\t{form}\n"));
         }
     }
@@ -54,7 +54,7 @@ fn the_scan_catches_a_canary_a_mailroom_process_printed() {
 
     // clap echoes a value it cannot parse: a real process writing a secret to its log.
     let log = dir.path().join("t.leaky.0.log");
-    let status = Command::new(crate::helpers::mailroom_bin())
+    let status = Command::new(crate::support::helpers::mailroom_bin())
         .args(["serve", "--listen", &canaries[0].1])
         .stdin(Stdio::null())
         .stdout(std::fs::File::create(&log).unwrap())
@@ -77,7 +77,7 @@ fn the_scan_catches_a_canary_a_mailroom_process_printed() {
     // Every recorded encoding of every kind, in a log or in an extra file (the cargo output).
     let cargo_output = dir.path().join("cargo-test.out");
     for (kind, value) in &canaries {
-        for (encoding, form) in crate::canary::encodings(kind, value) {
+        for (encoding, form) in crate::support::canary::encodings(kind, value) {
             for (file, extra) in [
                 (dir.path().join("in-process.log"), None),
                 (cargo_output.clone(), Some(cargo_output.as_path())),
@@ -134,9 +134,9 @@ fn the_scan_refuses_a_run_with_nothing_to_check() {
 /// is refused, so the password cannot be silently unused.
 #[tokio::test]
 async fn the_test_database_refuses_a_wrong_password() {
-    let (pool, url) = crate::helpers::empty_db_with_url().await;
-    let password = crate::canary::db_password();
-    let encoded = crate::canary::percent(&password);
+    let (pool, url) = crate::support::helpers::empty_db_with_url().await;
+    let password = crate::support::canary::db_password();
+    let encoded = crate::support::canary::percent(&password);
     assert!(url.contains(&encoded), "the URL carries the canary");
     let right: sqlx::postgres::PgConnectOptions = url.parse().unwrap();
     right.connect().await.expect("the canary password logs in");

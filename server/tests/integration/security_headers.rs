@@ -7,8 +7,8 @@ use app::domain::Role;
 use mailroom::http::Edge;
 use reqwest::header::HeaderMap;
 
-use crate::helpers::{draft, org_with_users, test_db};
-use crate::test_app::{client, signed_in, spawn_app, spawn_app_with};
+use crate::support::helpers::{draft, org_with_users, test_db};
+use crate::support::test_app::{client, signed_in, spawn_app, spawn_app_with};
 
 fn header<'a>(h: &'a HeaderMap, name: &str) -> &'a str {
     h.get(name)

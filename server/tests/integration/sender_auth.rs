@@ -22,10 +22,10 @@ use mailroom::delivery::Worker;
 use serde_json::Value;
 use sqlx::PgPool;
 
-use crate::delivery_worker::{config, config_for_capture};
-use crate::helpers::{enqueue_test_mail_to, org_with_users, test_db};
-use crate::smtp_sink::SmtpSink;
-use crate::test_app::{json, signed_in, spawn_app, TestApp};
+use crate::support::fixtures::{config, config_for_capture};
+use crate::support::helpers::{enqueue_test_mail_to, org_with_users, test_db};
+use crate::support::smtp_sink::SmtpSink;
+use crate::support::test_app::{json, signed_in, spawn_app, TestApp};
 
 /// DNS as published: TXT records by name, nothing else (a miss is an error, never a query).
 struct PublishedDns(Mutex<HashMap<Box<str>, Txt>>);

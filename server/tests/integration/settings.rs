@@ -7,8 +7,8 @@ use reqwest::StatusCode;
 use serde_json::Value;
 use sqlx::PgPool;
 
-use crate::helpers::{org_with_users, test_db};
-use crate::test_app::{client, json, signed_in, spawn_app, TestApp};
+use crate::support::helpers::{org_with_users, test_db};
+use crate::support::test_app::{client, json, signed_in, spawn_app, TestApp};
 
 /// The error variant and message of a refused call (`{"Invalid": "…"}` → ("Invalid", "…")).
 /// The answer's status is the refusal's own (a 4xx, never 500).
@@ -717,8 +717,8 @@ async fn the_delivery_worker_sends_an_invite_with_its_link_and_never_a_retired_o
         assert_eq!(status, 200);
     }
 
-    let sink = crate::smtp_sink::SmtpSink::start();
-    let mut worker = Worker::new(pool.clone(), crate::delivery_worker::config(&sink), "w");
+    let sink = crate::support::smtp_sink::SmtpSink::start();
+    let mut worker = Worker::new(pool.clone(), crate::support::fixtures::config(&sink), "w");
     while worker.round().await.unwrap() > 0 {}
 
     let got = sink.messages();
@@ -834,7 +834,7 @@ async fn self_approval_is_off_by_default_and_only_an_owner_turns_it_on_which_let
 ) {
     let pool = test_db().await;
     let (org, users) = org_with_users(&pool, "acme", &[Role::Owner, Role::Admin]).await;
-    let (lists, _) = crate::campaigns::audience_of(&pool, org, 5).await;
+    let (lists, _) = crate::support::fixtures::audience_of(&pool, org, 5).await;
     let app = spawn_app(pool.clone()).await;
     let owner = signed_in(&app, &users[0].1, &users[0].2).await;
     let admin = signed_in(&app, &users[1].1, &users[1].2).await;
@@ -928,7 +928,9 @@ async fn captured_invitations_and_resets_are_readable_by_no_dashboard_user() {
     let roles = [Role::Owner, Role::Admin, Role::Viewer, Role::Viewer];
     let (org, u) = org_with_users(&pool, "acme", &roles).await;
     let dir = tempfile::tempdir().unwrap();
-    let app = crate::test_app::spawn_app_capturing(pool.clone(), Some(dir.path().to_owned())).await;
+    let app =
+        crate::support::test_app::spawn_app_capturing(pool.clone(), Some(dir.path().to_owned()))
+            .await;
     let owner = signed_in(&app, &u[0].1, &u[0].2).await;
     let admin = signed_in(&app, &u[1].1, &u[1].2).await;
     let viewer = signed_in(&app, &u[2].1, &u[2].2).await;
@@ -954,7 +956,7 @@ async fn captured_invitations_and_resets_are_readable_by_no_dashboard_user() {
     assert_eq!(status, 200, "{body}");
     let mut worker = Worker::new(
         pool.clone(),
-        crate::delivery_worker::config_for_capture(dir.path().to_owned()),
+        crate::support::fixtures::config_for_capture(dir.path().to_owned()),
         "w",
     );
     while worker.round().await.unwrap() > 0 {}

@@ -10,8 +10,8 @@ use lettre::Address;
 use mailin_embedded::{response, AuthMechanism, Handler, Response, Server, SslConfig};
 use mailroom::smtp::{BodyOutcome, Connection, Security, Target};
 
-use crate::canary::{smtp_password, SMTP_USER};
-use crate::smtp_sink::SmtpSink;
+use crate::support::canary::{smtp_password, SMTP_USER};
+use crate::support::smtp_sink::SmtpSink;
 
 /// A self-signed certificate for `localhost`: (certificate PEM, key PEM) files in `dir`.
 fn self_signed(dir: &Path) -> (String, String) {
@@ -184,7 +184,7 @@ async fn implicit_tls_delivers_over_our_own_socket() {
     tokio::spawn(async move {
         while let Ok((sock, _)) = listener.accept().await {
             if let Ok(tls) = acceptor.accept(sock).await {
-                tokio::spawn(crate::fault_sink::session(tls, log.clone()));
+                tokio::spawn(crate::support::fault_sink::session(tls, log.clone()));
             }
         }
     });
@@ -203,21 +203,21 @@ async fn implicit_tls_delivers_over_our_own_socket() {
 /// AUTH, and this log, like every log of the suite, is scanned for the password afterwards.
 #[test]
 fn a_worker_process_delivers_through_an_authenticating_relay_given_one_url() {
-    use crate::procs::{wait_until, Proc};
+    use crate::support::procs::{wait_until, Proc};
     use nix::sys::signal::Signal;
 
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let (pool, url) = rt.block_on(crate::helpers::migrated_db_with_url());
+    let (pool, url) = rt.block_on(crate::support::helpers::migrated_db_with_url());
     rt.block_on(async {
-        let (org, _) = crate::helpers::org_with_users(&pool, "relay", &[]).await;
+        let (org, _) = crate::support::helpers::org_with_users(&pool, "relay", &[]).await;
         let to = ["bob@example.org".to_string()];
-        crate::helpers::enqueue_test_mail_to(&pool, org, "relay", &to).await;
+        crate::support::helpers::enqueue_test_mail_to(&pool, org, "relay", &to).await;
     });
     let dir = tempfile::tempdir().unwrap();
     let (cert, key) = self_signed(dir.path());
     let (port, received) = starttls_relay(&cert, &key);
-    let smtp = crate::canary::smtp_url("localhost", port, "tls=starttls");
-    let data = crate::helpers::data_dir();
+    let smtp = crate::support::canary::smtp_url("localhost", port, "tls=starttls");
+    let data = crate::support::helpers::data_dir();
     let env = [
         ("DATABASE_URL", url.as_str()),
         ("MAILROOM_SMTP_URL", &smtp),

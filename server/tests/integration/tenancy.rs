@@ -5,8 +5,8 @@
 use app::domain::Role;
 use serde_json::Value;
 
-use crate::helpers::{draft, enqueue_test_mail_to, org_with_users, test_db};
-use crate::test_app::{client, spawn_app, TestApp};
+use crate::support::helpers::{draft, enqueue_test_mail_to, org_with_users, test_db};
+use crate::support::test_app::{client, spawn_app, TestApp};
 
 /// One org's objects, by id.
 struct Objects {

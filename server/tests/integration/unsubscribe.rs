@@ -7,10 +7,10 @@ use mailroom::delivery::Worker;
 use reqwest::StatusCode;
 use sqlx::PgPool;
 
-use crate::deliveries::campaign_deliveries;
-use crate::helpers::{org_with_users, test_db};
-use crate::smtp_sink::SmtpSink;
-use crate::test_app::spawn_app;
+use crate::support::fixtures::campaign_deliveries;
+use crate::support::helpers::{org_with_users, test_db};
+use crate::support::smtp_sink::SmtpSink;
+use crate::support::test_app::spawn_app;
 
 async fn suppressions(pool: &PgPool) -> Vec<(String, String, String)> {
     sqlx::query_as("select email_lower, reason, source from suppressions order by email_lower")
@@ -33,7 +33,7 @@ async fn one_click_unsubscribe_from_a_sent_campaign_suppresses_and_a_get_never_d
     let emails = vec!["Ann@Example.org".to_string()];
     let (cid, jobs) = campaign_deliveries(&pool, org, users[0].0, "sending", &emails).await;
     let sink = SmtpSink::start();
-    let mut worker = Worker::new(pool.clone(), crate::delivery_worker::config(&sink), "u");
+    let mut worker = Worker::new(pool.clone(), crate::support::fixtures::config(&sink), "u");
     assert_eq!(worker.round().await.unwrap(), 1);
     worker.close().await;
 
@@ -202,7 +202,7 @@ async fn the_preference_page_takes_a_subscriber_off_the_lists_they_uncheck_and_o
         .await
         .unwrap();
     tx.commit().await.unwrap();
-    let token = crate::helpers::test_keys().sign(Claim {
+    let token = crate::support::helpers::test_keys().sign(Claim {
         org_id: org,
         subscriber_id: ids[0],
         campaign_id: 1,

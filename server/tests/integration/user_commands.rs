@@ -1,8 +1,8 @@
 //! `mailroom demo`, `user add` and `user password` against the embedded cluster, as an operator
 //! runs them.
 
-use crate::helpers::data_dir;
-use crate::procs::run;
+use crate::support::helpers::data_dir;
+use crate::support::procs::run;
 
 #[test]
 fn demo_prints_logins_once_and_user_commands_manage_logins() {
@@ -105,7 +105,7 @@ fn demo_prints_logins_once_and_user_commands_manage_logins() {
             && !out.contains(fields[3]),
         "{out}"
     );
-    crate::procs::wait_postmaster_gone(dir.path(), 30);
+    crate::support::procs::wait_postmaster_gone(dir.path(), 30);
 }
 
 /// `mailroom org add` makes an organisation and its first owner in one step (no SQL), refuses

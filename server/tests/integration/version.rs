@@ -1,6 +1,6 @@
 //! `mailroom --version` names the version and the commit the binary was built from.
 
-use crate::procs::run;
+use crate::support::procs::run;
 
 #[test]
 fn version_names_the_package_version_and_the_build_commit() {

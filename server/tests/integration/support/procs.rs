@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
-use crate::canary::unsubscribe_keys_env;
-use crate::helpers::mailroom_bin;
+use crate::support::canary::unsubscribe_keys_env;
+use crate::support::helpers::mailroom_bin;
 
 /// The instant every worker process's digest ticker reads (scripts/e2e pins the same one).
 pub const DIGEST_NOW: &str = "2026-07-01T12:00:00Z";
@@ -33,7 +33,7 @@ impl Proc {
         args: &[&str],
         env: &[(&str, &str)],
     ) -> Proc {
-        let log = crate::canary::log_file(name);
+        let log = crate::support::canary::log_file(name);
         let file = std::fs::File::create(&log).unwrap();
         let child = Command::new(mailroom_bin())
             .args(args)
@@ -139,7 +139,7 @@ pub fn run(args: &[&str], env: &[(&str, &str)]) -> (ExitStatus, String, String) 
         .take(20)
         .collect();
     std::fs::write(
-        crate::canary::log_file(&format!("run-{what}")),
+        crate::support::canary::log_file(&format!("run-{what}")),
         format!("{}\n--- stdout\n{stdout}--- stderr\n{stderr}", out.status),
     )
     .unwrap();

@@ -70,7 +70,7 @@ async fn require_password(
     admin_conn: &mut sqlx::PgConnection,
     admin: PgConnectOptions,
 ) -> PgConnectOptions {
-    use crate::canary::{db_password, DB_USER};
+    use crate::support::canary::{db_password, DB_USER};
     app::db::cluster::create_superuser_with_password(admin_conn, DB_USER, &db_password())
         .await
         .unwrap();
@@ -93,7 +93,7 @@ async fn require_password(
 /// The test cluster's server log, hard-linked into the run's log directory so it outlives the
 /// cluster; where a link is impossible (another file system) the watchdog copies it at exit.
 fn keep_server_log(cluster: &Path) -> Option<PathBuf> {
-    let kept = crate::canary::log_dir().join("test-cluster.postgres.log");
+    let kept = crate::support::canary::log_dir().join("test-cluster.postgres.log");
     match std::fs::hard_link(cluster.join("server.log"), &kept) {
         Ok(()) => None,
         Err(_) => Some(kept),
@@ -214,7 +214,7 @@ pub async fn empty_db_with_url() -> (PgPool, String) {
     app::db::cluster::create_database_if_missing(&mut conn, &name)
         .await
         .unwrap();
-    let url = crate::canary::db_url(&name, &c.socket_dir);
+    let url = crate::support::canary::db_url(&name, &c.socket_dir);
     (
         PgPool::connect_with(c.options.clone().database(&name))
             .await
@@ -245,7 +245,7 @@ pub async fn org_with_users(
     let mut users = Vec::new();
     for (i, role) in roles.iter().enumerate() {
         let email = format!("{}{i}@{slug}.example", role.as_str());
-        let password = crate::canary::user_password(slug, i);
+        let password = crate::support::canary::user_password(slug, i);
         let hash = app::auth::hash_password(&password).unwrap();
         let addr = app::domain::EmailAddress::parse(&email).unwrap();
         let id = app::db::users::create(
@@ -295,5 +295,5 @@ pub async fn draft(conn: &mut sqlx::PgConnection, org_id: i64, author_id: i64, n
 /// The unsubscribe signing keys of in-process apps and workers (the canary key, as every
 /// spawned `mailroom` gets through MAILROOM_UNSUBSCRIBE_KEYS).
 pub fn test_keys() -> app::unsubscribe::Keys {
-    app::unsubscribe::Keys::new(vec![crate::canary::unsubscribe_key()]).unwrap()
+    app::unsubscribe::Keys::new(vec![crate::support::canary::unsubscribe_key()]).unwrap()
 }

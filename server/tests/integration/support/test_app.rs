@@ -57,7 +57,7 @@ pub async fn spawn_app_with(
             site_root: "target/site".into(),
             embedded_site: false,
             dev: false,
-            unsubscribe_keys: crate::helpers::test_keys(),
+            unsubscribe_keys: crate::support::helpers::test_keys(),
             edge,
             api,
         },

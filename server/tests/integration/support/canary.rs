@@ -70,7 +70,7 @@ fn log_this_process(dir: &Path) {
 
 /// Removes `dir` once this test process is gone.
 fn remove_at_exit(dir: &Path) {
-    crate::helpers::after_exit(&format!("rm -rf '{}'", dir.display()));
+    crate::support::helpers::after_exit(&format!("rm -rf '{}'", dir.display()));
 }
 
 pub fn log_dir() -> &'static Path {
