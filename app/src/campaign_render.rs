@@ -9,7 +9,7 @@
 
 use minijinja::{context, AutoEscape, Environment, HtmlEscape, Value};
 
-use crate::db::campaigns::Content;
+use crate::db::campaign::Content;
 use crate::domain::BodyFormat;
 
 /// What a message says to one recipient.

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use lettre::Address;
 
-use app::db::deliveries::{self, NewDelivery};
+use app::db::delivery::NewDelivery;
 use app::domain::{EmailAddress, JobId};
 use mailroom::embedded_pg::{self, EmbeddedPg};
 use mailroom::smtp::{BodyOutcome, Connection, Target};
@@ -162,7 +162,7 @@ async fn main() -> anyhow::Result<()> {
         let org = org_ids[i % org_ids.len()];
         let to = EmailAddress::parse(&format!("e{i}@example.org"))?;
         let job = JobId::test(org, 1, "bench", &to)?;
-        deliveries::enqueue(&mut tx, NewDelivery::plain(&job, org, &to)).await?;
+        app::db::delivery::enqueue(&mut tx, NewDelivery::plain(&job, org, &to)).await?;
     }
     tx.commit().await?;
     println!(

@@ -175,7 +175,7 @@ async fn run(pool: &PgPool, id: i64, limit: Duration) -> anyhow::Result<(i64, f6
         .bind(id)
         .execute(pool)
         .await?;
-    app::db::campaign_states::notify_progress(pool, "mailroom_campaign_approved", &[id]).await?;
+    app::db::campaign::states::notify_progress(pool, "mailroom_campaign_approved", &[id]).await?;
     let started = Instant::now();
     loop {
         let status: String = sqlx::query_scalar("select status from campaigns where id = $1")

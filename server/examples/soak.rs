@@ -222,7 +222,7 @@ struct Seeded {
 }
 
 async fn seed(pool: &PgPool, recipients: i64, orgs: i64) -> anyhow::Result<Seeded> {
-    use app::db::{lists, orgs as org_db, users};
+    use app::db::{lists, orgs as org_db};
     use app::domain::{EmailAddress, Role};
     let mut conn = pool.acquire().await?;
     let org = org_db::create(
@@ -237,9 +237,9 @@ async fn seed(pool: &PgPool, recipients: i64, orgs: i64) -> anyhow::Result<Seede
     )
     .await?;
     let hash = app::auth::hash_password(PASSWORD)?;
-    let owner = users::create(
+    let owner = app::db::user::create(
         &mut conn,
-        users::NewUser {
+        app::db::user::NewUser {
             org_id: org,
             email: &EmailAddress::parse(EMAIL)?,
             name: "Owner",
@@ -249,9 +249,9 @@ async fn seed(pool: &PgPool, recipients: i64, orgs: i64) -> anyhow::Result<Seede
     )
     .await?;
     // The approver (four eyes); a viewer, so the campaign's org gets one digest like the others.
-    let approver = users::create(
+    let approver = app::db::user::create(
         &mut conn,
-        users::NewUser {
+        app::db::user::NewUser {
             org_id: org,
             email: &EmailAddress::parse("approver@soak.example")?,
             name: "Approver",

@@ -13,7 +13,6 @@ use sqlx::PgPool;
 
 use crate::progress::Notifier;
 use crate::shutdown::Shutdown;
-use app::db::{campaign_states, sends};
 
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -51,7 +50,7 @@ pub struct Round {
 pub async fn start_due(pool: &PgPool) -> sqlx::Result<Vec<(i64, i64)>> {
     let due = {
         let mut conn = pool.acquire().await?;
-        campaign_states::due(&mut conn, 20).await?
+        app::db::campaign::states::due(&mut conn, 20).await?
     };
     let mut started = Vec::new();
     for (org_id, id) in due {
@@ -72,11 +71,11 @@ pub async fn start_due(pool: &PgPool) -> sqlx::Result<Vec<(i64, i64)>> {
 /// The start and the materialisation in one transaction: `Some(recipients)` if this worker won.
 async fn start_one(pool: &PgPool, org_id: i64, id: i64) -> sqlx::Result<Option<i64>> {
     let mut tx = pool.begin().await?;
-    if !campaign_states::start(&mut tx, id).await? {
+    if !app::db::campaign::states::start(&mut tx, id).await? {
         return Ok(None);
     }
-    let n = sends::materialise(&mut tx, org_id, id).await?;
-    campaign_states::materialized(&mut tx, id, n).await?;
+    let n = app::db::campaign::sends::materialise(&mut tx, org_id, id).await?;
+    app::db::campaign::states::materialized(&mut tx, id, n).await?;
     tx.commit().await?;
     Ok(Some(n))
 }
@@ -91,9 +90,10 @@ pub async fn round(pool: &PgPool, cfg: &Config, notifier: &Notifier) -> anyhow::
     let started: Vec<i64> = r.started.iter().map(|s| s.0).collect();
     notifier.touch(&started);
     for _ in 0..BATCHES_PER_ROUND {
-        let h = sends::hand_off(pool, cfg.batch, cfg.watermark, CAMPAIGNS_PER_BATCH)
-            .await
-            .context("handing recipients to the delivery queue")?;
+        let h =
+            app::db::campaign::sends::hand_off(pool, cfg.batch, cfg.watermark, CAMPAIGNS_PER_BATCH)
+                .await
+                .context("handing recipients to the delivery queue")?;
         notifier.touch(&h.campaigns);
         r.handed_off += h.handed_off;
         r.suppressed += h.suppressed;
@@ -103,7 +103,7 @@ pub async fn round(pool: &PgPool, cfg: &Config, notifier: &Notifier) -> anyhow::
     }
     // Bounded per round, so a million-recipient cancel never stalls this replica's hand-offs.
     for _ in 0..SWEEPS_PER_ROUND {
-        let n = sends::sweep_cancelled(pool, cfg.batch.max(500))
+        let n = app::db::campaign::sends::sweep_cancelled(pool, cfg.batch.max(500))
             .await
             .context("sweeping cancelled campaigns")?;
         r.cancelled += n;
@@ -112,7 +112,7 @@ pub async fn round(pool: &PgPool, cfg: &Config, notifier: &Notifier) -> anyhow::
         }
     }
     let mut conn = pool.acquire().await?;
-    r.finished = campaign_states::finish_done(&mut conn)
+    r.finished = app::db::campaign::states::finish_done(&mut conn)
         .await
         .context("finishing sent campaigns")?;
     for id in &r.finished {
@@ -185,7 +185,7 @@ async fn recv(listener: &mut Option<PgListener>) -> Option<String> {
 
 async fn sending_exists(pool: &PgPool) -> bool {
     match pool.acquire().await {
-        Ok(mut conn) => campaign_states::any_sending(&mut conn)
+        Ok(mut conn) => app::db::campaign::states::any_sending(&mut conn)
             .await
             .unwrap_or(true),
         Err(_) => true,

@@ -399,14 +399,14 @@ async fn user_add(db: &Database, args: &UserAddArgs) -> anyhow::Result<()> {
     let hash = app::auth::hash_password(&password)
         .map_err(|e| anyhow!("cannot hash the password: {e}"))?;
     let mut tx = db.pool.begin().await?;
-    let user = app::db::users::NewUser {
+    let user = app::db::user::NewUser {
         org_id,
         email: &email,
         name: &args.name,
         role,
         password_hash: &hash,
     };
-    let id = app::db::users::create(&mut tx, user)
+    let id = app::db::user::create(&mut tx, user)
         .await
         .map_err(|e| anyhow!("{e}"))?;
     app::db::audit::record(
@@ -442,7 +442,7 @@ async fn user_password(db: &Database, args: &UserPasswordArgs) -> anyhow::Result
     let password = demo::new_password();
     let hash = app::auth::hash_password(&password)
         .map_err(|e| anyhow!("cannot hash the password: {e}"))?;
-    if !app::db::users::set_password(&db.pool, &email, &hash).await? {
+    if !app::db::user::set_password(&db.pool, &email, &hash).await? {
         return Err(anyhow!("--email: there is no user {email}"));
     }
     println!("new password for {email} (shown once): {password}");

@@ -116,9 +116,9 @@ pub async fn seed(pool: &PgPool) -> anyhow::Result<Option<DemoLogins>> {
             let password = new_password();
             let hash = app::auth::hash_password(&password)
                 .map_err(|e| anyhow!("cannot hash a password: {e}"))?;
-            let id = db::users::create(
+            let id = db::user::create(
                 &mut tx,
-                db::users::NewUser {
+                db::user::NewUser {
                     org_id,
                     email: &email,
                     name,
@@ -206,9 +206,9 @@ async fn seed_audience(
         };
         db::audience::suppress(conn, org_id, email, reason, "demo").await?;
     }
-    let draft = db::campaigns::create_draft(
+    let draft = db::campaign::create_draft(
         conn,
-        db::campaigns::NewDraft {
+        db::campaign::NewDraft {
             org_id,
             author_id: owner,
             name: "December product update",

@@ -104,7 +104,7 @@ async fn jobs(pool: &PgPool, cfg: &Config, h: &Held, captured_dir: &Path, retent
     if !still() {
         return;
     }
-    match app::db::deliveries::reap_expired(pool, lease).await {
+    match app::db::delivery::reap_expired(pool, lease).await {
         Ok((requeued, unknown)) => {
             if requeued + unknown > 0 {
                 tracing::info!(
@@ -137,7 +137,7 @@ async fn jobs(pool: &PgPool, cfg: &Config, h: &Held, captured_dir: &Path, retent
     }
     let mut cleared = 0;
     loop {
-        match app::db::deliveries::trim_details(pool, lease, cfg.retention_days, RETENTION_BATCH)
+        match app::db::delivery::trim_details(pool, lease, cfg.retention_days, RETENTION_BATCH)
             .await
         {
             Ok(n) => {
@@ -154,7 +154,7 @@ async fn jobs(pool: &PgPool, cfg: &Config, h: &Held, captured_dir: &Path, retent
     }
     let mut purged = 0;
     while still() {
-        match app::db::campaign_bin::purge(pool, lease, cfg.bin_days, RETENTION_BATCH).await {
+        match app::db::campaign::bin::purge(pool, lease, cfg.bin_days, RETENTION_BATCH).await {
             Ok(0) => break,
             Ok(n) => purged += n,
             Err(e) => {
@@ -179,7 +179,7 @@ async fn jobs(pool: &PgPool, cfg: &Config, h: &Held, captured_dir: &Path, retent
 /// Replaces each newly finished campaign's progress slots with `count(*)` figures, once.
 async fn reconcile_finished(pool: &PgPool, lease: &Lease) {
     let ids = match pool.acquire().await {
-        Ok(mut conn) => app::db::progress_slots::to_reconcile(&mut conn, 20).await,
+        Ok(mut conn) => app::db::campaign::slots::to_reconcile(&mut conn, 20).await,
         Err(e) => Err(e),
     };
     let ids = match ids {
@@ -189,7 +189,7 @@ async fn reconcile_finished(pool: &PgPool, lease: &Lease) {
     for id in ids {
         let done = async {
             let mut tx = pool.begin().await?;
-            let r = app::db::progress_slots::reconcile(&mut tx, id, lease).await?;
+            let r = app::db::campaign::slots::reconcile(&mut tx, id, lease).await?;
             tx.commit().await?;
             Ok::<_, sqlx::Error>(r)
         }

@@ -49,7 +49,7 @@ impl Notifier {
             if ids.is_empty() {
                 continue;
             }
-            if let Err(e) = app::db::campaign_states::notify_progress(&pool, CHANNEL, &ids).await {
+            if let Err(e) = app::db::campaign::states::notify_progress(&pool, CHANNEL, &ids).await {
                 tracing::debug!(error = %e, "progress notification failed (pages re-read anyway)");
             }
         }

@@ -190,7 +190,7 @@ pub async fn handler(
 
 async fn read(pool: &PgPool, org_id: i64, id: i64) -> sqlx::Result<Option<Progress>> {
     let mut conn = pool.acquire().await?;
-    Ok(app::db::campaign_progress::snapshot(&mut conn, org_id, id)
+    Ok(app::db::campaign::live::snapshot(&mut conn, org_id, id)
         .await?
         .map(|s| s.progress()))
 }

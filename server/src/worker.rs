@@ -121,7 +121,7 @@ pub async fn run(pool: PgPool, plan: Plan, mode: Mode, shutdown: Shutdown) {
             _ = renew.tick() => {
                 // While this process lives, its claims do not expire under a slow SMTP server.
                 let in_flight = held.snapshot();
-                if let Err(e) = app::db::deliveries::extend_leases(&pool, &id, &in_flight, lease_seconds).await {
+                if let Err(e) = app::db::delivery::extend_leases(&pool, &id, &in_flight, lease_seconds).await {
                     tracing::warn!(error = %e, "could not extend delivery leases; will retry");
                 }
             }
@@ -145,7 +145,7 @@ pub async fn run(pool: PgPool, plan: Plan, mode: Mode, shutdown: Shutdown) {
         delivery.abort();
         let _ = delivery.await; // wait until it is really gone before releasing its rows
     }
-    match app::db::deliveries::release_held(&pool, &id).await {
+    match app::db::delivery::release_held(&pool, &id).await {
         Ok((0, 0)) => {}
         Ok((requeued, unknown)) => tracing::info!(requeued, unknown, "released held deliveries"),
         Err(e) => {

@@ -4,6 +4,8 @@
 use leptos::prelude::*;
 use serde::{Deserialize, Serialize};
 
+#[cfg(feature = "ssr")]
+use crate::db::{audit, user};
 use crate::error::AppError;
 
 /// Entries per page.
@@ -30,7 +32,7 @@ pub async fn audit_log_page(
     actor: Option<String>,
     before: Option<String>,
 ) -> Result<AuditPage, AppError> {
-    use crate::db::{audit_log, settings, user_admin};
+    use crate::db::settings;
     let (me, pool) = super::signed_in().await?;
     let id = |s: Option<String>, what: &str| {
         super::filter(what, s)?
@@ -44,10 +46,10 @@ pub async fn audit_log_page(
     let actor_id = id(actor, "user")?;
     let before_id = id(before, "page position")?;
     let mut conn = pool.acquire().await?;
-    let page = audit_log::list(
+    let page = audit::log::list(
         &mut conn,
         me.org_id,
-        &audit_log::Filter {
+        &audit::log::Filter {
             action: action.as_deref(),
             actor_id,
             before_id,
@@ -55,8 +57,8 @@ pub async fn audit_log_page(
         PAGE_SIZE,
     )
     .await?;
-    let actions = audit_log::actions(&mut conn, me.org_id).await?;
-    let users = user_admin::list(&mut conn, me.org_id)
+    let actions = audit::log::actions(&mut conn, me.org_id).await?;
+    let users = user::admin::list(&mut conn, me.org_id)
         .await?
         .into_iter()
         .map(|u| (u.id, u.name))

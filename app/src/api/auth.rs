@@ -42,7 +42,7 @@ pub async fn login(email: String, password: String) -> Result<(), AppError> {
         }
         return Err(AppError::Throttled(login_throttle::locked_message(seconds)));
     }
-    let row = db::users::find_for_login(&pool, &email).await?;
+    let row = db::user::find_for_login(&pool, &email).await?;
     let stored = row.as_ref().map(|r| r.password_hash.clone());
     // Argon2 is deliberately slow and takes ~19 MiB: off the async workers, a few at a time.
     static VERIFYING: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(4);

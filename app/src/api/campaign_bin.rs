@@ -5,6 +5,8 @@ use leptos::prelude::*;
 
 use crate::error::AppError;
 
+#[cfg(feature = "ssr")]
+use crate::db::{audit, campaign};
 pub use crate::model::Binned;
 
 #[server(endpoint = "campaign_bin")]
@@ -12,15 +14,15 @@ pub async fn campaign_bin() -> Result<Vec<Binned>, AppError> {
     let days = super::api_config().campaign_bin_days;
     let (me, pool) = super::signed_in().await?;
     let mut conn = pool.acquire().await?;
-    Ok(crate::db::campaign_bin::list(&mut conn, me.org_id, days).await?)
+    Ok(campaign::bin::list(&mut conn, me.org_id, days).await?)
 }
 
 #[server(endpoint = "delete_campaign")]
 pub async fn delete_campaign(id: i64) -> Result<String, AppError> {
-    use crate::db::campaign_bin::{self, BinError};
+    use crate::db::campaign::bin::BinError;
     let (me, pool) = super::signed_in_to_act().await?;
     let mut tx = pool.begin().await?;
-    match campaign_bin::delete(&mut tx, me.org_id, id).await {
+    match campaign::bin::delete(&mut tx, me.org_id, id).await {
         Ok(()) => {}
         Err(BinError::NotFound) => return Err(AppError::NotFound),
         Err(BinError::NotDeletable(status)) => {
@@ -40,7 +42,7 @@ pub async fn delete_campaign(id: i64) -> Result<String, AppError> {
 pub async fn restore_campaign(id: i64) -> Result<String, AppError> {
     let (me, pool) = super::signed_in_to_act().await?;
     let mut tx = pool.begin().await?;
-    if !crate::db::campaign_bin::restore(&mut tx, me.org_id, id).await? {
+    if !campaign::bin::restore(&mut tx, me.org_id, id).await? {
         return Err(AppError::NotFound);
     }
     audited(&mut tx, me.org_id, me.user_id, "campaign.restore", id).await?;
@@ -56,7 +58,6 @@ async fn audited(
     action: &str,
     id: i64,
 ) -> Result<(), AppError> {
-    use crate::db::audit;
     audit::record(
         tx,
         audit::Entry {

@@ -11,6 +11,8 @@
 use leptos::prelude::*;
 use serde::{Deserialize, Serialize};
 
+#[cfg(feature = "ssr")]
+use crate::db::{audit, campaign};
 use crate::error::AppError;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -75,11 +77,10 @@ pub struct Sheet {
 
 #[server(endpoint = "campaign_sheet")]
 pub async fn campaign_sheet(id: i64) -> Result<Sheet, AppError> {
-    use crate::db::campaign_edit;
     let figures = super::figures::figures();
     let (me, pool) = super::signed_in().await?;
     let mut conn = pool.acquire().await?;
-    let c = campaign_edit::load(&mut conn, me.org_id, id)
+    let c = campaign::edit::load(&mut conn, me.org_id, id)
         .await?
         .ok_or(AppError::NotFound)?;
     // The editor's choice of lists with member counts: only while the lists can still change
@@ -89,7 +90,7 @@ pub async fn campaign_sheet(id: i64) -> Result<Sheet, AppError> {
         None => figures
             .list_sizes
             .get(me.org_id, async {
-                Ok(campaign_edit::lists(&mut conn, me.org_id).await?)
+                Ok(campaign::edit::lists(&mut conn, me.org_id).await?)
             })
             .await?
             .into_iter()
@@ -106,11 +107,11 @@ pub async fn campaign_sheet(id: i64) -> Result<Sheet, AppError> {
     // page view would be needless.
     let (estimate, preview) = match c.recipients_total {
         None => {
-            let sample = campaign_edit::sample_recipient(&mut conn, me.org_id, id).await?;
+            let sample = campaign::edit::sample_recipient(&mut conn, me.org_id, id).await?;
             let estimate = figures
                 .estimate
                 .get((me.org_id, id, c.content_version), async {
-                    Ok(campaign_edit::estimate(&mut conn, me.org_id, id).await?)
+                    Ok(campaign::edit::estimate(&mut conn, me.org_id, id).await?)
                 })
                 .await?;
             (estimate, render_preview(&c, sample))
@@ -123,8 +124,7 @@ pub async fn campaign_sheet(id: i64) -> Result<Sheet, AppError> {
             )),
         ),
     };
-    let problems =
-        crate::db::campaign_progress::problems(&mut conn, me.org_id, id, PROBLEMS_SHOWN).await?;
+    let problems = campaign::live::problems(&mut conn, me.org_id, id, PROBLEMS_SHOWN).await?;
     Ok(Sheet {
         id: c.id,
         status: c.status,
@@ -153,12 +153,12 @@ pub async fn campaign_sheet(id: i64) -> Result<Sheet, AppError> {
 
 #[cfg(feature = "ssr")]
 fn render_preview(
-    c: &crate::db::campaign_edit::Editable,
+    c: &campaign::edit::Editable,
     sample: Option<(String, String)>,
 ) -> Result<Preview, String> {
     use crate::campaign_render::{Compiled, Fields};
     let (name, email) = sample.ok_or("No recipient yet: choose lists with subscribers.")?;
-    let compiled = Compiled::new(&crate::db::campaigns::Content {
+    let compiled = Compiled::new(&campaign::Content {
         id: c.id,
         org_id: 0,
         subject: c.subject.clone(),
@@ -185,14 +185,13 @@ fn render_preview(
 /// A new, empty draft by the signed-in admin; the browser goes on to its editor.
 #[server(endpoint = "new_campaign")]
 pub async fn new_campaign(name: String) -> Result<i64, AppError> {
-    use crate::db::{audit, campaigns};
     use crate::domain::CampaignContent;
     let (me, pool) = super::signed_in_to_act().await?;
     let content = CampaignContent::parse(&name, "", "", "", "").map_err(AppError::Invalid)?;
     let mut tx = pool.begin().await?;
-    let id = campaigns::create_draft(
+    let id = campaign::create_draft(
         &mut tx,
-        campaigns::NewDraft {
+        campaign::NewDraft {
             org_id: me.org_id,
             author_id: me.user_id,
             name: &content.name,
@@ -219,10 +218,9 @@ pub async fn new_campaign(name: String) -> Result<i64, AppError> {
 /// A new draft with another campaign's content and lists; the browser goes on to its editor.
 #[server(endpoint = "clone_campaign")]
 pub async fn clone_campaign(id: i64) -> Result<i64, AppError> {
-    use crate::db::{audit, campaign_edit};
     let (me, pool) = super::signed_in_to_act().await?;
     let mut tx = pool.begin().await?;
-    let copy = campaign_edit::clone_draft(&mut tx, me.org_id, id, me.user_id)
+    let copy = campaign::edit::clone_draft(&mut tx, me.org_id, id, me.user_id)
         .await?
         .ok_or(AppError::NotFound)?;
     audit::record(
@@ -251,8 +249,7 @@ pub async fn save_campaign(
     #[server(default)] lists: Vec<i64>,
     #[server(default)] schedule: String,
 ) -> Result<String, AppError> {
-    use crate::db::audit;
-    use crate::db::campaign_edit::{self, Changes, SaveError};
+    use crate::db::campaign::edit::{Changes, SaveError};
     use crate::domain::CampaignContent;
     let (me, pool) = super::signed_in_to_act().await?;
     let content = CampaignContent::parse(&name, &subject, &body, &format, &schedule)
@@ -266,7 +263,7 @@ pub async fn save_campaign(
         list_ids: &lists,
         scheduled_local: content.schedule.as_deref(),
     };
-    let saved = campaign_edit::save(&mut tx, me.org_id, id, me.user_id, version, &changes).await;
+    let saved = campaign::edit::save(&mut tx, me.org_id, id, me.user_id, version, &changes).await;
     let new_version = match saved {
         Ok(v) => v,
         Err(SaveError::NotFound) | Err(SaveError::UnknownList) => return Err(AppError::NotFound),
@@ -312,8 +309,7 @@ pub async fn campaign_action(
     version: i32,
     #[server(default)] reason: String,
 ) -> Result<String, AppError> {
-    use crate::db::campaign_states::{self, ChangeError};
-    use crate::db::{audit, campaign_edit};
+    use crate::db::campaign::states::ChangeError;
     use crate::domain::{CampaignStatus, Transition};
     let (me, pool) = super::signed_in_to_act().await?;
     let t = Transition::from_verb(&verb)
@@ -328,21 +324,21 @@ pub async fn campaign_action(
     let mut self_approved = false;
     let done = match t {
         Transition::Approve => {
-            let approved = campaign_states::approve(&mut tx, me.org_id, id, me.user_id, version)
+            let approved = campaign::states::approve(&mut tx, me.org_id, id, me.user_id, version)
                 .await
                 .map(|s| self_approved = s);
             // Never approve a campaign that would reach nobody (the estimate the dialog showed).
             // Checked after the compare-and-set, which says "not found" for another org's
             // campaign; returning here rolls the approval back.
-            if approved.is_ok() && campaign_edit::estimate(&mut tx, me.org_id, id).await? == 0 {
+            if approved.is_ok() && campaign::edit::estimate(&mut tx, me.org_id, id).await? == 0 {
                 return Err(AppError::Conflict(
                     "This campaign would reach nobody (0 recipients after de-duplication and suppression): choose lists with subscribers first.".into(),
                 ));
             }
             approved
         }
-        Transition::Reject => campaign_states::reject(&mut tx, me.org_id, id, &reason).await,
-        other => campaign_states::change(&mut tx, me.org_id, id, other).await,
+        Transition::Reject => campaign::states::reject(&mut tx, me.org_id, id, &reason).await,
+        other => campaign::states::change(&mut tx, me.org_id, id, other).await,
     };
     match done {
         Ok(()) => {}

@@ -8,6 +8,8 @@
 
 use leptos::prelude::*;
 
+#[cfg(feature = "ssr")]
+use crate::db::{audit, campaign, delivery};
 use crate::error::AppError;
 
 /// The most addresses one test send goes to.
@@ -20,12 +22,12 @@ pub async fn send_test(
     token: String,
     addresses: String,
 ) -> Result<String, AppError> {
-    use crate::db::{audit, campaign_edit, deliveries, suppression_admin};
+    use crate::db::suppression_admin;
     use crate::domain::{EmailAddress, JobId};
     let (me, pool) = super::signed_in_to_act().await?;
     let to = EmailAddress::parse_list(&addresses, MAX_TEST_ADDRESSES).map_err(AppError::Invalid)?;
     let mut tx = pool.begin().await?;
-    let now = campaign_edit::content_version(&mut tx, me.org_id, id)
+    let now = campaign::edit::content_version(&mut tx, me.org_id, id)
         .await?
         .ok_or(AppError::NotFound)?;
     if now != version {
@@ -49,9 +51,9 @@ pub async fn send_test(
     for address in &to {
         let job = JobId::test(id, version, &token, address)
             .map_err(|_| AppError::Invalid("This dialog has expired: reload the page.".into()))?;
-        let mut d = deliveries::NewDelivery::plain(&job, me.org_id, address);
+        let mut d = delivery::NewDelivery::plain(&job, me.org_id, address);
         d.content_version = Some(version);
-        if deliveries::enqueue(&mut tx, d).await? {
+        if delivery::enqueue(&mut tx, d).await? {
             queued.push(address.as_str());
         }
     }

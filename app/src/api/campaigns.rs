@@ -3,6 +3,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::AppError;
 
+#[cfg(feature = "ssr")]
+use crate::db::campaign;
 pub use crate::model::CampaignSummary;
 
 /// The signed-in organisation's campaigns, all or those in `status`.
@@ -19,7 +21,7 @@ pub async fn campaigns(
     };
     let (me, pool) = super::signed_in().await?;
     let mut conn = pool.acquire().await?;
-    Ok(crate::db::campaigns::list(&mut conn, me.org_id, status).await?)
+    Ok(campaign::list(&mut conn, me.org_id, status).await?)
 }
 
 /// A campaign page: what it is and where its sending stands.
@@ -36,7 +38,7 @@ pub struct CampaignWithProgress {
 pub async fn campaign_detail(id: i64) -> Result<CampaignWithProgress, AppError> {
     let (me, pool) = super::signed_in().await?;
     let mut conn = pool.acquire().await?;
-    let s = crate::db::campaign_progress::snapshot(&mut conn, me.org_id, id)
+    let s = campaign::live::snapshot(&mut conn, me.org_id, id)
         .await?
         .ok_or(AppError::NotFound)?;
     Ok(CampaignWithProgress {

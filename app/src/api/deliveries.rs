@@ -4,6 +4,8 @@
 use leptos::prelude::*;
 use serde::{Deserialize, Serialize};
 
+#[cfg(feature = "ssr")]
+use crate::db::delivery;
 use crate::domain::DeliveryStatus;
 use crate::error::AppError;
 
@@ -60,7 +62,7 @@ pub async fn delivery_counts() -> Result<Vec<StatusCount>, AppError> {
         .delivery_counts
         .get(me.org_id, async {
             let mut conn = pool.acquire().await?;
-            Ok(crate::db::delivery_admin::counts(&mut conn, me.org_id).await?)
+            Ok(delivery::admin::counts(&mut conn, me.org_id).await?)
         })
         .await?;
     Ok(counts
@@ -78,7 +80,7 @@ pub async fn deliveries_page(
     recipient: Option<String>,
     after: Option<String>,
 ) -> Result<DeliveryPage, AppError> {
-    use crate::db::delivery_admin::{self, Filter};
+    use crate::db::delivery::admin::Filter;
     use crate::domain::{DeliveryCursor, DeliveryKind};
     let (me, pool) = super::signed_in().await?;
     let status = super::filter("Status", status)?
@@ -101,7 +103,7 @@ pub async fn deliveries_page(
         after: after.as_ref(),
     };
     let mut conn = pool.acquire().await?;
-    let page = delivery_admin::list(&mut conn, me.org_id, &filter, PAGE_SIZE).await?;
+    let page = delivery::admin::list(&mut conn, me.org_id, &filter, PAGE_SIZE).await?;
     let rows = page.rows.into_iter().map(row).collect();
     Ok(DeliveryPage {
         rows,
@@ -111,7 +113,7 @@ pub async fn deliveries_page(
 }
 
 #[cfg(feature = "ssr")]
-fn row(r: crate::db::delivery_admin::ListRow) -> DeliveryRow {
+fn row(r: delivery::admin::ListRow) -> DeliveryRow {
     let status = r.status;
     // The delivery worker records "captured …" as the reply of a message written to a file;
     // one that carries a credential is never offered.
@@ -140,14 +142,14 @@ fn row(r: crate::db::delivery_admin::ListRow) -> DeliveryRow {
 /// Puts a failed or unknown delivery back in the queue (owners and admins), with an audit row.
 #[server(endpoint = "retry_delivery")]
 pub async fn retry_delivery(job_id: String) -> Result<String, AppError> {
-    use crate::db::delivery_admin::{self, Actor, Retry};
+    use crate::db::delivery::admin::{Actor, Retry};
     let (me, pool) = super::signed_in_to_act().await?;
     let mut tx = pool.begin().await?;
     let actor = Actor {
         user_id: me.user_id,
         name: &me.name,
     };
-    match delivery_admin::retry(&mut tx, me.org_id, &job_id, actor).await? {
+    match delivery::admin::retry(&mut tx, me.org_id, &job_id, actor).await? {
         Retry::Retried { before } => {
             tx.commit().await?;
             Ok(format!("Queued again ({before} before): {job_id}"))
@@ -168,7 +170,7 @@ pub async fn captured_message(job_id: String) -> Result<CapturedText, AppError> 
     let captured_dir = super::api_config().captured_dir;
     let (me, pool) = super::signed_in().await?;
     let mut conn = pool.acquire().await?;
-    let found = crate::db::delivery_admin::find(&mut conn, me.org_id, &job_id)
+    let found = delivery::admin::find(&mut conn, me.org_id, &job_id)
         .await?
         .filter(|f| !f.kind.carries_credential())
         .ok_or(AppError::NotFound)?;

@@ -5,6 +5,8 @@
 use leptos::prelude::*;
 use serde::{Deserialize, Serialize};
 
+#[cfg(feature = "ssr")]
+use crate::db::{audit, digest};
 use crate::error::AppError;
 
 /// How many digests the history shows.
@@ -64,14 +66,13 @@ pub struct ResendConfirmation {
 /// Everything the Digests page shows.
 #[server(endpoint = "digests")]
 pub async fn digests_view() -> Result<DigestsData, AppError> {
-    use crate::db::{digest_admin, digests};
     let (me, pool) = super::signed_in().await?;
     let mut conn = pool.acquire().await?;
-    let schedule = digest_admin::schedule(&mut conn, me.org_id).await?;
-    let week = digests::this_week(&mut conn, me.org_id)
+    let schedule = digest::admin::schedule(&mut conn, me.org_id).await?;
+    let week = digest::this_week(&mut conn, me.org_id)
         .await?
         .ok_or(AppError::NotFound)?;
-    let admins = digest_admin::admins(&mut conn, me.org_id)
+    let admins = digest::admin::admins(&mut conn, me.org_id)
         .await?
         .into_iter()
         .map(|a| DigestAdmin {
@@ -83,9 +84,9 @@ pub async fn digests_view() -> Result<DigestsData, AppError> {
             weekly_digest: a.weekly_digest,
         })
         .collect();
-    let rows = digest_admin::history(&mut conn, me.org_id, HISTORY_ROWS).await?;
+    let rows = digest::admin::history(&mut conn, me.org_id, HISTORY_ROWS).await?;
     let ids: Vec<i64> = rows.iter().map(|r| r.id).collect();
-    let recipients = digest_admin::recipients(&mut conn, me.org_id, &ids).await?;
+    let recipients = digest::admin::recipients(&mut conn, me.org_id, &ids).await?;
     let history = rows
         .into_iter()
         .map(|mut r| {
@@ -114,13 +115,12 @@ pub async fn digests_view() -> Result<DigestsData, AppError> {
 /// Turns one admin's weekly digest on or off (their own; an owner anyone's), with an audit row.
 #[server(endpoint = "digest_opt_in")]
 pub async fn set_digest_opt_in(user_id: i64, enabled: bool) -> Result<String, AppError> {
-    use crate::db::{audit, digest_admin};
     let (me, pool) = super::signed_in().await?;
     if !me.role.may_set_digest_opt_in(me.user_id, user_id) {
         return Err(AppError::Forbidden);
     }
     let mut tx = pool.begin().await?;
-    let before = digest_admin::set_opt_in(&mut tx, me.org_id, user_id, enabled)
+    let before = digest::admin::set_opt_in(&mut tx, me.org_id, user_id, enabled)
         .await?
         .ok_or(AppError::NotFound)?;
     audit::record(
@@ -147,7 +147,7 @@ pub async fn save_digest_schedule(
     hour: i16,
     timezone: String,
 ) -> Result<String, AppError> {
-    use crate::db::{audit, digest_admin, orgs};
+    use crate::db::orgs;
     let (me, pool) = super::signed_in_to_act().await?;
     if !(1..=7).contains(&weekday) {
         return Err(AppError::Invalid(format!(
@@ -165,14 +165,14 @@ pub async fn save_digest_schedule(
             "“{timezone}” is not a time zone PostgreSQL knows; use a name such as Europe/Paris or America/New_York."
         )));
     }
-    let new = digest_admin::Schedule {
+    let new = digest::admin::Schedule {
         weekday,
         hour,
         timezone,
     };
     let mut tx = pool.begin().await?;
-    let old = digest_admin::save_schedule(&mut tx, me.org_id, &new).await?;
-    let json = |s: &digest_admin::Schedule| serde_json::json!({ "weekday": s.weekday, "hour": s.hour, "timezone": s.timezone });
+    let old = digest::admin::save_schedule(&mut tx, me.org_id, &new).await?;
+    let json = |s: &digest::admin::Schedule| serde_json::json!({ "weekday": s.weekday, "hour": s.hour, "timezone": s.timezone });
     audit::org_setting(&mut tx, &me, "digest.schedule", json(&old), json(&new)).await?;
     tx.commit().await?;
     Ok("Schedule saved.".into())
@@ -197,16 +197,15 @@ pub async fn digest_preview() -> Result<Preview, AppError> {
 /// Opens the resend confirmation: issues its key from the database clock.
 #[server(endpoint = "digest_resend_dialog")]
 pub async fn resend_dialog() -> Result<ResendConfirmation, AppError> {
-    use crate::db::{digest_admin, digests};
     let (me, pool) = super::signed_in_to_act().await?;
     let signing = crate::resend_key::key(&pool).await?;
     let mut conn = pool.acquire().await?;
-    let issued = digests::issue_manual_key(&mut conn).await?;
+    let issued = digest::issue_manual_key(&mut conn).await?;
     let key = crate::resend_key::issue(&signing, me.org_id, me.user_id, issued);
-    let week = digests::this_week(&mut conn, me.org_id)
+    let week = digest::this_week(&mut conn, me.org_id)
         .await?
         .ok_or(AppError::NotFound)?;
-    let recipients = digest_admin::admins(&mut conn, me.org_id)
+    let recipients = digest::admin::admins(&mut conn, me.org_id)
         .await?
         .iter()
         .filter(|a| a.weekly_digest)

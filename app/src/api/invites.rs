@@ -4,6 +4,8 @@
 use leptos::prelude::*;
 use serde::{Deserialize, Serialize};
 
+#[cfg(feature = "ssr")]
+use crate::db::{audit, user};
 use crate::error::AppError;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -68,7 +70,7 @@ pub async fn invite_info(token: String) -> Result<InviteLink, AppError> {
 #[server(endpoint = "accept_invite")]
 pub async fn accept_invite(token: String, name: String, password: String) -> Result<(), AppError> {
     use crate::auth;
-    use crate::db::{audit, password_tokens, user_admin};
+    use crate::db::password_tokens;
     let pool = super::pool()?;
     let name = super::users::valid_name(&name)?;
     let hash = new_password_hash(password).await?;
@@ -76,9 +78,9 @@ pub async fn accept_invite(token: String, name: String, password: String) -> Res
     let link = password_tokens::redeem(&mut tx, &auth::hash_token(&token))
         .await?
         .ok_or_else(|| AppError::Invalid(DEAD_LINK.into()))?;
-    user_admin::replace_password(&mut tx, link.org_id, link.user_id, &hash).await?;
+    user::admin::replace_password(&mut tx, link.org_id, link.user_id, &hash).await?;
     if let Some(name) = &name {
-        user_admin::set_name(&mut tx, link.org_id, link.user_id, name).await?;
+        user::admin::set_name(&mut tx, link.org_id, link.user_id, name).await?;
     }
     audit::record(
         &mut tx,

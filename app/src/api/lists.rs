@@ -4,6 +4,8 @@
 use leptos::prelude::*;
 use serde::{Deserialize, Serialize};
 
+#[cfg(feature = "ssr")]
+use crate::db::audit;
 use crate::error::AppError;
 pub use crate::model::Import;
 
@@ -141,12 +143,12 @@ async fn audit(
     before: Option<serde_json::Value>,
     after: Option<serde_json::Value>,
 ) -> Result<(), AppError> {
-    crate::db::audit::record(
+    audit::record(
         conn,
-        crate::db::audit::Entry {
+        audit::Entry {
             before,
             after,
-            ..crate::db::audit::Entry::by(me, action, "list", Some(id.to_string()))
+            ..audit::Entry::by(me, action, "list", Some(id.to_string()))
         },
     )
     .await?;

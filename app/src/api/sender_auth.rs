@@ -6,6 +6,8 @@
 use leptos::prelude::*;
 use serde::{Deserialize, Serialize};
 
+#[cfg(feature = "ssr")]
+use crate::db::audit;
 use crate::error::AppError;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -71,7 +73,7 @@ pub async fn save_dkim_key(
     selector: String,
     #[server(default)] private_key: String,
 ) -> Result<String, AppError> {
-    use crate::db::{audit, settings};
+    use crate::db::settings;
     use crate::dkim_key::{fingerprint, DkimKey};
     use crate::domain::{DkimDomain, DkimSelector};
     let (me, pool) = super::signed_in().await?;
@@ -145,7 +147,7 @@ pub async fn save_dkim_key(
 /// Turns DKIM signing on or off (owner only).
 #[server(endpoint = "set_dkim_enabled")]
 pub async fn set_dkim_enabled(enabled: bool) -> Result<String, AppError> {
-    use crate::db::{audit, settings};
+    use crate::db::settings;
     let (me, pool) = super::signed_in().await?;
     if !me.role.manages_org() {
         return Err(AppError::Forbidden);
@@ -168,7 +170,7 @@ pub async fn set_dkim_enabled(enabled: bool) -> Result<String, AppError> {
 /// Saves the envelope sender (owner only); empty means the From address.
 #[server(endpoint = "save_return_path")]
 pub async fn save_return_path(return_path: String) -> Result<String, AppError> {
-    use crate::db::{audit, settings};
+    use crate::db::settings;
     use crate::domain::EmailAddress;
     let (me, pool) = super::signed_in().await?;
     if !me.role.manages_org() {

@@ -4,6 +4,8 @@
 use leptos::prelude::*;
 use serde::{Deserialize, Serialize};
 
+#[cfg(feature = "ssr")]
+use crate::db::audit;
 use crate::error::AppError;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -47,7 +49,7 @@ pub async fn save_sender(
     from_address: String,
     reply_to: String,
 ) -> Result<String, AppError> {
-    use crate::db::{audit, settings};
+    use crate::db::settings;
     use crate::domain::EmailAddress;
     let (me, pool) = super::signed_in().await?;
     if !me.role.manages_org() {
@@ -109,7 +111,7 @@ pub async fn save_sender(
 pub async fn save_approval_policy(
     #[server(default)] allow_self_approval: Option<String>,
 ) -> Result<String, AppError> {
-    use crate::db::{audit, settings};
+    use crate::db::settings;
     let (me, pool) = super::signed_in().await?;
     if !me.role.manages_org() {
         return Err(AppError::Forbidden);

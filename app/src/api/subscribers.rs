@@ -5,6 +5,8 @@
 use leptos::prelude::*;
 use serde::{Deserialize, Serialize};
 
+#[cfg(feature = "ssr")]
+use crate::db::audit;
 use crate::error::AppError;
 
 /// Rows per page of the list.
@@ -130,7 +132,7 @@ pub async fn add_subscriber(
     #[server(default)] name: String,
     #[server(default)] lists: Vec<i64>,
 ) -> Result<i64, AppError> {
-    use crate::db::{audit, subscribers};
+    use crate::db::subscribers;
     use crate::domain::{audience::person_name, EmailAddress};
     let (me, pool) = super::signed_in_to_act().await?;
     let email = EmailAddress::parse(&email)
@@ -166,7 +168,7 @@ pub async fn save_subscriber(
     status: String,
     #[server(default)] lists: Vec<i64>,
 ) -> Result<String, AppError> {
-    use crate::db::{audit, subscribers};
+    use crate::db::subscribers;
     use crate::domain::{audience::person_name, SubscriberStatus};
     let (me, pool) = super::signed_in_to_act().await?;
     let name = person_name(&name).map_err(AppError::Invalid)?;
@@ -201,7 +203,6 @@ pub async fn save_subscriber(
 /// Deletes a subscriber nobody has mailed yet; one with a history must be erased instead.
 #[server(endpoint = "remove_subscriber")]
 pub async fn remove_subscriber(id: i64) -> Result<String, AppError> {
-    use crate::db::audit;
     use crate::db::subscribers::{self, Removal};
     let (me, pool) = super::signed_in_to_act().await?;
     let mut tx = pool.begin().await?;
@@ -236,7 +237,7 @@ pub async fn remove_subscriber(id: i64) -> Result<String, AppError> {
 /// the address.
 #[server(endpoint = "erase_subscriber")]
 pub async fn erase_subscriber(id: i64) -> Result<String, AppError> {
-    use crate::db::{audit, subscribers};
+    use crate::db::subscribers;
     let (me, pool) = super::signed_in_to_act().await?;
     let mut tx = pool.begin().await?;
     if subscribers::detail(&mut tx, me.org_id, id).await?.is_none() {

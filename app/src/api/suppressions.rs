@@ -5,6 +5,8 @@
 use leptos::prelude::*;
 use serde::{Deserialize, Serialize};
 
+#[cfg(feature = "ssr")]
+use crate::db::audit;
 use crate::error::AppError;
 
 pub const PAGE_SIZE: i64 = 50;
@@ -72,7 +74,7 @@ pub async fn suppressions(
 /// suppressed already keeps its reason.
 #[server(endpoint = "add_suppressions")]
 pub async fn add_suppressions(addresses: String) -> Result<String, AppError> {
-    use crate::db::{audience, audit};
+    use crate::db::audience;
     use crate::domain::EmailAddress;
     let (me, pool) = super::signed_in_to_act().await?;
     let list = EmailAddress::parse_list(&addresses, MAX_ADDED).map_err(AppError::Invalid)?;
@@ -100,7 +102,7 @@ pub async fn add_suppressions(addresses: String) -> Result<String, AppError> {
 
 #[server(endpoint = "remove_suppression")]
 pub async fn remove_suppression(email: String) -> Result<String, AppError> {
-    use crate::db::{audit, suppression_admin};
+    use crate::db::suppression_admin;
     let (me, pool) = super::signed_in_to_act().await?;
     let lower = email.trim().to_lowercase();
     let mut tx = pool.begin().await?;

@@ -5,6 +5,8 @@
 use leptos::prelude::*;
 use serde::{Deserialize, Serialize};
 
+#[cfg(feature = "ssr")]
+use crate::db::{audit, user};
 use crate::domain::Role;
 use crate::error::AppError;
 
@@ -36,7 +38,7 @@ pub const MAX_NAME: usize = 200;
 pub async fn users_view() -> Result<UsersData, AppError> {
     let (me, pool) = super::signed_in().await?;
     let mut conn = pool.acquire().await?;
-    let users = crate::db::user_admin::list(&mut conn, me.org_id)
+    let users = user::admin::list(&mut conn, me.org_id)
         .await?
         .into_iter()
         .map(|u| UserEntry {
@@ -61,7 +63,6 @@ pub async fn users_view() -> Result<UsersData, AppError> {
 /// has a login is refused, saying so (a double-submitted form therefore creates one user).
 #[server(endpoint = "invite_user")]
 pub async fn invite_user(email: String, name: String, role: String) -> Result<String, AppError> {
-    use crate::db::{audit, user_admin, users};
     use crate::domain::EmailAddress;
     let (me, pool) = super::signed_in().await?;
     if !me.role.manages_org() {
@@ -83,9 +84,9 @@ pub async fn invite_user(email: String, name: String, role: String) -> Result<St
     });
     let key = crate::password_token::key(&pool).await?;
     let mut tx = pool.begin().await?;
-    let created = users::create(
+    let created = user::create(
         &mut tx,
-        users::NewUser {
+        user::NewUser {
             org_id: me.org_id,
             email: &email,
             name: &name,
@@ -96,10 +97,10 @@ pub async fn invite_user(email: String, name: String, role: String) -> Result<St
     .await;
     let user_id = match created {
         Ok(id) => id,
-        Err(users::CreateUserError::EmailTaken(_)) => {
+        Err(user::CreateUserError::EmailTaken(_)) => {
             drop(tx);
             let mut conn = pool.acquire().await?;
-            let ours = user_admin::find_by_email(&mut conn, me.org_id, email.lower()).await?;
+            let ours = user::admin::find_by_email(&mut conn, me.org_id, email.lower()).await?;
             return Err(AppError::Conflict(match ours {
                 Some(u) if u.awaiting.as_deref() == Some("invited") => format!(
                     "{} was already invited (on {}); nothing was sent again. To send a new link, use “Send new link” in the list.",
@@ -110,7 +111,7 @@ pub async fn invite_user(email: String, name: String, role: String) -> Result<St
                 None => format!("{email} already has a Mailroom login, so it cannot be invited."),
             }));
         }
-        Err(users::CreateUserError::Db(e)) => return Err(e.into()),
+        Err(user::CreateUserError::Db(e)) => return Err(e.into()),
     };
     send_link(
         &mut tx,
@@ -138,7 +139,6 @@ pub async fn invite_user(email: String, name: String, role: String) -> Result<St
 /// Changes a user's role (owner only). The last active owner cannot be demoted.
 #[server(endpoint = "set_user_role")]
 pub async fn set_user_role(user_id: i64, role: String) -> Result<String, AppError> {
-    use crate::db::{audit, user_admin};
     let (me, pool) = super::signed_in().await?;
     if !me.role.manages_org() {
         return Err(AppError::Forbidden);
@@ -147,7 +147,7 @@ pub async fn set_user_role(user_id: i64, role: String) -> Result<String, AppErro
         .parse()
         .map_err(|e| AppError::Invalid(format!("Role: {e}.")))?;
     let mut tx = pool.begin().await?;
-    let (user, other_owners) = user_admin::lock_with_owners(&mut tx, me.org_id, user_id)
+    let (user, other_owners) = user::admin::lock_with_owners(&mut tx, me.org_id, user_id)
         .await?
         .ok_or(AppError::NotFound)?;
     if user.role == role {
@@ -156,7 +156,7 @@ pub async fn set_user_role(user_id: i64, role: String) -> Result<String, AppErro
     if user.role == Role::Owner && !user.disabled && other_owners == 0 {
         return Err(last_owner(&user.name));
     }
-    user_admin::set_role(&mut tx, me.org_id, user_id, role).await?;
+    user::admin::set_role(&mut tx, me.org_id, user_id, role).await?;
     audit::record(
         &mut tx,
         audit::Entry {
@@ -174,13 +174,12 @@ pub async fn set_user_role(user_id: i64, role: String) -> Result<String, AppErro
 /// (owner only). The last active owner cannot be disabled.
 #[server(endpoint = "set_user_disabled")]
 pub async fn set_user_disabled(user_id: i64, disabled: bool) -> Result<String, AppError> {
-    use crate::db::{audit, user_admin};
     let (me, pool) = super::signed_in().await?;
     if !me.role.manages_org() {
         return Err(AppError::Forbidden);
     }
     let mut tx = pool.begin().await?;
-    let (user, other_owners) = user_admin::lock_with_owners(&mut tx, me.org_id, user_id)
+    let (user, other_owners) = user::admin::lock_with_owners(&mut tx, me.org_id, user_id)
         .await?
         .ok_or(AppError::NotFound)?;
     let done = |u: &str| {
@@ -196,7 +195,7 @@ pub async fn set_user_disabled(user_id: i64, disabled: bool) -> Result<String, A
     if disabled && user.role == Role::Owner && other_owners == 0 {
         return Err(last_owner(&user.name));
     }
-    user_admin::set_disabled(&mut tx, me.org_id, user_id, disabled).await?;
+    user::admin::set_disabled(&mut tx, me.org_id, user_id, disabled).await?;
     audit::record(
         &mut tx,
         audit::Entry {
@@ -226,7 +225,6 @@ pub async fn set_user_disabled(user_id: i64, disabled: bool) -> Result<String, A
 /// door open). Any earlier link stops working.
 #[server(endpoint = "reset_password")]
 pub async fn reset_password(user_id: i64) -> Result<String, AppError> {
-    use crate::db::{audit, user_admin};
     use crate::domain::EmailAddress;
     let (me, pool) = super::signed_in().await?;
     if !me.role.manages_org() {
@@ -234,7 +232,7 @@ pub async fn reset_password(user_id: i64) -> Result<String, AppError> {
     }
     let key = crate::password_token::key(&pool).await?;
     let mut tx = pool.begin().await?;
-    let (user, _) = user_admin::lock_with_owners(&mut tx, me.org_id, user_id)
+    let (user, _) = user::admin::lock_with_owners(&mut tx, me.org_id, user_id)
         .await?
         .ok_or(AppError::NotFound)?;
     if user.disabled {
@@ -253,7 +251,7 @@ pub async fn reset_password(user_id: i64) -> Result<String, AppError> {
         crate::domain::LinkPurpose::Reset
     };
     if !user.invited {
-        user_admin::replace_password(&mut tx, me.org_id, user_id, crate::auth::NO_PASSWORD_RESET)
+        user::admin::replace_password(&mut tx, me.org_id, user_id, crate::auth::NO_PASSWORD_RESET)
             .await?;
     }
     send_link(
@@ -323,7 +321,7 @@ async fn send_link(
     email: &crate::domain::EmailAddress,
     purpose: crate::domain::LinkPurpose,
 ) -> Result<(), AppError> {
-    use crate::db::deliveries::{enqueue, NewDelivery};
+    use crate::db::delivery::{enqueue, NewDelivery};
     use crate::db::password_tokens;
     use crate::domain::JobId;
     let token_id = password_tokens::issue(conn, org_id, user_id, purpose, actor_id).await?;

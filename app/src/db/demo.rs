@@ -3,7 +3,8 @@
 
 use sqlx::PgConnection;
 
-use super::deliveries::{self, NewDelivery};
+use crate::db::delivery;
+use crate::db::delivery::NewDelivery;
 use crate::domain::{DeliveryStatus, EmailAddress, JobId};
 
 /// A test message in a given state, with what the worker would have recorded.
@@ -23,7 +24,7 @@ pub async fn delivery(
     org_id: i64,
     d: DemoDelivery<'_>,
 ) -> sqlx::Result<()> {
-    deliveries::enqueue(&mut *conn, NewDelivery::plain(d.job, org_id, d.recipient)).await?;
+    delivery::enqueue(&mut *conn, NewDelivery::plain(d.job, org_id, d.recipient)).await?;
     if matches!(d.status, DeliveryStatus::Queued | DeliveryStatus::Sending) {
         return Ok(());
     }

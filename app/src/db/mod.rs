@@ -4,36 +4,18 @@
 
 /// Subscribers, lists and memberships, and the one place suppressions are written.
 pub mod audience;
-/// Writing audit entries, inside the transaction of the action they record.
+/// The audit log: writing an entry in the action's transaction, reading it.
 pub mod audit;
-/// Reading the audit log, filtered, a page at a time.
-pub mod audit_log;
-/// Who a campaign reaches, defined once for materialising, estimate and preview.
-mod campaign_audience;
-/// Soft delete and restore of campaigns, and the leader's purge of the bin.
-pub mod campaign_bin;
-/// A draft's content: read, save (compare-and-set on its version), estimate, preview.
-pub mod campaign_edit;
-/// What a campaign page shows live: its state and progress summed over the slots.
-pub mod campaign_progress;
-/// Every campaign state change, each a compare-and-set on the states it allows.
-pub mod campaign_states;
-/// Creating drafts, the campaign list, and campaign content for the renderer.
-pub mod campaigns;
+/// Campaigns: drafts, states, recipients, progress, the bin.
+pub mod campaign;
 /// Database-level statements (create, drop, swap databases) for the cluster and restores.
 pub mod cluster;
-/// The delivery queue: claims, leases and result writes fenced by attempt.
-pub mod deliveries;
-/// The dashboard's view of the delivery queue and the admin's retry.
-pub mod delivery_admin;
+/// The delivery queue: the worker's ledger statements and the admin view.
+pub mod delivery;
 /// Demo deliveries already in a final state, as if the delivery worker had sent them.
 pub mod demo;
-/// The Digests page's reads and writes: schedule, opt-ins, history.
-pub mod digest_admin;
-/// The figures a digest reports, read for a whole chunk of orgs in one statement.
-pub mod digest_figures;
-/// The digest's arbiter: claiming an org's week is inserting its `digest_sends` row.
-pub mod digests;
+/// The weekly digest: claims, contents, the admin page, figures.
+pub mod digest;
 /// Whether the database answers a query (`/readyz`).
 pub mod health;
 /// Each worker host's heartbeat row, timed by the database clock.
@@ -56,14 +38,10 @@ pub mod orgs;
 pub mod overview;
 /// Set-password links: issued, redeemed once; only the token's hash is stored.
 pub mod password_tokens;
-/// A campaign's progress counters, spread over slot rows, moved with each state change.
-pub mod progress_slots;
 /// The per-SMTP-server token bucket shared by every replica, refilled by database time.
 pub mod rate_limit;
 /// Generated secrets shared by every replica: created once, then read by all.
 pub mod secrets;
-/// A campaign's recipients: materialised once, then handed to the delivery queue in batches.
-pub mod sends;
 /// Server-side sessions, stored by the hash of their token.
 pub mod sessions;
 /// The org's sender identity, envelope sender and DKIM key.
@@ -72,10 +50,8 @@ pub mod settings;
 pub mod subscribers;
 /// The suppression list as admins manage it: search, add, remove.
 pub mod suppression_admin;
-/// Managing an org's users: the list, roles, disabling, set-password link state.
-pub mod user_admin;
-/// Creating users, finding them at login, and setting their passwords.
-pub mod users;
+/// Users: sign-in records, creation, the owner's administration.
+pub mod user;
 
 pub use sqlx::PgPool;
 

@@ -1,5 +1,6 @@
 use sqlx::{PgConnection, PgPool};
 
+use crate::db::{audit, user};
 use crate::domain::{EmailAddress, Role};
 
 pub struct NewOrg<'a> {
@@ -96,24 +97,22 @@ pub async fn create_with_owner(
         OrgError::SlugTaken(_) => SetupError::Field(SetupField::Slug, e.to_string()),
         OrgError::Db(e) => SetupError::Db(e),
     })?;
-    let user = super::users::NewUser {
+    let user = user::NewUser {
         org_id,
         email: owner.email,
         name: owner.name,
         role: Role::Owner,
         password_hash: owner.password_hash,
     };
-    let user_id = super::users::create(&mut *conn, user)
-        .await
-        .map_err(|e| match e {
-            super::users::CreateUserError::EmailTaken(_) => {
-                SetupError::Field(SetupField::OwnerEmail, e.to_string())
-            }
-            super::users::CreateUserError::Db(e) => SetupError::Db(e),
-        })?;
-    super::audit::record(
+    let user_id = user::create(&mut *conn, user).await.map_err(|e| match e {
+        user::CreateUserError::EmailTaken(_) => {
+            SetupError::Field(SetupField::OwnerEmail, e.to_string())
+        }
+        user::CreateUserError::Db(e) => SetupError::Db(e),
+    })?;
+    audit::record(
         &mut *conn,
-        super::audit::Entry {
+        audit::Entry {
             org_id,
             actor_id: Some(user_id),
             action: "org.add",

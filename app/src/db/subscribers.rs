@@ -22,7 +22,7 @@ pub async fn page(
     org_id: i64,
     f: &Filter<'_>,
     limit: i64,
-) -> sqlx::Result<super::Page<SubscriberRow, i64>> {
+) -> sqlx::Result<crate::db::Page<SubscriberRow, i64>> {
     let rows: Vec<SubscriberRow> = sqlx::query_as(
         "select s.id, s.email, s.name, s.status, s.erased_at is not null as erased,
                 (select x.reason from suppressions x where x.org_id = s.org_id and x.email_lower = s.email_lower) as suppressed,
@@ -46,7 +46,7 @@ pub async fn page(
     .bind(limit + 1)
     .fetch_all(conn)
     .await?;
-    Ok(super::Page::of(rows, limit, |r| r.id))
+    Ok(crate::db::Page::of(rows, limit, |r| r.id))
 }
 
 pub async fn detail(
@@ -228,7 +228,7 @@ pub async fn erase(
             .bind(&lower)
             .fetch_one(&mut *conn)
             .await?;
-    super::audience::suppress_all(
+    crate::db::audience::suppress_all(
         conn,
         org_id,
         &[&lower, &hashed],

@@ -20,7 +20,7 @@ pub async fn page(
     search: Option<&str>,
     after: Option<(&str, &str)>,
     limit: i64,
-) -> sqlx::Result<super::Page<Row, String>> {
+) -> sqlx::Result<crate::db::Page<Row, String>> {
     let (after_at, after_email) = after.unzip();
     let rows: Vec<Row> = sqlx::query_as(
         "select x.email_lower as email, x.reason, x.source,
@@ -42,7 +42,7 @@ pub async fn page(
     .bind(limit + 1)
     .fetch_all(conn)
     .await?;
-    Ok(super::Page::of(rows, limit, |r| r.cursor.clone()))
+    Ok(crate::db::Page::of(rows, limit, |r| r.cursor.clone()))
 }
 
 /// Removes a suppression: the address may be mailed again. Returns its reason, or `None` when

@@ -6,9 +6,9 @@ use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, PgPool};
 
 use super::Templates;
-use crate::db::audit;
-use crate::db::digest_figures::{self, Period};
-use crate::db::digests::{self, ClaimedWeek, ManualClaim, ManualRequest};
+use crate::db::digest::figures::Period;
+use crate::db::digest::{ClaimedWeek, ManualClaim, ManualRequest};
+use crate::db::{audit, digest};
 use crate::domain::{DigestKind, WeekKey};
 
 /// Orgs per chunk of a tick (one transaction each).
@@ -65,7 +65,7 @@ pub async fn build(
         })
         .collect();
     let t = std::time::Instant::now();
-    let figures = digest_figures::figures(&mut *conn, &periods).await?;
+    let figures = digest::figures::figures(&mut *conn, &periods).await?;
     let figures_us = t.elapsed().as_micros() as u64;
     let contents = figures
         .iter()
@@ -79,10 +79,10 @@ pub async fn build(
         })
         .collect::<Result<Vec<_>, _>>()?;
     let render_us = t.elapsed().as_micros() as u64 - figures_us;
-    digests::store_contents(&mut *conn, &contents).await?;
+    digest::store_contents(&mut *conn, &contents).await?;
     let store_us = t.elapsed().as_micros() as u64 - figures_us - render_us;
     let ids: Vec<i64> = to_build.iter().map(|c| c.id).collect();
-    let queued = digests::enqueue_recipients(conn, &ids).await?;
+    let queued = digest::enqueue_recipients(conn, &ids).await?;
     tracing::debug!(
         digests = ids.len(),
         queued,
@@ -104,7 +104,7 @@ async fn run_chunk(
 ) -> Result<(u64, u64, i64), BuildError> {
     let t = std::time::Instant::now();
     let mut tx = pool.begin().await?;
-    let claims = digests::claim_due_weeks(&mut tx, now, org_ids).await?;
+    let claims = digest::claim_due_weeks(&mut tx, now, org_ids).await?;
     let claim_us = t.elapsed().as_micros() as u64;
     let recipients = build(&mut tx, &claims, templates).await?;
     tx.commit().await?;
@@ -137,7 +137,7 @@ pub async fn tick(
     loop {
         let ids = {
             let mut conn = pool.acquire().await?;
-            digests::org_chunk(&mut conn, after, chunk).await?
+            digest::org_chunk(&mut conn, after, chunk).await?
         };
         let Some(&last) = ids.last() else {
             return Ok(report);
@@ -215,7 +215,7 @@ pub async fn resend(
         only_me,
         now,
     };
-    let claimed = match digests::claim_manual(&mut tx, request).await? {
+    let claimed = match digest::claim_manual(&mut tx, request).await? {
         ManualClaim::Claimed(c) => c,
         ManualClaim::AlreadySent { id } => return Ok(Resent::AlreadySent { id }),
         ManualClaim::TakenByAnother => return Ok(Resent::TakenByAnother),
@@ -253,8 +253,8 @@ pub async fn preview(
     conn: &mut PgConnection,
     org_id: i64,
     templates: &Templates,
-) -> Result<Option<crate::db::digests::StoredContent>, BuildError> {
-    let Some(week) = digests::this_week(&mut *conn, org_id).await? else {
+) -> Result<Option<digest::StoredContent>, BuildError> {
+    let Some(week) = digest::this_week(&mut *conn, org_id).await? else {
         return Ok(None);
     };
     let period = Period {
@@ -263,7 +263,7 @@ pub async fn preview(
         start: week.period_start,
         end: week.period_end,
     };
-    let figures = digest_figures::figures(conn, &[period]).await?;
+    let figures = digest::figures::figures(conn, &[period]).await?;
     figures
         .first()
         .map(|f| {

@@ -5,8 +5,8 @@ use std::sync::OnceLock;
 
 use minijinja::{context, Environment};
 
-use crate::db::digest_figures::{Figures, CAMPAIGNS_LISTED};
-use crate::db::digests::StoredContent;
+use crate::db::digest::figures::{Figures, CAMPAIGNS_LISTED};
+use crate::db::digest::StoredContent;
 
 const HTML: &str = include_str!("templates/digest.html");
 const TEXT: &str = include_str!("templates/digest.txt");

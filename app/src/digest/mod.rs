@@ -1,5 +1,5 @@
 //! The weekly digest (guarantees 1–3): the ticker's chunked claims, forced resends, and the
-//! digest's content. SQL lives in `db::digests`, `db::digest_figures` and `db::digest_admin`.
+//! digest's content. SQL lives in `db::digest`, `db::digest::figures` and `db::digest::admin`.
 
 /// Claiming a due week (tick) or a resend key and building its digest in that transaction.
 mod build;

@@ -137,7 +137,7 @@ async fn hand_off_rate(pool: &PgPool, id: i64, batch: i64, workers: usize) -> an
         let pool = pool.clone();
         tokio::spawn(async move {
             loop {
-                let h = app::db::sends::hand_off(&pool, batch, 0, 8).await?;
+                let h = app::db::campaign::sends::hand_off(&pool, batch, 0, 8).await?;
                 if h.handed_off + h.suppressed == 0 {
                     return anyhow::Ok(());
                 }
@@ -258,7 +258,7 @@ async fn main() -> anyhow::Result<()> {
     println!("materialise (start + INSERT … SELECT DISTINCT ON, one transaction): {:?} recipients in {engine:.2}s", started);
     // The same statement, bare, in psql (rolled back), for the ratio.
     let bare_id = campaign(&pool, org, users, &big_lists, true).await?;
-    let sql = app::db::sends::MATERIALISE_SQL
+    let sql = app::db::campaign::sends::MATERIALISE_SQL
         .replace("$1", &org.to_string())
         .replace("$2", &bare_id.to_string());
     let socket = data.path().join("postgres");

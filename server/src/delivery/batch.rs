@@ -8,8 +8,8 @@ use anyhow::Context;
 use sqlx::PgPool;
 
 use app::campaign_render::Compiled;
-use app::db::deliveries::{self, Claimed, Sender};
-use app::db::digests::Content as DigestContent;
+use app::db::delivery::{Claimed, Sender};
+use app::db::digest::Content as DigestContent;
 
 use super::render::Inputs;
 use super::{dkim, invite, Config};
@@ -42,7 +42,7 @@ pub async fn claim(
         return Ok(Vec::new());
     }
     let t = std::time::Instant::now();
-    let batch = deliveries::claim(pool, allowed, cfg.lease_seconds, holder)
+    let batch = app::db::delivery::claim(pool, allowed, cfg.lease_seconds, holder)
         .await
         .context("claiming deliveries")?;
     tracing::debug!(
@@ -58,7 +58,7 @@ impl Loaded {
         let mut org_ids: Vec<i64> = batch.iter().map(|c| c.org_id).collect();
         org_ids.sort_unstable();
         org_ids.dedup();
-        let senders: HashMap<i64, Sender> = deliveries::senders(pool, &org_ids)
+        let senders: HashMap<i64, Sender> = app::db::delivery::senders(pool, &org_ids)
             .await
             .context("loading the batch's senders")?
             .into_iter()
@@ -71,7 +71,7 @@ impl Loaded {
         let mut names = HashMap::new();
         if !refs.is_empty() {
             let mut conn = pool.acquire().await?;
-            let contents = app::db::campaigns::contents(&mut conn, &refs)
+            let contents = app::db::campaign::contents(&mut conn, &refs)
                 .await
                 .context("loading the batch's campaign contents")?;
             for k in contents {
@@ -104,7 +104,7 @@ impl Loaded {
             HashMap::new()
         } else {
             let mut conn = pool.acquire().await?;
-            app::db::digests::contents(&mut conn, &digest_refs)
+            app::db::digest::contents(&mut conn, &digest_refs)
                 .await
                 .context("loading the batch's digests")?
                 .into_iter()

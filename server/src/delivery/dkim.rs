@@ -10,7 +10,7 @@ use lettre::message::dkim::{
 };
 use lettre::message::header::HeaderName;
 
-use app::db::deliveries::Sender;
+use app::db::delivery::Sender;
 
 /// Headers the signature covers: what a reader sees and trusts (From, Subject, Date, To,
 /// Reply-To), the message's identity, and the one-click unsubscribe pair, which receivers

@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use app::db::deliveries::Claimed;
+use app::db::delivery::Claimed;
 
 #[derive(Clone, Debug, Default)]
 pub struct Held(Arc<Mutex<HashMap<String, i32>>>);

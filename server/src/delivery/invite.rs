@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use sqlx::PgPool;
 
-use app::db::deliveries::Claimed;
+use app::db::delivery::Claimed;
 use app::db::password_tokens::MailFacts;
 use app::domain::{JobId, LinkPurpose};
 

@@ -16,7 +16,7 @@ use anyhow::Context;
 use sqlx::PgPool;
 use tokio::sync::{mpsc, oneshot};
 
-use app::db::deliveries::{self, Outcome};
+use app::db::delivery::Outcome;
 use app::domain::EmailAddress;
 
 use super::send::HARD_BOUNCE;
@@ -32,7 +32,7 @@ pub struct Result {
 }
 
 impl Result {
-    pub fn of(c: &app::db::deliveries::Claimed, outcome: Outcome) -> Self {
+    pub fn of(c: &app::db::delivery::Claimed, outcome: Outcome) -> Self {
         Result {
             job_id: c.job_id.clone(),
             attempt: c.attempt,
@@ -142,7 +142,7 @@ async fn group_commit<I, T, F, Fut>(
 /// One statement for the group; answers, per mark, whether the claim still held.
 async fn write_marks(pool: PgPool, held: Vec<(String, i32)>) -> anyhow::Result<Vec<bool>> {
     let mut conn = pool.acquire().await?;
-    let marked: HashSet<String> = deliveries::mark_body_started(&mut conn, &held)
+    let marked: HashSet<String> = app::db::delivery::mark_body_started(&mut conn, &held)
         .await
         .context("marking bodies as started")?
         .into_iter()
@@ -175,7 +175,7 @@ async fn write_results(pool: PgPool, batch: Vec<Result>) -> anyhow::Result<Vec<(
         .into_iter()
         .map(|r| (r.job_id, r.attempt, r.outcome))
         .collect();
-    deliveries::record(&mut tx, &rows)
+    app::db::delivery::record(&mut tx, &rows)
         .await
         .context("writing delivery outcomes")?;
     tx.commit().await.context("recording delivery outcomes")?;

@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use sqlx::PgPool;
 
-use app::db::deliveries::Claimed;
+use app::db::delivery::Claimed;
 use app::domain::Backoff;
 
 use crate::shutdown::Shutdown;

@@ -17,7 +17,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, Mutex};
 use tokio::task::JoinSet;
 
-use app::db::deliveries::Claimed;
+use app::db::delivery::Claimed;
 
 use super::batch::{self, Loaded};
 use super::held::Guard;

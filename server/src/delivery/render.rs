@@ -11,8 +11,8 @@ use lettre::message::{Mailbox, Message, MultiPart};
 use lettre::Address;
 
 use app::campaign_render::{Compiled, Fields, Rendered as CampaignMessage};
-use app::db::deliveries::{Claimed, Sender};
-use app::db::digests::Content as DigestContent;
+use app::db::delivery::{Claimed, Sender};
+use app::db::digest::Content as DigestContent;
 use app::domain::JobId;
 use app::unsubscribe::{Claim, Keys};
 

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use app::db::deliveries::{Claimed, Outcome};
+use app::db::delivery::{Claimed, Outcome};
 
 use super::ledger::Ledger;
 use super::render::{render, Inputs, Rendered};

@@ -144,12 +144,12 @@ fn reconcile(
     assert_eq!(open, 0, "every send reached a terminal state");
     let (slots, counted) = rt.block_on(async {
         let mut c = pool.acquire().await.unwrap();
-        let slots = app::db::progress_slots::progress(&mut c, org, id)
+        let slots = app::db::campaign::slots::progress(&mut c, org, id)
             .await
             .unwrap();
         (
             slots,
-            app::db::progress_slots::counted(&mut c, id).await.unwrap(),
+            app::db::campaign::slots::counted(&mut c, id).await.unwrap(),
         )
     });
     assert_eq!(slots, counted, "counter slots vs count(*)");
@@ -307,7 +307,7 @@ fn a_pause_stops_the_campaign_within_one_message_per_connection_and_resume_finis
     let change = |t: Transition| {
         rt.block_on(async {
             let mut c = pool.acquire().await.unwrap();
-            app::db::campaign_states::change(&mut c, org, id, t)
+            app::db::campaign::states::change(&mut c, org, id, t)
                 .await
                 .unwrap();
         })

@@ -433,7 +433,9 @@ async fn a_sending_campaign_pauses_and_resumes_once_and_lists_the_recipients_not
     let id =
         crate::support::fixtures::approved(&pool, org, users[0].0, users[1].0, &lists, "Hi").await;
     mailroom::campaign::start_due(&pool).await.unwrap();
-    app::db::sends::hand_off(&pool, 100, 0, 8).await.unwrap();
+    app::db::campaign::sends::hand_off(&pool, 100, 0, 8)
+        .await
+        .unwrap();
     let app = spawn_app(pool.clone()).await;
     let b = signed_in(&app, &users[1].1, &users[1].2).await;
     // The list filters by state and shows progress from the counter slots.

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use app::db::{audience, campaign_states, progress_slots, sends};
+use app::db::audience;
 use app::domain::{EmailAddress, Role, Transition};
 use mailroom::campaign;
 use mailroom::delivery::Worker;
@@ -17,8 +17,10 @@ use crate::support::smtp_sink::SmtpSink;
 
 async fn slots_equal_counts(pool: &PgPool, org: i64, id: i64) {
     let mut c = pool.acquire().await.unwrap();
-    let slots = progress_slots::progress(&mut c, org, id).await.unwrap();
-    let counted = progress_slots::counted(&mut c, id).await.unwrap();
+    let slots = app::db::campaign::slots::progress(&mut c, org, id)
+        .await
+        .unwrap();
+    let counted = app::db::campaign::slots::counted(&mut c, id).await.unwrap();
     assert_eq!(slots, counted, "counter slots vs count(*)");
 }
 
@@ -30,7 +32,9 @@ async fn a_campaign_being_started_is_passed_by_other_workers_not_waited_for() {
     let id = approved(&pool, org, users[0].0, users[1].0, &lists, "Hi").await;
     // The winner holds its start uncommitted, as during a long materialisation.
     let mut winner = pool.begin().await.unwrap();
-    assert!(campaign_states::start(&mut winner, id).await.unwrap());
+    assert!(app::db::campaign::states::start(&mut winner, id)
+        .await
+        .unwrap());
     let others = tokio::time::timeout(
         std::time::Duration::from_secs(5),
         campaign::start_due(&pool),
@@ -40,10 +44,12 @@ async fn a_campaign_being_started_is_passed_by_other_workers_not_waited_for() {
     .unwrap();
     assert!(others.is_empty(), "{others:?}");
     assert_eq!(
-        sends::materialise(&mut winner, org, id).await.unwrap(),
+        app::db::campaign::sends::materialise(&mut winner, org, id)
+            .await
+            .unwrap(),
         n as i64
     );
-    campaign_states::materialized(&mut winner, id, n as i64)
+    app::db::campaign::states::materialized(&mut winner, id, n as i64)
         .await
         .unwrap();
     winner.commit().await.unwrap();
@@ -126,7 +132,12 @@ async fn two_racing_workers_start_a_campaign_once_and_build_one_send_per_address
     audience::add_members(&mut tx, org, lists[0], &newcomer)
         .await
         .unwrap();
-    assert_eq!(sends::materialise(&mut tx, org, id).await.unwrap(), 0);
+    assert_eq!(
+        app::db::campaign::sends::materialise(&mut tx, org, id)
+            .await
+            .unwrap(),
+        0
+    );
     tx.commit().await.unwrap();
     slots_equal_counts(&pool, org, id).await;
 }
@@ -159,13 +170,15 @@ async fn an_address_suppressed_while_paused_never_arrives_and_resume_finishes_th
     .await;
     let sink = SmtpSink::start();
     campaign::start_due(&pool).await.unwrap();
-    sends::hand_off(&pool, 20, 1000, 8).await.unwrap();
+    app::db::campaign::sends::hand_off(&pool, 20, 1000, 8)
+        .await
+        .unwrap();
     let mut c = pool.acquire().await.unwrap();
-    campaign_states::change(&mut c, org, id, Transition::Pause)
+    app::db::campaign::states::change(&mut c, org, id, Transition::Pause)
         .await
         .unwrap();
     // Pausing twice is refused, naming the state.
-    let again = campaign_states::change(&mut c, org, id, Transition::Pause)
+    let again = app::db::campaign::states::change(&mut c, org, id, Transition::Pause)
         .await
         .unwrap_err();
     assert!(again.to_string().contains("it is paused"), "{again}");
@@ -194,7 +207,7 @@ async fn an_address_suppressed_while_paused_never_arrives_and_resume_finishes_th
     assert_eq!(worker.round().await.unwrap(), 0);
     worker.close().await;
     assert!(sink.messages().is_empty());
-    campaign_states::change(&mut c, org, id, Transition::Resume)
+    app::db::campaign::states::change(&mut c, org, id, Transition::Resume)
         .await
         .unwrap();
     drop(c);
@@ -236,11 +249,13 @@ async fn after_a_cancel_nothing_queued_is_sent_and_the_counts_add_up() {
     let id = approved(&pool, org, users[0].0, users[1].0, &lists, "Hi").await;
     let sink = SmtpSink::start();
     campaign::start_due(&pool).await.unwrap();
-    sends::hand_off(&pool, 40, 1000, 8).await.unwrap();
+    app::db::campaign::sends::hand_off(&pool, 40, 1000, 8)
+        .await
+        .unwrap();
     let mut worker = Worker::new(pool.clone(), crate::support::fixtures::config(&sink), "c");
     worker.round().await.unwrap();
     let mut c = pool.acquire().await.unwrap();
-    campaign_states::change(&mut c, org, id, Transition::Cancel)
+    app::db::campaign::states::change(&mut c, org, id, Transition::Cancel)
         .await
         .unwrap();
     drop(c);
@@ -259,7 +274,7 @@ async fn after_a_cancel_nothing_queued_is_sent_and_the_counts_add_up() {
     );
     assert_eq!(status(&pool, id).await, "cancelled");
     let mut c = pool.acquire().await.unwrap();
-    let p = progress_slots::counted(&mut c, id).await.unwrap();
+    let p = app::db::campaign::slots::counted(&mut c, id).await.unwrap();
     assert_eq!(p.queued, 0);
     assert_eq!(p.delivered as usize, sent_before);
     assert_eq!((p.delivered + p.cancelled) as usize, n, "{p:?}");
@@ -286,7 +301,9 @@ async fn the_leader_reconciles_a_finished_campaigns_slots_once() {
         .unwrap();
     let mut c = pool.acquire().await.unwrap();
     assert_eq!(
-        progress_slots::to_reconcile(&mut c, 10).await.unwrap(),
+        app::db::campaign::slots::to_reconcile(&mut c, 10)
+            .await
+            .unwrap(),
         vec![id]
     );
     // A change to a delivery and its slot (as an operator's retry makes) is in flight while
@@ -306,7 +323,7 @@ async fn the_leader_reconciles_a_finished_campaigns_slots_once() {
         let pool = pool.clone();
         async move {
             let mut tx = pool.begin().await.unwrap();
-            let r = progress_slots::reconcile(&mut tx, id, &lease)
+            let r = app::db::campaign::slots::reconcile(&mut tx, id, &lease)
                 .await
                 .unwrap();
             tx.commit().await.unwrap();
@@ -323,7 +340,7 @@ async fn the_leader_reconciles_a_finished_campaigns_slots_once() {
     );
     slots_equal_counts(&pool, org, id).await;
     assert!(
-        progress_slots::to_reconcile(&mut c, 10)
+        app::db::campaign::slots::to_reconcile(&mut c, 10)
             .await
             .unwrap()
             .is_empty(),
@@ -342,10 +359,10 @@ async fn the_leader_purges_campaigns_binned_longer_than_the_retention_with_their
     let mut tx = pool.begin().await.unwrap();
     let recent =
         crate::support::helpers::draft(&mut tx, org, users[0].0, "Deleted yesterday").await;
-    app::db::campaign_bin::delete(&mut tx, org, old)
+    app::db::campaign::bin::delete(&mut tx, org, old)
         .await
         .unwrap();
-    app::db::campaign_bin::delete(&mut tx, org, recent)
+    app::db::campaign::bin::delete(&mut tx, org, recent)
         .await
         .unwrap();
     tx.commit().await.unwrap();
@@ -387,14 +404,14 @@ async fn the_leader_purges_campaigns_binned_longer_than_the_retention_with_their
         .unwrap()
         .unwrap();
     assert_eq!(
-        app::db::campaign_bin::purge(&pool, &stale, 30.0, 7)
+        app::db::campaign::bin::purge(&pool, &stale, 30.0, 7)
             .await
             .unwrap(),
         0
     );
     // In batches of 7 until nothing is left.
     let mut steps = 0;
-    while app::db::campaign_bin::purge(&pool, &lease, 30.0, 7)
+    while app::db::campaign::bin::purge(&pool, &lease, 30.0, 7)
         .await
         .unwrap()
         > 0

@@ -3,7 +3,7 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use app::db::deliveries::{self, NewDelivery, Outcome};
+use app::db::delivery::{NewDelivery, Outcome};
 use app::domain::{EmailAddress, JobId, Role};
 use sqlx::PgPool;
 
@@ -62,8 +62,8 @@ async fn enqueueing_the_same_job_twice_stores_one_row() {
     let job = JobId::test(1, 1, "dlg", &to).unwrap();
     let mut conn = pool.acquire().await.unwrap();
     let d = || NewDelivery::plain(&job, org, &to);
-    assert!(deliveries::enqueue(&mut conn, d()).await.unwrap());
-    assert!(!deliveries::enqueue(&mut conn, d()).await.unwrap());
+    assert!(app::db::delivery::enqueue(&mut conn, d()).await.unwrap());
+    assert!(!app::db::delivery::enqueue(&mut conn, d()).await.unwrap());
     let n: i64 = sqlx::query_scalar("select count(*) from deliveries")
         .fetch_one(&pool)
         .await
@@ -85,7 +85,9 @@ async fn racing_claimers_take_disjoint_batches_and_lose_nothing() {
             tokio::spawn(async move {
                 let mut mine = Vec::new();
                 loop {
-                    let batch = deliveries::claim(&pool, 20, 60.0, "t").await.unwrap();
+                    let batch = app::db::delivery::claim(&pool, 20, 60.0, "t")
+                        .await
+                        .unwrap();
                     if batch.is_empty() {
                         return mine;
                     }
@@ -114,9 +116,9 @@ async fn claims_follow_priority_and_skip_campaigns_that_are_not_sending() {
     let sending = campaign_delivery(&pool, org, users[0].0, "sending", "c1@example.org").await;
     let paused = campaign_delivery(&pool, org, users[0].0, "paused", "c2@example.org").await;
     let test = enqueue_test_mail(&pool, org, 1).await.remove(0);
-    let first = deliveries::claim(&pool, 1, 60.0, "t").await.unwrap();
+    let first = app::db::delivery::claim(&pool, 1, 60.0, "t").await.unwrap();
     assert_eq!(first[0].job_id, test, "test mail first");
-    let rest: Vec<String> = deliveries::claim(&pool, 10, 60.0, "t")
+    let rest: Vec<String> = app::db::delivery::claim(&pool, 10, 60.0, "t")
         .await
         .unwrap()
         .into_iter()
@@ -152,7 +154,7 @@ async fn suppression_is_rechecked_at_claim_with_the_per_kind_rule() {
         week_key: "2026-W48".parse().unwrap(),
         user_id: users[0].0,
     };
-    deliveries::enqueue(
+    app::db::delivery::enqueue(
         &mut conn,
         NewDelivery {
             digest_send_id: Some(digest_send),
@@ -178,7 +180,7 @@ async fn suppression_is_rechecked_at_claim_with_the_per_kind_rule() {
         .await
         .unwrap();
     }
-    let mut claimed: Vec<String> = deliveries::claim(&pool, 10, 60.0, "t")
+    let mut claimed: Vec<String> = app::db::delivery::claim(&pool, 10, 60.0, "t")
         .await
         .unwrap()
         .into_iter()
@@ -208,23 +210,23 @@ async fn a_reaped_and_reclaimed_delivery_ignores_the_slow_workers_late_result() 
     let pool = test_db().await;
     let (org, _) = org_with_users(&pool, "acme", &[Role::Owner]).await;
     let job = enqueue_test_mail(&pool, org, 1).await.remove(0);
-    let slow = deliveries::claim(&pool, 1, 60.0, "t")
+    let slow = app::db::delivery::claim(&pool, 1, 60.0, "t")
         .await
         .unwrap()
         .remove(0);
     expire_leases(&pool).await;
     assert_eq!(
-        deliveries::reap_expired(&pool, &lead(&pool).await)
+        app::db::delivery::reap_expired(&pool, &lead(&pool).await)
             .await
             .unwrap(),
         (1, 0)
     );
-    let fresh = deliveries::claim(&pool, 1, 60.0, "t")
+    let fresh = app::db::delivery::claim(&pool, 1, 60.0, "t")
         .await
         .unwrap()
         .remove(0);
     assert_eq!((slow.attempt, fresh.attempt), (1, 2));
-    let late = deliveries::record(
+    let late = app::db::delivery::record(
         &mut pool.acquire().await.unwrap(),
         &[(
             job.clone(),
@@ -237,7 +239,7 @@ async fn a_reaped_and_reclaimed_delivery_ignores_the_slow_workers_late_result() 
     .await
     .unwrap();
     assert_eq!(late, 0, "fenced: the old attempt writes nothing");
-    let ok = deliveries::record(
+    let ok = app::db::delivery::record(
         &mut pool.acquire().await.unwrap(),
         &[(
             job.clone(),
@@ -258,10 +260,10 @@ async fn the_reaper_requeues_unstarted_mail_and_marks_started_mail_unknown() {
     let pool = test_db().await;
     let (org, _) = org_with_users(&pool, "acme", &[Role::Owner]).await;
     enqueue_test_mail(&pool, org, 2).await;
-    let held = deliveries::claim(&pool, 2, 60.0, "t").await.unwrap();
+    let held = app::db::delivery::claim(&pool, 2, 60.0, "t").await.unwrap();
     let started = &held[0];
     assert_eq!(
-        deliveries::mark_body_started(
+        app::db::delivery::mark_body_started(
             &mut pool.acquire().await.unwrap(),
             &[(started.job_id.clone(), started.attempt)]
         )
@@ -271,7 +273,7 @@ async fn the_reaper_requeues_unstarted_mail_and_marks_started_mail_unknown() {
         1
     );
     assert_eq!(
-        deliveries::reap_expired(&pool, &lead(&pool).await)
+        app::db::delivery::reap_expired(&pool, &lead(&pool).await)
             .await
             .unwrap(),
         (0, 0),
@@ -279,7 +281,7 @@ async fn the_reaper_requeues_unstarted_mail_and_marks_started_mail_unknown() {
     );
     expire_leases(&pool).await;
     assert_eq!(
-        deliveries::reap_expired(&pool, &lead(&pool).await)
+        app::db::delivery::reap_expired(&pool, &lead(&pool).await)
             .await
             .unwrap(),
         (1, 1)
@@ -287,7 +289,7 @@ async fn the_reaper_requeues_unstarted_mail_and_marks_started_mail_unknown() {
     assert_eq!(status_of(&pool, &started.job_id).await.0, "unknown");
     assert_eq!(status_of(&pool, &held[1].job_id).await.0, "queued");
     // Unknown is never retried by itself: only the requeued one comes back.
-    let again: Vec<String> = deliveries::claim(&pool, 10, 60.0, "t")
+    let again: Vec<String> = app::db::delivery::claim(&pool, 10, 60.0, "t")
         .await
         .unwrap()
         .into_iter()
@@ -301,7 +303,7 @@ async fn a_retry_waits_for_its_backoff() {
     let pool = test_db().await;
     let (org, _) = org_with_users(&pool, "acme", &[Role::Owner]).await;
     let job = enqueue_test_mail(&pool, org, 1).await.remove(0);
-    let c = deliveries::claim(&pool, 1, 60.0, "t")
+    let c = app::db::delivery::claim(&pool, 1, 60.0, "t")
         .await
         .unwrap()
         .remove(0);
@@ -310,7 +312,7 @@ async fn a_retry_waits_for_its_backoff() {
         after_seconds: 300.0,
     };
     assert_eq!(
-        deliveries::record(
+        app::db::delivery::record(
             &mut pool.acquire().await.unwrap(),
             &[(job.clone(), c.attempt, retry)]
         )
@@ -320,7 +322,7 @@ async fn a_retry_waits_for_its_backoff() {
     );
     assert_eq!(status_of(&pool, &job).await, ("queued".into(), 1));
     assert!(
-        deliveries::claim(&pool, 1, 60.0, "t")
+        app::db::delivery::claim(&pool, 1, 60.0, "t")
             .await
             .unwrap()
             .is_empty(),
@@ -332,7 +334,7 @@ async fn a_retry_waits_for_its_backoff() {
         .await
         .unwrap();
     assert_eq!(
-        deliveries::claim(&pool, 1, 60.0, "t").await.unwrap()[0].attempt,
+        app::db::delivery::claim(&pool, 1, 60.0, "t").await.unwrap()[0].attempt,
         2
     );
 }
@@ -351,8 +353,11 @@ async fn claims_share_a_batch_round_robin_across_orgs_and_campaigns() {
     let (small, _) =
         campaign_deliveries(&pool, acme, users[0].0, "sending", &emails("small", 5)).await;
     enqueue_test_mail(&pool, other, 5).await;
-    let batch = deliveries::claim(&pool, 12, 60.0, "t").await.unwrap();
-    let count = |f: &dyn Fn(&deliveries::Claimed) -> bool| batch.iter().filter(|c| f(c)).count();
+    let batch = app::db::delivery::claim(&pool, 12, 60.0, "t")
+        .await
+        .unwrap();
+    let count =
+        |f: &dyn Fn(&app::db::delivery::Claimed) -> bool| batch.iter().filter(|c| f(c)).count();
     assert_eq!(batch.len(), 12);
     assert_eq!(
         count(&|c| c.org_id == other),
@@ -398,7 +403,9 @@ async fn progress_slots_move_in_the_same_statement_as_each_result() {
     )
     .await
     .unwrap();
-    let held = deliveries::claim(&pool, 10, 60.0, "t").await.unwrap();
+    let held = app::db::delivery::claim(&pool, 10, 60.0, "t")
+        .await
+        .unwrap();
     assert_eq!(held.len(), 4, "the suppressed one is not claimed");
     let outcome = |i: usize, o: Outcome| (held[i].job_id.clone(), held[i].attempt, o);
     let results = [
@@ -421,15 +428,22 @@ async fn progress_slots_move_in_the_same_statement_as_each_result() {
             },
         ),
     ];
-    assert_eq!(deliveries::record(&mut conn, &results).await.unwrap(), 3);
+    assert_eq!(
+        app::db::delivery::record(&mut conn, &results)
+            .await
+            .unwrap(),
+        3
+    );
     assert_eq!(progress(&pool, cid).await, (1, 1, 1, 1));
     // A late duplicate write is fenced out and counts nothing.
     assert_eq!(
-        deliveries::record(&mut conn, &results[..1]).await.unwrap(),
+        app::db::delivery::record(&mut conn, &results[..1])
+            .await
+            .unwrap(),
         0
     );
     // The reaper's verdict counts too: the last one's body had started.
-    deliveries::mark_body_started(
+    app::db::delivery::mark_body_started(
         &mut pool.acquire().await.unwrap(),
         &[(held[3].job_id.clone(), held[3].attempt)],
     )
@@ -437,7 +451,7 @@ async fn progress_slots_move_in_the_same_statement_as_each_result() {
     .unwrap();
     expire_leases(&pool).await;
     assert_eq!(
-        deliveries::reap_expired(&pool, &lead(&pool).await)
+        app::db::delivery::reap_expired(&pool, &lead(&pool).await)
             .await
             .unwrap(),
         (0, 1)
@@ -459,19 +473,21 @@ async fn progress_slots_move_in_the_same_statement_as_each_result() {
         .execute(&pool)
         .await
         .unwrap();
-    let actor = app::db::delivery_admin::Actor {
+    let actor = app::db::delivery::admin::Actor {
         user_id: users[0].0,
         name: "Owner",
     };
-    let retried = app::db::delivery_admin::retry(&mut conn, org, &held[3].job_id, actor)
+    let retried = app::db::delivery::admin::retry(&mut conn, org, &held[3].job_id, actor)
         .await
         .unwrap();
     assert!(matches!(
         retried,
-        app::db::delivery_admin::Retry::Retried { .. }
+        app::db::delivery::admin::Retry::Retried { .. }
     ));
     assert_eq!(progress(&pool, cid).await, (1, 1, 1, 1));
-    let again = deliveries::claim(&pool, 10, 60.0, "t").await.unwrap();
+    let again = app::db::delivery::claim(&pool, 10, 60.0, "t")
+        .await
+        .unwrap();
     assert_eq!(again.len(), 1);
     assert_eq!(again[0].job_id, held[3].job_id);
 }
@@ -481,15 +497,22 @@ async fn a_stopping_process_releases_exactly_its_own_claims() {
     let pool = test_db().await;
     let (org, _) = org_with_users(&pool, "acme", &[Role::Owner]).await;
     enqueue_test_mail(&pool, org, 4).await;
-    let mine = deliveries::claim(&pool, 2, 60.0, "me").await.unwrap();
-    let theirs = deliveries::claim(&pool, 2, 60.0, "them").await.unwrap();
-    deliveries::mark_body_started(
+    let mine = app::db::delivery::claim(&pool, 2, 60.0, "me")
+        .await
+        .unwrap();
+    let theirs = app::db::delivery::claim(&pool, 2, 60.0, "them")
+        .await
+        .unwrap();
+    app::db::delivery::mark_body_started(
         &mut pool.acquire().await.unwrap(),
         &[(mine[0].job_id.clone(), mine[0].attempt)],
     )
     .await
     .unwrap();
-    assert_eq!(deliveries::release_held(&pool, "me").await.unwrap(), (1, 1));
+    assert_eq!(
+        app::db::delivery::release_held(&pool, "me").await.unwrap(),
+        (1, 1)
+    );
     assert_eq!(
         status_of(&pool, &mine[0].job_id).await,
         ("unknown".into(), 1)
@@ -513,26 +536,30 @@ async fn a_live_process_extends_only_the_leases_of_claims_it_is_still_working_on
     let pool = test_db().await;
     let (org, _) = org_with_users(&pool, "acme", &[Role::Owner]).await;
     enqueue_test_mail(&pool, org, 3).await;
-    let mine = deliveries::claim(&pool, 2, 60.0, "me").await.unwrap();
-    let theirs = deliveries::claim(&pool, 1, 60.0, "them").await.unwrap();
+    let mine = app::db::delivery::claim(&pool, 2, 60.0, "me")
+        .await
+        .unwrap();
+    let theirs = app::db::delivery::claim(&pool, 1, 60.0, "them")
+        .await
+        .unwrap();
     expire_leases(&pool).await;
     // mine[1] was abandoned by a failed round: no longer in flight, so not extended.
     let in_flight = vec![(mine[0].job_id.clone(), mine[0].attempt)];
     assert_eq!(
-        deliveries::extend_leases(&pool, "me", &in_flight, 60.0)
+        app::db::delivery::extend_leases(&pool, "me", &in_flight, 60.0)
             .await
             .unwrap(),
         1
     );
     assert_eq!(
-        deliveries::extend_leases(&pool, "them", &in_flight, 60.0)
+        app::db::delivery::extend_leases(&pool, "them", &in_flight, 60.0)
             .await
             .unwrap(),
         0,
         "another holder cannot extend my claim"
     );
     assert_eq!(
-        deliveries::reap_expired(&pool, &lead(&pool).await)
+        app::db::delivery::reap_expired(&pool, &lead(&pool).await)
             .await
             .unwrap(),
         (2, 0),
@@ -550,7 +577,9 @@ async fn extending_leases_skips_rows_being_finished_instead_of_waiting_for_them(
     let pool = test_db().await;
     let (org, _) = org_with_users(&pool, "acme", &[Role::Owner]).await;
     enqueue_test_mail(&pool, org, 2).await;
-    let mine = deliveries::claim(&pool, 2, 60.0, "me").await.unwrap();
+    let mine = app::db::delivery::claim(&pool, 2, 60.0, "me")
+        .await
+        .unwrap();
     expire_leases(&pool).await;
     let in_flight: Vec<(String, i32)> =
         mine.iter().map(|c| (c.job_id.clone(), c.attempt)).collect();
@@ -563,7 +592,7 @@ async fn extending_leases_skips_rows_being_finished_instead_of_waiting_for_them(
         .unwrap();
     let extended = tokio::time::timeout(
         Duration::from_secs(5),
-        deliveries::extend_leases(&pool, "me", &in_flight, 60.0),
+        app::db::delivery::extend_leases(&pool, "me", &in_flight, 60.0),
     )
     .await
     .expect("the renewal waited for a locked row")
@@ -581,7 +610,7 @@ async fn extending_leases_skips_rows_being_finished_instead_of_waiting_for_them(
         "the skipped row is extended at the next renewal, not now"
     );
     assert_eq!(
-        deliveries::extend_leases(&pool, "me", &in_flight, 60.0)
+        app::db::delivery::extend_leases(&pool, "me", &in_flight, 60.0)
             .await
             .unwrap(),
         2

@@ -3,7 +3,7 @@
 
 use std::collections::HashSet;
 
-use app::db::delivery_admin::{self, Filter};
+use app::db::delivery::admin::Filter;
 use app::db::demo::{self, DemoDelivery};
 use app::domain::{DeliveryCursor, DeliveryKind, DeliveryStatus, EmailAddress, JobId, Role};
 use serde_json::Value;
@@ -242,7 +242,9 @@ async fn keyset_pages_return_every_matching_row_exactly_once() {
                 after: after.as_ref(),
                 ..filter
             };
-            let page = delivery_admin::list(&mut conn, org_a, &f, 7).await.unwrap();
+            let page = app::db::delivery::admin::list(&mut conn, org_a, &f, 7)
+                .await
+                .unwrap();
             assert!(page.rows.len() <= 7);
             for r in &page.rows {
                 // Newest first, strictly: the key never repeats or goes back up.

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use app::db::digests::{claim_due_weeks, org_chunk};
+use app::db::digest::{claim_due_weeks, org_chunk};
 use app::db::orgs::NewOrg;
 use chrono::{DateTime, Datelike, Duration, TimeZone, Utc};
 use sqlx::PgPool;

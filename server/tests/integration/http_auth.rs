@@ -237,7 +237,7 @@ async fn a_password_change_ends_the_users_sessions() {
     app.login(&c, &users[0].1, &users[0].2).await;
     assert_eq!(app.call(&c, "overview").await.0, 200);
     let email = app::domain::EmailAddress::parse(&users[0].1).unwrap();
-    assert!(app::db::users::set_password(
+    assert!(app::db::user::set_password(
         &pool,
         &email,
         &app::auth::hash_password("a new password!").unwrap()
@@ -247,7 +247,7 @@ async fn a_password_change_ends_the_users_sessions() {
     let (_, body) = app.call(&c, "overview").await;
     assert!(body.contains("NotSignedIn"), "{body}");
     let nobody = app::domain::EmailAddress::parse("nobody@acme.example").unwrap();
-    assert!(!app::db::users::set_password(&pool, &nobody, "h")
+    assert!(!app::db::user::set_password(&pool, &nobody, "h")
         .await
         .unwrap());
 }

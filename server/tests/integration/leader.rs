@@ -62,30 +62,24 @@ async fn one_elector_of_three_leads_and_a_stale_epoch_is_fenced_out() {
     let to = app::domain::EmailAddress::parse("a@example.org").unwrap();
     let job = app::domain::JobId::test(1, 1, "x", &to).unwrap();
     let mut conn = pool.acquire().await.unwrap();
-    app::db::deliveries::enqueue(
+    app::db::delivery::enqueue(
         &mut conn,
-        app::db::deliveries::NewDelivery::plain(&job, org, &to),
+        app::db::delivery::NewDelivery::plain(&job, org, &to),
     )
     .await
     .unwrap();
-    app::db::deliveries::claim(&pool, 1, 60.0, "w")
-        .await
-        .unwrap();
+    app::db::delivery::claim(&pool, 1, 60.0, "w").await.unwrap();
     sqlx::query("update deliveries set lease_until = now() - interval '1 second'")
         .execute(&pool)
         .await
         .unwrap();
     assert_eq!(
-        app::db::deliveries::reap_expired(&pool, &old)
-            .await
-            .unwrap(),
+        app::db::delivery::reap_expired(&pool, &old).await.unwrap(),
         (0, 0),
         "the stale leader's reaper writes nothing"
     );
     assert_eq!(
-        app::db::deliveries::reap_expired(&pool, &new)
-            .await
-            .unwrap(),
+        app::db::delivery::reap_expired(&pool, &new).await.unwrap(),
         (1, 0)
     );
     assert!(
@@ -203,9 +197,9 @@ async fn retention_clears_old_details_and_files_but_keeps_the_ledger_rows() {
     for name in ["old", "new"] {
         let to = app::domain::EmailAddress::parse(&format!("{name}@example.org")).unwrap();
         let job = app::domain::JobId::test(1, 1, name, &to).unwrap();
-        app::db::deliveries::enqueue(
+        app::db::delivery::enqueue(
             &mut conn,
-            app::db::deliveries::NewDelivery::plain(&job, org, &to),
+            app::db::delivery::NewDelivery::plain(&job, org, &to),
         )
         .await
         .unwrap();
@@ -226,14 +220,14 @@ async fn retention_clears_old_details_and_files_but_keeps_the_ledger_rows() {
         ..lease.clone()
     };
     assert_eq!(
-        app::db::deliveries::trim_details(&pool, &stale, 30.0, 100)
+        app::db::delivery::trim_details(&pool, &stale, 30.0, 100)
             .await
             .unwrap(),
         0,
         "fenced"
     );
     assert_eq!(
-        app::db::deliveries::trim_details(&pool, &lease, 30.0, 100)
+        app::db::delivery::trim_details(&pool, &lease, 30.0, 100)
             .await
             .unwrap(),
         1

@@ -4,7 +4,6 @@
 
 use std::time::Duration;
 
-use app::db::{campaign_states, sends};
 use app::domain::progress::Progress;
 use app::domain::Role;
 
@@ -83,9 +82,11 @@ async fn a_campaign_page_streams_every_replicas_progress_and_rereads_when_a_noti
 
     // Another replica hands recipients off and notifies after its commit (as its notifier
     // does): the page hears of it before any periodic re-read (every 5 s) could have run.
-    let h = sends::hand_off(&pool, 10, 0, 8).await.unwrap();
+    let h = app::db::campaign::sends::hand_off(&pool, 10, 0, 8)
+        .await
+        .unwrap();
     assert_eq!(h.handed_off, 10);
-    campaign_states::notify_progress(&pool, mailroom::progress::CHANNEL, &[id])
+    app::db::campaign::states::notify_progress(&pool, mailroom::progress::CHANNEL, &[id])
         .await
         .unwrap();
     let moved = events.next(3).await.unwrap();
@@ -126,9 +127,11 @@ async fn a_campaign_page_streams_every_replicas_progress_and_rereads_when_a_noti
     };
     assert_eq!(listening, 1, "the listener came back");
     // Drain what the reconnect's re-read may have sent, then a notified change arrives promptly.
-    let h = sends::hand_off(&pool, 5, 0, 8).await.unwrap();
+    let h = app::db::campaign::sends::hand_off(&pool, 5, 0, 8)
+        .await
+        .unwrap();
     assert_eq!(h.handed_off, 5);
-    campaign_states::notify_progress(&pool, mailroom::progress::CHANNEL, &[id])
+    app::db::campaign::states::notify_progress(&pool, mailroom::progress::CHANNEL, &[id])
         .await
         .unwrap();
     let after = events.next(3).await.unwrap();

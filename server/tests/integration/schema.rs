@@ -81,9 +81,9 @@ async fn one_login_per_address_whatever_its_case() {
     let mut conn = pool.acquire().await.unwrap();
     let first = EmailAddress::parse("Sam@Acme.example").unwrap();
     let again = EmailAddress::parse("sam@ACME.example").unwrap();
-    app::db::users::create(
+    app::db::user::create(
         &mut conn,
-        app::db::users::NewUser {
+        app::db::user::NewUser {
             org_id: org,
             email: &first,
             name: "Sam",
@@ -93,9 +93,9 @@ async fn one_login_per_address_whatever_its_case() {
     )
     .await
     .unwrap();
-    let err = app::db::users::create(
+    let err = app::db::user::create(
         &mut conn,
-        app::db::users::NewUser {
+        app::db::user::NewUser {
             org_id: org,
             email: &again,
             name: "Sam",

@@ -1,7 +1,6 @@
 //! Campaign mail carries RFC 8058 one-click unsubscribe headers with a signed token; the
 //! one-click POST suppresses (CSRF-exempt by design), a GET only shows a confirmation page.
 
-use app::db::deliveries;
 use app::domain::Role;
 use mailroom::delivery::Worker;
 use reqwest::StatusCode;
@@ -125,7 +124,7 @@ async fn one_click_unsubscribe_from_a_sent_campaign_suppresses_and_a_get_never_d
         &["ann@example.org".to_string()],
     )
     .await;
-    assert!(deliveries::claim(&pool, 10, 60.0, "t")
+    assert!(app::db::delivery::claim(&pool, 10, 60.0, "t")
         .await
         .unwrap()
         .is_empty());

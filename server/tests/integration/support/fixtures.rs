@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
-use app::db::deliveries::{self, NewDelivery};
-use app::db::{audience, campaign_states, campaigns};
+use app::db::audience;
+use app::db::delivery::NewDelivery;
 use app::domain::{Backoff, EmailAddress, JobId, Transition};
 use mailroom::campaign::{self, Config as CampaignConfig};
 use mailroom::delivery::{Config, Links, Transport, Worker};
@@ -75,9 +75,9 @@ pub(crate) async fn approved(
     body: &str,
 ) -> i64 {
     let mut tx = pool.begin().await.unwrap();
-    let id = campaigns::create_draft(
+    let id = app::db::campaign::create_draft(
         &mut tx,
-        campaigns::NewDraft {
+        app::db::campaign::NewDraft {
             org_id: org,
             author_id: author,
             name: "Launch",
@@ -88,10 +88,10 @@ pub(crate) async fn approved(
     )
     .await
     .unwrap();
-    campaign_states::change(&mut tx, org, id, Transition::Submit)
+    app::db::campaign::states::change(&mut tx, org, id, Transition::Submit)
         .await
         .unwrap();
-    campaign_states::approve(&mut tx, org, id, approver, 1)
+    app::db::campaign::states::approve(&mut tx, org, id, approver, 1)
         .await
         .unwrap();
     tx.commit().await.unwrap();
@@ -173,7 +173,7 @@ pub(crate) async fn campaign_deliveries(
             digest_send_id: None,
             user_id: None,
         };
-        deliveries::enqueue(&mut tx, d).await.unwrap();
+        app::db::delivery::enqueue(&mut tx, d).await.unwrap();
         jobs.push(job.to_string());
     }
     tx.commit().await.unwrap();

@@ -180,7 +180,7 @@ pub async fn enqueue_test_mail_to(
     dialog: &str,
     addresses: &[String],
 ) -> Vec<String> {
-    use app::db::deliveries::{enqueue, NewDelivery};
+    use app::db::delivery::{enqueue, NewDelivery};
     use app::domain::{EmailAddress, JobId};
     let mut tx = pool.begin().await.unwrap();
     let mut jobs = Vec::with_capacity(addresses.len());
@@ -248,9 +248,9 @@ pub async fn org_with_users(
         let password = crate::support::canary::user_password(slug, i);
         let hash = app::auth::hash_password(&password).unwrap();
         let addr = app::domain::EmailAddress::parse(&email).unwrap();
-        let id = app::db::users::create(
+        let id = app::db::user::create(
             &mut tx,
-            app::db::users::NewUser {
+            app::db::user::NewUser {
                 org_id: org,
                 email: &addr,
                 name: &email,
@@ -281,7 +281,7 @@ pub fn data_dir() -> tempfile::TempDir {
 
 /// A draft campaign with no target lists, in the caller's transaction.
 pub async fn draft(conn: &mut sqlx::PgConnection, org_id: i64, author_id: i64, name: &str) -> i64 {
-    let d = app::db::campaigns::NewDraft {
+    let d = app::db::campaign::NewDraft {
         org_id,
         author_id,
         name,
@@ -289,7 +289,7 @@ pub async fn draft(conn: &mut sqlx::PgConnection, org_id: i64, author_id: i64, n
         body: "b",
         list_ids: &[],
     };
-    app::db::campaigns::create_draft(conn, d).await.unwrap()
+    app::db::campaign::create_draft(conn, d).await.unwrap()
 }
 
 /// The unsubscribe signing keys of in-process apps and workers (the canary key, as every

@@ -4,7 +4,7 @@
 
 use sqlx::{PgConnection, PgPool};
 
-use super::leader::{self, Lease};
+use crate::db::leader::{self, Lease};
 use crate::domain::CampaignStatus;
 use crate::model::Binned;
 

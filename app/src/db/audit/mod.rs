@@ -1,3 +1,9 @@
+//! The audit log: an entry is written inside the transaction of the action it records, so both
+//! commit or neither; `log` reads it back for the dashboard.
+
+/// Reading the audit log, keyset-paginated.
+pub mod log;
+
 use serde_json::Value;
 use sqlx::PgConnection;
 

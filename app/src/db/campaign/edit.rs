@@ -5,7 +5,7 @@
 
 use sqlx::PgConnection;
 
-use super::campaign_audience::audience_rows;
+use super::audience::audience_rows;
 use crate::domain::{BodyFormat, CampaignStatus};
 
 #[derive(sqlx::FromRow, Clone, Debug, PartialEq, Eq)]

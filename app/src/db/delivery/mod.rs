@@ -2,10 +2,13 @@
 //! its deterministic job id. Every state change here is a compare-and-set on the expected state,
 //! and every result write is fenced by `(status = 'sending', attempt)`.
 
+/// The dashboard's view of the queue: counts, list, retry.
+pub mod admin;
+
 use sqlx::{PgConnection, PgPool};
 
-use super::leader::{self, Lease};
-use super::progress_slots::bump_changed;
+use crate::db::campaign::slots::bump_changed;
+use crate::db::leader::{self, Lease};
 use crate::domain::{EmailAddress, JobId};
 
 /// A message to queue: its job id, recipient and typed references (never a rendered body).

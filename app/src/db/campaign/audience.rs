@@ -1,6 +1,6 @@
 //! Who a campaign reaches, defined once: building its recipients (`sends::materialise`),
-//! counting them for the approver (`campaign_edit::estimate`) and picking the preview's sample
-//! recipient (`campaign_edit::sample_recipient`) all use it, so they cannot disagree.
+//! counting them for the approver (`edit::estimate`) and picking the preview's sample
+//! recipient (`edit::sample_recipient`) all use it, so they cannot disagree.
 
 /// The subscribers (`s`) a campaign reaches, one row per list membership (callers take one per
 /// address): on any of its lists, confirmed, not erased, not suppressed. `$1` is the org, `$2`

@@ -1,3 +1,8 @@
+//! Users: sign-in lookups, creating a user, passwords; `admin` is the owner's administration.
+
+/// The owner's user administration: roles, names, passwords.
+pub mod admin;
+
 use sqlx::{PgConnection, PgPool};
 
 use crate::domain::{EmailAddress, Role};

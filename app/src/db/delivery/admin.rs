@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 use serde_json::json;
 use sqlx::{PgConnection, Postgres, QueryBuilder};
 
-use super::audit;
+use crate::db::{audit, campaign};
 use crate::domain::{DeliveryCursor, DeliveryKind, DeliveryStatus};
 
 /// How many deliveries of the org are in each state, every state listed (zeros included).
@@ -61,7 +61,7 @@ pub async fn list(
     org_id: i64,
     f: &Filter<'_>,
     page_size: i64,
-) -> sqlx::Result<super::Page<ListRow, DeliveryCursor>> {
+) -> sqlx::Result<crate::db::Page<ListRow, DeliveryCursor>> {
     let mut q: QueryBuilder<Postgres> = QueryBuilder::new(
         "select d.job_id, d.kind, d.recipient, d.status, d.attempt, d.last_error, d.smtp_reply,
                 d.created_at,
@@ -93,7 +93,7 @@ pub async fn list(
     q.push(" order by d.created_at desc, d.job_id desc limit ")
         .push_bind(page_size + 1);
     let rows: Vec<ListRow> = q.build_query_as().fetch_all(conn).await?;
-    Ok(super::Page::of(rows, page_size, |r| DeliveryCursor {
+    Ok(crate::db::Page::of(rows, page_size, |r| DeliveryCursor {
         created_at: r.created_at,
         job_id: r.job_id.clone(),
     }))
@@ -169,7 +169,7 @@ pub async fn retry(
          unbump as (
              insert into progress_slots as p (org_id, campaign_id, slot, failed, unknown)
              select $1, r.campaign_id, ",
-        super::progress_slots::slot!(),
+        campaign::slots::slot!(),
         ", -(r.before = 'failed')::int, -(r.before = 'unknown')::int
              from retried r where r.campaign_id is not null
              on conflict (campaign_id, slot) do update

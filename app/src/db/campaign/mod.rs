@@ -1,3 +1,23 @@
+//! Campaigns. This module holds the campaign list, a new draft and the frozen content a batch
+//! sends; its children hold each step of a campaign's life: editing a draft, the state machine,
+//! the recipients (materialised once, handed off in batches), the live progress and its counter
+//! slots, and the recycle bin. Who a campaign reaches is defined once, in `audience`.
+
+/// Who a campaign reaches, defined once.
+mod audience;
+/// The recycle bin: delete, restore, purge.
+pub mod bin;
+/// A draft's content: read, save, estimate, preview recipient.
+pub mod edit;
+/// What a campaign page shows live: state, progress, problems.
+pub mod live;
+/// A campaign's recipients: materialised once, handed off in batches.
+pub mod sends;
+/// The progress counters: slot rows added to in the same statement.
+pub mod slots;
+/// The state machine in SQL: compare-and-set transitions, approval.
+pub mod states;
+
 use sqlx::PgConnection;
 
 use crate::domain::CampaignStatus;

@@ -3,7 +3,7 @@
 
 use sqlx::PgConnection;
 
-use super::progress_slots::{SlotSums, SLOT_SUMS};
+use super::slots::{SlotSums, SLOT_SUMS};
 use crate::model::Problem;
 
 #[derive(sqlx::FromRow, Clone, Debug, PartialEq, Eq)]

@@ -7,7 +7,7 @@
 
 use sqlx::PgConnection;
 
-use super::leader::{self, Lease};
+use crate::db::leader::{self, Lease};
 
 /// The slot a statement adds to, as SQL: one of 16, picked per row of the insert
 /// (each campaign is one row of a bump, so it meets one slot). A macro so that statements
@@ -27,7 +27,7 @@ macro_rules! bump_changed {
             "bump as (
              insert into progress_slots as p (org_id, campaign_id, slot, delivered, failed, unknown, suppressed)
              select org_id, campaign_id, ",
-            $crate::db::progress_slots::slot!(),
+            $crate::db::campaign::slots::slot!(),
             ",
                     count(*) filter (where status = 'delivered'), count(*) filter (where status = 'failed'),
                     count(*) filter (where status = 'unknown'), count(*) filter (where status = 'suppressed')

@@ -4,6 +4,11 @@
 //! an injected `now` in tests) in each org's time zone. The claim, the stored content and the
 //! enqueued deliveries commit in the caller's one transaction.
 
+/// The Digests page: opt-outs, schedule, history, manual resends.
+pub mod admin;
+/// The digest's figures for an org's week.
+pub mod figures;
+
 use crate::domain::WeekKey;
 use chrono::{DateTime, Utc};
 use sqlx::PgConnection;

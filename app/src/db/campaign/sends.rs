@@ -5,8 +5,8 @@
 
 use sqlx::{PgConnection, PgPool};
 
-use super::campaign_audience::audience_rows;
-use super::progress_slots::slot;
+use super::audience::audience_rows;
+use super::slots::slot;
 
 /// The materialisation statement ($1 org, $2 campaign); public so the benchmark can run it
 /// bare in psql.

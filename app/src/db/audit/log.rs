@@ -2,7 +2,7 @@
 
 use sqlx::{PgConnection, Postgres, QueryBuilder};
 
-use super::Page;
+use crate::db::Page;
 use crate::model::AuditEntry;
 
 #[derive(Default)]
