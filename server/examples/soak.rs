@@ -593,6 +593,21 @@ fn read_log(path: &Path) -> LogFindings {
 struct Checks(Vec<(String, bool, String)>);
 
 impl Checks {
+    /// Prints the table of checks; returns how many failed.
+    fn print(&self) -> usize {
+        println!("\n| check | result | detail |");
+        println!("| --- | --- | --- |");
+        let mut failed = 0;
+        for (what, ok, detail) in &self.0 {
+            println!(
+                "| {what} | {} | {detail} |",
+                if *ok { "ok" } else { "FAILED" }
+            );
+            failed += usize::from(!ok);
+        }
+        failed
+    }
+
     fn add(&mut self, what: impl Into<String>, ok: bool, detail: impl Into<String>) {
         self.0.push((what.into(), ok, detail.into()));
     }
@@ -602,87 +617,91 @@ fn mib(kib: f64) -> f64 {
     kib / 1024.0
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    let args: Vec<String> = std::env::args().collect();
-    let usage =
-        "usage: soak <mailroom binary> <site root> [seconds] [recipients] [orgs] [dashboards]";
-    let bin = args.get(1).context(usage)?.clone();
-    let site = args.get(2).context(usage)?.clone();
-    let seconds: u64 = args.get(3).map_or(Ok(600), |s| s.parse())?;
-    let recipients: i64 = args.get(4).map_or(Ok(200_000), |s| s.parse())?;
-    let orgs: i64 = args.get(5).map_or(Ok(10_000), |s| s.parse())?;
-    let dashboards: usize = args.get(6).map_or(Ok(50), |s| s.parse())?;
-    let env_f64 = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<f64>().ok());
-    let drain = Duration::from_secs_f64(
-        env_f64("SOAK_DRAIN_SECONDS").unwrap_or((seconds as f64 / 2.0).max(120.0)),
-    );
-    let rss_limit_pct = env_f64("SOAK_RSS_LIMIT_PCT").unwrap_or(20.0);
-    let keep = std::env::var("SOAK_KEEP").is_ok_and(|v| v == "1");
-    let duration = Duration::from_secs(seconds);
-    if seconds < 30 || orgs < 1 || recipients < 1 {
-        bail!("at least 30 seconds, 1 org and 1 recipient");
+/// The soak's parameters: the command line and the `SOAK_*` environment.
+struct Plan {
+    bin: String,
+    site: String,
+    seconds: u64,
+    recipients: i64,
+    orgs: i64,
+    dashboards: usize,
+    /// After the duration, how long sending may go on before the soak gives up.
+    drain: Duration,
+    /// Replica RSS growth, warm-up to end, above which the soak fails.
+    rss_limit_pct: f64,
+    /// Keep the data directory.
+    keep: bool,
+}
+
+impl Plan {
+    fn from_args() -> anyhow::Result<Plan> {
+        let args: Vec<String> = std::env::args().collect();
+        let usage =
+            "usage: soak <mailroom binary> <site root> [seconds] [recipients] [orgs] [dashboards]";
+        let env_f64 = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<f64>().ok());
+        let seconds: u64 = args.get(3).map_or(Ok(600), |s| s.parse())?;
+        let plan = Plan {
+            bin: args.get(1).context(usage)?.clone(),
+            site: args.get(2).context(usage)?.clone(),
+            seconds,
+            recipients: args.get(4).map_or(Ok(200_000), |s| s.parse())?,
+            orgs: args.get(5).map_or(Ok(10_000), |s| s.parse())?,
+            dashboards: args.get(6).map_or(Ok(50), |s| s.parse())?,
+            drain: Duration::from_secs_f64(
+                env_f64("SOAK_DRAIN_SECONDS").unwrap_or((seconds as f64 / 2.0).max(120.0)),
+            ),
+            rss_limit_pct: env_f64("SOAK_RSS_LIMIT_PCT").unwrap_or(20.0),
+            keep: std::env::var("SOAK_KEEP").is_ok_and(|v| v == "1"),
+        };
+        if plan.seconds < 30 || plan.orgs < 1 || plan.recipients < 1 {
+            bail!("at least 30 seconds, 1 org and 1 recipient");
+        }
+        Ok(plan)
     }
 
+    fn duration(&self) -> Duration {
+        Duration::from_secs(self.seconds)
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let plan = Plan::from_args()?;
     let data = tempfile::Builder::new()
         .prefix("mrsoak")
         .tempdir_in("/tmp")?;
     let logs = data.path().join("logs");
     std::fs::create_dir_all(&logs)?;
     println!(
-        "soak: {seconds} s, {recipients} recipients, {orgs} orgs, {dashboards} dashboards, {REPLICAS} replicas; data in {}",
+        "soak: {} s, {} recipients, {} orgs, {} dashboards, {REPLICAS} replicas; data in {}",
+        plan.seconds,
+        plan.recipients,
+        plan.orgs,
+        plan.dashboards,
         data.path().display()
     );
 
-    // Seed with this process as the cluster's owner, then stop the cluster: the first replica
-    // will own it.
     let t = Instant::now();
-    let seeded = {
-        let pg = EmbeddedPg::open(data.path(), embedded_pg::Options::default()).await?;
-        let pool = mailroom::database::connect(pg.connect_options(embedded_pg::DATABASE)).await?;
-        app::db::migrate::run(&pool, true).await?;
-        let s = seed(&pool, recipients, orgs).await?;
-        pool.close().await;
-        pg.shutdown().await?;
-        s
-    };
-    let campaign = seeded.campaign;
+    let seeded = seed_cluster(data.path(), plan.recipients, plan.orgs).await?;
     let total = seeded.recipients - seeded.suppressed + seeded.digest_recipients;
-    let rate = env_f64("SOAK_RATE").unwrap_or(total as f64 / seconds as f64);
+    let rate = std::env::var("SOAK_RATE")
+        .ok()
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap_or(total as f64 / plan.seconds as f64);
     println!(
-        "seeded in {:.1} s: campaign {campaign} to {} subscribers ({} suppressed beforehand, {} bouncing), {orgs} orgs with {} digest recipients; {total} messages to send at {rate:.1}/s (global limit)",
+        "seeded in {:.1} s: campaign {} to {} subscribers ({} suppressed beforehand, {} bouncing), {} orgs with {} digest recipients; {total} messages to send at {rate:.1}/s (global limit)",
         t.elapsed().as_secs_f64(),
+        seeded.campaign,
         seeded.recipients,
         seeded.suppressed,
         seeded.bounces,
+        plan.orgs,
         seeded.digest_recipients,
     );
 
     let (sink_port, sink) = start_sink().await?;
     let started = Instant::now();
-    let mut replicas = Vec::new();
-    for k in 0..REPLICAS {
-        let r = serve(
-            &bin,
-            data.path(),
-            &site,
-            sink_port,
-            rate,
-            logs.join(format!("replica-{}.log", k + 1)),
-        )?;
-        // The first owns the cluster: let it start it before the others join.
-        support::ready(
-            &format!("http://127.0.0.1:{}", r.port),
-            Duration::from_secs(90),
-        )
-        .await?;
-        replicas.push(r);
-    }
-    println!(
-        "{REPLICAS} replicas ready in {:.1} s on ports {:?}",
-        started.elapsed().as_secs_f64(),
-        replicas.iter().map(|r| r.port).collect::<Vec<_>>()
-    );
+    let mut replicas = start_replicas(&plan, data.path(), &logs, sink_port, rate).await?;
     let pids: Vec<u32> = replicas.iter().map(|r| r.child.id()).collect();
     let guest = EmbeddedPg::open(data.path(), embedded_pg::Options::default()).await?;
     let pool = mailroom::database::connect(guest.connect_options(embedded_pg::DATABASE)).await?;
@@ -690,91 +709,15 @@ async fn main() -> anyhow::Result<()> {
     let cpu_before: Vec<f64> = pids.iter().map(|p| cpu_seconds(*p)).collect();
     let pg_cpu_before = postgres_usage(postmaster).1;
 
-    let outcome = async {
-        // Dashboards: signed in one after another (the sign-in throttle counts concurrent
-        // attempts), client k on replica k % 3.
-        let dash = Arc::new(Dash::default());
-        let stop = Arc::new(AtomicBool::new(false));
-        let mut tasks = Vec::new();
-        for k in 0..dashboards {
-            let port = replicas[k % REPLICAS].port;
-            let origin = format!("http://127.0.0.1:{port}");
-            let c = support::signed_in(&origin, EMAIL, PASSWORD).await?;
-            tasks.push(tokio::spawn(hold_stream(
-                c.clone(),
-                format!("{origin}/api/campaigns/{campaign}/progress"),
-                dash.clone(),
-                stop.clone(),
-            )));
-            tasks.push(tokio::spawn(reload_pages(
-                c,
-                origin,
-                campaign,
-                dash.clone(),
-                stop.clone(),
-            )));
-        }
-        println!(
-            "{dashboards} dashboards signed in and open at {:.1} s",
-            started.elapsed().as_secs_f64()
-        );
-
-        // Sample every 10 s until the duration is over, then until everything is sent or the
-        // drain period is over.
-        let mut samples: Vec<Sample> = Vec::new();
-        let mut done_at = None;
-        let mut dashboards_stopped = false;
-        loop {
-            let t = started.elapsed();
-            let mut rss = [0; REPLICAS];
-            for (k, pid) in pids.iter().enumerate() {
-                rss[k] = status_kib(*pid, "VmRSS:").unwrap_or(0);
-            }
-            let (queued, sending) = queue(&pool).await;
-            let s = Sample {
-                t: t.as_secs_f64(),
-                rss,
-                pg_pss: postgres_usage(postmaster).0,
-                at_sink: sink.accepted.load(Ordering::Relaxed),
-                queued,
-                sending,
-            };
-            println!(
-                "t={:>5.0}s  RSS MiB {}  PostgreSQL PSS {:.0} MiB  at sink {:>7}  queued {:>6}  sending {:>4}  load {}",
-                s.t,
-                s.rss.iter().map(|r| format!("{:>5.1}", mib(*r as f64))).collect::<Vec<_>>().join(" "),
-                mib(s.pg_pss as f64),
-                s.at_sink,
-                s.queued,
-                s.sending,
-                std::fs::read_to_string("/proc/loadavg").unwrap_or_default().split_whitespace().next().unwrap_or(""),
-            );
-            samples.push(s);
-            for r in replicas.iter_mut() {
-                if let Some(status) = r.child.try_wait()? {
-                    bail!("the replica on port {} exited during the soak: {status}", r.port);
-                }
-            }
-            if done_at.is_none() && all_done(&pool, campaign, orgs).await? {
-                done_at = Some(started.elapsed());
-                println!("everything sent at {:.0} s", started.elapsed().as_secs_f64());
-            }
-            if t >= duration && !dashboards_stopped {
-                stop.store(true, Ordering::Relaxed);
-                dashboards_stopped = true;
-            }
-            if t >= duration && (done_at.is_some() || t >= duration + drain) {
-                break;
-            }
-            let next = SAMPLE_EVERY * samples.len() as u32;
-            tokio::time::sleep(next.saturating_sub(started.elapsed()).max(Duration::from_millis(10))).await;
-        }
-        for t in &tasks {
-            t.abort();
-        }
-        anyhow::Ok((dash, samples, done_at))
-    }
-    .await;
+    let watched = Watched {
+        pool: &pool,
+        pids: &pids,
+        postmaster,
+        sink: &sink,
+        campaign: seeded.campaign,
+        started,
+    };
+    let outcome = drive(&plan, &mut replicas, &watched).await;
 
     let cpu: Vec<f64> = pids
         .iter()
@@ -789,37 +732,224 @@ async fn main() -> anyhow::Result<()> {
     guest.shutdown().await?;
     let mut exits = Vec::new();
     for r in replicas.iter_mut().rev() {
-        exits.push((r.port, stop(&mut r.child)?));
+        exits.push(stop(&mut r.child)?);
     }
     exits.reverse();
-    let (dash, samples, done_at) = outcome?;
+    let run = outcome?;
 
     // Reconcile, as the cluster's owner again.
     let pg = EmbeddedPg::open(data.path(), embedded_pg::Options::default()).await?;
     let pool = mailroom::database::connect(pg.connect_options(embedded_pg::DATABASE)).await?;
     let mut checks = Checks(Vec::new());
-    let report = reconcile(&pool, &seeded, orgs, &sink, &mut checks).await;
+    let report = reconcile(&pool, &seeded, plan.orgs, &sink, &mut checks).await;
     pool.close().await;
     pg.shutdown().await?;
     let report = report?;
 
-    // ---- Summary ---------------------------------------------------------------------------
     println!("\n==== soak summary ====");
     println!(
-        "command: soak {seconds} {recipients} {orgs} {dashboards}; rate limit {rate:.1} messages/s; wall {wall:.0} s"
+        "command: soak {} {} {} {}; rate limit {rate:.1} messages/s; wall {wall:.0} s",
+        plan.seconds, plan.recipients, plan.orgs, plan.dashboards
     );
-    match done_at {
+    match run.done_at {
         Some(d) => println!("everything sent after {:.0} s", d.as_secs_f64()),
         None => println!("NOT everything sent after {:.0} s", wall),
     }
     checks.add(
         "everything sent within duration + drain",
-        done_at.is_some(),
-        done_at.map_or("no".into(), |d| format!("{:.0} s", d.as_secs_f64())),
+        run.done_at.is_some(),
+        run.done_at
+            .map_or("no".into(), |d| format!("{:.0} s", d.as_secs_f64())),
     );
     println!("{report}");
+    report_throughput(&run.samples);
+    report_memory(&plan, &run.samples, &cpu, pg_cpu, &mut checks);
+    report_dashboards(&plan, &run.dash, &mut checks);
+    report_logs(&replicas, &exits, &mut checks);
+    let failed = checks.print();
+    if plan.keep {
+        let kept = data.keep();
+        println!("kept {}", kept.display());
+    }
+    if failed > 0 {
+        bail!("{failed} check(s) failed");
+    }
+    println!("all checks passed");
+    Ok(())
+}
 
-    // Throughput: sink arrivals per minute.
+/// Seeds the cluster as its owner, then stops it: the first replica will own it.
+async fn seed_cluster(data: &Path, recipients: i64, orgs: i64) -> anyhow::Result<Seeded> {
+    let pg = EmbeddedPg::open(data, embedded_pg::Options::default()).await?;
+    let pool = mailroom::database::connect(pg.connect_options(embedded_pg::DATABASE)).await?;
+    app::db::migrate::run(&pool, true).await?;
+    let s = seed(&pool, recipients, orgs).await?;
+    pool.close().await;
+    pg.shutdown().await?;
+    Ok(s)
+}
+
+/// The replicas, started one after another: the first owns the cluster and starts it before
+/// the others join.
+async fn start_replicas(
+    plan: &Plan,
+    data: &Path,
+    logs: &Path,
+    sink_port: u16,
+    rate: f64,
+) -> anyhow::Result<Vec<Replica>> {
+    let started = Instant::now();
+    let mut replicas = Vec::new();
+    for k in 0..REPLICAS {
+        let r = serve(
+            &plan.bin,
+            data,
+            &plan.site,
+            sink_port,
+            rate,
+            logs.join(format!("replica-{}.log", k + 1)),
+        )?;
+        support::ready(
+            &format!("http://127.0.0.1:{}", r.port),
+            Duration::from_secs(90),
+        )
+        .await?;
+        replicas.push(r);
+    }
+    println!(
+        "{REPLICAS} replicas ready in {:.1} s on ports {:?}",
+        started.elapsed().as_secs_f64(),
+        replicas.iter().map(|r| r.port).collect::<Vec<_>>()
+    );
+    Ok(replicas)
+}
+
+/// What the soak watches while it runs.
+struct Watched<'a> {
+    pool: &'a PgPool,
+    pids: &'a [u32],
+    postmaster: u32,
+    sink: &'a Sink,
+    campaign: i64,
+    started: Instant,
+}
+
+/// What a run measured.
+struct Run {
+    dash: Arc<Dash>,
+    samples: Vec<Sample>,
+    /// When everything was sent, if it was.
+    done_at: Option<Duration>,
+}
+
+/// Opens the dashboards, then samples every 10 s until the duration is over, and after it until
+/// everything is sent or the drain period is over.
+async fn drive(plan: &Plan, replicas: &mut [Replica], w: &Watched<'_>) -> anyhow::Result<Run> {
+    // Dashboards: signed in one after another (the sign-in throttle counts concurrent
+    // attempts), client k on replica k % 3.
+    let dash = Arc::new(Dash::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for k in 0..plan.dashboards {
+        let port = replicas[k % REPLICAS].port;
+        let origin = format!("http://127.0.0.1:{port}");
+        let c = support::signed_in(&origin, EMAIL, PASSWORD).await?;
+        tasks.push(tokio::spawn(hold_stream(
+            c.clone(),
+            format!("{origin}/api/campaigns/{}/progress", w.campaign),
+            dash.clone(),
+            stop.clone(),
+        )));
+        tasks.push(tokio::spawn(reload_pages(
+            c,
+            origin,
+            w.campaign,
+            dash.clone(),
+            stop.clone(),
+        )));
+    }
+    println!(
+        "{} dashboards signed in and open at {:.1} s",
+        plan.dashboards,
+        w.started.elapsed().as_secs_f64()
+    );
+    let duration = plan.duration();
+    let mut samples: Vec<Sample> = Vec::new();
+    let mut done_at = None;
+    let mut dashboards_stopped = false;
+    loop {
+        let t = w.started.elapsed();
+        let s = sample(w, t).await;
+        samples.push(s);
+        for r in replicas.iter_mut() {
+            if let Some(status) = r.child.try_wait()? {
+                bail!(
+                    "the replica on port {} exited during the soak: {status}",
+                    r.port
+                );
+            }
+        }
+        if done_at.is_none() && all_done(w.pool, w.campaign, plan.orgs).await? {
+            done_at = Some(w.started.elapsed());
+            println!(
+                "everything sent at {:.0} s",
+                w.started.elapsed().as_secs_f64()
+            );
+        }
+        if t >= duration && !dashboards_stopped {
+            stop.store(true, Ordering::Relaxed);
+            dashboards_stopped = true;
+        }
+        if t >= duration && (done_at.is_some() || t >= duration + plan.drain) {
+            break;
+        }
+        let next = SAMPLE_EVERY * samples.len() as u32;
+        tokio::time::sleep(
+            next.saturating_sub(w.started.elapsed())
+                .max(Duration::from_millis(10)),
+        )
+        .await;
+    }
+    for t in &tasks {
+        t.abort();
+    }
+    Ok(Run {
+        dash,
+        samples,
+        done_at,
+    })
+}
+
+/// One sample of the replicas' memory, PostgreSQL's, the sink and the queue, printed.
+async fn sample(w: &Watched<'_>, t: Duration) -> Sample {
+    let mut rss = [0; REPLICAS];
+    for (k, pid) in w.pids.iter().enumerate() {
+        rss[k] = status_kib(*pid, "VmRSS:").unwrap_or(0);
+    }
+    let (queued, sending) = queue(w.pool).await;
+    let s = Sample {
+        t: t.as_secs_f64(),
+        rss,
+        pg_pss: postgres_usage(w.postmaster).0,
+        at_sink: w.sink.accepted.load(Ordering::Relaxed),
+        queued,
+        sending,
+    };
+    println!(
+        "t={:>5.0}s  RSS MiB {}  PostgreSQL PSS {:.0} MiB  at sink {:>7}  queued {:>6}  sending {:>4}  load {}",
+        s.t,
+        s.rss.iter().map(|r| format!("{:>5.1}", mib(*r as f64))).collect::<Vec<_>>().join(" "),
+        mib(s.pg_pss as f64),
+        s.at_sink,
+        s.queued,
+        s.sending,
+        std::fs::read_to_string("/proc/loadavg").unwrap_or_default().split_whitespace().next().unwrap_or(""),
+    );
+    s
+}
+
+/// Sink arrivals per second, minute by minute.
+fn report_throughput(samples: &[Sample]) {
     let per_minute: Vec<String> = samples
         .iter()
         .step_by(6)
@@ -836,9 +966,12 @@ async fn main() -> anyhow::Result<()> {
         "sink arrivals per second, minute by minute: {}",
         per_minute.join(", ")
     );
+}
 
-    // Memory.
-    let w = (seconds as f64 / 5.0).min(60.0);
+/// Memory after warm-up against the end, per replica (checked) and for PostgreSQL (shown).
+fn report_memory(plan: &Plan, samples: &[Sample], cpu: &[f64], pg_cpu: f64, checks: &mut Checks) {
+    let rss_limit_pct = plan.rss_limit_pct;
+    let w = (plan.seconds as f64 / 5.0).min(60.0);
     let window = |from: f64, to: f64, f: &dyn Fn(&Sample) -> u64| {
         median(
             samples
@@ -848,7 +981,7 @@ async fn main() -> anyhow::Result<()> {
                 .collect(),
         )
     };
-    let end = seconds as f64;
+    let end = plan.seconds as f64;
     println!(
         "\nmemory: median of [{:.0} s, {:.0} s) (after warm-up) vs median of [{:.0} s, {:.0} s] (the end); fail above +{rss_limit_pct}%",
         w,
@@ -887,9 +1020,11 @@ async fn main() -> anyhow::Result<()> {
         (late - early) / early * 100.0,
         pg_cpu
     );
+}
 
-    // Dashboards.
-    println!("\ndashboards ({dashboards} clients):");
+/// The dashboards' latencies and failures, and the progress streams.
+fn report_dashboards(plan: &Plan, dash: &Dash, checks: &mut Checks) {
+    println!("\ndashboards ({} clients):", plan.dashboards);
     println!("| request | count | p50 | p99 | max |");
     println!("| --- | --- | --- | --- | --- |");
     for (what, mut xs) in std::mem::take(&mut *dash.latencies.lock().unwrap()) {
@@ -930,21 +1065,22 @@ async fn main() -> anyhow::Result<()> {
         dash.stream_drops.load(Ordering::Relaxed) == 0,
         format!("{} ended early", dash.stream_drops.load(Ordering::Relaxed)),
     );
+}
 
-    // Logs and exits.
+/// Each replica's log (no ERROR, no panic) and its exit on SIGTERM (clean).
+fn report_logs(replicas: &[Replica], exits: &[std::process::ExitStatus], checks: &mut Checks) {
     println!("\nlogs:");
-    for (k, r) in replicas.iter().enumerate() {
+    for (k, (r, exit)) in replicas.iter().zip(exits).enumerate() {
         let f = read_log(&r.log);
         let count = |lvl: &str| f.by_level.get(lvl).map_or(0, |m| m.values().sum::<u64>());
         println!(
-            "replica {} ({} lines): ERROR {}, WARN {}, unstructured {}, panics {}; exit {}",
+            "replica {} ({} lines): ERROR {}, WARN {}, unstructured {}, panics {}; exit {exit}",
             k + 1,
             f.lines,
             count("ERROR"),
             count("WARN"),
             count("UNSTRUCTURED"),
             f.panics.len(),
-            exits[k].1
         );
         for (lvl, msgs) in &f.by_level {
             for (m, n) in msgs.iter().take(15) {
@@ -958,30 +1094,10 @@ async fn main() -> anyhow::Result<()> {
         );
         checks.add(
             format!("replica {}: clean exit on SIGTERM", k + 1),
-            exits[k].1.success(),
-            exits[k].1.to_string(),
+            exit.success(),
+            exit.to_string(),
         );
     }
-
-    println!("\n| check | result | detail |");
-    println!("| --- | --- | --- |");
-    let mut failed = 0;
-    for (what, ok, detail) in &checks.0 {
-        println!(
-            "| {what} | {} | {detail} |",
-            if *ok { "ok" } else { "FAILED" }
-        );
-        failed += usize::from(!ok);
-    }
-    if keep {
-        let kept = data.keep();
-        println!("kept {}", kept.display());
-    }
-    if failed > 0 {
-        bail!("{failed} check(s) failed");
-    }
-    println!("all checks passed");
-    Ok(())
 }
 
 /// The database against the sink, after the replicas have stopped.

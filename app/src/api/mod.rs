@@ -5,14 +5,8 @@
 pub mod audit_log;
 /// Signing in (throttled) and out, and who is signed in.
 pub mod auth;
-/// The campaign recycle bin: delete, restore, and when the leader purges each.
-pub mod campaign_bin;
-/// The campaign editor and its workflow transitions, each an audited compare-and-set.
-pub mod campaign_edit;
-/// Test sends of a campaign's content to a few typed-in addresses.
-pub mod campaign_test;
-/// The campaign list and one campaign with its progress.
-pub mod campaigns;
+/// Campaigns: the list, one campaign, its editor and workflow, test sends, the bin.
+pub mod campaign;
 /// The Deliveries page: counts, the list, an admin's retry, captured messages.
 pub mod deliveries;
 /// The Digests page: schedule, admins' opt-ins, history, preview and forced resend.

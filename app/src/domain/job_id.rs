@@ -210,9 +210,88 @@ impl From<JobId> for String {
     }
 }
 
+/// A campaign message's job id as an SQL expression over the campaign and subscriber columns
+/// or parameters given: the format of [`JobId::Campaign`]'s `Display`, kept beside it for the
+/// statements that create those rows in bulk. A macro so they stay compile-time constants.
+#[cfg(feature = "ssr")]
+macro_rules! campaign_job_sql {
+    ($campaign:literal, $subscriber:literal) => {
+        concat!("'campaign:' || ", $campaign, " || ':' || ", $subscriber)
+    };
+}
+#[cfg(feature = "ssr")]
+pub(crate) use campaign_job_sql;
+
+/// A digest message's job id as an SQL expression: the format of [`JobId::Digest`].
+#[cfg(feature = "ssr")]
+macro_rules! digest_job_sql {
+    ($org:literal, $week:literal, $user:literal) => {
+        concat!(
+            "'digest:' || ",
+            $org,
+            " || ':' || ",
+            $week,
+            " || ':' || ",
+            $user
+        )
+    };
+}
+#[cfg(feature = "ssr")]
+pub(crate) use digest_job_sql;
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Evaluates one of the SQL expressions above for given column values (`'text'` literals
+    /// joined by `||`), as PostgreSQL would.
+    #[cfg(feature = "ssr")]
+    fn eval(sql: &str, values: &[(&str, &str)]) -> String {
+        sql.split(" || ")
+            .map(
+                |part| match part.strip_prefix('\'').and_then(|p| p.strip_suffix('\'')) {
+                    Some(text) => text.to_owned(),
+                    None => values
+                        .iter()
+                        .find(|(k, _)| *k == part)
+                        .unwrap()
+                        .1
+                        .to_owned(),
+                },
+            )
+            .collect()
+    }
+
+    #[test]
+    #[cfg(feature = "ssr")]
+    fn the_sql_job_ids_are_the_ones_the_worker_parses() {
+        let sql = eval(
+            campaign_job_sql!("$2", "s.id"),
+            &[("$2", "7"), ("s.id", "42")],
+        );
+        let id = JobId::Campaign {
+            campaign_id: 7,
+            subscriber_id: 42,
+        };
+        assert_eq!(
+            (sql.as_str(), sql.parse::<JobId>().unwrap()),
+            (id.to_string().as_str(), id)
+        );
+        let week = "2026-W48";
+        let sql = eval(
+            digest_job_sql!("org_id", "week_key", "user_id"),
+            &[("org_id", "3"), ("week_key", week), ("user_id", "9")],
+        );
+        let id = JobId::Digest {
+            org_id: 3,
+            week_key: week.parse().unwrap(),
+            user_id: 9,
+        };
+        assert_eq!(
+            (sql.as_str(), sql.parse::<JobId>().unwrap()),
+            (id.to_string().as_str(), id)
+        );
+    }
 
     #[test]
     fn formats_are_deterministic_and_round_trip() {

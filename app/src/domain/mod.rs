@@ -117,6 +117,8 @@ pub use campaign::{BodyFormat, CampaignContent, CampaignStatus, Transition, Tran
 pub use delivery::{DeliveryCursor, DeliveryKind, DeliveryStatus};
 pub use dkim::{DkimDomain, DkimNameError, DkimSelector};
 pub use email::{sentence, EmailAddress, EmailError};
+#[cfg(feature = "ssr")]
+pub(crate) use job_id::{campaign_job_sql, digest_job_sql};
 pub use job_id::{JobId, JobIdError};
 pub use link::LinkPurpose;
 pub use role::Role;

@@ -81,7 +81,7 @@ pub fn SubscribersPage() -> impl IntoView {
         <Suspense fallback=|| view! { <p>"Loading…"</p> }>
             {move || Suspend::new(async move {
                 match page.await {
-                    Err(e) => view! { <p role="alert" class="text-red-700 dark:text-red-300">{e.to_string()}</p> }.into_any(),
+                    Err(e) => crate::pages::load_error(e),
                     Ok(p) => view! { <Subscribers p query add/> }.into_any(),
                 }
             })}

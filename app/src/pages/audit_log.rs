@@ -58,7 +58,7 @@ pub fn AuditPage() -> impl IntoView {
         <Suspense fallback=|| view! { <p>"Loading…"</p> }>
             {move || Suspend::new(async move {
                 match page.await {
-                    Err(e) => view! { <p role="alert" class="text-red-700 dark:text-red-300">{e.to_string()}</p> }.into_any(),
+                    Err(e) => crate::pages::load_error(e),
                     Ok(p) => {
                         let q = query.get_untracked();
                         let next = p.next.map(|n| q.href(Some(n)));

@@ -89,7 +89,7 @@ pub fn DeliveriesPage() -> impl IntoView {
         <Suspense fallback=|| view! { <p>"Loading…"</p> }>
             {move || Suspend::new(async move {
                 match counts.await {
-                    Err(e) => view! { <p role="alert" class="text-red-700 dark:text-red-300">{e.to_string()}</p> }.into_any(),
+                    Err(e) => crate::pages::load_error(e),
                     Ok(counts) => view! {
                         <div id="delivery-counts" class="mb-6 grid grid-cols-2 gap-3 md:grid-cols-7">
                             {counts.into_iter().map(|c| view! {
@@ -108,7 +108,7 @@ pub fn DeliveriesPage() -> impl IntoView {
         <Suspense fallback=|| view! { <p>"Loading…"</p> }>
             {move || Suspend::new(async move {
                 match page.await {
-                    Err(e) => view! { <p role="alert" class="text-red-700 dark:text-red-300">{e.to_string()}</p> }.into_any(),
+                    Err(e) => crate::pages::load_error(e),
                     Ok(p) if p.rows.is_empty() => view! { <p id="no-deliveries" class="text-slate-600 dark:text-slate-300">"No deliveries match."</p> }.into_any(),
                     Ok(p) => {
                         let q = query.get_untracked();

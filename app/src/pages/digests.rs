@@ -29,7 +29,7 @@ pub fn DigestsPage() -> impl IntoView {
         <Suspense fallback=|| view! { <p>"Loading…"</p> }>
             {move || Suspend::new(async move {
                 match data.await {
-                    Err(e) => view! { <p role="alert" class="text-red-700 dark:text-red-300">{e.to_string()}</p> }.into_any(),
+                    Err(e) => crate::pages::load_error(e),
                     Ok(d) => view! {
                         <ThisWeek d=d.clone()/>
                         <div class="mb-6 grid gap-6 md:grid-cols-2">
@@ -46,7 +46,7 @@ pub fn DigestsPage() -> impl IntoView {
             <Suspense fallback=|| view! { <p>"Loading…"</p> }>
                 {move || Suspend::new(async move {
                     match preview.await {
-                        Err(e) => view! { <p role="alert" class="text-red-700 dark:text-red-300">{e.to_string()}</p> }.into_any(),
+                        Err(e) => crate::pages::load_error(e),
                         Ok(p) => view! {
                             <p class="mb-2 text-sm" data-test="preview-subject"><span class="text-slate-500 dark:text-slate-400">"Subject: "</span>{p.subject}</p>
                             // Sandboxed: the digest's HTML cannot run script or reach the page.

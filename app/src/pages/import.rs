@@ -46,7 +46,7 @@ pub fn ImportPage() -> impl IntoView {
         <Transition fallback=|| view! { <p>"Loading…"</p> }>
             {move || Suspend::new(async move {
                 match status.await {
-                    Err(e) => view! { <p role="alert" class="text-red-700 dark:text-red-300">{e.to_string()}</p> }.into_any(),
+                    Err(e) => crate::pages::load_error(e),
                     Ok(v) => view! { <ImportReport v/> }.into_any(),
                 }
             })}

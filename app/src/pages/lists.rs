@@ -33,7 +33,7 @@ pub fn ListsPage() -> impl IntoView {
         <Suspense fallback=|| view! { <p>"Loading…"</p> }>
             {move || Suspend::new(async move {
                 match all.await {
-                    Err(e) => view! { <p role="alert" class="text-red-700 dark:text-red-300">{e.to_string()}</p> }.into_any(),
+                    Err(e) => crate::pages::load_error(e),
                     Ok(v) => {
                         let can_act = v.can_act;
                         let new_list = can_act.then(|| view! {

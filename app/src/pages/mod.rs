@@ -2,18 +2,8 @@
 mod audience;
 /// Settings › Audit log, filtered and paged through the URL.
 mod audit_log;
-/// One campaign and its send progress, live.
+/// Campaigns: the list, one campaign live, its editor, workflow panel and preview, the bin.
 mod campaign;
-/// The recycle bin: deleted campaigns, when each is purged, and restore.
-mod campaign_bin;
-/// The draft editor, with a preview for a real recipient and the estimate.
-mod campaign_editor;
-/// A campaign rendered for one recipient, its HTML in a sandboxed frame.
-mod campaign_preview;
-/// The campaign page's workflow panel: who wrote, edited, approved it; its actions.
-mod campaign_workflow;
-/// The campaign list, filtered by status, and creating a campaign.
-mod campaigns;
 /// Deliveries: counts, the filtered list, an admin's retry, captured messages.
 mod deliveries;
 /// The forced resend's confirmation, rendered with a key the server issued.
@@ -71,6 +61,11 @@ fn action_outcome(
         Ok(msg) => view! { <p role="status" data-test=test class="mb-4 rounded bg-green-50 px-3 py-2 text-sm text-green-800 dark:bg-green-950 dark:text-green-200">{msg}</p> }.into_any(),
         Err(e) => view! { <p role="alert" data-test=test class="mb-4 rounded bg-red-50 px-3 py-2 text-sm text-red-700 dark:bg-red-950 dark:text-red-300">{e.to_string()}</p> }.into_any(),
     })
+}
+
+/// A page's data that could not be read, in place of the page: the error as the user may see it.
+fn load_error(e: crate::error::AppError) -> AnyView {
+    view! { <p role="alert" class="text-red-700 dark:text-red-300">{e.to_string()}</p> }.into_any()
 }
 
 /// The text inside a `<textarea>`. tachys writes the children of raw-text elements unescaped
@@ -272,10 +267,10 @@ pub fn App() -> impl IntoView {
                     // reach the status line.
                     <ParentRoute path=path!("") view=layout::Layout>
                         <Route path=path!("") view=overview::OverviewPage ssr=SsrMode::Async/>
-                        <Route path=path!("campaigns") view=campaigns::CampaignsPage ssr=SsrMode::Async/>
-                        <Route path=path!("campaigns/bin") view=campaign_bin::BinPage ssr=SsrMode::Async/>
+                        <Route path=path!("campaigns") view=campaign::list::CampaignsPage ssr=SsrMode::Async/>
+                        <Route path=path!("campaigns/bin") view=campaign::bin::BinPage ssr=SsrMode::Async/>
                         <Route path=path!("campaigns/:id") view=campaign::CampaignPage ssr=SsrMode::Async/>
-                        <Route path=path!("campaigns/:id/edit") view=campaign_editor::EditorPage ssr=SsrMode::Async/>
+                        <Route path=path!("campaigns/:id/edit") view=campaign::editor::EditorPage ssr=SsrMode::Async/>
                         <Route path=path!("digests") view=digests::DigestsPage ssr=SsrMode::Async/>
                         <Route path=path!("digests/resend") view=digest_resend::ResendPage ssr=SsrMode::Async/>
                         <Route path=path!("audience") view=audience::SubscribersPage ssr=SsrMode::Async/>

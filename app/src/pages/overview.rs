@@ -11,7 +11,7 @@ pub fn OverviewPage() -> impl IntoView {
             {move || Suspend::new(async move {
                 match data.await {
                     Ok(o) => view! { <Figures o/> }.into_any(),
-                    Err(e) => view! { <p role="alert" class="text-red-700 dark:text-red-300">{e.to_string()}</p> }.into_any(),
+                    Err(e) => crate::pages::load_error(e),
                 }
             })}
         </Suspense>

@@ -76,7 +76,7 @@ pub fn SettingsPage() -> impl IntoView {
         <Suspense fallback=|| view! { <p>"Loading…"</p> }>
             {move || Suspend::new(async move {
                 match settings.await {
-                    Err(e) => view! { <p role="alert" class="text-red-700 dark:text-red-300">{e.to_string()}</p> }.into_any(),
+                    Err(e) => crate::pages::load_error(e),
                     Ok(s) => view! { <Sender s=s.clone() action=save/> <Approval s action=approval/> }.into_any(),
                 }
             })}
@@ -84,7 +84,7 @@ pub fn SettingsPage() -> impl IntoView {
         <Suspense fallback=|| view! { <p>"Loading…"</p> }>
             {move || Suspend::new(async move {
                 match auth.await {
-                    Err(e) => view! { <p role="alert" class="text-red-700 dark:text-red-300">{e.to_string()}</p> }.into_any(),
+                    Err(e) => crate::pages::load_error(e),
                     Ok(d) => view! { <SenderAuth d actions=auth_actions/> }.into_any(),
                 }
             })}
@@ -98,7 +98,7 @@ pub fn SettingsPage() -> impl IntoView {
             <Suspense fallback=|| view! { <p>"Loading…"</p> }>
                 {move || Suspend::new(async move {
                     match users.await {
-                        Err(e) => view! { <p role="alert" class="text-red-700 dark:text-red-300">{e.to_string()}</p> }.into_any(),
+                        Err(e) => crate::pages::load_error(e),
                         Ok(d) => view! {
                             <UsersTable users=d.users can_manage=d.can_manage actions/>
                             {d.can_manage.then(|| view! { <InviteForm action=invite/> })}

@@ -37,7 +37,7 @@ pub fn SuppressionsPage() -> impl IntoView {
         <Suspense fallback=|| view! { <p>"Loading…"</p> }>
             {move || Suspend::new(async move {
                 match page.await {
-                    Err(e) => view! { <p role="alert" class="text-red-700 dark:text-red-300">{e.to_string()}</p> }.into_any(),
+                    Err(e) => crate::pages::load_error(e),
                     Ok(p) => view! { <Suppressions p q=query.get_untracked().0 add remove/> }.into_any(),
                 }
             })}

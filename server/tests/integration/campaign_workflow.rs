@@ -3,6 +3,8 @@
 //! shown, refusals that say who changed it first, reject with a reason, pause/resume/cancel,
 //! the audit log, and tenancy.
 
+use app::api::campaign::bin::{CampaignBin, DeleteCampaign, RestoreCampaign};
+use app::api::campaign::edit::{CampaignAction, CampaignSheet, CloneCampaign, NewCampaign};
 use app::domain::Role;
 use serde_json::Value;
 
@@ -18,27 +20,18 @@ fn conflict(body: &str) -> String {
         .to_string()
 }
 
-async fn act(app: &TestApp, c: &reqwest::Client, id: i64, verb: &str, version: i64) -> String {
-    let (id, version) = (id.to_string(), version.to_string());
-    let (_, body) = app
-        .call_with(
-            c,
-            "campaign_action",
-            &[
-                ("id", &id),
-                ("verb", verb),
-                ("version", &version),
-                ("reason", ""),
-            ],
-        )
-        .await;
-    body
+async fn act(app: &TestApp, c: &reqwest::Client, id: i64, verb: &str, version: i32) -> String {
+    let action = CampaignAction {
+        id,
+        verb: verb.into(),
+        version,
+        reason: String::new(),
+    };
+    app.call_fn(c, action).await.1
 }
 
 async fn sheet(app: &TestApp, c: &reqwest::Client, id: i64) -> Value {
-    let (status, body) = app
-        .call_with(c, "campaign_sheet", &[("id", &id.to_string())])
-        .await;
+    let (status, body) = app.call_fn(c, CampaignSheet { id }).await;
     assert_eq!(status, 200, "{body}");
     json(&body)
 }
@@ -65,7 +58,12 @@ async fn four_eyes_approve_the_exact_version_shown_and_every_refusal_says_why() 
 
     // A creates a draft and fills it in (two of the three lists, checked as the form sends them).
     let (status, body) = app
-        .call_with(&a, "new_campaign", &[("name", "  Launch <b>day</b> ")])
+        .call_fn(
+            &a,
+            NewCampaign {
+                name: "  Launch <b>day</b> ".into(),
+            },
+        )
         .await;
     assert!(status.is_success() || status.is_redirection(), "{body}");
     let id = json(&body).as_i64().unwrap();
@@ -206,9 +204,7 @@ async fn four_eyes_approve_the_exact_version_shown_and_every_refusal_says_why() 
     assert_eq!(steps[5].1, "admin3@acme.example");
 
     // A clone of the cancelled campaign is a fresh draft by whoever cloned it, same content.
-    let (_, body) = app
-        .call_with(&b, "clone_campaign", &[("id", &id.to_string())])
-        .await;
+    let (_, body) = app.call_fn(&b, CloneCampaign { id }).await;
     let copy = json(&body).as_i64().unwrap();
     let s = sheet(&app, &b, copy).await;
     assert_eq!(
@@ -242,7 +238,12 @@ async fn rejecting_needs_a_reason_approval_to_nobody_is_refused_and_self_approva
     let owner = signed_in(&app, &users[0].1, &users[0].2).await;
     let admin = signed_in(&app, &users[1].1, &users[1].2).await;
     let (_, body) = app
-        .call_with(&owner, "new_campaign", &[("name", "Empty")])
+        .call_fn(
+            &owner,
+            NewCampaign {
+                name: "Empty".into(),
+            },
+        )
         .await;
     let id = json(&body).as_i64().unwrap();
     assert_eq!(
@@ -355,7 +356,12 @@ async fn another_orgs_campaign_is_not_found_and_a_viewer_cannot_act() {
     let viewer = signed_in(&app, &users[1].1, &users[1].2).await;
     let stranger = signed_in(&app, &others[0].1, &others[0].2).await;
     let (_, body) = app
-        .call_with(&owner, "new_campaign", &[("name", "Ours")])
+        .call_fn(
+            &owner,
+            NewCampaign {
+                name: "Ours".into(),
+            },
+        )
         .await;
     let id = json(&body).as_i64().unwrap();
     let sid = id.to_string();
@@ -411,7 +417,12 @@ async fn another_orgs_campaign_is_not_found_and_a_viewer_cannot_act() {
         .await;
     assert_eq!(json(&body), "NotFound");
     let (_, body) = app
-        .call_with(&viewer, "new_campaign", &[("name", "Mine")])
+        .call_fn(
+            &viewer,
+            NewCampaign {
+                name: "Mine".into(),
+            },
+        )
         .await;
     assert_eq!(json(&body), "Forbidden");
     // The viewer still reads it.
@@ -512,31 +523,30 @@ async fn a_deleted_campaign_waits_in_the_bin_and_can_be_restored_but_a_sending_o
     let app = spawn_app(pool.clone()).await;
     let a = signed_in(&app, &users[0].1, &users[0].2).await;
     let (_, body) = app
-        .call_with(&a, "new_campaign", &[("name", "Scrap")])
+        .call_fn(
+            &a,
+            NewCampaign {
+                name: "Scrap".into(),
+            },
+        )
         .await;
     let draft = json(&body).as_i64().unwrap();
 
-    let (_, body) = app
-        .call_with(&a, "delete_campaign", &[("id", &sending.to_string())])
-        .await;
+    let (_, body) = app.call_fn(&a, DeleteCampaign { id: sending }).await;
     assert_eq!(
         conflict(&body),
         "Only a draft, sent or cancelled campaign can be deleted; this one is sending (cancel it first)."
     );
-    let (status, body) = app
-        .call_with(&a, "delete_campaign", &[("id", &draft.to_string())])
-        .await;
+    let (status, body) = app.call_fn(&a, DeleteCampaign { id: draft }).await;
     assert!(status.is_success() || status.is_redirection(), "{body}");
     let (_, body) = app.call(&a, "campaigns").await;
     assert!(
         !body.contains("Scrap"),
         "a deleted campaign leaves the list: {body}"
     );
-    let (_, body) = app
-        .call_with(&a, "campaign_sheet", &[("id", &draft.to_string())])
-        .await;
+    let (_, body) = app.call_fn(&a, CampaignSheet { id: draft }).await;
     assert_eq!(json(&body), "NotFound");
-    let (_, body) = app.call(&a, "campaign_bin").await;
+    let (_, body) = app.call_fn(&a, CampaignBin {}).await;
     let bin = json(&body);
     assert_eq!(bin.as_array().unwrap().len(), 1);
     assert_eq!(
@@ -544,16 +554,12 @@ async fn a_deleted_campaign_waits_in_the_bin_and_can_be_restored_but_a_sending_o
         (Some(draft), Some("Scrap"))
     );
     // Deleting again: it is not there to delete.
-    let (_, body) = app
-        .call_with(&a, "delete_campaign", &[("id", &draft.to_string())])
-        .await;
+    let (_, body) = app.call_fn(&a, DeleteCampaign { id: draft }).await;
     assert_eq!(json(&body), "NotFound");
 
-    let (_, body) = app
-        .call_with(&a, "restore_campaign", &[("id", &draft.to_string())])
-        .await;
+    let (_, body) = app.call_fn(&a, RestoreCampaign { id: draft }).await;
     assert_eq!(json(&body), "Restored.");
     assert_eq!(sheet(&app, &a, draft).await["status"], "draft");
-    let (_, body) = app.call(&a, "campaign_bin").await;
+    let (_, body) = app.call_fn(&a, CampaignBin {}).await;
     assert_eq!(json(&body), serde_json::json!([]));
 }

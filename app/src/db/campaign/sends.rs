@@ -7,6 +7,7 @@ use sqlx::{PgConnection, PgPool};
 
 use super::audience::audience_rows;
 use super::slots::slot;
+use crate::domain::campaign_job_sql;
 
 /// The materialisation statement ($1 org, $2 campaign); public so the benchmark can run it
 /// bare in psql.
@@ -14,7 +15,9 @@ pub const MATERIALISE_SQL: &str = concat!(
     "with added as (
              insert into sends (org_id, campaign_id, subscriber_id, email_lower, job_id)
              select distinct on (s.email_lower) s.org_id, $2::bigint, s.id, s.email_lower,
-                    'campaign:' || $2::bigint || ':' || s.id ",
+                    ",
+    campaign_job_sql!("$2::bigint", "s.id"),
+    " ",
     audience_rows!(),
     "
              order by s.email_lower, s.created_at, s.id

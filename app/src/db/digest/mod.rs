@@ -9,6 +9,7 @@ pub mod admin;
 /// The digest's figures for an org's week.
 pub mod figures;
 
+use crate::domain::digest_job_sql;
 use crate::domain::WeekKey;
 use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
@@ -244,6 +245,7 @@ pub async fn enqueue_recipients(conn: &mut PgConnection, ids: &[i64]) -> sqlx::R
         return Ok(0);
     }
     sqlx::query_scalar(
+        concat!(
         "with recipients as (
              select ds.id as digest_send_id, ds.org_id, ds.week_key, u.id as user_id, u.email, u.email_lower
              from digest_sends ds
@@ -255,7 +257,9 @@ pub async fn enqueue_recipients(conn: &mut PgConnection, ids: &[i64]) -> sqlx::R
          ),
          queued as (
              insert into deliveries (job_id, org_id, kind, priority, recipient, email_lower, digest_send_id, user_id)
-             select 'digest:' || org_id || ':' || week_key || ':' || user_id, org_id, 'digest', 1,
+             select ",
+        digest_job_sql!("org_id", "week_key", "user_id"),
+        ", org_id, 'digest', 1,
                     email, email_lower, digest_send_id, user_id
              from recipients
              on conflict (job_id) do nothing
@@ -267,7 +271,8 @@ pub async fn enqueue_recipients(conn: &mut PgConnection, ids: &[i64]) -> sqlx::R
              where d.id = n.digest_send_id
              returning n.n
          )
-         select coalesce(sum(n), 0)::bigint from counted",
+         select coalesce(sum(n), 0)::bigint from counted"
+    ),
     )
     .bind(ids)
     .fetch_one(conn)

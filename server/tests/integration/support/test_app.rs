@@ -117,6 +117,27 @@ impl TestApp {
         self.call_with(c, endpoint, &[]).await
     }
 
+    /// Calls a server function with its typed arguments (the struct its `#[server]` macro
+    /// makes), form-encoded as the browser posts them: a renamed endpoint or argument is a
+    /// compile error, not a silently different request. Malformed input is sent with
+    /// [`TestApp::call_with`].
+    pub async fn call_fn<F>(&self, c: &reqwest::Client, args: F) -> (StatusCode, String)
+    where
+        F: leptos::server_fn::ServerFn + serde::Serialize,
+    {
+        let r = c
+            .post(format!("{}{}", self.base, F::PATH))
+            .header(
+                reqwest::header::CONTENT_TYPE,
+                "application/x-www-form-urlencoded",
+            )
+            .body(serde_qs::to_string(&args).unwrap())
+            .send()
+            .await
+            .unwrap();
+        (r.status(), r.text().await.unwrap())
+    }
+
     /// Calls a server function with form-encoded arguments, as the browser does.
     pub async fn call_with(
         &self,

@@ -2,7 +2,7 @@
 
 use leptos::prelude::*;
 
-use crate::api::campaign_bin::{campaign_bin, RestoreCampaign};
+use crate::api::campaign::bin::{campaign_bin, RestoreCampaign};
 
 #[component]
 pub fn BinPage() -> impl IntoView {
@@ -11,14 +11,14 @@ pub fn BinPage() -> impl IntoView {
     view! {
         <p class="mb-2 text-sm"><a href="/campaigns" class="text-sky-700 hover:underline dark:text-sky-300">"← Campaigns"</a></p>
         <h1 class="mb-4 text-2xl font-semibold">"Recycle bin"</h1>
-        {move || super::action_outcome(restore.value().get(), "restore-result")}
+        {move || crate::pages::action_outcome(restore.value().get(), "restore-result")}
         <Suspense fallback=|| view! { <p>"Loading…"</p> }>
             {move || Suspend::new(async move {
                 match bin.await {
-                    Err(e) => view! { <p role="alert" class="text-red-700 dark:text-red-300">{e.to_string()}</p> }.into_any(),
+                    Err(e) => crate::pages::load_error(e),
                     Ok(rows) if rows.is_empty() => view! { <p class="text-slate-600 dark:text-slate-300">"The recycle bin is empty."</p> }.into_any(),
                     Ok(rows) => view! {
-                        <super::DataTable headings=&["Name", "Status", "Deleted", "Purged after", ""]>
+                        <crate::pages::DataTable headings=&["Name", "Status", "Deleted", "Purged after", ""]>
                                 {rows.into_iter().map(|b| view! {
                                     <tr class="border-t border-slate-100 dark:border-slate-800" data-test="binned">
                                         <td class="p-3 font-medium">{b.name}</td>
@@ -33,7 +33,7 @@ pub fn BinPage() -> impl IntoView {
                                         </td>
                                     </tr>
                                 }).collect_view()}
-                            </super::DataTable>
+                            </crate::pages::DataTable>
                     }.into_any(),
                 }
             })}

@@ -24,7 +24,7 @@ pub async fn send_test(
 ) -> Result<String, AppError> {
     use crate::db::suppression_admin;
     use crate::domain::{EmailAddress, JobId};
-    let (me, pool) = super::signed_in_to_act().await?;
+    let (me, pool) = crate::api::signed_in_to_act().await?;
     let to = EmailAddress::parse_list(&addresses, MAX_TEST_ADDRESSES).map_err(AppError::Invalid)?;
     let mut tx = pool.begin().await?;
     let now = campaign::edit::content_version(&mut tx, me.org_id, id)

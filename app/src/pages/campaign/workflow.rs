@@ -5,8 +5,8 @@
 
 use leptos::prelude::*;
 
-use crate::api::campaign_bin::DeleteCampaign;
-use crate::api::campaign_edit::{CampaignAction, CloneCampaign, Problem, Sheet};
+use crate::api::campaign::bin::DeleteCampaign;
+use crate::api::campaign::edit::{CampaignAction, CloneCampaign, Problem, Sheet};
 use crate::domain::{CampaignStatus, Transition};
 
 /// (verb, button label, what the confirmation says) for each action the state allows: the
@@ -165,7 +165,7 @@ fn DeleteDialog(id: i64) -> impl IntoView {
             <div role="dialog" aria-label="Delete" class="grid gap-2 p-3">
                 <p class="text-sm text-slate-600 dark:text-slate-300">"It goes to the recycle bin, where it can be restored until it is purged."</p>
                 <ActionForm action=delete>
-                    <super::DangerSubmit label="Yes, delete" test="confirm-delete" name="id" value=id.to_string()/>
+                    <crate::pages::DangerSubmit label="Yes, delete" test="confirm-delete" name="id" value=id.to_string()/>
                 </ActionForm>
                 {move || delete.value().get().and_then(|r| r.err()).map(|e| view! { <p role="alert" class="text-sm text-red-700 dark:text-red-300">{e.to_string()}</p> })}
             </div>
@@ -195,9 +195,8 @@ fn Approval(s: Sheet) -> impl IntoView {
         <p class="text-sm text-red-700 dark:text-red-300" data-test="zero-note">"It would reach nobody now: approval will be refused."</p>
     });
     let preview = match s.preview.clone() {
-        Ok(p) => {
-            view! { <super::campaign_preview::PreviewBox p test="approval-preview"/> }.into_any()
-        }
+        Ok(p) => view! { <crate::pages::campaign::preview::PreviewBox p test="approval-preview"/> }
+            .into_any(),
         Err(e) => view! { <p class="text-sm text-red-700 dark:text-red-300">{e}</p> }.into_any(),
     };
     view! {

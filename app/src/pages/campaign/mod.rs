@@ -4,15 +4,26 @@
 //! without JavaScript); once hydrated, an `EventSource` on `/api/campaigns/{id}/progress`
 //! replaces it with every new reading and reconnects by itself after a server restart.
 
+/// The recycle bin: deleted campaigns, when each is purged, and restore.
+pub(super) mod bin;
+/// The draft editor, with a preview for a real recipient and the estimate.
+pub(super) mod editor;
+/// The campaign list, filtered by status, and creating a campaign.
+pub(super) mod list;
+/// A campaign rendered for one recipient, its HTML in a sandboxed frame.
+pub(super) mod preview;
+/// The campaign page's workflow panel: who wrote, edited, approved it; its actions.
+pub(super) mod workflow;
+
 use leptos::prelude::*;
 use leptos_router::hooks::use_params_map;
 
-use super::campaign_workflow::{Panel, Problems};
-use crate::api::campaign_edit::{campaign_sheet, CampaignAction};
-use crate::api::campaigns::{campaign_detail, CampaignWithProgress};
+use crate::api::campaign::edit::{campaign_sheet, CampaignAction};
+use crate::api::campaign::{campaign_detail, CampaignWithProgress};
 use crate::domain::progress::{self, Phase, Progress};
 use crate::domain::CampaignStatus;
 use crate::error::AppError;
+use crate::pages::campaign::workflow::{Panel, Problems};
 
 #[component]
 pub fn CampaignPage() -> impl IntoView {
@@ -36,7 +47,7 @@ pub fn CampaignPage() -> impl IntoView {
     });
     view! {
         <p class="mb-2 text-sm"><a href="/campaigns" class="text-sky-700 hover:underline dark:text-sky-300">"← Campaigns"</a></p>
-        {move || super::action_outcome(act.value().get(), "action-result")}
+        {move || crate::pages::action_outcome(act.value().get(), "action-result")}
         <Suspense fallback=|| view! { <p>"Loading…"</p> }>
             {move || Suspend::new(async move {
                 match (detail.await, sheet.await) {

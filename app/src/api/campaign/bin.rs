@@ -11,8 +11,8 @@ pub use crate::model::Binned;
 
 #[server(endpoint = "campaign_bin")]
 pub async fn campaign_bin() -> Result<Vec<Binned>, AppError> {
-    let days = super::api_config().campaign_bin_days;
-    let (me, pool) = super::signed_in().await?;
+    let days = crate::api::api_config().campaign_bin_days;
+    let (me, pool) = crate::api::signed_in().await?;
     let mut conn = pool.acquire().await?;
     Ok(campaign::bin::list(&mut conn, me.org_id, days).await?)
 }
@@ -20,7 +20,7 @@ pub async fn campaign_bin() -> Result<Vec<Binned>, AppError> {
 #[server(endpoint = "delete_campaign")]
 pub async fn delete_campaign(id: i64) -> Result<String, AppError> {
     use crate::db::campaign::bin::BinError;
-    let (me, pool) = super::signed_in_to_act().await?;
+    let (me, pool) = crate::api::signed_in_to_act().await?;
     let mut tx = pool.begin().await?;
     match campaign::bin::delete(&mut tx, me.org_id, id).await {
         Ok(()) => {}
@@ -40,7 +40,7 @@ pub async fn delete_campaign(id: i64) -> Result<String, AppError> {
 
 #[server(endpoint = "restore_campaign")]
 pub async fn restore_campaign(id: i64) -> Result<String, AppError> {
-    let (me, pool) = super::signed_in_to_act().await?;
+    let (me, pool) = crate::api::signed_in_to_act().await?;
     let mut tx = pool.begin().await?;
     if !campaign::bin::restore(&mut tx, me.org_id, id).await? {
         return Err(AppError::NotFound);

@@ -6,8 +6,8 @@
 use leptos::prelude::*;
 use leptos_router::hooks::use_params_map;
 
-use crate::api::campaign_edit::{campaign_sheet, SaveCampaign, Sheet};
-use crate::api::campaign_test::{SendTest, MAX_TEST_ADDRESSES};
+use crate::api::campaign::edit::{campaign_sheet, SaveCampaign, Sheet};
+use crate::api::campaign::test_send::{SendTest, MAX_TEST_ADDRESSES};
 use crate::domain::{BodyFormat, CampaignStatus};
 use crate::error::AppError;
 
@@ -30,11 +30,11 @@ pub fn EditorPage() -> impl IntoView {
         {move || id().map(|id| view! {
             <p class="mb-2 text-sm"><a href=format!("/campaigns/{id}") class="text-sky-700 hover:underline">"← Campaign"</a></p>
         })}
-        {move || super::action_outcome(save.value().get(), "save-result")}
+        {move || crate::pages::action_outcome(save.value().get(), "save-result")}
         <Suspense fallback=|| view! { <p>"Loading…"</p> }>
             {move || Suspend::new(async move {
                 match sheet.await {
-                    Err(e) => view! { <p role="alert" class="text-red-700 dark:text-red-300">{e.to_string()}</p> }.into_any(),
+                    Err(e) => crate::pages::load_error(e),
                     Ok(s) => view! { <Editor s save test/> }.into_any(),
                 }
             })}
@@ -64,7 +64,7 @@ fn Editor(
         })
         .collect_view();
     let preview = match s.preview.clone() {
-        Ok(p) => view! { <super::campaign_preview::PreviewBox p test="preview"/> }.into_any(),
+        Ok(p) => view! { <crate::pages::campaign::preview::PreviewBox p test="preview"/> }.into_any(),
         Err(e) => view! { <p data-test="preview-problem" class="text-sm text-slate-600 dark:text-slate-300">{e}</p> }
             .into_any(),
     };
@@ -95,7 +95,7 @@ fn Editor(
                     </select>
                 </label>
                 <label class="grid gap-1">"Body"
-                    <textarea name="body" rows="10" class=FIELD data-test="body">{super::textarea_text(&s.body)}</textarea>
+                    <textarea name="body" rows="10" class=FIELD data-test="body">{crate::pages::textarea_text(&s.body)}</textarea>
                 </label>
                 <span class="text-xs text-slate-500 dark:text-slate-400">"Fields: {{ name }}, {{ email }}, {{ unsubscribe_url }} (an unsubscribe link is also added to every message)."</span>
                 <fieldset class="grid gap-1">
@@ -136,7 +136,7 @@ fn TestSend(s: Sheet, test: ServerAction<SendTest>) -> impl IntoView {
             <label class="grid gap-1">{format!("To (up to {MAX_TEST_ADDRESSES} addresses; it does not count as sending the campaign)")}
                 <input name="addresses" required class=FIELD data-test="test-addresses" placeholder="you@example.com"/>
             </label>
-            {move || super::action_outcome(test.value().get(), "test-result")}
+            {move || crate::pages::action_outcome(test.value().get(), "test-result")}
             <button type="submit" data-test="send-test" disabled=move || test.pending().get()
                 class="justify-self-start rounded border border-slate-300 px-3 py-1.5 hover:bg-slate-100 disabled:opacity-50 dark:border-slate-600 dark:hover:bg-slate-800">
                 {format!("Send version {} as a test", s.version)}

@@ -3,7 +3,7 @@
 
 use leptos::prelude::*;
 
-use crate::api::campaign_edit::Preview;
+use crate::api::campaign::edit::Preview;
 
 #[component]
 pub fn PreviewBox(p: Preview, test: &'static str) -> impl IntoView {

@@ -77,8 +77,8 @@ pub struct Sheet {
 
 #[server(endpoint = "campaign_sheet")]
 pub async fn campaign_sheet(id: i64) -> Result<Sheet, AppError> {
-    let figures = super::figures::figures();
-    let (me, pool) = super::signed_in().await?;
+    let figures = crate::api::figures::figures();
+    let (me, pool) = crate::api::signed_in().await?;
     let mut conn = pool.acquire().await?;
     let c = campaign::edit::load(&mut conn, me.org_id, id)
         .await?
@@ -186,7 +186,7 @@ fn render_preview(
 #[server(endpoint = "new_campaign")]
 pub async fn new_campaign(name: String) -> Result<i64, AppError> {
     use crate::domain::CampaignContent;
-    let (me, pool) = super::signed_in_to_act().await?;
+    let (me, pool) = crate::api::signed_in_to_act().await?;
     let content = CampaignContent::parse(&name, "", "", "", "").map_err(AppError::Invalid)?;
     let mut tx = pool.begin().await?;
     let id = campaign::create_draft(
@@ -218,7 +218,7 @@ pub async fn new_campaign(name: String) -> Result<i64, AppError> {
 /// A new draft with another campaign's content and lists; the browser goes on to its editor.
 #[server(endpoint = "clone_campaign")]
 pub async fn clone_campaign(id: i64) -> Result<i64, AppError> {
-    let (me, pool) = super::signed_in_to_act().await?;
+    let (me, pool) = crate::api::signed_in_to_act().await?;
     let mut tx = pool.begin().await?;
     let copy = campaign::edit::clone_draft(&mut tx, me.org_id, id, me.user_id)
         .await?
@@ -251,7 +251,7 @@ pub async fn save_campaign(
 ) -> Result<String, AppError> {
     use crate::db::campaign::edit::{Changes, SaveError};
     use crate::domain::CampaignContent;
-    let (me, pool) = super::signed_in_to_act().await?;
+    let (me, pool) = crate::api::signed_in_to_act().await?;
     let content = CampaignContent::parse(&name, &subject, &body, &format, &schedule)
         .map_err(AppError::Invalid)?;
     let mut tx = pool.begin().await?;
@@ -311,7 +311,7 @@ pub async fn campaign_action(
 ) -> Result<String, AppError> {
     use crate::db::campaign::states::ChangeError;
     use crate::domain::{CampaignStatus, Transition};
-    let (me, pool) = super::signed_in_to_act().await?;
+    let (me, pool) = crate::api::signed_in_to_act().await?;
     let t = Transition::from_verb(&verb)
         .ok_or_else(|| AppError::Invalid(format!("{verb:?} is not a campaign action.")))?;
     let reason = reason.trim().to_string();
@@ -360,7 +360,7 @@ pub async fn campaign_action(
                 "Already approved by {who} at {at}."
             )))
         }
-        Err(e) => return Err(AppError::Conflict(super::sentence(&e.to_string()))),
+        Err(e) => return Err(AppError::Conflict(crate::api::sentence(&e.to_string()))),
     }
     audit::record(
         &mut tx,

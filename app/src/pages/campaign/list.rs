@@ -2,8 +2,8 @@ use leptos::prelude::*;
 
 use leptos_router::hooks::use_query_map;
 
-use crate::api::campaign_edit::NewCampaign;
-use crate::api::campaigns::campaigns;
+use crate::api::campaign::campaigns;
+use crate::api::campaign::edit::NewCampaign;
 
 #[component]
 pub fn CampaignsPage() -> impl IntoView {
@@ -34,10 +34,10 @@ pub fn CampaignsPage() -> impl IntoView {
         <Suspense fallback=|| view! { <p>"Loading…"</p> }>
             {move || Suspend::new(async move {
                 match list.await {
-                    Err(e) => view! { <p role="alert" class="text-red-700 dark:text-red-300">{e.to_string()}</p> }.into_any(),
+                    Err(e) => crate::pages::load_error(e),
                     Ok(rows) if rows.is_empty() => view! { <p class="text-slate-600 dark:text-slate-300">"No campaigns here yet. Name one above and press “New campaign” to write it."</p> }.into_any(),
                     Ok(rows) => view! {
-                        <super::DataTable id="campaigns" headings=&["Name", "Status", "Progress", "Version", "Author", "Updated"]>
+                        <crate::pages::DataTable id="campaigns" headings=&["Name", "Status", "Progress", "Version", "Author", "Updated"]>
                                 {rows.into_iter().map(|c| view! {
                                     <tr class="border-t border-slate-100 dark:border-slate-800">
                                         <td class="p-3 font-medium"><a href=format!("/campaigns/{}", c.id) class="text-sky-700 hover:underline">{c.name}</a></td>
@@ -56,7 +56,7 @@ pub fn CampaignsPage() -> impl IntoView {
                                         <td class="p-3 text-slate-500 dark:text-slate-400">{c.updated}</td>
                                     </tr>
                                 }).collect_view()}
-                            </super::DataTable>
+                            </crate::pages::DataTable>
                     }.into_any(),
                 }
             })}

@@ -1,3 +1,10 @@
+/// The campaign recycle bin: delete, restore, and when the leader purges each.
+pub mod bin;
+/// The campaign editor and its workflow transitions, each an audited compare-and-set.
+pub mod edit;
+/// Test sends of a campaign's content to a few typed-in addresses.
+pub mod test_send;
+
 use leptos::prelude::*;
 use serde::{Deserialize, Serialize};
 
@@ -19,7 +26,7 @@ pub async fn campaigns(
                 .map_err(|_| AppError::Invalid(format!("{s:?} is not a campaign status.")))?,
         ),
     };
-    let (me, pool) = super::signed_in().await?;
+    let (me, pool) = crate::api::signed_in().await?;
     let mut conn = pool.acquire().await?;
     Ok(campaign::list(&mut conn, me.org_id, status).await?)
 }
@@ -36,7 +43,7 @@ pub struct CampaignWithProgress {
 /// One of the signed-in organisation's campaigns; another org's is `NotFound`.
 #[server(endpoint = "campaign_detail")]
 pub async fn campaign_detail(id: i64) -> Result<CampaignWithProgress, AppError> {
-    let (me, pool) = super::signed_in().await?;
+    let (me, pool) = crate::api::signed_in().await?;
     let mut conn = pool.acquire().await?;
     let s = campaign::live::snapshot(&mut conn, me.org_id, id)
         .await?
