@@ -94,25 +94,8 @@ async fn seed(pool: &PgPool, n: i64) -> anyhow::Result<(i64, (i64, i64), i64)> {
 
 /// An approved campaign to `list`, due only next year (streams open on it before it starts).
 async fn campaign(pool: &PgPool, org: i64, users: (i64, i64), list: i64) -> anyhow::Result<i64> {
-    let id: i64 = sqlx::query_scalar(
-        "insert into campaigns (org_id, name, subject, body, status, author_id, last_editor_id, approver_id,
-                                approved_at, approved_version, scheduled_for)
-         values ($1, 'Bench', 'Hello {{ name }}', 'Dear {{ name }}, this is the bench campaign.', 'approved',
-                 $2, $2, $3, now(), 1, now() + interval '1 year')
-         returning id",
-    )
-    .bind(org)
-    .bind(users.0)
-    .bind(users.1)
-    .fetch_one(pool)
-    .await?;
-    sqlx::query("insert into campaign_lists (org_id, campaign_id, list_id) values ($1, $2, $3)")
-        .bind(org)
-        .bind(id)
-        .bind(list)
-        .execute(pool)
-        .await?;
-    Ok(id)
+    let body = "Dear {{ name }}, this is the bench campaign.";
+    support::approved_campaign(pool, org, users, &[list], "Bench", body, true).await
 }
 
 /// `mailroom serve` on the bench's cluster, sending to the sink with campaign_bench's tuning.

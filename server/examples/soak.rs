@@ -288,24 +288,10 @@ async fn seed(pool: &PgPool, recipients: i64, orgs: i64) -> anyhow::Result<Seede
     ))
     .execute(pool)
     .await?;
-    let campaign: i64 = sqlx::query_scalar(
-        "insert into campaigns (org_id, name, subject, body, status, author_id, last_editor_id, approver_id,
-                                approved_at, approved_version, scheduled_for)
-         values ($1, 'Soak', 'Hello {{ name }}', 'Dear {{ name }}, this is the soak campaign.', 'approved',
-                 $2, $2, $3, now(), 1, now())
-         returning id",
-    )
-    .bind(org)
-    .bind(owner)
-    .bind(approver)
-    .fetch_one(pool)
-    .await?;
-    sqlx::query("insert into campaign_lists (org_id, campaign_id, list_id) values ($1, $2, $3)")
-        .bind(org)
-        .bind(campaign)
-        .bind(list)
-        .execute(pool)
-        .await?;
+    let body = "Dear {{ name }}, this is the soak campaign.";
+    let campaign =
+        support::approved_campaign(pool, org, (owner, approver), &[list], "Soak", body, false)
+            .await?;
     for table in [
         "orgs",
         "users",

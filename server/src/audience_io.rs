@@ -193,15 +193,10 @@ async fn write(
             app::db::audit::record(
                 &mut tx,
                 app::db::audit::Entry {
-                    org_id: me.org_id,
-                    actor_id: Some(me.user_id),
-                    action: "list.import",
-                    object_type: "list",
-                    object_id: Some(list_id.to_string()),
-                    before: None,
                     after: Some(serde_json::json!({
                         "import": id, "rows": t.rows_read, "created": t.created, "added": t.added, "errors": t.error_count,
                     })),
+                    ..app::db::audit::Entry::by(me, "list.import", "list", Some(list_id.to_string()))
                 },
             )
             .await?;

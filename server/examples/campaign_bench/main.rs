@@ -71,7 +71,7 @@ async fn audience(pool: &PgPool, org: i64, prefix: &str, n: i64) -> anyhow::Resu
     Ok(lists)
 }
 
-/// An approved campaign to `lists`, due now (`scheduled_for`), or not yet when `later`.
+/// An approved campaign to `lists`, due now, or not yet when `later`.
 async fn campaign(
     pool: &PgPool,
     org: i64,
@@ -79,26 +79,8 @@ async fn campaign(
     lists: &[i64],
     later: bool,
 ) -> anyhow::Result<i64> {
-    let id: i64 = sqlx::query_scalar(
-        "insert into campaigns (org_id, name, subject, body, status, author_id, last_editor_id, approver_id,
-                                approved_at, approved_version, scheduled_for)
-         values ($1, 'Bench', 'Hello {{ name }}', 'Dear {{ name }}, this is the bench campaign.', 'approved',
-                 $2, $2, $3, now(), 1, now() + case when $4 then interval '1 year' else interval '0' end)
-         returning id",
-    )
-    .bind(org)
-    .bind(users.0)
-    .bind(users.1)
-    .bind(later)
-    .fetch_one(pool)
-    .await?;
-    sqlx::query("insert into campaign_lists (org_id, campaign_id, list_id) select $1, $2, unnest($3::bigint[])")
-        .bind(org)
-        .bind(id)
-        .bind(lists)
-        .execute(pool)
-        .await?;
-    Ok(id)
+    let body = "Dear {{ name }}, this is the bench campaign.";
+    support::approved_campaign(pool, org, users, lists, "Bench", body, later).await
 }
 
 async fn reset(pool: &PgPool, id: i64) -> anyhow::Result<()> {

@@ -1,4 +1,5 @@
-//! What the benches share: Postfix's `smtp-sink` as the receiving server, free ports, a replica's readiness, a signed-in dashboard client,
+//! What the benches share: campaigns approved through the product's own steps, Postfix's
+//! `smtp-sink` as the receiving server, free ports, a replica's readiness, a signed-in dashboard client,
 //! stopping a process, and the CPU counters of every process. Included by each bench with
 //! `#[path]` (cargo builds no example from a directory without a `main.rs`); each bench uses
 //! its own part of it.
@@ -128,4 +129,51 @@ pub fn processes() -> Vec<(u32, u32, u64, u64)> {
         ))
     })
     .collect()
+}
+
+/// A campaign to `lists` by `author`, approved by `approver` through the product's own steps
+/// (a draft, the submission, the approval compare-and-set on the version shown), due now or,
+/// when `later`, in a year. Subject "Hello {{ name }}".
+pub async fn approved_campaign(
+    pool: &sqlx::PgPool,
+    org: i64,
+    (author, approver): (i64, i64),
+    lists: &[i64],
+    name: &str,
+    body: &str,
+    later: bool,
+) -> anyhow::Result<i64> {
+    use app::db::campaign::{self, edit, states};
+    use app::domain::{BodyFormat, Transition};
+    let subject = "Hello {{ name }}";
+    let mut tx = pool.begin().await?;
+    let draft = campaign::NewDraft {
+        org_id: org,
+        author_id: author,
+        name,
+        subject,
+        body,
+        list_ids: lists,
+    };
+    let id = campaign::create_draft(&mut tx, draft).await?;
+    let mut version = 1;
+    if later {
+        let next_year = (chrono::Utc::now() + chrono::Duration::days(365))
+            .format("%Y-%m-%dT%H:%M")
+            .to_string();
+        let changes = edit::Changes {
+            name,
+            subject,
+            body,
+            body_format: BodyFormat::Markdown,
+            list_ids: lists,
+            scheduled_local: Some(&next_year),
+        };
+        version = edit::save(&mut tx, org, id, author, version, &changes).await?;
+    }
+    states::change(&mut tx, org, id, Transition::Submit).await?;
+    // A refusal is an error; `Ok` says whether it was a self-approval (never here).
+    states::approve(&mut tx, org, id, approver, version).await?;
+    tx.commit().await?;
+    Ok(id)
 }

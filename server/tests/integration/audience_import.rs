@@ -3,6 +3,7 @@
 //! imported; re-importing changes nothing; a file that is not readable as a whole imports
 //! nothing; 100,000 rows stream through; the export is the list as CSV.
 
+use app::api::lists::{CreateList, Lists};
 use std::time::Duration;
 
 use app::domain::Role;
@@ -13,9 +14,16 @@ use crate::support::helpers::{org_with_users, test_db};
 use crate::support::test_app::{json, signed_in, spawn_app, TestApp};
 
 async fn list(app: &TestApp, c: &reqwest::Client, name: &str) -> i64 {
-    let (status, body) = app.call_with(c, "create_list", &[("name", name)]).await;
+    let (status, body) = app
+        .call_fn(
+            c,
+            CreateList {
+                name: name.to_string(),
+            },
+        )
+        .await;
     assert_eq!(status, 200, "{body}");
-    let lists = json(&app.call(c, "lists").await.1);
+    let lists = json(&app.call_fn(c, Lists {}).await.1);
     lists["lists"]
         .as_array()
         .unwrap()
@@ -284,7 +292,7 @@ async fn a_hundred_thousand_rows_stream_through_one_import() {
         ),
         (Some(100_000), Some(100_000), Some(100_000))
     );
-    let counts = json(&app.call(&admin, "lists").await.1);
+    let counts = json(&app.call_fn(&admin, Lists {}).await.1);
     assert_eq!(counts["lists"][0]["members"], 100_000);
     // The export streams them all back.
     let text = admin

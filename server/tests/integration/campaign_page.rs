@@ -2,6 +2,7 @@
 //! starts (no empty live panel), the live bar with the rate, ETA and a chart with its scale
 //! while it sends, and a summary of the whole send once it is sent.
 
+use app::api::campaign::edit::NewCampaign;
 use app::domain::Role;
 
 use crate::support::fixtures::{approved, audience_of, run_to_end};
@@ -42,7 +43,12 @@ async fn the_campaign_page_shows_each_phase_of_a_send_as_it_is() {
 
     // A draft: a note, no live panel, no rate.
     let (_, body) = app
-        .call_with(&admin, "new_campaign", &[("name", "Draft one")])
+        .call_fn(
+            &admin,
+            NewCampaign {
+                name: "Draft one".into(),
+            },
+        )
         .await;
     let draft = json(&body).as_i64().unwrap();
     let html = page(&app, &admin, draft).await;

@@ -4,6 +4,7 @@
 //! fields escaped in the HTML) and the campaign's counts are untouched; suppressed addresses
 //! get no test, and the editor's preview is never addressed to one.
 
+use app::api::campaign::edit::NewCampaign;
 use app::domain::Role;
 use mailroom::delivery::Worker;
 
@@ -158,7 +159,12 @@ async fn a_test_queued_before_an_edit_fails_with_the_reason_instead_of_sending_o
     let app = spawn_app(pool.clone()).await;
     let admin = signed_in(&app, &users[1].1, &users[1].2).await;
     let (_, body) = app
-        .call_with(&admin, "new_campaign", &[("name", "Launch")])
+        .call_fn(
+            &admin,
+            NewCampaign {
+                name: "Launch".into(),
+            },
+        )
         .await;
     let id = json(&body).as_i64().unwrap().to_string();
     let (_, body) = app
@@ -217,7 +223,12 @@ async fn draft_with_content(
     list: i64,
 ) -> (String, serde_json::Value) {
     let (_, body) = app
-        .call_with(admin, "new_campaign", &[("name", "Launch")])
+        .call_fn(
+            admin,
+            NewCampaign {
+                name: "Launch".into(),
+            },
+        )
         .await;
     let id = json(&body).as_i64().unwrap().to_string();
     let list = list.to_string();

@@ -1,6 +1,7 @@
 //! The Deliveries page's server functions over real HTTP on a real PostgreSQL: tenancy, keyset
 //! paging, the admin's retry (compare-and-set, audited, role-checked) and captured messages.
 
+use app::api::deliveries::{CapturedMessage, DeliveryCounts, RetryDelivery};
 use std::collections::HashSet;
 
 use app::db::delivery::admin::Filter;
@@ -113,7 +114,7 @@ async fn counts_list_retry_and_messages_are_scoped_to_the_org() {
     let app = spawn_app_capturing(pool.clone(), Some(dir.path().to_owned())).await;
     let c = signed_in(&app, &a[0].1, &a[0].2).await;
 
-    let (status, body) = app.call(&c, "delivery_counts").await;
+    let (status, body) = app.call_fn(&c, DeliveryCounts {}).await;
     assert_eq!(status, 200, "{body}");
     let counts: Vec<(String, i64)> = json(&body)
         .as_array()
@@ -147,13 +148,23 @@ async fn counts_list_retry_and_messages_are_scoped_to_the_org() {
     for job in &b_jobs {
         let before = snapshot(&pool, job).await;
         let (status, body) = app
-            .call_with(&c, "retry_delivery", &[("job_id", job)])
+            .call_fn(
+                &c,
+                RetryDelivery {
+                    job_id: job.to_string(),
+                },
+            )
             .await;
         assert_eq!(status, 404);
         assert_eq!(json(&body), Value::from("NotFound"), "{body}");
         assert_eq!(snapshot(&pool, job).await, before);
         let (_, body) = app
-            .call_with(&c, "captured_message", &[("job_id", job)])
+            .call_fn(
+                &c,
+                CapturedMessage {
+                    job_id: job.to_string(),
+                },
+            )
             .await;
         assert_eq!(json(&body), Value::from("NotFound"), "{body}");
     }
@@ -326,7 +337,12 @@ async fn retry_requeues_failed_and_unknown_with_an_audit_row_naming_the_actor() 
     let c = signed_in(&app, &users[0].1, &users[0].2).await;
     for (job, before) in jobs.iter().zip(["failed", "unknown"]) {
         let (status, body) = app
-            .call_with(&c, "retry_delivery", &[("job_id", job)])
+            .call_fn(
+                &c,
+                RetryDelivery {
+                    job_id: job.to_string(),
+                },
+            )
             .await;
         assert_eq!(status, 200, "{body}");
         let row: (String, i32, bool, bool, bool, Option<String>, bool) = sqlx::query_as(
@@ -379,7 +395,12 @@ async fn retry_of_a_row_in_another_state_is_refused_naming_it_and_changes_nothin
     for (job, state) in jobs.iter().zip(["delivered", "queued", "suppressed"]) {
         let before = snapshot(&pool, job).await;
         let (status, body) = app
-            .call_with(&c, "retry_delivery", &[("job_id", job)])
+            .call_fn(
+                &c,
+                RetryDelivery {
+                    job_id: job.to_string(),
+                },
+            )
             .await;
         assert_eq!(status, 409);
         let msg = json(&body)["Conflict"]

@@ -1,6 +1,7 @@
 //! The Digests page's server functions over real HTTP on a real PostgreSQL: opt-in rights and
 //! tenancy, schedule validation, and the forced resend's dialog key.
 
+use app::api::digests::{DigestPreview, DigestsView, ResendDialog};
 use app::domain::Role;
 use serde_json::Value;
 use sqlx::PgPool;
@@ -36,7 +37,7 @@ async fn admins_change_their_own_opt_in_owners_anyones_and_another_orgs_user_is_
     };
 
     // The page lists owners and admins (not the viewer), with who may toggle whom.
-    let (status, body) = app.call(&admin, "digests").await;
+    let (status, body) = app.call_fn(&admin, DigestsView {}).await;
     assert_eq!(status, 200, "{body}");
     let admins = json(&body)["admins"].as_array().unwrap().clone();
     assert_eq!(admins.len(), 3, "{body}");
@@ -149,7 +150,7 @@ async fn a_resend_dialog_submitted_twice_sends_once_and_a_forged_old_key_is_refu
     let app = spawn_app(pool.clone()).await;
     let owner = signed_in(&app, &users[0].1, &users[0].2).await;
 
-    let (status, body) = app.call(&owner, "digest_resend_dialog").await;
+    let (status, body) = app.call_fn(&owner, ResendDialog {}).await;
     assert_eq!(status, 200, "{body}");
     let dialog = json(&body);
     assert_eq!(
@@ -200,8 +201,8 @@ async fn a_resend_dialog_submitted_twice_sends_once_and_a_forged_old_key_is_refu
         assert!(body.contains("not issued to you"), "{body}");
     }
     // Two dialogs opened at once get two keys, and each sends.
-    let (_, a) = app.call(&owner, "digest_resend_dialog").await;
-    let (_, b) = app.call(&owner, "digest_resend_dialog").await;
+    let (_, a) = app.call_fn(&owner, ResendDialog {}).await;
+    let (_, b) = app.call_fn(&owner, ResendDialog {}).await;
     let (a, b) = (json(&a)["key"].clone(), json(&b)["key"].clone());
     assert_ne!(a, b);
     for k in [a, b] {
@@ -214,7 +215,7 @@ async fn a_resend_dialog_submitted_twice_sends_once_and_a_forged_old_key_is_refu
         );
     }
     let viewer = signed_in(&app, &users[2].1, &users[2].2).await;
-    let (_, body) = app.call(&viewer, "digest_resend_dialog").await;
+    let (_, body) = app.call_fn(&viewer, ResendDialog {}).await;
     assert_eq!(json(&body), Value::from("Forbidden"));
     let (_, body) = app
         .call_with(&viewer, "digest_resend", &[("key", &key)])
@@ -222,14 +223,14 @@ async fn a_resend_dialog_submitted_twice_sends_once_and_a_forged_old_key_is_refu
     assert_eq!(json(&body), Value::from("Forbidden"));
 
     // The page's history shows the resend, who did it, and each recipient's delivery.
-    let (_, body) = app.call(&owner, "digests").await;
+    let (_, body) = app.call_fn(&owner, DigestsView {}).await;
     let history = json(&body)["history"].clone();
     assert_eq!(history.as_array().unwrap().len(), 3, "{body}");
     assert_eq!(history[0]["kind"], "manual");
     assert_eq!(history[0]["triggered_by"], users[0].1.as_str());
     assert_eq!(history[0]["recipients"].as_array().unwrap().len(), 2);
 
-    let (status, body) = app.call(&owner, "digest_preview").await;
+    let (status, body) = app.call_fn(&owner, DigestPreview {}).await;
     assert_eq!(status, 200, "{body}");
     assert!(
         json(&body)["text"]

@@ -1,3 +1,5 @@
+use app::api::auth::Logout;
+use app::api::overview::GetOverview;
 use app::domain::Role;
 use reqwest::redirect;
 
@@ -51,7 +53,7 @@ async fn login_sets_an_http_only_session_and_logout_ends_it() {
     let c = client(&app);
 
     // Signed out: the overview is refused, the page sends the browser to /login.
-    let (status, body) = app.call(&c, "overview").await;
+    let (status, body) = app.call_fn(&c, GetOverview {}).await;
     assert_eq!(status, 401, "{body}");
     assert!(body.contains("NotSignedIn"), "{body}");
 
@@ -73,7 +75,7 @@ async fn login_sets_an_http_only_session_and_logout_ends_it() {
         "{cookie}"
     );
 
-    let (status, body) = app.call(&c, "overview").await;
+    let (status, body) = app.call_fn(&c, GetOverview {}).await;
     assert_eq!(status, 200, "{body}");
     assert!(body.contains("\"org_name\":\"acme\""), "{body}");
 
@@ -90,8 +92,8 @@ async fn login_sets_an_http_only_session_and_logout_ends_it() {
         "signed-in page renders the layout"
     );
 
-    app.call(&c, "logout").await;
-    let (_, body) = app.call(&c, "overview").await;
+    app.call_fn(&c, Logout {}).await;
+    let (_, body) = app.call_fn(&c, GetOverview {}).await;
     assert!(
         body.contains("NotSignedIn"),
         "session ended server-side: {body}"
@@ -197,7 +199,7 @@ async fn every_read_is_scoped_to_the_signed_in_organisation() {
     let app = spawn_app(pool).await;
     let c = client(&app);
     app.login(&c, &a[0].1, &a[0].2).await;
-    let (_, overview) = app.call(&c, "overview").await;
+    let (_, overview) = app.call_fn(&c, GetOverview {}).await;
     assert!(
         overview.contains("\"subscribers\":0"),
         "alpha has no subscribers: {overview}"
@@ -219,7 +221,7 @@ async fn server_errors_reach_the_browser_without_internals() {
         .execute(&pool)
         .await
         .unwrap();
-    let (status, body) = app.call(&c, "overview").await;
+    let (status, body) = app.call_fn(&c, GetOverview {}).await;
     assert_eq!(status, 500);
     assert!(body.contains("Internal"), "{body}");
     assert!(
@@ -235,7 +237,7 @@ async fn a_password_change_ends_the_users_sessions() {
     let app = spawn_app(pool.clone()).await;
     let c = client(&app);
     app.login(&c, &users[0].1, &users[0].2).await;
-    assert_eq!(app.call(&c, "overview").await.0, 200);
+    assert_eq!(app.call_fn(&c, GetOverview {}).await.0, 200);
     let email = app::domain::EmailAddress::parse(&users[0].1).unwrap();
     assert!(app::db::user::set_password(
         &pool,
@@ -244,7 +246,7 @@ async fn a_password_change_ends_the_users_sessions() {
     )
     .await
     .unwrap());
-    let (_, body) = app.call(&c, "overview").await;
+    let (_, body) = app.call_fn(&c, GetOverview {}).await;
     assert!(body.contains("NotSignedIn"), "{body}");
     let nobody = app::domain::EmailAddress::parse("nobody@acme.example").unwrap();
     assert!(!app::db::user::set_password(&pool, &nobody, "h")
@@ -336,7 +338,7 @@ async fn every_dashboard_page_redirects_a_browser_without_a_live_session() {
     let (_, users) = org_with_users(&pool, "acme", &[Role::Owner]).await;
     let app = spawn_app(pool).await;
     let stale = signed_in(&app, &users[0].1, &users[0].2).await;
-    let (status, _) = app.call(&stale, "logout").await;
+    let (status, _) = app.call_fn(&stale, Logout {}).await;
     assert!(status.is_success() || status.is_redirection());
     let pages = [
         "/campaigns/bin",

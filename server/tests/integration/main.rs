@@ -31,6 +31,7 @@ mod migrations;
 mod progress_stream;
 mod rate_limit;
 mod request_limits;
+mod routers;
 mod schema;
 mod secrets_in_logs;
 mod security_headers;

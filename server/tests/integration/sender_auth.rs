@@ -4,6 +4,8 @@
 //! (mail-auth) against the DNS record the settings page tells the owner to publish, served
 //! from a cache this test fills (no network DNS).
 
+use app::api::campaign::edit::NewCampaign;
+use app::api::sender_auth::{SaveReturnPath, SenderAuthView};
 use std::borrow::Borrow;
 use std::collections::HashMap;
 use std::hash::Hash;
@@ -85,7 +87,7 @@ async fn enable_dkim(app: &TestApp, owner: &reqwest::Client) -> (String, String)
         .call_with(owner, "set_dkim_enabled", &[("enabled", "true")])
         .await;
     assert_eq!(status, 200, "{body}");
-    let view = json(&app.call(owner, "sender_auth").await.1);
+    let view = json(&app.call_fn(owner, SenderAuthView {}).await.1);
     let dkim = &view["dkim"];
     assert_eq!(
         (dkim["enabled"].as_bool(), dkim["aligned"].as_bool()),
@@ -100,7 +102,12 @@ async fn enable_dkim(app: &TestApp, owner: &reqwest::Client) -> (String, String)
 /// Queues a test of a Markdown campaign (text + HTML, a non-ASCII subject) to `to`.
 async fn queue_campaign_test(app: &TestApp, admin: &reqwest::Client, to: &str) {
     let (_, body) = app
-        .call_with(admin, "new_campaign", &[("name", "Launch")])
+        .call_fn(
+            admin,
+            NewCampaign {
+                name: "Launch".into(),
+            },
+        )
         .await;
     let id = json(&body).as_i64().unwrap().to_string();
     let (status, body) = app
@@ -266,10 +273,11 @@ async fn the_return_path_is_the_envelope_sender_and_defaults_to_the_from_address
     enqueue_test_mail_to(&pool, org, "before", &["a@example.com".to_string()]).await;
     while worker.round().await.unwrap() > 0 {}
     let (status, body) = app
-        .call_with(
+        .call_fn(
             &owner,
-            "save_return_path",
-            &[("return_path", " Bounces@Example.org ")],
+            SaveReturnPath {
+                return_path: " Bounces@Example.org ".into(),
+            },
         )
         .await;
     assert_eq!(status, 200, "{body}");
@@ -323,7 +331,7 @@ async fn sender_auth_settings_are_owner_only_validated_audited_and_never_return_
     let mut responses = Vec::new();
 
     // Everyone reads; nobody but the owner changes anything.
-    let (status, body) = app.call(&viewer, "sender_auth").await;
+    let (status, body) = app.call_fn(&viewer, SenderAuthView {}).await;
     assert_eq!(status, 200, "{body}");
     let view = json(&body);
     assert_eq!(
@@ -396,7 +404,12 @@ async fn sender_auth_settings_are_owner_only_validated_audited_and_never_return_
         "DKIM: generate or paste a key first."
     );
     let (_, body) = app
-        .call_with(&owner, "save_return_path", &[("return_path", "bounces@")])
+        .call_fn(
+            &owner,
+            SaveReturnPath {
+                return_path: "bounces@".into(),
+            },
+        )
         .await;
     assert!(
         json(&body)["Invalid"]
@@ -421,7 +434,7 @@ async fn sender_auth_settings_are_owner_only_validated_audited_and_never_return_
         .await;
     assert_eq!(status, 200, "{body}");
     responses.push(body);
-    let (status, body) = app.call(&owner, "sender_auth").await;
+    let (status, body) = app.call_fn(&owner, SenderAuthView {}).await;
     assert_eq!(status, 200, "{body}");
     let view = json(&body);
     assert_eq!(view["dkim"]["record_value"], key.dns_value().unwrap());
@@ -455,7 +468,7 @@ async fn sender_auth_settings_are_owner_only_validated_audited_and_never_return_
         assert_eq!(status, 200, "{endpoint}: {body}");
         responses.push(body);
     }
-    let view = json(&app.call(&owner, "sender_auth").await.1);
+    let view = json(&app.call_fn(&owner, SenderAuthView {}).await.1);
     assert_eq!(
         (
             view["dkim"]["selector"].as_str(),

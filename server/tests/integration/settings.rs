@@ -2,6 +2,12 @@
 //! through the delivery engine, the set-password link, roles, disabling, resets, the last
 //! owner), and the audit log page.
 
+use app::api::campaign::edit::NewCampaign;
+use app::api::deliveries::CapturedMessage;
+use app::api::invites::InviteInfo;
+use app::api::overview::GetOverview;
+use app::api::settings::SettingsView;
+use app::api::users::UsersView;
 use app::domain::{JobId, Role};
 use reqwest::StatusCode;
 use serde_json::Value;
@@ -109,7 +115,7 @@ async fn the_sender_identity_is_owner_only_validated_field_by_field_and_audited(
     };
 
     // Everyone reads it; only the owner may change it.
-    let (status, body) = app.call(&viewer, "settings").await;
+    let (status, body) = app.call_fn(&viewer, SettingsView {}).await;
     assert_eq!(status, 200, "{body}");
     let s = json(&body);
     assert_eq!(
@@ -284,7 +290,7 @@ async fn an_invite_is_one_user_and_one_invite_delivery_and_its_link_sets_a_passw
     );
 
     // The list shows the pending invitation; the invitee cannot sign in yet.
-    let (_, body) = app.call(&admin, "users").await;
+    let (_, body) = app.call_fn(&admin, UsersView {}).await;
     let listed = json(&body)["users"].as_array().unwrap().clone();
     let entry = listed
         .iter()
@@ -303,7 +309,14 @@ async fn an_invite_is_one_user_and_one_invite_delivery_and_its_link_sets_a_passw
             .unwrap();
     assert_eq!(stored, app::auth::hash_token(&token));
     let c = client(&app);
-    let (status, body) = app.call_with(&c, "invite_info", &[("token", &token)]).await;
+    let (status, body) = app
+        .call_fn(
+            &c,
+            InviteInfo {
+                token: token.to_string(),
+            },
+        )
+        .await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(
         (
@@ -313,7 +326,12 @@ async fn an_invite_is_one_user_and_one_invite_delivery_and_its_link_sets_a_passw
         (Some(spelled.as_str()), Some("invite"))
     );
     let (status, body) = app
-        .call_with(&c, "invite_info", &[("token", "forged")])
+        .call_fn(
+            &c,
+            InviteInfo {
+                token: "forged".into(),
+            },
+        )
         .await;
     assert!(refusal(status, &body)
         .1
@@ -411,7 +429,7 @@ async fn disabling_ends_sessions_and_blocks_login_and_the_last_owner_is_kept() {
     // Disabled: the open session ends at once, and the password no longer signs in.
     let (status, body) = disable(&owner, &admin_id, true).await;
     assert_eq!(status, 200, "{body}");
-    let (status, body) = app.call(&admin, "overview").await;
+    let (status, body) = app.call_fn(&admin, GetOverview {}).await;
     assert_eq!(refusal(status, &body).0, "NotSignedIn");
     let sessions: i64 = sqlx::query_scalar("select count(*) from sessions where user_id = $1")
         .bind(u[1].0)
@@ -506,15 +524,22 @@ async fn a_reset_ends_the_old_password_and_sessions_and_its_link_sets_a_new_one(
         .contains("old password no longer works"));
     // Decided: an owner's reset takes effect at once (the password may be known to someone else).
     assert!(!can_login(&app, &u[1].1, &u[1].2).await);
-    let (status, body) = app.call(&admin, "overview").await;
+    let (status, body) = app.call_fn(&admin, GetOverview {}).await;
     assert_eq!(refusal(status, &body).0, "NotSignedIn");
     let jobs = invite_jobs(&pool, &u[1].1).await;
     assert_eq!(jobs.len(), 1);
     let token = token_of(&pool, &jobs[0].0).await;
     let c = client(&app);
-    let (_, body) = app.call_with(&c, "invite_info", &[("token", &token)]).await;
+    let (_, body) = app
+        .call_fn(
+            &c,
+            InviteInfo {
+                token: token.to_string(),
+            },
+        )
+        .await;
     assert_eq!(json(&body)["purpose"], "reset");
-    let (_, body) = app.call(&owner, "users").await;
+    let (_, body) = app.call_fn(&owner, UsersView {}).await;
     let listed = json(&body)["users"].clone();
     let entry = listed
         .as_array()
@@ -838,12 +863,17 @@ async fn self_approval_is_off_by_default_and_only_an_owner_turns_it_on_which_let
     let app = spawn_app(pool.clone()).await;
     let owner = signed_in(&app, &users[0].1, &users[0].2).await;
     let admin = signed_in(&app, &users[1].1, &users[1].2).await;
-    let view = json(&app.call(&owner, "settings").await.1);
+    let view = json(&app.call_fn(&owner, SettingsView {}).await.1);
     assert_eq!(view["allow_self_approval"], false);
 
     // The admin writes and submits a campaign; four eyes refuse their own approval.
     let (_, body) = app
-        .call_with(&admin, "new_campaign", &[("name", "Mine")])
+        .call_fn(
+            &admin,
+            NewCampaign {
+                name: "Mine".into(),
+            },
+        )
         .await;
     let id = json(&body).as_i64().unwrap().to_string();
     let l0 = lists[0].to_string();
@@ -895,7 +925,7 @@ async fn self_approval_is_off_by_default_and_only_an_owner_turns_it_on_which_let
         .await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(
-        json(&app.call(&owner, "settings").await.1)["allow_self_approval"],
+        json(&app.call_fn(&owner, SettingsView {}).await.1)["allow_self_approval"],
         true
     );
     let rows = audit_rows(&pool, org, "settings.approval").await;
@@ -914,7 +944,7 @@ async fn self_approval_is_off_by_default_and_only_an_owner_turns_it_on_which_let
     let (status, _) = app.call_with(&owner, "save_approval_policy", &[]).await;
     assert_eq!(status, 200);
     assert_eq!(
-        json(&app.call(&owner, "settings").await.1)["allow_self_approval"],
+        json(&app.call_fn(&owner, SettingsView {}).await.1)["allow_self_approval"],
         false
     );
 }
@@ -970,7 +1000,12 @@ async fn captured_invitations_and_resets_are_readable_by_no_dashboard_user() {
         assert!(file.contains(&token), "captured with its link");
         for c in [&owner, &admin, &viewer] {
             let (_, body) = app
-                .call_with(c, "captured_message", &[("job_id", job)])
+                .call_fn(
+                    c,
+                    CapturedMessage {
+                        job_id: job.to_string(),
+                    },
+                )
                 .await;
             assert_eq!(json(&body), Value::from("NotFound"), "{body}");
             assert!(!body.contains(&token));

@@ -31,11 +31,48 @@ pub async fn spawn_app(pool: PgPool) -> TestApp {
 /// The app reading captured mail from `captured_dir`.
 pub async fn spawn_app_capturing(pool: PgPool, captured_dir: Option<PathBuf>) -> TestApp {
     let api = app::api::ApiConfig {
-        secure_cookies: false,
         captured_dir,
-        campaign_bin_days: 30.0,
+        ..api_config()
     };
     spawn_app_with(pool, api, mailroom::http::Edge::default()).await
+}
+
+/// The server functions' settings the tests run with (no captured mail).
+pub fn api_config() -> app::api::ApiConfig {
+    app::api::ApiConfig {
+        secure_cookies: false,
+        captured_dir: None,
+        campaign_bin_days: 30.0,
+    }
+}
+
+fn settings(
+    pool: PgPool,
+    api: app::api::ApiConfig,
+    edge: mailroom::http::Edge,
+) -> mailroom::http::Settings {
+    mailroom::http::Settings {
+        pool,
+        site_root: "target/site".into(),
+        embedded_site: false,
+        dev: false,
+        unsubscribe_keys: crate::support::helpers::test_keys(),
+        edge,
+        api,
+    }
+}
+
+/// A router over `pool` with the default settings, built and not served; its background tasks
+/// stop when it is dropped.
+pub fn build_router(pool: PgPool) -> axum::Router {
+    let _in_servers = SERVERS.enter();
+    let (_stop, shutdown) = mailroom::shutdown::Shutdown::manual();
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], 9));
+    mailroom::http::build(
+        settings(pool, api_config(), mailroom::http::Edge::default()),
+        addr,
+        shutdown,
+    )
 }
 
 /// The app with its own settings (secure cookies, trusted proxy, request timeout).
@@ -50,21 +87,8 @@ pub async fn spawn_app_with(
     let _in_servers = SERVERS.enter();
     let listener = tokio::net::TcpListener::from_std(std_listener).unwrap();
     let (stop, shutdown) = mailroom::shutdown::Shutdown::manual();
-    let edge_limits = edge.listen;
-    let router = mailroom::http::build(
-        mailroom::http::Settings {
-            pool: pool.clone(),
-            site_root: "target/site".into(),
-            embedded_site: false,
-            dev: false,
-            unsubscribe_keys: crate::support::helpers::test_keys(),
-            edge,
-            api,
-        },
-        addr,
-        shutdown.clone(),
-    );
-    let limits = edge_limits;
+    let limits = edge.listen;
+    let router = mailroom::http::build(settings(pool.clone(), api, edge), addr, shutdown.clone());
     SERVERS.spawn(mailroom::listen::serve(listener, router, limits, shutdown));
     TestApp {
         base: format!("http://{addr}"),
