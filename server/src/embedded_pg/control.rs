@@ -51,10 +51,7 @@ impl EmbeddedPg {
             .arg("status")
             .output()
             .await
-            .map_err(|source| PgError::Spawn {
-                program: "pg_ctl status",
-                source,
-            })?;
+            .map_err(PgError::spawn("pg_ctl status"))?;
         Ok(status.status.success())
     }
 
@@ -77,10 +74,7 @@ impl EmbeddedPg {
             .args(["-w", "-t", "60", "-s", "start"])
             .output()
             .await
-            .map_err(|source| PgError::Spawn {
-                program: "pg_ctl start",
-                source,
-            })?;
+            .map_err(PgError::spawn("pg_ctl start"))?;
         if !out.status.success() {
             let tail = std::fs::read_to_string(&log).unwrap_or_default();
             let tail: Vec<&str> = tail.lines().rev().take(5).collect();

@@ -87,10 +87,7 @@ pub(super) async fn ensure_cluster(
     if options.fast {
         cmd.arg("--no-sync");
     }
-    let out = cmd.output().await.map_err(|source| PgError::Spawn {
-        program: "initdb",
-        source,
-    })?;
+    let out = cmd.output().await.map_err(PgError::spawn("initdb"))?;
     if !out.status.success() {
         let _ = std::fs::remove_dir_all(&scratch);
         return Err(PgError::Failed {

@@ -83,6 +83,10 @@ impl PgError {
         let what = what.into();
         move |source| PgError::Io { what, source }
     }
+
+    pub(crate) fn spawn(program: &'static str) -> impl FnOnce(std::io::Error) -> PgError {
+        move |source| PgError::Spawn { program, source }
+    }
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -208,10 +212,7 @@ impl EmbeddedPg {
             .args(["-m", "fast", "-w", "-t", "60", "-s", "stop"])
             .output()
             .await
-            .map_err(|source| PgError::Spawn {
-                program: "pg_ctl stop",
-                source,
-            })?;
+            .map_err(PgError::spawn("pg_ctl stop"))?;
         *lock = None;
         if !out.status.success() {
             return Err(PgError::Failed {

@@ -50,13 +50,12 @@ impl RunAs {
 
     /// Makes `dir` (created by us) the database user's, mode 0700 as PostgreSQL requires.
     pub fn own(&self, dir: &Path) -> Result<(), PgError> {
-        let io = |e: std::io::Error| PgError::Io {
-            what: format!("cannot prepare {}", dir.display()),
-            source: e,
-        };
+        let what = format!("cannot prepare {}", dir.display());
         if self.dropped {
-            chown(dir, Some(self.uid), Some(self.gid)).map_err(|e| io(e.into()))?;
+            chown(dir, Some(self.uid), Some(self.gid))
+                .map_err(|e| PgError::io(what.clone())(e.into()))?;
         }
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(io)
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+            .map_err(PgError::io(what))
     }
 }
