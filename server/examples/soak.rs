@@ -1,6 +1,7 @@
 //! Soak test: three `mailroom serve` replicas (workers on) on one data directory — the
 //! first owns the embedded PostgreSQL cluster, the others join it through its socket — all
-//! sending to one SMTP sink in this process, under one global rate limit, for a fixed duration:
+//! sending to one SMTP sink in this process (the suite's `testkit` sink), under one global rate
+//! limit, for a fixed duration:
 //!
 //! - a campaign of `recipients` subscribers, approved and due when the replicas start;
 //! - `orgs` organisations (one admin each; the campaign's org is one of them) whose weekly
@@ -36,7 +37,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use sqlx::PgPool;
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use testkit::{Record, SinkOptions, SmtpSink};
 
 use mailroom::embedded_pg::{self, EmbeddedPg};
 
@@ -49,111 +50,6 @@ const PASSWORD: &str = "soak-password-1234";
 const MESSAGE_ID_DOMAIN: &str = "mailroom.invalid";
 const REPLICAS: usize = 3;
 const SAMPLE_EVERY: Duration = Duration::from_secs(10);
-
-// ---------------------------------------------------------------------------------------------
-// The SMTP sink: accepts everything except `bounce…` recipients, records each Message-ID.
-
-#[derive(Default)]
-struct Sink {
-    /// Message-ID → how many times it arrived.
-    ids: Mutex<HashMap<String, u32>>,
-    accepted: AtomicU64,
-    refused_rcpt: AtomicU64,
-    without_id: AtomicU64,
-    connections: AtomicU64,
-}
-
-async fn sink_session(stream: tokio::net::TcpStream, sink: Arc<Sink>) -> std::io::Result<()> {
-    let _ = stream.set_nodelay(true);
-    let (r, mut w) = stream.into_split();
-    let mut r = BufReader::new(r);
-    w.write_all(b"220 soak-sink ESMTP\r\n").await?;
-    let mut line = Vec::new();
-    let mut recipients = 0;
-    loop {
-        line.clear();
-        if r.read_until(b'\n', &mut line).await? == 0 {
-            return Ok(());
-        }
-        let text = String::from_utf8_lossy(&line);
-        let verb = text
-            .split_whitespace()
-            .next()
-            .unwrap_or("")
-            .to_ascii_uppercase();
-        let reply: &[u8] = match verb.as_str() {
-            "EHLO" => b"250-soak-sink\r\n250-8BITMIME\r\n250 SMTPUTF8\r\n",
-            "HELO" | "NOOP" => b"250 2.0.0 ok\r\n",
-            "MAIL" | "RSET" => {
-                recipients = 0;
-                b"250 2.1.0 ok\r\n"
-            }
-            "RCPT" => {
-                let lower = text.to_ascii_lowercase();
-                let addr = lower.split_once('<').map_or("", |(_, a)| a);
-                if addr.starts_with("bounce") {
-                    sink.refused_rcpt.fetch_add(1, Ordering::Relaxed);
-                    b"550 5.1.1 no such user\r\n"
-                } else {
-                    recipients += 1;
-                    b"250 2.1.5 ok\r\n"
-                }
-            }
-            "DATA" if recipients == 0 => b"554 5.5.1 no valid recipients\r\n",
-            "DATA" => {
-                w.write_all(b"354 go ahead\r\n").await?;
-                let mut id = None;
-                let mut in_headers = true;
-                loop {
-                    line.clear();
-                    if r.read_until(b'\n', &mut line).await? == 0 {
-                        return Ok(());
-                    }
-                    if line == b".\r\n" || line == b".\n" {
-                        break;
-                    }
-                    if in_headers {
-                        if line == b"\r\n" || line == b"\n" {
-                            in_headers = false;
-                        } else if line.len() > 11 && line[..11].eq_ignore_ascii_case(b"message-id:")
-                        {
-                            id = Some(String::from_utf8_lossy(&line[11..]).trim().to_owned());
-                        }
-                    }
-                }
-                match id {
-                    Some(id) => *sink.ids.lock().unwrap().entry(id).or_default() += 1,
-                    None => {
-                        sink.without_id.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-                sink.accepted.fetch_add(1, Ordering::Relaxed);
-                recipients = 0;
-                b"250 2.0.0 queued\r\n"
-            }
-            "QUIT" => {
-                w.write_all(b"221 2.0.0 bye\r\n").await?;
-                return Ok(());
-            }
-            _ => b"502 5.5.2 not implemented\r\n",
-        };
-        w.write_all(reply).await?;
-    }
-}
-
-async fn start_sink() -> anyhow::Result<(u16, Arc<Sink>)> {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let port = listener.local_addr()?.port();
-    let sink = Arc::new(Sink::default());
-    let s = sink.clone();
-    tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            s.connections.fetch_add(1, Ordering::Relaxed);
-            tokio::spawn(sink_session(stream, s.clone()));
-        }
-    });
-    Ok((port, sink))
-}
 
 // ---------------------------------------------------------------------------------------------
 // /proc
@@ -685,7 +581,13 @@ async fn main() -> anyhow::Result<()> {
         seeded.digest_recipients,
     );
 
-    let (sink_port, sink) = start_sink().await?;
+    // The suite's sink, keeping only Message-ID counts: it refuses `bounce…` recipients with
+    // 550 5.1.1 at RCPT and accepts everyone else.
+    let sink = SmtpSink::start_with(SinkOptions {
+        record: Record::IdsOnly,
+        ..SinkOptions::default()
+    });
+    let sink_port = sink.addr.port();
     let started = Instant::now();
     let mut replicas = start_replicas(&plan, data.path(), &logs, sink_port, rate).await?;
     let pids: Vec<u32> = replicas.iter().map(|r| r.child.id()).collect();
@@ -815,7 +717,7 @@ struct Watched<'a> {
     pool: &'a PgPool,
     pids: &'a [u32],
     postmaster: u32,
-    sink: &'a Sink,
+    sink: &'a SmtpSink,
     campaign: i64,
     started: Instant,
 }
@@ -917,7 +819,7 @@ async fn sample(w: &Watched<'_>, t: Duration) -> Sample {
         t: t.as_secs_f64(),
         rss,
         pg_pss: postgres_usage(w.postmaster).0,
-        at_sink: w.sink.accepted.load(Ordering::Relaxed),
+        at_sink: w.sink.accepted_count(),
         queued,
         sending,
     };
@@ -1091,22 +993,22 @@ async fn reconcile(
     pool: &PgPool,
     seeded: &Seeded,
     orgs: i64,
-    sink: &Sink,
+    sink: &SmtpSink,
     checks: &mut Checks,
 ) -> anyhow::Result<String> {
     use std::fmt::Write;
     let mut out = String::new();
     let campaign = seeded.campaign;
-    let ids = sink.ids.lock().unwrap().clone();
+    let ids = sink.ids();
     let dupes: Vec<(&String, &u32)> = ids.iter().filter(|(_, n)| **n > 1).collect();
     writeln!(
         out,
         "sink: {} messages accepted, {} distinct Message-IDs, {} without one, {} RCPT refused (bounce…), {} connections",
-        sink.accepted.load(Ordering::Relaxed),
+        sink.accepted_count(),
         ids.len(),
-        sink.without_id.load(Ordering::Relaxed),
-        sink.refused_rcpt.load(Ordering::Relaxed),
-        sink.connections.load(Ordering::Relaxed)
+        sink.without_id(),
+        sink.refused_rcpt(),
+        sink.connections()
     )?;
     checks.add(
         "no Message-ID twice at the sink",
@@ -1123,8 +1025,8 @@ async fn reconcile(
     );
     checks.add(
         "every message at the sink has a Message-ID",
-        sink.without_id.load(Ordering::Relaxed) == 0,
-        sink.without_id.load(Ordering::Relaxed).to_string(),
+        sink.without_id() == 0,
+        sink.without_id().to_string(),
     );
 
     // Sends and deliveries by status.

@@ -274,7 +274,7 @@ async fn a_reached_subscriber_cannot_be_removed_but_erased_everywhere_and_stays_
     .await;
     assert!(r["Conflict"].as_str().unwrap().contains("erased"), "{r}");
     // The campaign still accounts for everyone: the erased recipient ends suppressed, not sent.
-    let sink = crate::support::smtp_sink::SmtpSink::start();
+    let sink = testkit::SmtpSink::start();
     let mut worker =
         mailroom::delivery::Worker::new(pool.clone(), crate::support::fixtures::config(&sink), "t");
     for _ in 0..50 {

@@ -7,8 +7,8 @@ use app::domain::Role;
 
 use crate::support::fixtures::{approved, audience_of, run_to_end};
 use crate::support::helpers::{org_with_users, test_db};
-use crate::support::smtp_sink::SmtpSink;
 use crate::support::test_app::{json, signed_in, spawn_app, TestApp};
+use testkit::SmtpSink;
 
 async fn page(app: &TestApp, c: &reqwest::Client, id: i64) -> String {
     let r = c

@@ -11,7 +11,7 @@ use sqlx::PgPool;
 use crate::support::fixtures::{approved, audience_of};
 use crate::support::helpers::org_with_users;
 use crate::support::procs::{wait_until, Proc};
-use crate::support::smtp_sink::SmtpSink;
+use testkit::SmtpSink;
 
 const CONNECTIONS: usize = 4;
 const BATCH: usize = 20;

@@ -10,8 +10,8 @@ use mailroom::delivery::Worker;
 
 use crate::support::fixtures::audience_of;
 use crate::support::helpers::{org_with_users, test_db};
-use crate::support::smtp_sink::SmtpSink;
 use crate::support::test_app::{json, signed_in, spawn_app, TestApp};
+use testkit::SmtpSink;
 
 #[tokio::test]
 async fn a_test_send_goes_once_per_dialog_renders_the_version_shown_and_counts_nothing() {

@@ -13,7 +13,7 @@ use sqlx::PgPool;
 
 use crate::support::fixtures::{approved, audience_of, cfg, run_to_end, status};
 use crate::support::helpers::{org_with_users, test_db};
-use crate::support::smtp_sink::SmtpSink;
+use testkit::SmtpSink;
 
 async fn slots_equal_counts(pool: &PgPool, org: i64, id: i64) {
     let mut c = pool.acquire().await.unwrap();

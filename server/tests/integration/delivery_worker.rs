@@ -10,7 +10,7 @@ use mailroom::smtp::Target;
 use crate::support::fixtures::{config, config_for_capture};
 use crate::support::helpers::{enqueue_test_mail_to, org_with_users, test_db};
 use crate::support::procs::wait_until;
-use crate::support::smtp_sink::SmtpSink;
+use testkit::SmtpSink;
 
 #[tokio::test]
 async fn racing_workers_deliver_each_message_exactly_once_and_classify_refusals() {
@@ -223,7 +223,6 @@ async fn the_global_rate_limit_caps_what_a_round_claims() {
 
 #[tokio::test]
 async fn every_smtp_fault_ends_in_the_right_state_attempt_and_reply() {
-    use crate::support::fault_sink::FaultSink;
     let pool = test_db().await;
     let (org, _) = org_with_users(&pool, "acme", &[Role::Owner]).await;
     let cases = [
@@ -246,7 +245,7 @@ async fn every_smtp_fault_ends_in_the_right_state_attempt_and_reply() {
     .execute(&pool)
     .await
     .unwrap();
-    let sink = FaultSink::start().await;
+    let sink = SmtpSink::start();
     let cfg = Config {
         transport: Transport::Smtp(Target::plain(
             sink.addr.ip().to_string(),
@@ -379,7 +378,7 @@ fn sigterm_finishes_or_releases_the_batch_in_hand_within_the_timeout() {
     });
     // The server takes `hang@`'s body and never answers: without the shutdown timeout the
     // process would wait for the 60 s SMTP timeout.
-    let sink = rt.block_on(crate::support::fault_sink::FaultSink::start());
+    let sink = SmtpSink::start();
     let dir = crate::support::helpers::data_dir();
     let port = sink.addr.port().to_string();
     let args = [

@@ -337,7 +337,7 @@ async fn the_worker_sends_a_digest_as_text_and_html_with_its_own_message_id() {
         .execute(&pool)
         .await
         .unwrap();
-    let sink = crate::support::smtp_sink::SmtpSink::start();
+    let sink = testkit::SmtpSink::start();
     let mut worker = Worker::new(
         pool.clone(),
         crate::support::fixtures::config(&sink),

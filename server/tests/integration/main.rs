@@ -37,6 +37,7 @@ mod secrets_in_logs;
 mod security_headers;
 mod sender_auth;
 mod settings;
+mod smtp_stages;
 mod smtp_tls;
 mod tenancy;
 mod unsubscribe;

@@ -4,8 +4,8 @@ use app::domain::Role;
 use mailroom::delivery::Worker;
 
 use crate::support::helpers::{org_with_users, test_db};
-use crate::support::smtp_sink::SmtpSink;
 use crate::support::test_app::spawn_app;
+use testkit::SmtpSink;
 
 fn value(text: &str, series: &str) -> f64 {
     text.lines()

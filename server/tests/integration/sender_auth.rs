@@ -26,8 +26,8 @@ use sqlx::PgPool;
 
 use crate::support::fixtures::{config, config_for_capture};
 use crate::support::helpers::{enqueue_test_mail_to, org_with_users, test_db};
-use crate::support::smtp_sink::SmtpSink;
 use crate::support::test_app::{json, signed_in, spawn_app, TestApp};
+use testkit::SmtpSink;
 
 /// DNS as published: TXT records by name, nothing else (a miss is an error, never a query).
 struct PublishedDns(Mutex<HashMap<Box<str>, Txt>>);

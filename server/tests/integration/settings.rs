@@ -742,7 +742,7 @@ async fn the_delivery_worker_sends_an_invite_with_its_link_and_never_a_retired_o
         assert_eq!(status, 200);
     }
 
-    let sink = crate::support::smtp_sink::SmtpSink::start();
+    let sink = testkit::SmtpSink::start();
     let mut worker = Worker::new(pool.clone(), crate::support::fixtures::config(&sink), "w");
     while worker.round().await.unwrap() > 0 {}
 

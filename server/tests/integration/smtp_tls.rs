@@ -3,15 +3,13 @@
 //! password is the run's canary (see `canary`).
 
 use std::path::Path;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use lettre::Address;
-use mailin_embedded::{response, AuthMechanism, Handler, Response, Server, SslConfig};
 use mailroom::smtp::{BodyOutcome, Connection, Security, Target};
 
 use crate::support::canary::{smtp_password, SMTP_USER};
-use crate::support::smtp_sink::SmtpSink;
+use testkit::{SinkOptions, SmtpSink, Tls};
 
 /// A self-signed certificate for `localhost`: (certificate PEM, key PEM) files in `dir`.
 fn self_signed(dir: &Path) -> (String, String) {
@@ -40,50 +38,18 @@ fn self_signed(dir: &Path) -> (String, String) {
     (cert.to_string_lossy().into(), key.to_string_lossy().into())
 }
 
-#[derive(Clone)]
-struct Relay {
-    received: Arc<Mutex<Vec<String>>>,
+/// A submission-port relay: STARTTLS (self-signed) and AUTH PLAIN required.
+fn starttls_relay(cert: &str, key: &str) -> SmtpSink {
+    SmtpSink::start_with(SinkOptions {
+        tls: Tls::StartTls(Tls::acceptor(Path::new(cert), Path::new(key))),
+        auth: Some((SMTP_USER.into(), smtp_password())),
+        ..SinkOptions::default()
+    })
 }
 
-impl Handler for Relay {
-    fn auth_plain(&mut self, _authz: &str, user: &str, password: &str) -> Response {
-        if user == SMTP_USER && password == smtp_password() {
-            response::AUTH_OK
-        } else {
-            response::INVALID_CREDENTIALS
-        }
-    }
-
-    fn data(&mut self, buf: &[u8]) -> std::io::Result<()> {
-        self.received
-            .lock()
-            .unwrap()
-            .push(String::from_utf8_lossy(buf).into());
-        Ok(())
-    }
-}
-
-/// mailin with STARTTLS (self-signed) and AUTH PLAIN, like a submission port.
-fn starttls_relay(cert: &str, key: &str) -> (u16, Arc<Mutex<Vec<String>>>) {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let received = Arc::new(Mutex::new(Vec::new()));
-    let mut server = Server::new(Relay {
-        received: received.clone(),
-    });
-    server
-        .with_name("relay.test")
-        .with_ssl(SslConfig::SelfSigned {
-            cert_path: cert.into(),
-            key_path: key.into(),
-        })
-        .unwrap()
-        .with_auth(AuthMechanism::Plain)
-        .with_tcp_listener(listener);
-    std::thread::spawn(move || {
-        let _ = server.serve();
-    });
-    (port, received)
+/// Every body the relay accepted, concatenated.
+fn received(relay: &SmtpSink) -> String {
+    relay.messages().into_iter().map(|m| m.data).collect()
 }
 
 fn target(port: u16, security: Security, password: &str, ca: Option<&str>) -> Target {
@@ -117,7 +83,8 @@ async fn send_one(t: &Target) -> Result<BodyOutcome, String> {
 async fn starttls_with_auth_delivers_and_refuses_wrong_passwords_and_untrusted_servers() {
     let dir = tempfile::tempdir().unwrap();
     let (cert, key) = self_signed(dir.path());
-    let (port, received) = starttls_relay(&cert, &key);
+    let relay = starttls_relay(&cert, &key);
+    let port = relay.addr.port();
 
     let ok = send_one(&target(
         port,
@@ -127,7 +94,7 @@ async fn starttls_with_auth_delivers_and_refuses_wrong_passwords_and_untrusted_s
     ))
     .await;
     assert!(matches!(ok, Ok(BodyOutcome::Accepted(_))), "{ok:?}");
-    assert!(received.lock().unwrap().concat().contains("Hello over TLS"));
+    assert!(received(&relay).contains("Hello over TLS"));
 
     let wrong = send_one(&target(port, Security::StartTls, "wrong-pw", Some(&cert)))
         .await
@@ -143,7 +110,7 @@ async fn starttls_with_auth_delivers_and_refuses_wrong_passwords_and_untrusted_s
         .await
         .unwrap_err();
     assert!(untrusted.contains("STARTTLS"), "{untrusted}");
-    let all = received.lock().unwrap().concat();
+    let all = received(&relay);
     assert_eq!(
         all.matches("Hello over TLS").count(),
         1,
@@ -170,32 +137,16 @@ async fn starttls_required_but_not_offered_sends_nothing_in_clear() {
 async fn implicit_tls_delivers_over_our_own_socket() {
     let dir = tempfile::tempdir().unwrap();
     let (cert, key) = self_signed(dir.path());
-    let identity = native_tls::Identity::from_pkcs8(
-        &std::fs::read(&cert).unwrap(),
-        &std::fs::read(&key).unwrap(),
-    )
-    .unwrap();
-    let acceptor =
-        tokio_native_tls::TlsAcceptor::from(native_tls::TlsAcceptor::new(identity).unwrap());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let accepted = Arc::new(Mutex::new(Vec::new()));
-    let log = accepted.clone();
-    tokio::spawn(async move {
-        while let Ok((sock, _)) = listener.accept().await {
-            if let Ok(tls) = acceptor.accept(sock).await {
-                tokio::spawn(crate::support::fault_sink::session(tls, log.clone()));
-            }
-        }
+    let sink = SmtpSink::start_with(SinkOptions {
+        tls: Tls::Implicit(Tls::acceptor(Path::new(&cert), Path::new(&key))),
+        ..SinkOptions::default()
     });
+    let port = sink.addr.port();
     let mut t = target(port, Security::Tls, "unused", Some(&cert));
     t.credentials = None;
     let ok = send_one(&t).await;
     assert!(matches!(ok, Ok(BodyOutcome::Accepted(_))), "{ok:?}");
-    assert_eq!(
-        *accepted.lock().unwrap(),
-        vec!["bob@example.org".to_string()]
-    );
+    assert_eq!(sink.accepted(), vec!["bob@example.org".to_string()]);
 }
 
 /// The relay as an operator configures it (one MAILROOM_SMTP_URL carrying the password, and a
@@ -215,7 +166,8 @@ fn a_worker_process_delivers_through_an_authenticating_relay_given_one_url() {
     });
     let dir = tempfile::tempdir().unwrap();
     let (cert, key) = self_signed(dir.path());
-    let (port, received) = starttls_relay(&cert, &key);
+    let relay = starttls_relay(&cert, &key);
+    let port = relay.addr.port();
     let smtp = crate::support::canary::smtp_url("localhost", port, "tls=starttls");
     let data = crate::support::helpers::data_dir();
     let env = [
@@ -226,7 +178,7 @@ fn a_worker_process_delivers_through_an_authenticating_relay_given_one_url() {
     ];
     let mut worker = Proc::start_with_env("relay-worker", data.path(), &["worker"], &env);
     wait_until("the relay to receive the mail", 60, || {
-        !received.lock().unwrap().is_empty()
+        !relay.messages().is_empty()
     });
     worker.signal(Signal::SIGTERM);
     assert!(worker.wait_exit(30).success(), "{}", worker.log_text());

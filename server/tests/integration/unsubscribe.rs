@@ -8,8 +8,8 @@ use sqlx::PgPool;
 
 use crate::support::fixtures::campaign_deliveries;
 use crate::support::helpers::{org_with_users, test_db};
-use crate::support::smtp_sink::SmtpSink;
 use crate::support::test_app::spawn_app;
+use testkit::SmtpSink;
 
 async fn suppressions(pool: &PgPool) -> Vec<(String, String, String)> {
     sqlx::query_as("select email_lower, reason, source from suppressions order by email_lower")

@@ -13,7 +13,7 @@ use mailroom::progress::Notifier;
 use mailroom::smtp::Target;
 use sqlx::PgPool;
 
-use crate::support::smtp_sink::SmtpSink;
+use testkit::SmtpSink;
 
 /// `n` subscribers over three overlapping lists; every 10th address also exists as a second,
 /// upper-cased subscriber row on another list. Returns (list ids, distinct addresses).

@@ -3,15 +3,11 @@
 
 /// Canary secrets every configured secret is, and the run's log directory.
 pub mod canary;
-/// A scripted SMTP server for fault injection.
-pub mod fault_sink;
 /// Fixtures several test modules share (audiences, approvals, worker configurations).
 pub mod fixtures;
 /// The test run's PostgreSQL cluster, a fresh database per test, and seeding helpers.
 pub mod helpers;
 /// The real `mailroom` binary as a child process.
 pub mod procs;
-/// An in-process SMTP server that records what it receives.
-pub mod smtp_sink;
 /// The real router on a real socket, and a browser-like client.
 pub mod test_app;
