@@ -4,15 +4,23 @@
 //! lists created, renamed, deleted (not while a live campaign sends to them); suppressions added
 //! and removed; every change audited.
 
+use app::api::lists::{CreateList, DeleteList, Lists, RenameList};
+use app::api::subscribers::{
+    AddSubscriber, EraseSubscriber, RemoveSubscriber, SaveSubscriber, Subscriber, Subscribers,
+};
+use app::api::suppressions::{AddSuppressions, RemoveSuppression, Suppressions};
 use app::domain::Role;
 use serde_json::Value;
 
 use crate::support::helpers::{org_with_users, test_db};
 use crate::support::test_app::{json, signed_in, spawn_app, TestApp};
 
-async fn call(app: &TestApp, c: &reqwest::Client, endpoint: &str, args: &[(&str, &str)]) -> Value {
-    let (_, body) = app.call_with(c, endpoint, args).await;
-    json(&body)
+/// Calls a server function as the browser does; its answer as JSON.
+async fn call<F>(app: &TestApp, c: &reqwest::Client, f: F) -> Value
+where
+    F: leptos::server_fn::ServerFn + serde::Serialize,
+{
+    json(&app.call_fn(c, f).await.1)
 }
 
 #[tokio::test]
@@ -29,7 +37,17 @@ async fn subscribers_page_by_keyset_filter_and_are_added_and_edited_with_clear_r
     let mut seen = Vec::new();
     let mut before = String::new();
     loop {
-        let page = call(&app, &viewer, "subscribers", &[("before", &before)]).await;
+        let page = call(
+            &app,
+            &viewer,
+            Subscribers {
+                q: None,
+                status: None,
+                list: None,
+                before: Some(before.to_string()),
+            },
+        )
+        .await;
         for r in page["rows"].as_array().unwrap() {
             seen.push(r["id"].as_i64().unwrap());
         }
@@ -49,7 +67,17 @@ async fn subscribers_page_by_keyset_filter_and_are_added_and_edited_with_clear_r
     );
 
     // Search is by part of the address, case-insensitive; the list filter keeps its members.
-    let found = call(&app, &viewer, "subscribers", &[("q", "P11@")]).await;
+    let found = call(
+        &app,
+        &viewer,
+        Subscribers {
+            q: Some("P11@".into()),
+            status: None,
+            list: None,
+            before: None,
+        },
+    )
+    .await;
     let emails: Vec<&str> = found["rows"]
         .as_array()
         .unwrap()
@@ -60,12 +88,26 @@ async fn subscribers_page_by_keyset_filter_and_are_added_and_edited_with_clear_r
     let in_list = call(
         &app,
         &viewer,
-        "subscribers",
-        &[("list", &lists[0].to_string())],
+        Subscribers {
+            q: None,
+            status: None,
+            list: Some(lists[0].to_string().to_string()),
+            before: None,
+        },
     )
     .await;
     assert!(!in_list["rows"].as_array().unwrap().is_empty());
-    let bad = call(&app, &viewer, "subscribers", &[("status", "gone")]).await;
+    let bad = call(
+        &app,
+        &viewer,
+        Subscribers {
+            q: None,
+            status: Some("gone".into()),
+            list: None,
+            before: None,
+        },
+    )
+    .await;
     assert!(
         bad["Invalid"].as_str().unwrap().contains("\"gone\""),
         "{bad}"
@@ -76,8 +118,11 @@ async fn subscribers_page_by_keyset_filter_and_are_added_and_edited_with_clear_r
         call(
             &app,
             &viewer,
-            "add_subscriber",
-            &[("email", "new@example.org")]
+            AddSubscriber {
+                email: "new@example.org".into(),
+                name: String::new(),
+                lists: vec![]
+            }
         )
         .await,
         "Forbidden"
@@ -85,8 +130,11 @@ async fn subscribers_page_by_keyset_filter_and_are_added_and_edited_with_clear_r
     let r = call(
         &app,
         &admin,
-        "add_subscriber",
-        &[("email", "not an address")],
+        AddSubscriber {
+            email: "not an address".into(),
+            name: String::new(),
+            lists: vec![],
+        },
     )
     .await;
     assert_eq!(
@@ -97,24 +145,25 @@ async fn subscribers_page_by_keyset_filter_and_are_added_and_edited_with_clear_r
     let r = call(
         &app,
         &admin,
-        "add_subscriber",
-        &[("email", "new@example.org"), ("name", &long)],
+        AddSubscriber {
+            email: "new@example.org".into(),
+            name: long.to_string(),
+            lists: vec![],
+        },
     )
     .await;
     assert!(
         r["Invalid"].as_str().unwrap().contains("name is too long"),
         "{r}"
     );
-    let l0 = lists[0].to_string();
     let id = call(
         &app,
         &admin,
-        "add_subscriber",
-        &[
-            ("email", "New@Example.org"),
-            ("name", "<b>New</b>"),
-            ("lists[0]", &l0),
-        ],
+        AddSubscriber {
+            email: "New@Example.org".into(),
+            name: "<b>New</b>".into(),
+            lists: vec![lists[0]],
+        },
     )
     .await
     .as_i64()
@@ -122,12 +171,15 @@ async fn subscribers_page_by_keyset_filter_and_are_added_and_edited_with_clear_r
     let r = call(
         &app,
         &admin,
-        "add_subscriber",
-        &[("email", "New@Example.org")],
+        AddSubscriber {
+            email: "New@Example.org".into(),
+            name: String::new(),
+            lists: vec![],
+        },
     )
     .await;
     assert_eq!(r["Conflict"], "New@Example.org is a subscriber already.");
-    let d = call(&app, &viewer, "subscriber", &[("id", &id.to_string())]).await;
+    let d = call(&app, &viewer, Subscriber { id }).await;
     assert_eq!(
         (d["name"].as_str(), d["status"].as_str()),
         (Some("<b>New</b>"), Some("confirmed"))
@@ -142,23 +194,19 @@ async fn subscribers_page_by_keyset_filter_and_are_added_and_edited_with_clear_r
     assert_eq!(member_of, [lists[0]]);
 
     // Editing sets name, status and exactly the lists checked.
-    let (l1, l2) = (lists[1].to_string(), lists[2].to_string());
-    let id_s = id.to_string();
     let r = call(
         &app,
         &admin,
-        "save_subscriber",
-        &[
-            ("id", &id_s),
-            ("name", "Newt"),
-            ("status", "unconfirmed"),
-            ("lists[0]", &l1),
-            ("lists[1]", &l2),
-        ],
+        SaveSubscriber {
+            id: id,
+            name: "Newt".into(),
+            status: "unconfirmed".into(),
+            lists: vec![lists[1], lists[2]],
+        },
     )
     .await;
     assert_eq!(r, "Saved.");
-    let d = call(&app, &viewer, "subscriber", &[("id", &id_s)]).await;
+    let d = call(&app, &viewer, Subscriber { id: id }).await;
     let mut member_of: Vec<i64> = d["lists"]
         .as_array()
         .unwrap()
@@ -174,26 +222,27 @@ async fn subscribers_page_by_keyset_filter_and_are_added_and_edited_with_clear_r
     let r = call(
         &app,
         &admin,
-        "save_subscriber",
-        &[("id", &id_s), ("status", "vip")],
+        SaveSubscriber {
+            id: id,
+            name: String::new(),
+            status: "vip".into(),
+            lists: vec![],
+        },
     )
     .await;
     assert!(r["Invalid"].as_str().unwrap().contains("\"vip\""), "{r}");
     let audit: Vec<String> =
         sqlx::query_scalar("select action from audit_log where object_id = $1 order by id")
-            .bind(&id_s)
+            .bind(id.to_string())
             .fetch_all(&pool)
             .await
             .unwrap();
     assert_eq!(audit, ["subscriber.add", "subscriber.edit"]);
 
     // Nobody mailed them yet: they can be removed.
-    let r = call(&app, &admin, "remove_subscriber", &[("id", &id_s)]).await;
+    let r = call(&app, &admin, RemoveSubscriber { id: id }).await;
     assert_eq!(r, "New@Example.org was removed.");
-    assert_eq!(
-        call(&app, &viewer, "subscriber", &[("id", &id_s)]).await,
-        "NotFound"
-    );
+    assert_eq!(call(&app, &viewer, Subscriber { id: id }).await, "NotFound");
 }
 
 #[tokio::test]
@@ -217,12 +266,11 @@ async fn a_reached_subscriber_cannot_be_removed_but_erased_everywhere_and_stays_
     .unwrap();
     let app = spawn_app(pool.clone()).await;
     let admin = signed_in(&app, &users[1].1, &users[1].2).await;
-    let sid = subscriber.to_string();
 
-    let d = call(&app, &admin, "subscriber", &[("id", &sid)]).await;
+    let d = call(&app, &admin, Subscriber { id: subscriber }).await;
     assert_eq!(d["history"].as_array().unwrap().len(), 1, "{d}");
     assert_eq!(d["history"][0]["campaign_id"], id);
-    let r = call(&app, &admin, "remove_subscriber", &[("id", &sid)]).await;
+    let r = call(&app, &admin, RemoveSubscriber { id: subscriber }).await;
     assert!(
         r["Conflict"]
             .as_str()
@@ -231,12 +279,12 @@ async fn a_reached_subscriber_cannot_be_removed_but_erased_everywhere_and_stays_
         "{r}"
     );
 
-    let r = call(&app, &admin, "erase_subscriber", &[("id", &sid)]).await;
+    let r = call(&app, &admin, EraseSubscriber { id: subscriber }).await;
     assert!(
         r.as_str().unwrap().contains("personal data was erased"),
         "{r}"
     );
-    let r = call(&app, &admin, "erase_subscriber", &[("id", &sid)]).await;
+    let r = call(&app, &admin, EraseSubscriber { id: subscriber }).await;
     assert_eq!(r["Conflict"], "This subscriber was erased already.");
     // The address is nowhere in the subscriber, its sends or its deliveries.
     let left: i64 = sqlx::query_scalar(
@@ -260,7 +308,7 @@ async fn a_reached_subscriber_cannot_be_removed_but_erased_everywhere_and_stays_
     .await
     .unwrap();
     assert_eq!(suppressed, 2);
-    let d = call(&app, &admin, "subscriber", &[("id", &sid)]).await;
+    let d = call(&app, &admin, Subscriber { id: subscriber }).await;
     assert!(
         d["erased"].is_string() && d["email"].as_str().unwrap().starts_with("erased-"),
         "{d}"
@@ -268,8 +316,12 @@ async fn a_reached_subscriber_cannot_be_removed_but_erased_everywhere_and_stays_
     let r = call(
         &app,
         &admin,
-        "save_subscriber",
-        &[("id", &sid), ("status", "confirmed")],
+        SaveSubscriber {
+            id: subscriber,
+            name: String::new(),
+            status: "confirmed".into(),
+            lists: vec![],
+        },
     )
     .await;
     assert!(r["Conflict"].as_str().unwrap().contains("erased"), "{r}");
@@ -304,15 +356,36 @@ async fn lists_are_created_renamed_and_deleted_but_not_under_a_live_campaign() {
     let app = spawn_app(pool.clone()).await;
     let admin = signed_in(&app, &users[1].1, &users[1].2).await;
     assert_eq!(
-        call(&app, &admin, "create_list", &[("name", "  News  ")]).await,
+        call(
+            &app,
+            &admin,
+            CreateList {
+                name: "  News  ".into()
+            }
+        )
+        .await,
         "List \"News\" created."
     );
-    let r = call(&app, &admin, "create_list", &[("name", "News")]).await;
+    let r = call(
+        &app,
+        &admin,
+        CreateList {
+            name: "News".into(),
+        },
+    )
+    .await;
     assert_eq!(r["Conflict"], "There is a list named \"News\" already.");
-    let r = call(&app, &admin, "create_list", &[("name", " ")]).await;
+    let r = call(&app, &admin, CreateList { name: " ".into() }).await;
     assert!(r["Invalid"].as_str().unwrap().contains("empty"), "{r}");
-    call(&app, &admin, "create_list", &[("name", "Events")]).await;
-    let all = call(&app, &admin, "lists", &[]).await;
+    call(
+        &app,
+        &admin,
+        CreateList {
+            name: "Events".into(),
+        },
+    )
+    .await;
+    let all = call(&app, &admin, Lists {}).await;
     let id_of = |name: &str| {
         all["lists"]
             .as_array()
@@ -322,14 +395,15 @@ async fn lists_are_created_renamed_and_deleted_but_not_under_a_live_campaign() {
             .unwrap()["id"]
             .as_i64()
             .unwrap()
-            .to_string()
     };
     let (news, events) = (id_of("News"), id_of("Events"));
     let r = call(
         &app,
         &admin,
-        "rename_list",
-        &[("id", &news), ("name", "Events")],
+        RenameList {
+            id: news,
+            name: "Events".into(),
+        },
     )
     .await;
     assert!(r["Conflict"].is_string(), "{r}");
@@ -337,8 +411,10 @@ async fn lists_are_created_renamed_and_deleted_but_not_under_a_live_campaign() {
         call(
             &app,
             &admin,
-            "rename_list",
-            &[("id", &news), ("name", "Newsletter")]
+            RenameList {
+                id: news,
+                name: "Newsletter".into()
+            }
         )
         .await,
         "Renamed to \"Newsletter\"."
@@ -350,19 +426,19 @@ async fn lists_are_created_renamed_and_deleted_but_not_under_a_live_campaign() {
     sqlx::query("insert into campaign_lists (org_id, campaign_id, list_id) values ($1, $2, $3)")
         .bind(org)
         .bind(draft)
-        .bind(events.parse::<i64>().unwrap())
+        .bind(events)
         .execute(&mut *tx)
         .await
         .unwrap();
     tx.commit().await.unwrap();
-    let r = call(&app, &admin, "delete_list", &[("id", &events)]).await;
+    let r = call(&app, &admin, DeleteList { id: events }).await;
     assert!(r["Conflict"].as_str().unwrap().contains("(Launch)"), "{r}");
     sqlx::query("update campaigns set status = 'cancelled' where id = $1")
         .bind(draft)
         .execute(&pool)
         .await
         .unwrap();
-    let r = call(&app, &admin, "delete_list", &[("id", &events)]).await;
+    let r = call(&app, &admin, DeleteList { id: events }).await;
     assert_eq!(
         r,
         "List \"Events\" deleted; its 0 members are still subscribers."
@@ -389,8 +465,9 @@ async fn suppressions_are_added_searched_and_removed_by_admins_only() {
         call(
             &app,
             &viewer,
-            "add_suppressions",
-            &[("addresses", "a@example.org")]
+            AddSuppressions {
+                addresses: "a@example.org".into()
+            }
         )
         .await,
         "Forbidden"
@@ -398,28 +475,39 @@ async fn suppressions_are_added_searched_and_removed_by_admins_only() {
     let r = call(
         &app,
         &admin,
-        "add_suppressions",
-        &[("addresses", "a@example.org, b@example.org\nnope")],
+        AddSuppressions {
+            addresses: "a@example.org, b@example.org\nnope".into(),
+        },
     )
     .await;
     assert_eq!(r["Invalid"], "“nope” is not a valid e-mail address.");
     let r = call(
         &app,
         &admin,
-        "add_suppressions",
-        &[("addresses", "A@example.org, b@example.org")],
+        AddSuppressions {
+            addresses: "A@example.org, b@example.org".into(),
+        },
     )
     .await;
     assert_eq!(r, "2 suppressed.");
     let r = call(
         &app,
         &admin,
-        "add_suppressions",
-        &[("addresses", "a@example.org\nc@example.org")],
+        AddSuppressions {
+            addresses: "a@example.org\nc@example.org".into(),
+        },
     )
     .await;
     assert_eq!(r, "1 suppressed; 1 already were.");
-    let page = call(&app, &viewer, "suppressions", &[("q", "A@")]).await;
+    let page = call(
+        &app,
+        &viewer,
+        Suppressions {
+            q: Some("A@".into()),
+            after: None,
+        },
+    )
+    .await;
     let rows = page["rows"].as_array().unwrap();
     assert_eq!(rows.len(), 1);
     assert_eq!(
@@ -431,8 +519,9 @@ async fn suppressions_are_added_searched_and_removed_by_admins_only() {
         call(
             &app,
             &viewer,
-            "remove_suppression",
-            &[("email", "a@example.org")]
+            RemoveSuppression {
+                email: "a@example.org".into()
+            }
         )
         .await,
         "Forbidden"
@@ -441,8 +530,9 @@ async fn suppressions_are_added_searched_and_removed_by_admins_only() {
         call(
             &app,
             &admin,
-            "remove_suppression",
-            &[("email", "a@example.org")]
+            RemoveSuppression {
+                email: "a@example.org".into()
+            }
         )
         .await,
         "a@example.org may be mailed again."
@@ -451,12 +541,21 @@ async fn suppressions_are_added_searched_and_removed_by_admins_only() {
         call(
             &app,
             &admin,
-            "remove_suppression",
-            &[("email", "a@example.org")]
+            RemoveSuppression {
+                email: "a@example.org".into()
+            }
         )
         .await,
         "NotFound"
     );
-    let left = call(&app, &viewer, "suppressions", &[]).await;
+    let left = call(
+        &app,
+        &viewer,
+        Suppressions {
+            q: None,
+            after: None,
+        },
+    )
+    .await;
     assert_eq!(left["rows"].as_array().unwrap().len(), 2);
 }

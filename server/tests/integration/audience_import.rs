@@ -3,7 +3,7 @@
 //! imported; re-importing changes nothing; a file that is not readable as a whole imports
 //! nothing; 100,000 rows stream through; the export is the list as CSV.
 
-use app::api::lists::{CreateList, Lists};
+use app::api::lists::{CreateList, ImportStatus, Lists};
 use std::time::Duration;
 
 use app::domain::Role;
@@ -64,9 +64,9 @@ async fn upload(
 async fn import(app: &TestApp, c: &reqwest::Client, list: i64, bytes: Vec<u8>) -> Value {
     let (status, location) = upload(app, c, list, bytes).await;
     assert_eq!(status, StatusCode::SEE_OTHER, "{location}");
-    let id = location.rsplit('/').next().unwrap().to_string();
+    let id: i64 = location.rsplit('/').next().unwrap().parse().unwrap();
     for _ in 0..600 {
-        let v = json(&app.call_with(c, "import_status", &[("id", &id)]).await.1);
+        let v = json(&app.call_fn(c, ImportStatus { id }).await.1);
         if v["status"] != "running" {
             return v;
         }

@@ -4,7 +4,8 @@
 //! fields escaped in the HTML) and the campaign's counts are untouched; suppressed addresses
 //! get no test, and the editor's preview is never addressed to one.
 
-use app::api::campaign::edit::NewCampaign;
+use app::api::campaign::edit::{CampaignSheet, NewCampaign, SaveCampaign};
+use app::api::campaign::test_send::SendTest;
 use app::domain::Role;
 use mailroom::delivery::Worker;
 
@@ -29,30 +30,24 @@ async fn a_test_send_goes_once_per_dialog_renders_the_version_shown_and_counts_n
     let html = sheet["preview"]["Ok"]["html"].as_str().unwrap();
     assert!(html.contains("<h1>News for Person"), "{html}");
 
-    let send = |version: &'static str, to: &'static str, token: String| {
-        let (app, admin, id) = (&app, &admin, id.clone());
-        async move {
-            app.call_with(
-                admin,
-                "campaign_test",
-                &[
-                    ("id", id.as_str()),
-                    ("version", version),
-                    ("token", token.as_str()),
-                    ("addresses", to),
-                ],
-            )
-            .await
-        }
+    let send = |version: i32, to: &'static str, token: String| {
+        let test = SendTest {
+            id,
+            version,
+            token,
+            addresses: to.into(),
+        };
+        let (app, admin) = (&app, &admin);
+        async move { app.call_fn(admin, test).await }
     };
     // Bad input is refused naming the address; nothing is queued.
-    let (_, body) = send("2", "me@example.com, not-an-address", token.clone()).await;
+    let (_, body) = send(2, "me@example.com, not-an-address", token.clone()).await;
     assert_eq!(
         json(&body)["Invalid"],
         "“not-an-address” is not a valid e-mail address."
     );
     // A version other than the one saved last is refused.
-    let (_, body) = send("1", "me@example.com", token.clone()).await;
+    let (_, body) = send(1, "me@example.com", token.clone()).await;
     assert!(
         json(&body)["Conflict"]
             .as_str()
@@ -61,18 +56,13 @@ async fn a_test_send_goes_once_per_dialog_renders_the_version_shown_and_counts_n
         "{body}"
     );
     // A viewer cannot send tests.
-    let (_, body) = app
-        .call_with(
-            &viewer,
-            "campaign_test",
-            &[
-                ("id", &id),
-                ("version", "2"),
-                ("token", &token),
-                ("addresses", "v@example.com"),
-            ],
-        )
-        .await;
+    let test = SendTest {
+        id,
+        version: 2,
+        token: token.clone(),
+        addresses: "v@example.com".into(),
+    };
+    let (_, body) = app.call_fn(&viewer, test).await;
     assert_eq!(json(&body), "Forbidden");
     let queued = || async {
         sqlx::query_scalar::<_, String>(
@@ -85,13 +75,13 @@ async fn a_test_send_goes_once_per_dialog_renders_the_version_shown_and_counts_n
     assert!(queued().await.is_empty());
 
     // The dialog submitted twice (a double click) queues each message once.
-    let (status, body) = send("2", "me@example.com, Boss@Example.com", token.clone()).await;
+    let (status, body) = send(2, "me@example.com, Boss@Example.com", token.clone()).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(
         json(&body),
         "Test of version 2 queued to me@example.com, Boss@Example.com."
     );
-    let (_, body) = send("2", "me@example.com, Boss@Example.com", token.clone()).await;
+    let (_, body) = send(2, "me@example.com, Boss@Example.com", token.clone()).await;
     assert!(
         json(&body).as_str().unwrap().starts_with("Already sent"),
         "{body}"
@@ -106,7 +96,7 @@ async fn a_test_send_goes_once_per_dialog_renders_the_version_shown_and_counts_n
     let audits: i64 = sqlx::query_scalar(
         "select count(*) from audit_log where action = 'campaign.test' and object_id = $1",
     )
-    .bind(&id)
+    .bind(id.to_string())
     .fetch_one(&pool)
     .await
     .unwrap();
@@ -145,7 +135,7 @@ async fn a_test_send_goes_once_per_dialog_renders_the_version_shown_and_counts_n
         "select (select count(*) from progress_slots where campaign_id = $1)
               + (select count(*) from sends where campaign_id = $1)",
     )
-    .bind(id.parse::<i64>().unwrap())
+    .bind(id)
     .fetch_one(&pool)
     .await
     .unwrap();
@@ -166,34 +156,26 @@ async fn a_test_queued_before_an_edit_fails_with_the_reason_instead_of_sending_o
             },
         )
         .await;
-    let id = json(&body).as_i64().unwrap().to_string();
-    let (_, body) = app
-        .call_with(
-            &admin,
-            "campaign_test",
-            &[
-                ("id", &id),
-                ("version", "1"),
-                ("token", "tok"),
-                ("addresses", "me@example.com"),
-            ],
-        )
-        .await;
+    let id = json(&body).as_i64().unwrap();
+    let test = SendTest {
+        id,
+        version: 1,
+        token: "tok".into(),
+        addresses: "me@example.com".into(),
+    };
+    let (_, body) = app.call_fn(&admin, test).await;
     assert!(json(&body).as_str().unwrap().contains("queued"), "{body}");
-    let (status, body) = app
-        .call_with(
-            &admin,
-            "save_campaign",
-            &[
-                ("id", &id),
-                ("version", "1"),
-                ("name", "Launch"),
-                ("subject", "Changed"),
-                ("body", "<p>x</p>"),
-                ("format", "html"),
-            ],
-        )
-        .await;
+    let edit = SaveCampaign {
+        id,
+        version: 1,
+        name: "Launch".into(),
+        subject: "Changed".into(),
+        body: "<p>x</p>".into(),
+        format: "html".into(),
+        lists: vec![],
+        schedule: String::new(),
+    };
+    let (status, body) = app.call_fn(&admin, edit).await;
     assert_eq!(status, 200, "{body}");
     let _ = org;
     let sink = SmtpSink::start();
@@ -221,7 +203,7 @@ async fn draft_with_content(
     app: &TestApp,
     admin: &reqwest::Client,
     list: i64,
-) -> (String, serde_json::Value) {
+) -> (i64, serde_json::Value) {
     let (_, body) = app
         .call_fn(
             admin,
@@ -230,29 +212,20 @@ async fn draft_with_content(
             },
         )
         .await;
-    let id = json(&body).as_i64().unwrap().to_string();
-    let list = list.to_string();
-    let (status, body) = app
-        .call_with(
-            admin,
-            "save_campaign",
-            &[
-                ("id", &id),
-                ("version", "1"),
-                ("name", "Launch"),
-                ("subject", "Hello {{ name }}"),
-                ("body", "# News for {{ name }}\n\n*Big* day."),
-                ("format", "markdown"),
-                ("lists[0]", &list),
-            ],
-        )
-        .await;
+    let id = json(&body).as_i64().unwrap();
+    let edit = SaveCampaign {
+        id,
+        version: 1,
+        name: "Launch".into(),
+        subject: "Hello {{ name }}".into(),
+        body: "# News for {{ name }}\n\n*Big* day.".into(),
+        format: "markdown".into(),
+        lists: vec![list],
+        schedule: String::new(),
+    };
+    let (status, body) = app.call_fn(admin, edit).await;
     assert_eq!(status, 200, "{body}");
-    let sheet = json(
-        &app.call_with(admin, "campaign_sheet", &[("id", &id)])
-            .await
-            .1,
-    );
+    let sheet = json(&app.call_fn(admin, CampaignSheet { id }).await.1);
     (id, sheet)
 }
 
@@ -285,20 +258,14 @@ async fn a_test_send_never_reaches_a_suppressed_address() {
         }
     };
     let send = |to: &'static str| {
-        let (app, admin, id, token) = (&app, &admin, id.clone(), token.clone());
-        async move {
-            app.call_with(
-                admin,
-                "campaign_test",
-                &[
-                    ("id", id.as_str()),
-                    ("version", "2"),
-                    ("token", token.as_str()),
-                    ("addresses", to),
-                ],
-            )
-            .await
-        }
+        let test = SendTest {
+            id,
+            version: 2,
+            token: token.clone(),
+            addresses: to.into(),
+        };
+        let (app, admin) = (&app, &admin);
+        async move { app.call_fn(admin, test).await }
     };
     suppress("gone@example.com").await;
     let (status, body) = send("me@example.com, Gone@Example.com").await;
@@ -358,11 +325,7 @@ async fn the_preview_never_addresses_a_suppressed_person() {
     )
     .await
     .unwrap();
-    let sheet = json(
-        &app.call_with(&admin, "campaign_sheet", &[("id", &id)])
-            .await
-            .1,
-    );
+    let sheet = json(&app.call_fn(&admin, CampaignSheet { id }).await.1);
     let html = sheet["preview"]["Ok"]["html"].as_str().unwrap();
     assert!(html.contains("<h1>News for Variant 10</h1>"), "{html}");
     assert!(!html.contains("Person 0<"), "{html}");

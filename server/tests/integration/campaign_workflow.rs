@@ -4,7 +4,10 @@
 //! the audit log, and tenancy.
 
 use app::api::campaign::bin::{CampaignBin, DeleteCampaign, RestoreCampaign};
-use app::api::campaign::edit::{CampaignAction, CampaignSheet, CloneCampaign, NewCampaign};
+use app::api::campaign::edit::{
+    CampaignAction, CampaignSheet, CloneCampaign, NewCampaign, SaveCampaign,
+};
+use app::api::campaign::Campaigns;
 use app::domain::Role;
 use serde_json::Value;
 
@@ -67,34 +70,41 @@ async fn four_eyes_approve_the_exact_version_shown_and_every_refusal_says_why() 
         .await;
     assert!(status.is_success() || status.is_redirection(), "{body}");
     let id = json(&body).as_i64().unwrap();
-    let (l0, l2) = (lists[0].to_string(), lists[2].to_string());
-    let save = |v: &str, subject: &str, schedule: &str| {
-        [
-            ("id", id.to_string()),
-            ("version", v.to_string()),
-            ("name", "Launch <b>day</b>".to_string()),
-            ("subject", subject.to_string()),
-            ("body", "Dear {{ name }}, we launch.".to_string()),
-            ("lists[0]", l0.clone()),
-            ("lists[2]", l2.clone()),
-            ("schedule", schedule.to_string()),
-        ]
+    let save = |version: i32, subject: &str, schedule: &str| SaveCampaign {
+        id,
+        version,
+        name: "Launch <b>day</b>".into(),
+        subject: subject.into(),
+        body: "Dear {{ name }}, we launch.".into(),
+        format: String::new(),
+        lists: vec![lists[0], lists[2]],
+        schedule: schedule.into(),
     };
-    let form = save("1", "Hello {{ name }}", "");
+    // The first save as the editor's form encodes it: the checked boxes keep their positions.
+    let (l0, l2) = (lists[0].to_string(), lists[2].to_string());
+    let form = [
+        ("id", id.to_string()),
+        ("version", "1".to_string()),
+        ("name", "Launch <b>day</b>".to_string()),
+        ("subject", "Hello {{ name }}".to_string()),
+        ("body", "Dear {{ name }}, we launch.".to_string()),
+        ("lists[0]", l0),
+        ("lists[2]", l2),
+        ("schedule", String::new()),
+    ];
     let args: Vec<(&str, &str)> = form.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let (status, body) = app.call_with(&a, "save_campaign", &args).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(json(&body), "Saved (version 2).");
     // Saving over a version someone else replaced is refused.
-    let (_, body) = app.call_with(&a, "save_campaign", &args).await;
+    let (_, body) = app.call_fn(&a, save(1, "Hello {{ name }}", "")).await;
     assert!(
         conflict(&body).contains("version 2 now, you had 1"),
         "{body}"
     );
     // A schedule in the past is refused, naming it.
-    let past = save("2", "Hello {{ name }}", "2001-01-01T09:00");
-    let args: Vec<(&str, &str)> = past.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let (_, body) = app.call_with(&a, "save_campaign", &args).await;
+    let past = save(2, "Hello {{ name }}", "2001-01-01T09:00");
+    let (_, body) = app.call_fn(&a, past).await;
     assert!(
         json(&body)["Invalid"]
             .as_str()
@@ -134,9 +144,7 @@ async fn four_eyes_approve_the_exact_version_shown_and_every_refusal_says_why() 
     // The author cannot approve it.
     assert!(conflict(&act(&app, &a, id, "approve", 2).await).contains("another admin must approve"));
     // B edits it: back to draft, version 3; B submits it and, as last editor, cannot approve.
-    let form = save("2", "Hi {{ name }}", "");
-    let args: Vec<(&str, &str)> = form.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let (_, body) = app.call_with(&b, "save_campaign", &args).await;
+    let (_, body) = app.call_fn(&b, save(2, "Hi {{ name }}", "")).await;
     assert_eq!(json(&body), "Saved (version 3).");
     assert_eq!(sheet(&app, &b, id).await["status"], "draft");
     assert_eq!(
@@ -158,7 +166,7 @@ async fn four_eyes_approve_the_exact_version_shown_and_every_refusal_says_why() 
         "{again}"
     );
     // Content is frozen from approval on.
-    let (_, body) = app.call_with(&a, "save_campaign", &args).await;
+    let (_, body) = app.call_fn(&a, save(2, "Hi {{ name }}", "")).await;
     assert!(conflict(&body).contains("is approved"), "{body}");
     let (approved_version, self_approved): (i32, bool) =
         sqlx::query_as("select approved_version, self_approved from campaigns where id = $1")
@@ -268,23 +276,14 @@ async fn rejecting_needs_a_reason_approval_to_nobody_is_refused_and_self_approva
         );
     }
     let reject = |reason: &'static str| {
-        let id = id.to_string();
-        let app = &app;
-        let admin = &admin;
-        async move {
-            app.call_with(
-                admin,
-                "campaign_action",
-                &[
-                    ("id", &id),
-                    ("verb", "reject"),
-                    ("version", "1"),
-                    ("reason", reason),
-                ],
-            )
-            .await
-            .1
-        }
+        let action = CampaignAction {
+            id,
+            verb: "reject".into(),
+            version: 1,
+            reason: reason.into(),
+        };
+        let (app, admin) = (&app, &admin);
+        async move { app.call_fn(admin, action).await.1 }
     };
     assert!(json(&reject("  ").await)["Invalid"]
         .as_str()
@@ -307,21 +306,17 @@ async fn rejecting_needs_a_reason_approval_to_nobody_is_refused_and_self_approva
         .execute(&pool)
         .await
         .unwrap();
-    let l = lists[0].to_string();
-    let (_, body) = app
-        .call_with(
-            &owner,
-            "save_campaign",
-            &[
-                ("id", &id.to_string()),
-                ("version", "1"),
-                ("name", "Solo"),
-                ("subject", "S"),
-                ("body", "B"),
-                ("lists[0]", &l),
-            ],
-        )
-        .await;
+    let solo = SaveCampaign {
+        id,
+        version: 1,
+        name: "Solo".into(),
+        subject: "S".into(),
+        body: "B".into(),
+        format: String::new(),
+        lists: vec![lists[0]],
+        schedule: String::new(),
+    };
+    let (_, body) = app.call_fn(&owner, solo).await;
     assert_eq!(json(&body), "Saved (version 2).");
     assert_eq!(
         json(&act(&app, &owner, id, "submit", 2).await),
@@ -364,57 +359,34 @@ async fn another_orgs_campaign_is_not_found_and_a_viewer_cannot_act() {
         )
         .await;
     let id = json(&body).as_i64().unwrap();
-    let sid = id.to_string();
-    let (_, body) = app
-        .call_with(&stranger, "campaign_sheet", &[("id", &sid)])
-        .await;
+    let (_, body) = app.call_fn(&stranger, CampaignSheet { id }).await;
     assert_eq!(json(&body), "NotFound");
     assert_eq!(
         json(&act(&app, &stranger, id, "submit", 1).await),
         "NotFound"
     );
-    let (_, body) = app
-        .call_with(
-            &stranger,
-            "save_campaign",
-            &[
-                ("id", &sid),
-                ("version", "1"),
-                ("name", "x"),
-                ("subject", ""),
-                ("body", ""),
-            ],
-        )
-        .await;
+    let bare = |lists: Vec<i64>| SaveCampaign {
+        id,
+        version: 1,
+        name: "x".into(),
+        subject: String::new(),
+        body: String::new(),
+        format: String::new(),
+        lists,
+        schedule: String::new(),
+    };
+    let (_, body) = app.call_fn(&stranger, bare(vec![])).await;
     assert_eq!(json(&body), "NotFound");
     // Nor can a list of another org be targeted.
-    let theirs = their_lists[0].to_string();
-    let (_, body) = app
-        .call_with(
-            &owner,
-            "save_campaign",
-            &[
-                ("id", &sid),
-                ("version", "1"),
-                ("name", "x"),
-                ("subject", ""),
-                ("body", ""),
-                ("lists[0]", &theirs),
-            ],
-        )
-        .await;
+    let (_, body) = app.call_fn(&owner, bare(vec![their_lists[0]])).await;
     assert_eq!(json(&body), "NotFound");
     assert_eq!(
         json(&act(&app, &viewer, id, "submit", 1).await),
         "Forbidden"
     );
-    let (_, body) = app
-        .call_with(&viewer, "clone_campaign", &[("id", &sid)])
-        .await;
+    let (_, body) = app.call_fn(&viewer, CloneCampaign { id }).await;
     assert_eq!(json(&body), "Forbidden");
-    let (_, body) = app
-        .call_with(&stranger, "clone_campaign", &[("id", &sid)])
-        .await;
+    let (_, body) = app.call_fn(&stranger, CloneCampaign { id }).await;
     assert_eq!(json(&body), "NotFound");
     let (_, body) = app
         .call_fn(
@@ -450,18 +422,19 @@ async fn a_sending_campaign_pauses_and_resumes_once_and_lists_the_recipients_not
     let app = spawn_app(pool.clone()).await;
     let b = signed_in(&app, &users[1].1, &users[1].2).await;
     // The list filters by state and shows progress from the counter slots.
-    let (_, body) = app
-        .call_with(&b, "campaigns", &[("status", "sending")])
-        .await;
+    let listed = |status: &str| Campaigns {
+        status: status.into(),
+    };
+    let (_, body) = app.call_fn(&b, listed("sending")).await;
     let rows = json(&body);
     assert_eq!(rows.as_array().unwrap().len(), 1, "{rows}");
     assert_eq!(
         (rows[0]["id"].as_i64(), rows[0]["total"].as_i64()),
         (Some(id), Some(10))
     );
-    let (_, body) = app.call_with(&b, "campaigns", &[("status", "draft")]).await;
+    let (_, body) = app.call_fn(&b, listed("draft")).await;
     assert_eq!(json(&body), serde_json::json!([]));
-    let (_, body) = app.call_with(&b, "campaigns", &[("status", "bogus")]).await;
+    let (_, body) = app.call_fn(&b, listed("bogus")).await;
     assert!(json(&body)["Invalid"]
         .as_str()
         .unwrap()
@@ -539,7 +512,14 @@ async fn a_deleted_campaign_waits_in_the_bin_and_can_be_restored_but_a_sending_o
     );
     let (status, body) = app.call_fn(&a, DeleteCampaign { id: draft }).await;
     assert!(status.is_success() || status.is_redirection(), "{body}");
-    let (_, body) = app.call(&a, "campaigns").await;
+    let (_, body) = app
+        .call_fn(
+            &a,
+            Campaigns {
+                status: String::new(),
+            },
+        )
+        .await;
     assert!(
         !body.contains("Scrap"),
         "a deleted campaign leaves the list: {body}"

@@ -1,7 +1,7 @@
 //! The Deliveries page's server functions over real HTTP on a real PostgreSQL: tenancy, keyset
 //! paging, the admin's retry (compare-and-set, audited, role-checked) and captured messages.
 
-use app::api::deliveries::{CapturedMessage, DeliveryCounts, RetryDelivery};
+use app::api::deliveries::{CapturedMessage, DeliveriesPage, DeliveryCounts, RetryDelivery};
 use std::collections::HashSet;
 
 use app::db::delivery::admin::Filter;
@@ -12,6 +12,16 @@ use sqlx::PgPool;
 
 use crate::support::helpers::{org_with_users, test_db};
 use crate::support::test_app::{json, signed_in, spawn_app, spawn_app_capturing};
+
+/// The Deliveries page's first page, unfiltered.
+fn every_delivery() -> DeliveriesPage {
+    DeliveriesPage {
+        status: None,
+        kind: None,
+        recipient: None,
+        after: None,
+    }
+}
 
 /// Test mails to `<local>@<domain>` in the given states; returns their job ids.
 async fn seed(
@@ -140,7 +150,7 @@ async fn counts_list_retry_and_messages_are_scoped_to_the_org() {
         assert_eq!(*n, expected, "{s}: {body}");
     }
 
-    let (status, body) = app.call(&c, "deliveries").await;
+    let (status, body) = app.call_fn(&c, every_delivery()).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(json(&body)["rows"].as_array().unwrap().len(), 3, "{body}");
     assert!(!body.contains("secret"), "{body}");
@@ -293,13 +303,13 @@ async fn the_list_pages_over_http_with_the_cursor_it_hands_out() {
     let mut after = String::new();
     let mut pages = 0;
     loop {
-        let (status, body) = app
-            .call_with(
-                &c,
-                "deliveries",
-                &[("status", "failed"), ("kind", ""), ("after", &after)],
-            )
-            .await;
+        let query = DeliveriesPage {
+            status: Some("failed".into()),
+            kind: Some(String::new()),
+            recipient: None,
+            after: Some(after.clone()),
+        };
+        let (status, body) = app.call_fn(&c, query).await;
         assert_eq!(status, 200, "{body}");
         let page = json(&body);
         assert_eq!(page["can_retry"], false, "a viewer sees no retry");
@@ -320,7 +330,13 @@ async fn the_list_pages_over_http_with_the_cursor_it_hands_out() {
     seen.sort();
     assert_eq!(seen, want);
 
-    let (_, body) = app.call_with(&c, "deliveries", &[("status", "lost")]).await;
+    let lost = DeliveriesPage {
+        status: Some("lost".into()),
+        kind: None,
+        recipient: None,
+        after: None,
+    };
+    let (_, body) = app.call_fn(&c, lost).await;
     assert!(body.contains("“lost” is not a delivery status"), "{body}");
 }
 
@@ -426,12 +442,11 @@ async fn a_second_retry_is_refused_even_when_both_race() {
     let admin = signed_in(&app, &users[1].1, &users[1].2).await;
 
     // One after the other: the second sees the row queued.
-    let (s1, _) = app
-        .call_with(&owner, "retry_delivery", &[("job_id", &jobs[0])])
-        .await;
-    let (s2, body) = app
-        .call_with(&owner, "retry_delivery", &[("job_id", &jobs[0])])
-        .await;
+    let retry = |job: &str| RetryDelivery {
+        job_id: job.to_owned(),
+    };
+    let (s1, _) = app.call_fn(&owner, retry(&jobs[0])).await;
+    let (s2, body) = app.call_fn(&owner, retry(&jobs[0])).await;
     assert_eq!((s1.as_u16(), s2.as_u16()), (200, 409));
     assert!(body.contains("This delivery is queued"), "{body}");
     assert_eq!(retry_audits(&pool, &jobs[0]).await, 1);
@@ -448,10 +463,9 @@ async fn a_second_retry_is_refused_even_when_both_race() {
             .execute(&pool)
             .await
             .unwrap();
-        let args = [("job_id", jobs[1].as_str())];
         let (a, b) = tokio::join!(
-            app.call_with(&owner, "retry_delivery", &args),
-            app.call_with(&admin, "retry_delivery", &args),
+            app.call_fn(&owner, retry(&jobs[1])),
+            app.call_fn(&admin, retry(&jobs[1])),
         );
         let wins = [a.0, b.0].iter().filter(|s| s.as_u16() == 200).count();
         assert_eq!(wins, 1, "{a:?} {b:?}");
@@ -473,16 +487,17 @@ async fn a_viewer_can_look_but_not_retry() {
     let app = spawn_app(pool.clone()).await;
     let viewer = signed_in(&app, &users[0].1, &users[0].2).await;
     let before = snapshot(&pool, &jobs[0]).await;
-    let (status, body) = app
-        .call_with(&viewer, "retry_delivery", &[("job_id", &jobs[0])])
-        .await;
+    let retry = RetryDelivery {
+        job_id: jobs[0].clone(),
+    };
+    let (status, body) = app.call_fn(&viewer, retry).await;
     assert_eq!(status, 403);
     assert_eq!(json(&body), Value::from("Forbidden"), "{body}");
     assert_eq!(snapshot(&pool, &jobs[0]).await, before);
-    let (_, body) = app.call(&viewer, "deliveries").await;
+    let (_, body) = app.call_fn(&viewer, every_delivery()).await;
     assert_eq!(json(&body)["can_retry"], false);
     let admin = signed_in(&app, &users[1].1, &users[1].2).await;
-    let (_, body) = app.call(&admin, "deliveries").await;
+    let (_, body) = app.call_fn(&admin, every_delivery()).await;
     assert_eq!(json(&body)["can_retry"], true);
 }
 
@@ -517,7 +532,12 @@ async fn a_captured_message_is_read_back_from_its_file_with_a_size_cap() {
     let c = signed_in(&app, &users[0].1, &users[0].2).await;
 
     let (status, body) = app
-        .call_with(&c, "captured_message", &[("job_id", &jobs[0])])
+        .call_fn(
+            &c,
+            CapturedMessage {
+                job_id: jobs[0].clone(),
+            },
+        )
         .await;
     assert_eq!(status, 200, "{body}");
     let m = json(&body);
@@ -526,7 +546,12 @@ async fn a_captured_message_is_read_back_from_its_file_with_a_size_cap() {
     assert_eq!(m["truncated"], false);
 
     let (_, body) = app
-        .call_with(&c, "captured_message", &[("job_id", &jobs[1])])
+        .call_fn(
+            &c,
+            CapturedMessage {
+                job_id: jobs[1].clone(),
+            },
+        )
         .await;
     let m = json(&body);
     assert_eq!(m["truncated"], true);
@@ -553,7 +578,12 @@ async fn a_captured_message_is_read_back_from_its_file_with_a_size_cap() {
 
     // Sent through SMTP: no file, a clear answer.
     let (_, body) = app
-        .call_with(&c, "captured_message", &[("job_id", &jobs[2])])
+        .call_fn(
+            &c,
+            CapturedMessage {
+                job_id: jobs[2].clone(),
+            },
+        )
         .await;
     assert!(
         body.contains("No captured copy of this message exists"),
@@ -561,7 +591,7 @@ async fn a_captured_message_is_read_back_from_its_file_with_a_size_cap() {
     );
 
     // The list marks only captured rows as openable.
-    let (_, body) = app.call(&c, "deliveries").await;
+    let (_, body) = app.call_fn(&c, every_delivery()).await;
     let openable: HashSet<String> = json(&body)["rows"]
         .as_array()
         .unwrap()

@@ -1,7 +1,9 @@
 //! The Digests page's server functions over real HTTP on a real PostgreSQL: opt-in rights and
 //! tenancy, schedule validation, and the forced resend's dialog key.
 
-use app::api::digests::{DigestPreview, DigestsView, ResendDialog};
+use app::api::digests::{
+    DigestPreview, DigestsView, ResendDialog, ResendDigest, SaveDigestSchedule, SetDigestOptIn,
+};
 use app::domain::Role;
 use serde_json::Value;
 use sqlx::PgPool;
@@ -27,13 +29,9 @@ async fn admins_change_their_own_opt_in_owners_anyones_and_another_orgs_user_is_
     let owner = signed_in(&app, &users[0].1, &users[0].2).await;
     let admin = signed_in(&app, &users[1].1, &users[1].2).await;
     let viewer = signed_in(&app, &users[3].1, &users[3].2).await;
-    let set = |c: &reqwest::Client, user: i64, on: bool| {
-        let (c, user, on) = (c.clone(), user.to_string(), on.to_string());
-        let app = &app;
-        async move {
-            app.call_with(&c, "digest_opt_in", &[("user_id", &user), ("enabled", &on)])
-                .await
-        }
+    let set = |c: &reqwest::Client, user_id: i64, enabled: bool| {
+        let (app, c) = (&app, c.clone());
+        async move { app.call_fn(&c, SetDigestOptIn { user_id, enabled }).await }
     };
 
     // The page lists owners and admins (not the viewer), with who may toggle whom.
@@ -87,26 +85,22 @@ async fn the_schedule_is_validated_and_saved() {
     let (org, users) = org_with_users(&pool, "acme", &[Role::Owner, Role::Viewer]).await;
     let app = spawn_app(pool.clone()).await;
     let owner = signed_in(&app, &users[0].1, &users[0].2).await;
-    let save = |weekday: &'static str, hour: &'static str, tz: &'static str| {
-        let c = owner.clone();
-        let app = &app;
-        async move {
-            app.call_with(
-                &c,
-                "digest_schedule",
-                &[("weekday", weekday), ("hour", hour), ("timezone", tz)],
-            )
-            .await
-            .1
-        }
+    let save = |weekday: i16, hour: i16, tz: &'static str| {
+        let schedule = SaveDigestSchedule {
+            weekday,
+            hour,
+            timezone: tz.into(),
+        };
+        let (app, c) = (&app, owner.clone());
+        async move { app.call_fn(&c, schedule).await.1 }
     };
-    assert!(save("1", "9", "Mars/Olympus_Mons")
+    assert!(save(1, 9, "Mars/Olympus_Mons")
         .await
         .contains("“Mars/Olympus_Mons” is not a time zone"));
-    assert!(save("8", "9", "UTC")
+    assert!(save(8, 9, "UTC")
         .await
         .contains("The weekday must be 1 (Monday) to 7 (Sunday), not 8"));
-    assert!(save("1", "24", "UTC")
+    assert!(save(1, 24, "UTC")
         .await
         .contains("The hour must be 0 to 23, not 24"));
     let saved: (i16, i16, String) =
@@ -121,7 +115,7 @@ async fn the_schedule_is_validated_and_saved() {
         "nothing saved by a refusal"
     );
     assert_eq!(
-        json(&save("5", "17", "Asia/Kathmandu").await),
+        json(&save(5, 17, "Asia/Kathmandu").await),
         Value::from("Schedule saved.")
     );
     let saved: (i16, i16, String) =
@@ -132,13 +126,12 @@ async fn the_schedule_is_validated_and_saved() {
             .unwrap();
     assert_eq!(saved, (5, 17, "Asia/Kathmandu".into()));
     let viewer = signed_in(&app, &users[1].1, &users[1].2).await;
-    let (_, body) = app
-        .call_with(
-            &viewer,
-            "digest_schedule",
-            &[("weekday", "2"), ("hour", "3"), ("timezone", "UTC")],
-        )
-        .await;
+    let schedule = SaveDigestSchedule {
+        weekday: 2,
+        hour: 3,
+        timezone: "UTC".into(),
+    };
+    let (_, body) = app.call_fn(&viewer, schedule).await;
     assert_eq!(json(&body), Value::from("Forbidden"));
 }
 
@@ -159,10 +152,12 @@ async fn a_resend_dialog_submitted_twice_sends_once_and_a_forged_old_key_is_refu
     );
     assert_eq!(dialog["recipients"], 2);
     let key = dialog["key"].as_str().unwrap().to_string();
+    let resend = |key: &str, only_me: Option<&str>| ResendDigest {
+        key: key.into(),
+        only_me: only_me.map(Into::into),
+    };
     for _ in 0..2 {
-        let (status, body) = app
-            .call_with(&owner, "digest_resend", &[("key", &key)])
-            .await;
+        let (status, body) = app.call_fn(&owner, resend(&key, None)).await;
         assert!(
             status.is_success() || status.is_redirection(),
             "{status}: {body}"
@@ -182,9 +177,7 @@ async fn a_resend_dialog_submitted_twice_sends_once_and_a_forged_old_key_is_refu
     let issued: i64 = key.split('-').next().unwrap().parse().unwrap();
     let signing = app::resend_key::key(&pool).await.unwrap();
     let old = app::resend_key::issue(&signing, org, users[0].0, issued - 16 * 60);
-    let (status, body) = app
-        .call_with(&owner, "digest_resend", &[("key", &old), ("only_me", "on")])
-        .await;
+    let (status, body) = app.call_fn(&owner, resend(&old, Some("on"))).await;
     assert_eq!(status, 410, "{body}");
     assert!(body.contains("This confirmation has expired"), "{body}");
     let (bare, _) = key.split_once('.').unwrap();
@@ -194,9 +187,7 @@ async fn a_resend_dialog_submitted_twice_sends_once_and_a_forged_old_key_is_refu
         format!("{secs}-00000000000000ff.AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"),
         app::resend_key::issue(&signing, org, users[1].0, issued),
     ] {
-        let (status, body) = app
-            .call_with(&owner, "digest_resend", &[("key", &forged)])
-            .await;
+        let (status, body) = app.call_fn(&owner, resend(&forged, None)).await;
         assert_eq!(status, 422, "{forged}: {body}");
         assert!(body.contains("not issued to you"), "{body}");
     }
@@ -206,9 +197,7 @@ async fn a_resend_dialog_submitted_twice_sends_once_and_a_forged_old_key_is_refu
     let (a, b) = (json(&a)["key"].clone(), json(&b)["key"].clone());
     assert_ne!(a, b);
     for k in [a, b] {
-        let (status, body) = app
-            .call_with(&owner, "digest_resend", &[("key", k.as_str().unwrap())])
-            .await;
+        let (status, body) = app.call_fn(&owner, resend(k.as_str().unwrap(), None)).await;
         assert!(
             status.is_success() || status.is_redirection(),
             "{status}: {body}"
@@ -217,9 +206,7 @@ async fn a_resend_dialog_submitted_twice_sends_once_and_a_forged_old_key_is_refu
     let viewer = signed_in(&app, &users[2].1, &users[2].2).await;
     let (_, body) = app.call_fn(&viewer, ResendDialog {}).await;
     assert_eq!(json(&body), Value::from("Forbidden"));
-    let (_, body) = app
-        .call_with(&viewer, "digest_resend", &[("key", &key)])
-        .await;
+    let (_, body) = app.call_fn(&viewer, resend(&key, None)).await;
     assert_eq!(json(&body), Value::from("Forbidden"));
 
     // The page's history shows the resend, who did it, and each recipient's delivery.

@@ -1,4 +1,5 @@
 use app::api::auth::Logout;
+use app::api::campaign::Campaigns;
 use app::api::overview::GetOverview;
 use app::domain::Role;
 use reqwest::redirect;
@@ -204,7 +205,14 @@ async fn every_read_is_scoped_to_the_signed_in_organisation() {
         overview.contains("\"subscribers\":0"),
         "alpha has no subscribers: {overview}"
     );
-    let (_, campaigns) = app.call(&c, "campaigns").await;
+    let (_, campaigns) = app
+        .call_fn(
+            &c,
+            Campaigns {
+                status: String::new(),
+            },
+        )
+        .await;
     assert!(campaigns.contains("Alpha launch"), "{campaigns}");
     assert!(!campaigns.contains("Beta secret plan"), "{campaigns}");
 }

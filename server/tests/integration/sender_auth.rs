@@ -4,8 +4,9 @@
 //! (mail-auth) against the DNS record the settings page tells the owner to publish, served
 //! from a cache this test fills (no network DNS).
 
-use app::api::campaign::edit::NewCampaign;
-use app::api::sender_auth::{SaveReturnPath, SenderAuthView};
+use app::api::campaign::edit::{CampaignSheet, NewCampaign, SaveCampaign};
+use app::api::campaign::test_send::SendTest;
+use app::api::sender_auth::{SaveDkimKey, SaveReturnPath, SenderAuthView, SetDkimEnabled};
 use std::borrow::Borrow;
 use std::collections::HashMap;
 use std::hash::Hash;
@@ -75,17 +76,14 @@ async fn verify(message: &str, name: &str, value: &str) -> Vec<DkimResult> {
 /// The owner's client, with DKIM set up over HTTP (generated key, enabled); returns the DNS
 /// record (name, value) the settings page shows.
 async fn enable_dkim(app: &TestApp, owner: &reqwest::Client) -> (String, String) {
-    let (status, body) = app
-        .call_with(
-            owner,
-            "save_dkim_key",
-            &[("domain", "Example.org"), ("selector", "mr2026")],
-        )
-        .await;
+    let key = SaveDkimKey {
+        domain: "Example.org".into(),
+        selector: "mr2026".into(),
+        private_key: String::new(),
+    };
+    let (status, body) = app.call_fn(owner, key).await;
     assert_eq!(status, 200, "{body}");
-    let (status, body) = app
-        .call_with(owner, "set_dkim_enabled", &[("enabled", "true")])
-        .await;
+    let (status, body) = app.call_fn(owner, SetDkimEnabled { enabled: true }).await;
     assert_eq!(status, 200, "{body}");
     let view = json(&app.call_fn(owner, SenderAuthView {}).await.1);
     let dkim = &view["dkim"];
@@ -109,43 +107,27 @@ async fn queue_campaign_test(app: &TestApp, admin: &reqwest::Client, to: &str) {
             },
         )
         .await;
-    let id = json(&body).as_i64().unwrap().to_string();
-    let (status, body) = app
-        .call_with(
-            admin,
-            "save_campaign",
-            &[
-                ("id", &id),
-                ("version", "1"),
-                ("name", "Launch"),
-                ("subject", "Grüße, {{ name }}"),
-                (
-                    "body",
-                    "# News\n\n*Big* day, with trailing spaces   \n\nBye.",
-                ),
-                ("format", "markdown"),
-            ],
-        )
-        .await;
+    let id = json(&body).as_i64().unwrap();
+    let edit = SaveCampaign {
+        id,
+        version: 1,
+        name: "Launch".into(),
+        subject: "Grüße, {{ name }}".into(),
+        body: "# News\n\n*Big* day, with trailing spaces   \n\nBye.".into(),
+        format: "markdown".into(),
+        lists: vec![],
+        schedule: String::new(),
+    };
+    let (status, body) = app.call_fn(admin, edit).await;
     assert_eq!(status, 200, "{body}");
-    let sheet = json(
-        &app.call_with(admin, "campaign_sheet", &[("id", &id)])
-            .await
-            .1,
-    );
-    let token = sheet["test_token"].as_str().unwrap().to_string();
-    let (status, body) = app
-        .call_with(
-            admin,
-            "campaign_test",
-            &[
-                ("id", id.as_str()),
-                ("version", "2"),
-                ("token", token.as_str()),
-                ("addresses", to),
-            ],
-        )
-        .await;
+    let sheet = json(&app.call_fn(admin, CampaignSheet { id }).await.1);
+    let test = SendTest {
+        id,
+        version: 2,
+        token: sheet["test_token"].as_str().unwrap().to_string(),
+        addresses: to.into(),
+    };
+    let (status, body) = app.call_fn(admin, test).await;
     assert_eq!(status, 200, "{body}");
 }
 
@@ -222,9 +204,7 @@ async fn dkim_signed_mail_verifies_against_the_published_record_and_fails_once_a
     assert!(rich.data.contains("multipart/alternative"), "{}", rich.data);
 
     // Signing off: the next message goes out unsigned.
-    let (status, body) = app
-        .call_with(&owner, "set_dkim_enabled", &[("enabled", "false")])
-        .await;
+    let (status, body) = app.call_fn(&owner, SetDkimEnabled { enabled: false }).await;
     assert_eq!(status, 200, "{body}");
     queue_campaign_test(&app, &admin, "off@example.com").await;
     while worker.round().await.unwrap() > 0 {}
@@ -375,17 +355,12 @@ async fn sender_auth_settings_are_owner_only_validated_audited_and_never_return_
         ),
         ("example.org", "s1", "hello", "DKIM private key"),
     ] {
-        let (status, body) = app
-            .call_with(
-                &owner,
-                "save_dkim_key",
-                &[
-                    ("domain", domain),
-                    ("selector", selector),
-                    ("private_key", private_key),
-                ],
-            )
-            .await;
+        let key = SaveDkimKey {
+            domain: domain.into(),
+            selector: selector.into(),
+            private_key: private_key.into(),
+        };
+        let (status, body) = app.call_fn(&owner, key).await;
         assert_eq!(status, 422, "{body}");
         let message = json(&body)["Invalid"]
             .as_str()
@@ -396,9 +371,7 @@ async fn sender_auth_settings_are_owner_only_validated_audited_and_never_return_
             "{field}: {body}"
         );
     }
-    let (_, body) = app
-        .call_with(&owner, "set_dkim_enabled", &[("enabled", "true")])
-        .await;
+    let (_, body) = app.call_fn(&owner, SetDkimEnabled { enabled: true }).await;
     assert_eq!(
         json(&body)["Invalid"],
         "DKIM: generate or paste a key first."
@@ -421,17 +394,12 @@ async fn sender_auth_settings_are_owner_only_validated_audited_and_never_return_
     assert!(audit_rows(&pool, org).await.is_empty());
 
     // The pasted key is stored (PKCS#1) and its public half shown; signing starts off.
-    let (status, body) = app
-        .call_with(
-            &owner,
-            "save_dkim_key",
-            &[
-                ("domain", "example.org"),
-                ("selector", "s1"),
-                ("private_key", &format!("\n{pem}\n")),
-            ],
-        )
-        .await;
+    let pasted = SaveDkimKey {
+        domain: "example.org".into(),
+        selector: "s1".into(),
+        private_key: format!("\n{pem}\n"),
+    };
+    let (status, body) = app.call_fn(&owner, pasted).await;
     assert_eq!(status, 200, "{body}");
     responses.push(body);
     let (status, body) = app.call_fn(&owner, SenderAuthView {}).await;

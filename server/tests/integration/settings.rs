@@ -2,12 +2,13 @@
 //! through the delivery engine, the set-password link, roles, disabling, resets, the last
 //! owner), and the audit log page.
 
-use app::api::campaign::edit::NewCampaign;
-use app::api::deliveries::CapturedMessage;
+use app::api::audit_log::AuditLogPage;
+use app::api::campaign::edit::{CampaignAction, NewCampaign, SaveCampaign};
+use app::api::deliveries::{CapturedMessage, DeliveriesPage};
 use app::api::invites::InviteInfo;
 use app::api::overview::GetOverview;
-use app::api::settings::SettingsView;
-use app::api::users::UsersView;
+use app::api::settings::{SaveApprovalPolicy, SaveSender, SettingsView};
+use app::api::users::{InviteUser, ResetPassword, SetUserDisabled, SetUserRole, UsersView};
 use app::domain::{JobId, Role};
 use reqwest::StatusCode;
 use serde_json::Value;
@@ -99,19 +100,13 @@ async fn the_sender_identity_is_owner_only_validated_field_by_field_and_audited(
     let admin = signed_in(&app, &u[1].1, &u[1].2).await;
     let viewer = signed_in(&app, &u[2].1, &u[2].2).await;
     let save = |c: &reqwest::Client, name: &str, from: &str, reply: &str| {
-        let (c, args) = (
-            c.clone(),
-            [
-                ("from_name", name.to_owned()),
-                ("from_address", from.to_owned()),
-                ("reply_to", reply.to_owned()),
-            ],
-        );
-        let app = &app;
-        async move {
-            let args: Vec<(&str, &str)> = args.iter().map(|(k, v)| (*k, v.as_str())).collect();
-            app.call_with(&c, "save_sender", &args).await
-        }
+        let sender = SaveSender {
+            from_name: name.into(),
+            from_address: from.into(),
+            reply_to: reply.into(),
+        };
+        let (app, c) = (&app, c.clone());
+        async move { app.call_fn(&c, sender).await }
     };
 
     // Everyone reads it; only the owner may change it.
@@ -205,16 +200,13 @@ async fn an_invite_is_one_user_and_one_invite_delivery_and_its_link_sets_a_passw
     let owner = signed_in(&app, &u[0].1, &u[0].2).await;
     let admin = signed_in(&app, &u[1].1, &u[1].2).await;
     let invite = |c: &reqwest::Client, email: &str, role: &str| {
-        let (c, email, role) = (c.clone(), email.to_owned(), role.to_owned());
-        let app = &app;
-        async move {
-            app.call_with(
-                &c,
-                "invite_user",
-                &[("email", &email), ("name", ""), ("role", &role)],
-            )
-            .await
-        }
+        let invite = InviteUser {
+            email: email.into(),
+            name: String::new(),
+            role: role.into(),
+        };
+        let (app, c) = (&app, c.clone());
+        async move { app.call_fn(&c, invite).await }
     };
 
     let (status, body) = invite(&admin, "new@acme.example", "admin").await;
@@ -365,13 +357,7 @@ async fn an_invite_is_one_user_and_one_invite_delivery_and_its_link_sets_a_passw
     assert_eq!(audit_rows(&pool, org, "user.accept_invite").await.len(), 1);
 
     // An expired link is dead too.
-    let (status, _) = app
-        .call_with(
-            &owner,
-            "reset_password",
-            &[("user_id", &new_id.to_string())],
-        )
-        .await;
+    let (status, _) = app.call_fn(&owner, ResetPassword { user_id: new_id }).await;
     assert_eq!(status, 200);
     let jobs = invite_jobs(&pool, "new@acme.example").await;
     let token = token_of(&pool, &jobs[1].0).await;
@@ -393,41 +379,31 @@ async fn disabling_ends_sessions_and_blocks_login_and_the_last_owner_is_kept() {
     let owner = signed_in(&app, &u[0].1, &u[0].2).await;
     let admin = signed_in(&app, &u[1].1, &u[1].2).await;
     let viewer = signed_in(&app, &u[2].1, &u[2].2).await;
-    let (owner_id, admin_id) = (u[0].0.to_string(), u[1].0.to_string());
-    let disable = |c: &reqwest::Client, id: &str, on: bool| {
-        let (c, id, on) = (c.clone(), id.to_owned(), on.to_string());
-        let app = &app;
-        async move {
-            app.call_with(
-                &c,
-                "set_user_disabled",
-                &[("user_id", &id), ("disabled", &on)],
-            )
-            .await
-        }
+    let (owner_id, admin_id) = (u[0].0, u[1].0);
+    let disable = |c: &reqwest::Client, user_id: i64, disabled: bool| {
+        let (app, c) = (&app, c.clone());
+        async move { app.call_fn(&c, SetUserDisabled { user_id, disabled }).await }
     };
-    let set_role = |c: &reqwest::Client, id: &str, role: &str| {
-        let (c, id, role) = (c.clone(), id.to_owned(), role.to_owned());
-        let app = &app;
-        async move {
-            app.call_with(&c, "set_user_role", &[("user_id", &id), ("role", &role)])
-                .await
-        }
+    let set_role = |c: &reqwest::Client, user_id: i64, role: &str| {
+        let change = SetUserRole {
+            user_id,
+            role: role.into(),
+        };
+        let (app, c) = (&app, c.clone());
+        async move { app.call_fn(&c, change).await }
     };
 
     for c in [&admin, &viewer] {
-        let (status, body) = disable(c, &owner_id, true).await;
+        let (status, body) = disable(c, owner_id, true).await;
         assert_eq!(refusal(status, &body).0, "Forbidden");
-        let (status, body) = set_role(c, &admin_id, "owner").await;
+        let (status, body) = set_role(c, admin_id, "owner").await;
         assert_eq!(refusal(status, &body).0, "Forbidden");
-        let (status, body) = app
-            .call_with(c, "reset_password", &[("user_id", &owner_id)])
-            .await;
+        let (status, body) = app.call_fn(c, ResetPassword { user_id: owner_id }).await;
         assert_eq!(refusal(status, &body).0, "Forbidden");
     }
 
     // Disabled: the open session ends at once, and the password no longer signs in.
-    let (status, body) = disable(&owner, &admin_id, true).await;
+    let (status, body) = disable(&owner, admin_id, true).await;
     assert_eq!(status, 200, "{body}");
     let (status, body) = app.call_fn(&admin, GetOverview {}).await;
     assert_eq!(refusal(status, &body).0, "NotSignedIn");
@@ -447,29 +423,29 @@ async fn disabling_ends_sessions_and_blocks_login_and_the_last_owner_is_kept() {
         (Value::from(false), Value::from(true))
     );
     // Enabled again: the same password works.
-    let (status, _) = disable(&owner, &admin_id, false).await;
+    let (status, _) = disable(&owner, admin_id, false).await;
     assert_eq!(status, 200);
     assert!(can_login(&app, &u[1].1, &u[1].2).await);
 
     // The last active owner can be neither demoted nor disabled, even by themselves.
     for (status, body) in [
-        set_role(&owner, &owner_id, "admin").await,
-        disable(&owner, &owner_id, true).await,
+        set_role(&owner, owner_id, "admin").await,
+        disable(&owner, owner_id, true).await,
     ] {
         let (kind, message) = refusal(status, &body);
         assert_eq!(kind, "Conflict");
         assert!(message.contains("last active owner"), "{message}");
     }
     // With a second owner, the first may step down; then the second is the last.
-    let (status, body) = set_role(&owner, &admin_id, "owner").await;
+    let (status, body) = set_role(&owner, admin_id, "owner").await;
     assert_eq!(
         (status.as_u16(), json(&body)),
         (200, Value::from(format!("{} is now owner.", u[1].1)))
     );
-    let (status, body) = set_role(&owner, &owner_id, "viewer").await;
+    let (status, body) = set_role(&owner, owner_id, "viewer").await;
     assert_eq!(status, 200, "{body}");
     let second = signed_in(&app, &u[1].1, &u[1].2).await;
-    let (status, body) = disable(&second, &admin_id, true).await;
+    let (status, body) = disable(&second, admin_id, true).await;
     assert!(refusal(status, &body).1.contains("last active owner"));
     let roles = audit_rows(&pool, org, "user.role").await;
     assert_eq!(roles.len(), 2);
@@ -484,12 +460,13 @@ async fn two_owners_demoting_each_other_at_once_leave_one_owner() {
     let app = spawn_app(pool.clone()).await;
     let a = signed_in(&app, &u[0].1, &u[0].2).await;
     let b = signed_in(&app, &u[1].1, &u[1].2).await;
-    let (ida, idb) = (u[0].0.to_string(), u[1].0.to_string());
-    let args_a = [("user_id", idb.as_str()), ("role", "admin")];
-    let args_b = [("user_id", ida.as_str()), ("role", "admin")];
+    let demote = |user_id: i64| SetUserRole {
+        user_id,
+        role: "admin".into(),
+    };
     let (ra, rb) = tokio::join!(
-        app.call_with(&a, "set_user_role", &args_a),
-        app.call_with(&b, "set_user_role", &args_b)
+        app.call_fn(&a, demote(u[1].0)),
+        app.call_fn(&b, demote(u[0].0))
     );
     let owners: i64 = sqlx::query_scalar(
         "select count(*) from users where org_id = $1 and role = 'owner' and not disabled",
@@ -511,11 +488,7 @@ async fn a_reset_ends_the_old_password_and_sessions_and_its_link_sets_a_new_one(
     let admin_id = u[1].0;
 
     let (status, body) = app
-        .call_with(
-            &owner,
-            "reset_password",
-            &[("user_id", &admin_id.to_string())],
-        )
+        .call_fn(&owner, ResetPassword { user_id: admin_id })
         .await;
     assert_eq!(status, 200, "{body}");
     assert!(json(&body)
@@ -552,11 +525,7 @@ async fn a_reset_ends_the_old_password_and_sessions_and_its_link_sets_a_new_one(
 
     // A second reset retires the first link.
     let (status, _) = app
-        .call_with(
-            &owner,
-            "reset_password",
-            &[("user_id", &admin_id.to_string())],
-        )
+        .call_fn(&owner, ResetPassword { user_id: admin_id })
         .await;
     assert_eq!(status, 200);
     let jobs = invite_jobs(&pool, &u[1].1).await;
@@ -570,18 +539,15 @@ async fn a_reset_ends_the_old_password_and_sessions_and_its_link_sets_a_new_one(
     );
     let newest = token_of(&pool, &jobs[1].0).await;
     // A link of a user who was disabled since does not work while they are disabled.
-    let disable = |on: &'static str| {
-        let (app, owner, id) = (&app, &owner, admin_id.to_string());
-        async move {
-            app.call_with(
-                owner,
-                "set_user_disabled",
-                &[("user_id", &id), ("disabled", on)],
-            )
-            .await
-        }
+    let disable = |disabled: bool| {
+        let (app, owner) = (&app, &owner);
+        let change = SetUserDisabled {
+            user_id: admin_id,
+            disabled,
+        };
+        async move { app.call_fn(owner, change).await }
     };
-    assert_eq!(disable("true").await.0, 200);
+    assert_eq!(disable(true).await.0, 200);
     let (status, body) = accept(&app, &newest, "", "the-new-password-123").await;
     assert!(
         refusal(status, &body)
@@ -589,7 +555,7 @@ async fn a_reset_ends_the_old_password_and_sessions_and_its_link_sets_a_new_one(
             .contains("expired or was already used"),
         "{body}"
     );
-    assert_eq!(disable("false").await.0, 200);
+    assert_eq!(disable(false).await.0, 200);
     let (status, body) = accept(&app, &newest, "", "the-new-password-123").await;
     assert!(status.is_success() || status.is_redirection(), "{body}");
     assert!(can_login(&app, &u[1].1, "the-new-password-123").await);
@@ -608,28 +574,19 @@ async fn the_audit_log_lists_the_orgs_entries_filtered_and_a_page_at_a_time() {
     let owner = signed_in(&app, &u[0].1, &u[0].2).await;
     let viewer = signed_in(&app, &u[2].1, &u[2].2).await;
     let admin_id = u[1].0.to_string();
-    app.call_with(
-        &owner,
-        "set_user_role",
-        &[("user_id", &admin_id), ("role", "viewer")],
-    )
-    .await;
-    app.call_with(
-        &owner,
-        "set_user_role",
-        &[("user_id", &admin_id), ("role", "admin")],
-    )
-    .await;
-    app.call_with(
-        &owner,
-        "save_sender",
-        &[
-            ("from_name", "Acme"),
-            ("from_address", "a@acme.example"),
-            ("reply_to", ""),
-        ],
-    )
-    .await;
+    for role in ["viewer", "admin"] {
+        let change = SetUserRole {
+            user_id: u[1].0,
+            role: role.into(),
+        };
+        app.call_fn(&owner, change).await;
+    }
+    let sender = SaveSender {
+        from_name: "Acme".into(),
+        from_address: "a@acme.example".into(),
+        reply_to: String::new(),
+    };
+    app.call_fn(&owner, sender).await;
     let mut tx = pool.begin().await.unwrap();
     for i in 0..60 {
         let (o, actor) = if i % 2 == 0 {
@@ -657,13 +614,12 @@ async fn the_audit_log_lists_the_orgs_entries_filtered_and_a_page_at_a_time() {
         let (action, actor, before) = (action.to_owned(), actor.to_owned(), before.to_owned());
         let (app, viewer) = (&app, &viewer);
         async move {
-            let (status, body) = app
-                .call_with(
-                    viewer,
-                    "audit_log",
-                    &[("action", &action), ("actor", &actor), ("before", &before)],
-                )
-                .await;
+            let query = AuditLogPage {
+                action: Some(action),
+                actor: Some(actor),
+                before: Some(before),
+            };
+            let (status, body) = app.call_fn(viewer, query).await;
             assert_eq!(status, 200, "viewers read the log: {body}");
             json(&body)
         }
@@ -707,7 +663,12 @@ async fn the_audit_log_lists_the_orgs_entries_filtered_and_a_page_at_a_time() {
         .collect();
     assert_eq!(ids, first[10..].to_vec());
 
-    let (status, body) = app.call_with(&viewer, "audit_log", &[("actor", "x")]).await;
+    let query = AuditLogPage {
+        action: None,
+        actor: Some("x".into()),
+        before: None,
+    };
+    let (status, body) = app.call_fn(&viewer, query).await;
     assert!(refusal(status, &body).1.contains("not a valid user"));
 }
 
@@ -719,26 +680,19 @@ async fn the_delivery_worker_sends_an_invite_with_its_link_and_never_a_retired_o
     let app = spawn_app(pool.clone()).await;
     let owner = signed_in(&app, &u[0].1, &u[0].2).await;
     let (status, body) = app
-        .call_with(
+        .call_fn(
             &owner,
-            "invite_user",
-            &[
-                ("email", "ivy@example.org"),
-                ("name", "Ivy"),
-                ("role", "viewer"),
-            ],
+            InviteUser {
+                email: "ivy@example.org".into(),
+                name: "Ivy".into(),
+                role: "viewer".into(),
+            },
         )
         .await;
     assert_eq!(status, 200, "{body}");
     // Two resets of the admin before any worker runs: only the newest link is worth sending.
     for _ in 0..2 {
-        let (status, _) = app
-            .call_with(
-                &owner,
-                "reset_password",
-                &[("user_id", &u[1].0.to_string())],
-            )
-            .await;
+        let (status, _) = app.call_fn(&owner, ResetPassword { user_id: u[1].0 }).await;
         assert_eq!(status, 200);
     }
 
@@ -825,14 +779,13 @@ async fn the_pages_render_on_the_server_so_their_forms_work_before_the_wasm_load
     assert!(page.contains("Only an owner can change the sender identity."));
     assert!(!page.contains("id=\"invite-form\"") && !page.contains("data-test=\"change-role\""));
     let (status, _) = app
-        .call_with(
+        .call_fn(
             &owner,
-            "invite_user",
-            &[
-                ("email", "pat@acme.example"),
-                ("name", "Pat <b>Bold</b>"),
-                ("role", "viewer"),
-            ],
+            InviteUser {
+                email: "pat@acme.example".into(),
+                name: "Pat <b>Bold</b>".into(),
+                role: "viewer".into(),
+            },
         )
         .await;
     assert_eq!(status, 200);
@@ -875,52 +828,48 @@ async fn self_approval_is_off_by_default_and_only_an_owner_turns_it_on_which_let
             },
         )
         .await;
-    let id = json(&body).as_i64().unwrap().to_string();
-    let l0 = lists[0].to_string();
-    let (status, body) = app
-        .call_with(
-            &admin,
-            "save_campaign",
-            &[
-                ("id", &id),
-                ("version", "1"),
-                ("name", "Mine"),
-                ("subject", "Hi"),
-                ("body", "x"),
-                ("lists[0]", &l0),
-            ],
-        )
-        .await;
+    let id = json(&body).as_i64().unwrap();
+    let edit = SaveCampaign {
+        id,
+        version: 1,
+        name: "Mine".into(),
+        subject: "Hi".into(),
+        body: "x".into(),
+        format: String::new(),
+        lists: vec![lists[0]],
+        schedule: String::new(),
+    };
+    let (status, body) = app.call_fn(&admin, edit).await;
     assert_eq!(status, 200, "{body}");
     let act = |verb: &'static str| {
-        let (app, admin, id) = (&app, &admin, id.clone());
-        async move {
-            app.call_with(
-                admin,
-                "campaign_action",
-                &[("id", &id), ("verb", verb), ("version", "2")],
-            )
-            .await
-            .1
-        }
+        let action = CampaignAction {
+            id,
+            verb: verb.into(),
+            version: 2,
+            reason: String::new(),
+        };
+        let (app, admin) = (&app, &admin);
+        async move { app.call_fn(admin, action).await.1 }
     };
     assert_eq!(json(&act("submit").await), "Campaign submitted.");
     assert!(json(&act("approve").await)["Conflict"].is_string());
 
     // Only an owner changes the policy; turning it on is audited.
     let (status, body) = app
-        .call_with(
+        .call_fn(
             &admin,
-            "save_approval_policy",
-            &[("allow_self_approval", "on")],
+            SaveApprovalPolicy {
+                allow_self_approval: Some("on".into()),
+            },
         )
         .await;
     assert_eq!(refusal(status, &body).0, "Forbidden");
     let (status, body) = app
-        .call_with(
+        .call_fn(
             &owner,
-            "save_approval_policy",
-            &[("allow_self_approval", "on")],
+            SaveApprovalPolicy {
+                allow_self_approval: Some("on".into()),
+            },
         )
         .await;
     assert_eq!(status, 200, "{body}");
@@ -935,13 +884,16 @@ async fn self_approval_is_off_by_default_and_only_an_owner_turns_it_on_which_let
     // Now the author may approve, and it is marked.
     assert_eq!(json(&act("approve").await), "Campaign approved.");
     let marked: bool = sqlx::query_scalar("select self_approved from campaigns where id = $1")
-        .bind(id.parse::<i64>().unwrap())
+        .bind(id)
         .fetch_one(&pool)
         .await
         .unwrap();
     assert!(marked);
     // Unchecked (the field absent, as a browser sends it): four eyes again.
-    let (status, _) = app.call_with(&owner, "save_approval_policy", &[]).await;
+    let unchecked = SaveApprovalPolicy {
+        allow_self_approval: None,
+    };
+    let (status, _) = app.call_fn(&owner, unchecked).await;
     assert_eq!(status, 200);
     assert_eq!(
         json(&app.call_fn(&owner, SettingsView {}).await.1)["allow_self_approval"],
@@ -965,24 +917,17 @@ async fn captured_invitations_and_resets_are_readable_by_no_dashboard_user() {
     let admin = signed_in(&app, &u[1].1, &u[1].2).await;
     let viewer = signed_in(&app, &u[2].1, &u[2].2).await;
     let (status, body) = app
-        .call_with(
+        .call_fn(
             &owner,
-            "invite_user",
-            &[
-                ("email", "boss@acme.example"),
-                ("name", "Boss"),
-                ("role", "owner"),
-            ],
+            InviteUser {
+                email: "boss@acme.example".into(),
+                name: "Boss".into(),
+                role: "owner".into(),
+            },
         )
         .await;
     assert_eq!(status, 200, "{body}");
-    let (status, body) = app
-        .call_with(
-            &owner,
-            "reset_password",
-            &[("user_id", &u[3].0.to_string())],
-        )
-        .await;
+    let (status, body) = app.call_fn(&owner, ResetPassword { user_id: u[3].0 }).await;
     assert_eq!(status, 200, "{body}");
     let mut worker = Worker::new(
         pool.clone(),
@@ -1019,7 +964,13 @@ async fn captured_invitations_and_resets_are_readable_by_no_dashboard_user() {
                 .await
                 .unwrap();
             assert!(!page.contains(&token), "the message page shows no link");
-            let (status, body) = app.call_with(c, "deliveries", &[("kind", "invite")]).await;
+            let query = DeliveriesPage {
+                status: None,
+                kind: Some("invite".into()),
+                recipient: None,
+                after: None,
+            };
+            let (status, body) = app.call_fn(c, query).await;
             assert_eq!(status, 200, "{body}");
             let rows = json(&body)["rows"].as_array().unwrap().clone();
             assert_eq!(rows.len(), 2, "listed, with their states: {body}");

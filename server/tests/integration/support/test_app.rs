@@ -136,11 +136,6 @@ impl TestApp {
             .unwrap()
     }
 
-    /// Calls a server function without arguments.
-    pub async fn call(&self, c: &reqwest::Client, endpoint: &str) -> (StatusCode, String) {
-        self.call_with(c, endpoint, &[]).await
-    }
-
     /// Calls a server function with its typed arguments (the struct its `#[server]` macro
     /// makes), form-encoded as the browser posts them: a renamed endpoint or argument is a
     /// compile error, not a silently different request. Malformed input is sent with
@@ -162,7 +157,9 @@ impl TestApp {
         (r.status(), r.text().await.unwrap())
     }
 
-    /// Calls a server function with form-encoded arguments, as the browser does.
+    /// Posts raw form fields to a server function's endpoint: for input the typed struct
+    /// cannot express (malformed values, the editor's checkbox positions) and for tables of
+    /// refusals that run over many endpoints.
     pub async fn call_with(
         &self,
         c: &reqwest::Client,
