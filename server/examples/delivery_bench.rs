@@ -83,12 +83,6 @@ fn postgres_cpu_seconds() -> f64 {
         .sum()
 }
 
-fn peak_rss_kib(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    line.split_whitespace().nth(1)?.parse().ok()
-}
-
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().collect();
@@ -207,7 +201,7 @@ async fn main() -> anyhow::Result<()> {
         )
         .fetch_one(&pool)
         .await?;
-        peak = peak.max(peak_rss_kib(worker.id()).unwrap_or(0));
+        peak = peak.max(support::peak_rss_kib(worker.id()).unwrap_or(0));
         if !open {
             let per = |cpu: f64| cpu * 1e6 / messages as f64;
             println!(
@@ -224,11 +218,7 @@ async fn main() -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let elapsed = started.elapsed().as_secs_f64();
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(worker.id() as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    )?;
-    worker.wait()?;
+    support::stop(&mut worker)?;
     let (delivered, other): (i64, i64) = sqlx::query_as(
         "select count(*) filter (where status = 'delivered'), count(*) filter (where status <> 'delivered') from deliveries",
     )

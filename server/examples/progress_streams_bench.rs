@@ -51,51 +51,23 @@ fn load_average() -> String {
         .unwrap_or_default()
 }
 
-/// An org with two admins (a signs in) and one list of `n` subscribers: (org, (a, b), list).
+/// An org with two admins (a signs in) and one list of `n` subscribers, imported as the CSV
+/// import does: (org, (a, b), list).
 async fn seed(pool: &PgPool, n: i64) -> anyhow::Result<(i64, (i64, i64), i64)> {
-    let org: i64 = sqlx::query_scalar(
-        "insert into orgs (name, slug, from_name, from_address) values ('Bench', 'bench', 'Bench', 'news@bench.example') returning id",
-    )
-    .fetch_one(pool)
-    .await?;
-    let users: Vec<i64> = sqlx::query_scalar(
-        "insert into users (org_id, email, email_lower, name, role, password_hash)
-         values ($1, $2, $2, 'A', 'owner', $3), ($1, 'b@bench.example', 'b@bench.example', 'B', 'admin', 'x')
-         returning id",
-    )
-    .bind(org)
-    .bind(EMAIL)
-    .bind(app::auth::hash_password(PASSWORD)?)
-    .fetch_all(pool)
-    .await?;
-    let list: i64 =
-        sqlx::query_scalar("insert into lists (org_id, name) values ($1, 'everyone') returning id")
-            .bind(org)
-            .fetch_one(pool)
-            .await?;
-    sqlx::query(
-        "insert into subscribers (org_id, email, email_lower, name)
-         select $1, 'p' || i || '@example.org', 'p' || i || '@example.org', 'Person ' || i
-         from generate_series(1, $2) i",
-    )
-    .bind(org)
-    .bind(n)
-    .execute(pool)
-    .await?;
-    sqlx::query(
-        "insert into list_members (org_id, list_id, subscriber_id) select $1, $2, id from subscribers where org_id = $1",
-    )
-    .bind(org)
-    .bind(list)
-    .execute(pool)
-    .await?;
-    Ok((org, (users[0], users[1]), list))
+    let (org, users) = support::org_with_admins(pool, "bench", EMAIL, PASSWORD).await?;
+    let list = support::list(pool, org, "everyone").await?;
+    let people: Vec<(String, String)> = (1..=n)
+        .map(|i| (format!("p{i}@example.org"), format!("Person {i}")))
+        .collect();
+    support::import(pool, org, list, &people).await?;
+    Ok((org, users, list))
 }
 
-/// An approved campaign to `list`, due only next year (streams open on it before it starts).
-async fn campaign(pool: &PgPool, org: i64, users: (i64, i64), list: i64) -> anyhow::Result<i64> {
+/// A campaign to `list`, submitted (streams open on it before it is approved and starts):
+/// (id, the version to approve).
+async fn campaign(pool: &PgPool, org: i64, author: i64, list: i64) -> anyhow::Result<(i64, i32)> {
     let body = "Dear {{ name }}, this is the bench campaign.";
-    support::approved_campaign(pool, org, users, &[list], "Bench", body, true).await
+    support::submitted_campaign(pool, org, author, &[list], "Bench", body, false).await
 }
 
 /// `mailroom serve` on the bench's cluster, sending to the sink with campaign_bench's tuning.
@@ -151,13 +123,16 @@ async fn open_streams(
     Ok(readers)
 }
 
-/// Starts the campaign and waits until it is sent: (delivered, messages/s from the campaign's
-/// start to its last delivery, both by the database clock).
-async fn run(pool: &PgPool, id: i64, limit: Duration) -> anyhow::Result<(i64, f64)> {
-    sqlx::query("update campaigns set scheduled_for = now() where id = $1")
-        .bind(id)
-        .execute(pool)
-        .await?;
+/// Approves the submitted campaign (due at once) and waits until it is sent: (delivered,
+/// messages/s from the campaign's start to its last delivery, both by the database clock).
+async fn run(
+    pool: &PgPool,
+    org: i64,
+    approver: i64,
+    (id, version): (i64, i32),
+    limit: Duration,
+) -> anyhow::Result<(i64, f64)> {
+    support::approve(pool, org, id, approver, version).await?;
     app::db::campaign::states::notify_progress(pool, "mailroom_campaign_approved", &[id]).await?;
     let started = Instant::now();
     loop {
@@ -201,12 +176,8 @@ async fn main() -> anyhow::Result<()> {
     let pool = mailroom::database::connect(pg.connect_options(embedded_pg::DATABASE)).await?;
     app::db::migrate::run(&pool, true).await?;
     let (org, users, list) = seed(&pool, recipients).await?;
-    let sink_port = free_port()?;
-    let mut sink = Command::new("smtp-sink")
-        .args(["-u", "nobody", &format!("127.0.0.1:{sink_port}"), "1024"])
-        .stdout(Stdio::null())
-        .spawn()
-        .context("starting Postfix smtp-sink")?;
+    let sink = support::Sink::start()?;
+    let sink_port = sink.port;
     let port = free_port()?;
     let postmaster: u32 =
         std::fs::read_to_string(data.path().join("postgres").join("postmaster.pid"))?
@@ -221,8 +192,8 @@ async fn main() -> anyhow::Result<()> {
         support::ready(&origin, Duration::from_secs(60)).await?;
         let client = support::signed_in(&origin, EMAIL, PASSWORD).await?;
         // A first campaign warms the caches (the list, the plans); it is not counted.
-        let id = campaign(&pool, org, users, list).await?;
-        let (n, rate) = run(&pool, id, Duration::from_secs(600)).await?;
+        let c = campaign(&pool, org, users.0, list).await?;
+        let (n, rate) = run(&pool, org, users.1, c, Duration::from_secs(600)).await?;
         println!("warm-up, no stream: {n} delivered, {rate:.0} messages/s (not counted)");
         // (open streams, messages/s, replica CPU ms and PostgreSQL CPU ms per 1,000 messages)
         let mut figures: Vec<(usize, [f64; 3])> = Vec::new();
@@ -231,12 +202,13 @@ async fn main() -> anyhow::Result<()> {
             // other work on the machine would otherwise weigh on one side).
             let order = if round % 2 == 1 { [0, streams] } else { [streams, 0] };
             for open in order {
-                let id = campaign(&pool, org, users, list).await?;
+                let c = campaign(&pool, org, users.0, list).await?;
+                let id = c.0;
                 let events = Arc::new(AtomicU64::new(0));
                 let url = format!("{origin}/api/campaigns/{id}/progress");
                 let readers = open_streams(&client, &url, open, events.clone()).await?;
                 let before = cpu_seconds(replica.id(), postmaster);
-                let (n, rate) = run(&pool, id, Duration::from_secs(600)).await?;
+                let (n, rate) = run(&pool, org, users.1, c, Duration::from_secs(600)).await?;
                 let after = cpu_seconds(replica.id(), postmaster);
                 // Let the streams take the final reading before they are counted and closed.
                 tokio::time::sleep(Duration::from_millis(500)).await;
@@ -282,8 +254,6 @@ async fn main() -> anyhow::Result<()> {
     }
     .await;
     let stopped = support::stop(&mut replica).map(drop);
-    let _ = sink.kill();
-    let _ = sink.wait();
     pool.close().await;
     pg.shutdown().await?;
     outcome.and(stopped)

@@ -11,7 +11,9 @@ use anyhow::{bail, Context};
 use crate::support;
 use sqlx::PgPool;
 
-const PASSWORD: &str = "bench-password-1234";
+/// The owner who signs in to the dashboard.
+pub const EMAIL: &str = "a@bench.example";
+pub const PASSWORD: &str = "bench-password-1234";
 const CLIENTS: usize = 50;
 
 fn percentile(sorted: &[Duration], p: f64) -> f64 {
@@ -80,20 +82,14 @@ pub async fn measure(
     bin: &str,
     data: &Path,
     pool: &PgPool,
-    email: &str,
+    org: i64,
     campaign: i64,
 ) -> anyhow::Result<()> {
+    use app::domain::Transition;
+    let email = EMAIL;
     // Paused: the replicas' own workers must not send it (and skew the later phases) while the
     // dashboard is measured; its page and stream are the same.
-    sqlx::query("update campaigns set status = 'paused' where id = $1")
-        .bind(campaign)
-        .execute(pool)
-        .await?;
-    sqlx::query("update users set password_hash = $1 where email = $2")
-        .bind(app::auth::hash_password(PASSWORD)?)
-        .bind(email)
-        .execute(pool)
-        .await?;
+    support::transition(pool, org, campaign, Transition::Pause).await?;
     let (port_a, mut a) = serve(bin, data)?;
     let (port_b, mut b) = serve(bin, data)?;
     let (origin_a, origin_b) = (
@@ -168,6 +164,9 @@ pub async fn measure(
             .await?;
         let mut buf = String::new();
         until_event(&mut r, &mut buf, |_| true).await?;
+        // The stimulus is a counter move the bench makes itself (a failed slot +1, undone
+        // afterwards): the measure is the notification's path to another replica's stream,
+        // and no real outcome can be produced twenty times on demand.
         let mut samples = Vec::new();
         for k in 1..=20i64 {
             let base: i64 = sqlx::query_scalar(
@@ -201,16 +200,9 @@ pub async fn measure(
         anyhow::Ok(())
     }
     .await;
-    sqlx::query("update campaigns set status = 'sending' where id = $1")
-        .bind(campaign)
-        .execute(pool)
-        .await?;
+    support::transition(pool, org, campaign, app::domain::Transition::Resume).await?;
     for child in [&mut a, &mut b] {
-        nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(child.id() as i32),
-            nix::sys::signal::Signal::SIGTERM,
-        )?;
-        child.wait()?;
+        support::stop(child)?;
     }
     outcome
 }

@@ -16,62 +16,41 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use sqlx::PgPool;
 
+use app::domain::Transition;
 use mailroom::embedded_pg::{self, EmbeddedPg};
 
 mod dashboard;
 #[path = "../support/mod.rs"]
 mod support;
 
-fn peak_rss_kib(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    line.split_whitespace().nth(1)?.parse().ok()
-}
-
-/// `n` subscribers on three lists: each on list i % 3, every 4th also on the next list; every
-/// 10th has a second, upper-cased row on the third list (a case-variant duplicate).
+/// `n` subscribers on three lists, imported as the CSV import does: each on list i % 3, every
+/// 4th also on the next list; every 10th has a second, upper-cased row on the third list (a
+/// case-variant duplicate).
 async fn audience(pool: &PgPool, org: i64, prefix: &str, n: i64) -> anyhow::Result<Vec<i64>> {
-    let mut lists = Vec::new();
-    for k in 0..3 {
-        lists.push(
-            sqlx::query_scalar::<_, i64>(
-                "insert into lists (org_id, name) values ($1, $2) returning id",
-            )
-            .bind(org)
-            .bind(format!("{prefix}-{k}"))
-            .fetch_one(pool)
-            .await?,
-        );
+    let person = |i: i64| (format!("{prefix}{i}@example.org"), format!("Person {i}"));
+    let mut on: [Vec<(String, String)>; 3] = Default::default();
+    for i in 0..n {
+        on[(i % 3) as usize].push(person(i));
+        if i % 4 == 0 {
+            on[((i + 1) % 3) as usize].push(person(i));
+        }
     }
-    sqlx::raw_sql(&format!(
-        "insert into subscribers (org_id, email, email_lower, name)
-         select {org}, '{prefix}' || i || '@example.org', '{prefix}' || i || '@example.org', 'Person ' || i
-         from generate_series(0, {n} - 1) i;
-         insert into subscribers (org_id, email, email_lower, name)
-         select {org}, upper('{prefix}' || i) || '@EXAMPLE.org', '{prefix}' || i || '@example.org', 'Variant ' || i
-         from generate_series(0, {n} - 1, 10) i;
-         insert into list_members (org_id, list_id, subscriber_id)
-         select {org}, (array[{a},{b},{c}])[1 + (split_part(split_part(lower(email), '@', 1), '{prefix}', 2)::bigint % 3)], id
-         from subscribers where org_id = {org} and email = email_lower and email like '{prefix}%';
-         insert into list_members (org_id, list_id, subscriber_id)
-         select {org}, (array[{a},{b},{c}])[1 + ((split_part(split_part(email, '@', 1), '{prefix}', 2)::bigint + 1) % 3)], id
-         from subscribers where org_id = {org} and email = email_lower and email like '{prefix}%'
-           and split_part(split_part(email, '@', 1), '{prefix}', 2)::bigint % 4 = 0;
-         insert into list_members (org_id, list_id, subscriber_id)
-         select {org}, {c}, id from subscribers where org_id = {org} and email <> email_lower
-           and email_lower like '{prefix}%'
-         on conflict do nothing;
-         analyze subscribers; analyze list_members;",
-        a = lists[0],
-        b = lists[1],
-        c = lists[2],
-    ))
-    .execute(pool)
-    .await?;
+    for i in (0..n).step_by(10) {
+        let upper = format!("{prefix}{i}").to_uppercase();
+        on[2].push((format!("{upper}@EXAMPLE.org"), format!("Variant {i}")));
+    }
+    let mut lists = Vec::new();
+    for (k, people) in on.iter().enumerate() {
+        let list = support::list(pool, org, &format!("{prefix}-{k}")).await?;
+        support::import(pool, org, list, people).await?;
+        lists.push(list);
+    }
+    sqlx::raw_sql("analyze subscribers; analyze list_members")
+        .execute(pool)
+        .await?;
     Ok(lists)
 }
 
-/// An approved campaign to `lists`, due now, or not yet when `later`.
 async fn campaign(
     pool: &PgPool,
     org: i64,
@@ -83,12 +62,14 @@ async fn campaign(
     support::approved_campaign(pool, org, users, lists, "Bench", body, later).await
 }
 
+/// Rewinds a sending campaign's hand-off so the next measure starts from the same queue: its
+/// deliveries deleted, its sends queued again. The product never does this (it would send
+/// twice), so it is the bench's own statement; the campaign's state is left to the product.
 async fn reset(pool: &PgPool, id: i64) -> anyhow::Result<()> {
     sqlx::raw_sql(&format!(
         "delete from deliveries where campaign_id = {id};
          update sends set status = 'queued' where campaign_id = {id} and status <> 'queued';
-         delete from progress_slots where campaign_id = {id};
-         update campaigns set status = 'sending', finished_at = null where id = {id};"
+         delete from progress_slots where campaign_id = {id};"
     ))
     .execute(pool)
     .await?;
@@ -172,7 +153,7 @@ async fn end_to_end(
     let started = Instant::now();
     let mut peak = 0;
     loop {
-        peak = peak.max(peak_rss_kib(worker.id()).unwrap_or(0));
+        peak = peak.max(support::peak_rss_kib(worker.id()).unwrap_or(0));
         let status: String = sqlx::query_scalar("select status from campaigns where id = $1")
             .bind(id)
             .fetch_one(pool)
@@ -186,11 +167,7 @@ async fn end_to_end(
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let elapsed = started.elapsed().as_secs_f64();
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(worker.id() as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    )?;
-    worker.wait()?;
+    support::stop(&mut worker)?;
     let delivered: i64 = sqlx::query_scalar(
         "select count(*) from deliveries where campaign_id = $1 and status = 'delivered'",
     )
@@ -214,20 +191,8 @@ async fn main() -> anyhow::Result<()> {
     let pg = EmbeddedPg::open(data.path(), embedded_pg::Options::default()).await?;
     let pool = mailroom::database::connect(pg.connect_options(embedded_pg::DATABASE)).await?;
     app::db::migrate::run(&pool, true).await?;
-    let org: i64 = sqlx::query_scalar(
-        "insert into orgs (name, slug, from_name, from_address) values ('Bench', 'bench', 'Bench', 'news@bench.example') returning id",
-    )
-    .fetch_one(&pool)
-    .await?;
-    let users: Vec<i64> = sqlx::query_scalar(
-        "insert into users (org_id, email, email_lower, name, role, password_hash)
-         values ($1, 'a@bench.example', 'a@bench.example', 'A', 'owner', 'x'), ($1, 'b@bench.example', 'b@bench.example', 'B', 'admin', 'x')
-         returning id",
-    )
-    .bind(org)
-    .fetch_all(&pool)
-    .await?;
-    let users = (users[0], users[1]);
+    let (org, users) =
+        support::org_with_admins(&pool, "bench", dashboard::EMAIL, dashboard::PASSWORD).await?;
 
     // (1) Materialisation.
     let t = Instant::now();
@@ -272,14 +237,11 @@ async fn main() -> anyhow::Result<()> {
 
     // (1b) The dashboard with these 1,000,000 sends in the database.
     if std::env::var("BENCH_DASHBOARD").map_or(true, |v| v != "0") {
-        dashboard::measure(bin, data.path(), &pool, "a@bench.example", big_id).await?;
+        dashboard::measure(bin, data.path(), &pool, org, big_id).await?;
     }
 
     // Park the big campaign: the next steps measure another one alone.
-    sqlx::query("update campaigns set status = 'paused' where id = $1")
-        .bind(big_id)
-        .execute(&pool)
-        .await?;
+    support::transition(&pool, org, big_id, Transition::Pause).await?;
 
     // (2) Hand-off throughput, over a campaign of `e2e` recipients (no watermark: nothing
     // drains the delivery queue here).
@@ -296,11 +258,6 @@ async fn main() -> anyhow::Result<()> {
     // (3) End to end into smtp-sink, with the worker's peak RSS.
     let sink = support::Sink::start()?;
     let port = sink.port;
-    // The big campaign was materialised above; park it so the small one runs alone first.
-    sqlx::query("update campaigns set status = 'paused' where id = $1")
-        .bind(big_id)
-        .execute(&pool)
-        .await?;
     reset(&pool, id).await?;
     let (rate, peak, n) =
         end_to_end(bin, data.path(), &pool, id, port, Duration::from_secs(900)).await?;
@@ -308,10 +265,6 @@ async fn main() -> anyhow::Result<()> {
         "end to end, {n} recipients: {rate:.0} recipients/s, worker peak RSS {:.1} MiB",
         peak as f64 / 1024.0
     );
-    sqlx::query("update campaigns set status = 'paused' where id = $1")
-        .bind(id)
-        .execute(&pool)
-        .await?;
     // A small campaign, for the worker's RSS at 10,000 recipients.
     let small_lists = audience(&pool, org, "s", 10_000).await?;
     let small = campaign(&pool, org, users, &small_lists, false).await?;
@@ -329,10 +282,7 @@ async fn main() -> anyhow::Result<()> {
         "end to end, {n} recipients: {rate:.0} recipients/s, worker peak RSS {:.1} MiB",
         peak as f64 / 1024.0
     );
-    sqlx::query("update campaigns set status = 'sending' where id = $1")
-        .bind(big_id)
-        .execute(&pool)
-        .await?;
+    support::transition(&pool, org, big_id, Transition::Resume).await?;
     let (rate, peak, n) = end_to_end(
         bin,
         data.path(),

@@ -1,4 +1,6 @@
-//! What the benches share: campaigns approved through the product's own steps, Postfix's
+//! What the benches share: orgs, users, lists and campaigns made through the product's own
+//! database functions (the sign-up, the CSV import's batch insert, the approval compare-and-set,
+//! the state machine's transitions), Postfix's
 //! `smtp-sink` as the receiving server, free ports, a replica's readiness, a signed-in dashboard client,
 //! stopping a process, and the CPU counters of every process. Included by each bench with
 //! `#[path]` (cargo builds no example from a directory without a `main.rs`); each bench uses
@@ -92,6 +94,13 @@ pub async fn signed_in(
     Ok(c)
 }
 
+/// The process's peak resident set (VmHWM), KiB.
+pub fn peak_rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
 /// SIGTERM, then the exit status (at once if it has already exited).
 pub fn stop(child: &mut Child) -> anyhow::Result<std::process::ExitStatus> {
     if let Some(status) = child.try_wait()? {
@@ -131,18 +140,18 @@ pub fn processes() -> Vec<(u32, u32, u64, u64)> {
     .collect()
 }
 
-/// A campaign to `lists` by `author`, approved by `approver` through the product's own steps
-/// (a draft, the submission, the approval compare-and-set on the version shown), due now or,
-/// when `later`, in a year. Subject "Hello {{ name }}".
-pub async fn approved_campaign(
+/// A campaign to `lists` by `author`, submitted through the product's own steps (a draft, a
+/// save, the submission): (id, the version to approve). Due now or, when `later`, in a year.
+/// Subject "Hello {{ name }}".
+pub async fn submitted_campaign(
     pool: &sqlx::PgPool,
     org: i64,
-    (author, approver): (i64, i64),
+    author: i64,
     lists: &[i64],
     name: &str,
     body: &str,
     later: bool,
-) -> anyhow::Result<i64> {
+) -> anyhow::Result<(i64, i32)> {
     use app::db::campaign::{self, edit, states};
     use app::domain::{BodyFormat, Transition};
     let subject = "Hello {{ name }}";
@@ -172,8 +181,126 @@ pub async fn approved_campaign(
         version = edit::save(&mut tx, org, id, author, version, &changes).await?;
     }
     states::change(&mut tx, org, id, Transition::Submit).await?;
-    // A refusal is an error; `Ok` says whether it was a self-approval (never here).
-    states::approve(&mut tx, org, id, approver, version).await?;
     tx.commit().await?;
+    Ok((id, version))
+}
+
+/// The approval compare-and-set on the version shown, by `approver`.
+pub async fn approve(
+    pool: &sqlx::PgPool,
+    org: i64,
+    id: i64,
+    approver: i64,
+    version: i32,
+) -> anyhow::Result<()> {
+    let mut tx = pool.begin().await?;
+    // A refusal is an error; `Ok` says whether it was a self-approval (never here).
+    app::db::campaign::states::approve(&mut tx, org, id, approver, version).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+/// [`submitted_campaign`], then approved by `approver`.
+pub async fn approved_campaign(
+    pool: &sqlx::PgPool,
+    org: i64,
+    (author, approver): (i64, i64),
+    lists: &[i64],
+    name: &str,
+    body: &str,
+    later: bool,
+) -> anyhow::Result<i64> {
+    let (id, version) = submitted_campaign(pool, org, author, lists, name, body, later).await?;
+    approve(pool, org, id, approver, version).await?;
     Ok(id)
+}
+
+/// An org (UTC) with an owner who signs in with `password` and a second admin (the approver):
+/// (org, (owner, admin)).
+pub async fn org_with_admins(
+    pool: &sqlx::PgPool,
+    slug: &str,
+    owner_email: &str,
+    password: &str,
+) -> anyhow::Result<(i64, (i64, i64))> {
+    use app::db::{orgs, user};
+    use app::domain::{EmailAddress, Role};
+    let mut tx = pool.begin().await?;
+    let from = format!("news@{slug}.example");
+    let org = orgs::create(
+        &mut tx,
+        orgs::NewOrg {
+            name: slug,
+            slug,
+            timezone: "UTC",
+            from_name: slug,
+            from_address: &from,
+        },
+    )
+    .await?;
+    let hash = app::auth::hash_password(password)?;
+    let second = format!("admin@{slug}.example");
+    let mut ids = Vec::new();
+    for (email, role, hash) in [
+        (owner_email, Role::Owner, hash.as_str()),
+        (second.as_str(), Role::Admin, "x"),
+    ] {
+        let new = user::NewUser {
+            org_id: org,
+            email: &EmailAddress::parse(email)?,
+            name: role.as_str(),
+            role,
+            password_hash: hash,
+        };
+        ids.push(user::create(&mut tx, new).await?);
+    }
+    tx.commit().await?;
+    Ok((org, (ids[0], ids[1])))
+}
+
+/// Rows the CSV import takes per statement.
+const IMPORT_BATCH: usize = 1000;
+
+/// A new list named `name`.
+pub async fn list(pool: &sqlx::PgPool, org: i64, name: &str) -> anyhow::Result<i64> {
+    let mut conn = pool.acquire().await?;
+    app::db::lists::create(&mut conn, org, name)
+        .await?
+        .with_context(|| format!("a list called {name} exists already"))
+}
+
+/// Puts `people` (address, name) on `list` as a CSV import does: its batch insert, one
+/// transaction. An address spelled as an existing subscriber's joins the list; another
+/// spelling is a new subscriber, as in an import.
+pub async fn import(
+    pool: &sqlx::PgPool,
+    org: i64,
+    list: i64,
+    people: &[(String, String)],
+) -> anyhow::Result<()> {
+    let mut tx = pool.begin().await?;
+    for chunk in people.chunks(IMPORT_BATCH) {
+        let rows = chunk
+            .iter()
+            .map(|(e, n)| Ok((app::domain::EmailAddress::parse(e)?, n.clone())))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        app::db::imports::insert_batch(&mut tx, org, list, &rows).await?;
+    }
+    tx.commit().await?;
+    Ok(())
+}
+
+/// A campaign transition (pause, resume, cancel) through the state machine's compare-and-set.
+pub async fn transition(
+    pool: &sqlx::PgPool,
+    org: i64,
+    id: i64,
+    t: app::domain::Transition,
+) -> anyhow::Result<()> {
+    let mut tx = pool.begin().await?;
+    app::db::campaign::states::change(&mut tx, org, id, t)
+        .await
+        .map_err(|e| anyhow::anyhow!("campaign {id}: {t:?} refused: {e:?}"))?;
+    tx.commit().await?;
+    Ok(())
 }

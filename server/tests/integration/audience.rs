@@ -198,7 +198,7 @@ async fn subscribers_page_by_keyset_filter_and_are_added_and_edited_with_clear_r
         &app,
         &admin,
         SaveSubscriber {
-            id: id,
+            id,
             name: "Newt".into(),
             status: "unconfirmed".into(),
             lists: vec![lists[1], lists[2]],
@@ -206,7 +206,7 @@ async fn subscribers_page_by_keyset_filter_and_are_added_and_edited_with_clear_r
     )
     .await;
     assert_eq!(r, "Saved.");
-    let d = call(&app, &viewer, Subscriber { id: id }).await;
+    let d = call(&app, &viewer, Subscriber { id }).await;
     let mut member_of: Vec<i64> = d["lists"]
         .as_array()
         .unwrap()
@@ -223,7 +223,7 @@ async fn subscribers_page_by_keyset_filter_and_are_added_and_edited_with_clear_r
         &app,
         &admin,
         SaveSubscriber {
-            id: id,
+            id,
             name: String::new(),
             status: "vip".into(),
             lists: vec![],
@@ -240,9 +240,9 @@ async fn subscribers_page_by_keyset_filter_and_are_added_and_edited_with_clear_r
     assert_eq!(audit, ["subscriber.add", "subscriber.edit"]);
 
     // Nobody mailed them yet: they can be removed.
-    let r = call(&app, &admin, RemoveSubscriber { id: id }).await;
+    let r = call(&app, &admin, RemoveSubscriber { id }).await;
     assert_eq!(r, "New@Example.org was removed.");
-    assert_eq!(call(&app, &viewer, Subscriber { id: id }).await, "NotFound");
+    assert_eq!(call(&app, &viewer, Subscriber { id }).await, "NotFound");
 }
 
 #[tokio::test]

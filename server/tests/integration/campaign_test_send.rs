@@ -204,29 +204,9 @@ async fn draft_with_content(
     admin: &reqwest::Client,
     list: i64,
 ) -> (i64, serde_json::Value) {
-    let (_, body) = app
-        .call_fn(
-            admin,
-            NewCampaign {
-                name: "Launch".into(),
-            },
-        )
-        .await;
-    let id = json(&body).as_i64().unwrap();
-    let edit = SaveCampaign {
-        id,
-        version: 1,
-        name: "Launch".into(),
-        subject: "Hello {{ name }}".into(),
-        body: "# News for {{ name }}\n\n*Big* day.".into(),
-        format: "markdown".into(),
-        lists: vec![list],
-        schedule: String::new(),
-    };
-    let (status, body) = app.call_fn(admin, edit).await;
-    assert_eq!(status, 200, "{body}");
-    let sheet = json(&app.call_fn(admin, CampaignSheet { id }).await.1);
-    (id, sheet)
+    let body = "# News for {{ name }}\n\n*Big* day.";
+    app.markdown_draft(admin, "Hello {{ name }}", body, vec![list])
+        .await
 }
 
 /// Someone who unsubscribed never gets the campaign's content through a test: the address is

@@ -4,7 +4,6 @@
 //! (mail-auth) against the DNS record the settings page tells the owner to publish, served
 //! from a cache this test fills (no network DNS).
 
-use app::api::campaign::edit::{CampaignSheet, NewCampaign, SaveCampaign};
 use app::api::campaign::test_send::SendTest;
 use app::api::sender_auth::{SaveDkimKey, SaveReturnPath, SenderAuthView, SetDkimEnabled};
 use std::borrow::Borrow;
@@ -99,28 +98,10 @@ async fn enable_dkim(app: &TestApp, owner: &reqwest::Client) -> (String, String)
 
 /// Queues a test of a Markdown campaign (text + HTML, a non-ASCII subject) to `to`.
 async fn queue_campaign_test(app: &TestApp, admin: &reqwest::Client, to: &str) {
-    let (_, body) = app
-        .call_fn(
-            admin,
-            NewCampaign {
-                name: "Launch".into(),
-            },
-        )
+    let body = "# News\n\n*Big* day, with trailing spaces   \n\nBye.";
+    let (id, sheet) = app
+        .markdown_draft(admin, "Grüße, {{ name }}", body, vec![])
         .await;
-    let id = json(&body).as_i64().unwrap();
-    let edit = SaveCampaign {
-        id,
-        version: 1,
-        name: "Launch".into(),
-        subject: "Grüße, {{ name }}".into(),
-        body: "# News\n\n*Big* day, with trailing spaces   \n\nBye.".into(),
-        format: "markdown".into(),
-        lists: vec![],
-        schedule: String::new(),
-    };
-    let (status, body) = app.call_fn(admin, edit).await;
-    assert_eq!(status, 200, "{body}");
-    let sheet = json(&app.call_fn(admin, CampaignSheet { id }).await.1);
     let test = SendTest {
         id,
         version: 2,

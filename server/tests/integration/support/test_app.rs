@@ -174,4 +174,32 @@ impl TestApp {
             .unwrap();
         (r.status(), r.text().await.unwrap())
     }
+
+    /// A campaign "Launch" created by `c` and saved once (version 2) as Markdown with this
+    /// subject, body and lists: its id and editor sheet.
+    pub async fn markdown_draft(
+        &self,
+        c: &reqwest::Client,
+        subject: &str,
+        body: &str,
+        lists: Vec<i64>,
+    ) -> (i64, serde_json::Value) {
+        use app::api::campaign::edit::{CampaignSheet, NewCampaign, SaveCampaign};
+        let name = "Launch".to_string();
+        let (_, created) = self.call_fn(c, NewCampaign { name: name.clone() }).await;
+        let id = json(&created).as_i64().expect("a campaign id");
+        let edit = SaveCampaign {
+            id,
+            version: 1,
+            name,
+            subject: subject.into(),
+            body: body.into(),
+            format: "markdown".into(),
+            lists,
+            schedule: String::new(),
+        };
+        let (status, saved) = self.call_fn(c, edit).await;
+        assert_eq!(status, 200, "{saved}");
+        (id, json(&self.call_fn(c, CampaignSheet { id }).await.1))
+    }
 }
