@@ -12,6 +12,9 @@ pub mod api;
 /// Passwords, session tokens and cookies (server only).
 #[cfg(feature = "ssr")]
 pub mod auth;
+/// Relay webhooks (bounces, complaints), verified and parsed (server only).
+#[cfg(feature = "ssr")]
+pub mod bounce;
 /// Campaign subject and body templates with per-recipient fields (server only).
 #[cfg(feature = "ssr")]
 pub mod campaign_render;

@@ -83,8 +83,9 @@ pub fn build(settings: Settings, addr: std::net::SocketAddr, shutdown: Shutdown)
 }
 
 /// The whole HTTP surface: health probes, server functions and pages, static files, and the
-/// public unsubscribe endpoints (outside the same-origin check: they are authenticated by their
-/// signed token, and mail clients post to them from nowhere). Every route has a body limit and a
+/// public unsubscribe endpoints and relay webhooks (outside the same-origin check and the
+/// session: they are authenticated by a signed token or the relay's signature, and are posted
+/// from nowhere). Every route has a body limit and a
 /// timeout but the progress stream (an event stream, open as long as the page) and the CSV
 /// import (its own 64 MB limit and a long timeout); every response has the security headers.
 fn router(state: AppState, api: ApiConfig) -> Router {
@@ -92,6 +93,7 @@ fn router(state: AppState, api: ApiConfig) -> Router {
     let dev = state.leptos_options.env == leptos::config::Env::DEV;
     let unsubscribe =
         crate::unsubscribe::routes(state.pool.clone(), state.unsubscribe_keys.clone());
+    let hooks = crate::hooks::routes(state.pool.clone());
     let routes = route_list();
     let context = {
         let pool = state.pool.clone();
@@ -159,6 +161,11 @@ fn router(state: AppState, api: ApiConfig) -> Router {
         .merge(bounded(
             unsubscribe,
             MAX_REQUEST_BYTES,
+            edge.request_timeout,
+        ))
+        .merge(bounded(
+            hooks,
+            crate::hooks::MAX_BODY_BYTES,
             edge.request_timeout,
         ))
         .layer(middleware::from_fn_with_state(

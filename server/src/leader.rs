@@ -167,11 +167,13 @@ async fn jobs(pool: &PgPool, cfg: &Config, h: &Held, captured_dir: &Path, retent
     let log_rows = app::db::leader::trim_log(pool, lease, cfg.retention_days)
         .await
         .unwrap_or(0);
+    // Outside every signature window: a replay this old is refused by its timestamp.
+    let nonces = app::db::events::forget_nonces(pool).await.unwrap_or(0);
     log(
         pool,
         lease,
         "retention",
-        &format!("details={cleared} captured_files={files} leader_log={log_rows} purged_campaign_rows={purged}"),
+        &format!("details={cleared} captured_files={files} leader_log={log_rows} purged_campaign_rows={purged} webhook_nonces={nonces}"),
     )
     .await;
 }

@@ -28,6 +28,8 @@ pub mod demo;
 pub mod digest;
 /// A private PostgreSQL cluster under the data directory.
 pub mod embedded_pg;
+/// Relay webhooks (bounces, complaints): verified, recorded once, answered after commit.
+pub mod hooks;
 /// The axum router: dashboard, server functions, health, CSRF guard.
 pub mod http;
 /// Leader election and the singleton jobs (reaper, retention), fenced by epoch.

@@ -32,6 +32,9 @@ pub struct DeliveryRow {
     pub detail: Option<String>,
     /// A copy was captured to a file (no SMTP server configured) and can be opened.
     pub captured: bool,
+    /// What a relay reported later ("hard_bounce 5.1.1 at 2026-12-01 10:04 via mailgun"), and
+    /// its diagnostic as the relay gave it.
+    pub reported: Option<(String, String)>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -127,7 +130,18 @@ fn row(r: delivery::admin::ListRow) -> DeliveryRow {
         DeliveryStatus::Delivered => None,
         _ => r.last_error,
     };
+    let e = r.reported;
+    let reported = e.event_kind.map(|kind| {
+        let status = e.event_status.map(|s| format!(" {s}")).unwrap_or_default();
+        let source = e.event_source.map(|s| s.to_string()).unwrap_or_default();
+        let at = e.event_at.unwrap_or_default();
+        (
+            format!("{kind}{status} at {at} via {source}"),
+            e.event_diagnostic.unwrap_or_default(),
+        )
+    });
     DeliveryRow {
+        reported,
         job_id: r.job_id,
         kind: r.kind,
         recipient: r.recipient,

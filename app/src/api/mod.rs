@@ -20,6 +20,8 @@ pub mod invites;
 pub mod lists;
 /// The Overview page's figures of the signed-in organisation.
 pub mod overview;
+/// Relay webhooks and the soft-bounce rule (Settings › Relays), and the events relays reported.
+pub mod relays;
 /// Sender authentication: the org's DKIM key and envelope sender (owners change them).
 pub mod sender_auth;
 /// Settings: the sender identity and the approval policy (owners change them).

@@ -16,6 +16,8 @@ pub mod delivery;
 pub mod demo;
 /// The weekly digest: claims, contents, the admin page, figures.
 pub mod digest;
+/// What relays report later (bounces, complaints): the event ledger, its effects, endpoints.
+pub mod events;
 /// Whether the database answers a query (`/readyz`).
 pub mod health;
 /// Each worker host's heartbeat row, timed by the database clock.

@@ -62,6 +62,8 @@ pub enum SuppressionReason {
     Unsubscribed,
     /// A permanent delivery failure: the address does not exist.
     HardBounce,
+    /// Temporary failures, repeated past the org's threshold within its window.
+    SoftBounce,
     /// The person reported the mail as spam.
     Complaint,
     /// An admin added it.
@@ -71,9 +73,10 @@ pub enum SuppressionReason {
 }
 
 impl SuppressionReason {
-    pub const ALL: [SuppressionReason; 5] = [
+    pub const ALL: [SuppressionReason; 6] = [
         SuppressionReason::Unsubscribed,
         SuppressionReason::HardBounce,
+        SuppressionReason::SoftBounce,
         SuppressionReason::Complaint,
         SuppressionReason::Manual,
         SuppressionReason::Import,
@@ -83,6 +86,7 @@ impl SuppressionReason {
         match self {
             SuppressionReason::Unsubscribed => "unsubscribed",
             SuppressionReason::HardBounce => "hard_bounce",
+            SuppressionReason::SoftBounce => "soft_bounce",
             SuppressionReason::Complaint => "complaint",
             SuppressionReason::Manual => "manual",
             SuppressionReason::Import => "import",

@@ -97,6 +97,29 @@ impl JobId {
         }
         format!("<{local}@{domain}>")
     }
+
+    /// The job a Message-ID header names, if [`JobId::message_id`] made it (any domain): the
+    /// way back from a relay's report to the delivery.
+    pub fn from_message_id(header: &str) -> Option<JobId> {
+        let inner = header.trim().strip_prefix('<')?.strip_suffix('>')?;
+        let (local, _) = inner.rsplit_once('@')?;
+        let mut bytes = Vec::with_capacity(local.len());
+        let mut rest = local.as_bytes();
+        while let Some((&b, tail)) = rest.split_first() {
+            rest = tail;
+            match b {
+                b'.' => bytes.push(b':'),
+                b'=' => {
+                    let hex = std::str::from_utf8(rest.get(..2)?).ok()?;
+                    bytes.push(u8::from_str_radix(hex, 16).ok()?);
+                    rest = &rest[2..];
+                }
+                b if b.is_ascii_alphanumeric() || b == b'-' => bytes.push(b),
+                _ => return None,
+            }
+        }
+        String::from_utf8(bytes).ok()?.parse().ok()
+    }
 }
 
 impl fmt::Display for JobId {
@@ -390,6 +413,21 @@ mod tests {
                 "{m}"
             );
             assert!(seen.insert(m.clone()), "collision: {m}");
+            assert_eq!(JobId::from_message_id(&m), s.parse().ok(), "{m}");
+        }
+        assert_eq!(
+            JobId::from_message_id(" <campaign.7.42@relay.example> "),
+            Some(c)
+        );
+        for not_ours in [
+            "<0100018c-abc@email.amazonses.com>",
+            "campaign.7.42@x.org",
+            "<campaign.7.42>",
+            "<campaign.7.4=2@x.org>",
+            "<campaign.7.42=@x.org>",
+            "<campaign.7.4 2@x.org>",
+        ] {
+            assert_eq!(JobId::from_message_id(not_ours), None, "{not_ours}");
         }
     }
 }

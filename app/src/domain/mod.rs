@@ -86,6 +86,8 @@ macro_rules! text_enum {
 pub mod audience;
 /// When to retry a temporary failure: exponential, capped, with jitter.
 mod backoff;
+/// What relays report after the conversation (bounces, complaints), and what each one does.
+mod bounce;
 /// Campaign states and their legal transitions, body formats and content.
 mod campaign;
 /// A delivery's state and kind, and where a newest-first page ends.
@@ -113,6 +115,9 @@ mod week_key;
 
 pub use audience::{CsvColumns, ImportStatus, SubscriberStatus, SuppressionReason};
 pub use backoff::Backoff;
+pub use bounce::{
+    BouncePolicy, EventEffect, EventKind, EventSource, MatchedBy, RelayEvent, MAX_DIAGNOSTIC,
+};
 pub use campaign::{BodyFormat, CampaignContent, CampaignStatus, Transition, TransitionError};
 pub use delivery::{DeliveryCursor, DeliveryKind, DeliveryStatus};
 pub use dkim::{DkimDomain, DkimNameError, DkimSelector};

@@ -176,3 +176,32 @@ pub struct Binned {
     /// When the leader purges it, same format.
     pub purged_after: String,
 }
+
+/// A webhook endpoint as Settings lists it (its secret is shown once, at creation).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(sqlx::FromRow))]
+pub struct WebhookEndpoint {
+    pub id: String,
+    pub source: crate::domain::EventSource,
+    pub created: String,
+    pub revoked: bool,
+    /// SES through SNS: the URL to open to confirm the topic's subscription (the server
+    /// fetches nothing itself).
+    pub subscribe_url: Option<String>,
+}
+
+/// One event a relay reported, as the relay events list shows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(sqlx::FromRow))]
+pub struct RelayEventRow {
+    pub source: crate::domain::EventSource,
+    pub kind: crate::domain::EventKind,
+    pub recipient: String,
+    /// `None`: unmatched (no delivery of the org was found for it).
+    pub job_id: Option<String>,
+    pub matched_by: crate::domain::MatchedBy,
+    pub effect: crate::domain::EventEffect,
+    pub status: String,
+    pub diagnostic: String,
+    pub received: String,
+}

@@ -194,7 +194,15 @@ fn Row(
         <tr class="border-t border-slate-100 align-top dark:border-slate-800" data-test="delivery-row" data-job=d.job_id.clone() data-status=d.status.as_str()>
             <td class="p-3 font-medium whitespace-nowrap">{d.recipient.clone()}</td>
             <td class="p-3">{d.kind.as_str()}</td>
-            <td class="p-3"><span class=format!("rounded-full px-2 py-0.5 {}", badge_class(d.status)) data-test="status">{d.status.as_str()}</span></td>
+            <td class="p-3">
+                <span class=format!("rounded-full px-2 py-0.5 {}", badge_class(d.status)) data-test="status">{d.status.as_str()}</span>
+                {d.reported.clone().map(|(what, diagnostic)| view! {
+                    <div class="mt-1 text-xs text-red-700 dark:text-red-300" data-test="reported">
+                        {what}
+                        <div class="font-mono break-all text-slate-500 dark:text-slate-400">{diagnostic}</div>
+                    </div>
+                })}
+            </td>
             <td class="p-3">{d.attempt}</td>
             <td class="p-3 text-slate-500 whitespace-nowrap dark:text-slate-400">{d.updated.clone()}</td>
             <td class="p-3 text-slate-600 font-mono text-xs break-all dark:text-slate-300" data-test="detail">{d.detail.clone()}</td>

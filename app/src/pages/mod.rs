@@ -24,6 +24,8 @@ mod login;
 mod not_found;
 /// The Overview: the organisation's figures at a glance.
 mod overview;
+/// Settings › Relays: webhook endpoints, the soft-bounce rule, the events relays reported.
+mod relays;
 /// Settings › sender authentication: envelope sender, DKIM key and its DNS record.
 mod sender_auth;
 /// Settings: sender identity, time zone, and the users.
@@ -283,6 +285,7 @@ pub fn App() -> impl IntoView {
                         <Route path=path!("deliveries/message") view=deliveries::CapturedPage ssr=SsrMode::Async/>
                         <Route path=path!("settings") view=settings::SettingsPage ssr=SsrMode::Async/>
                         <Route path=path!("settings/audit") view=audit_log::AuditPage ssr=SsrMode::Async/>
+                        <Route path=path!("settings/relays") view=relays::RelaysPage ssr=SsrMode::Async/>
                     </ParentRoute>
                 </Routes>
             </Router>

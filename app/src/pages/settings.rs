@@ -36,6 +36,7 @@ pub fn SettingsTabs(current: &'static str) -> impl IntoView {
         <h1 class="text-2xl font-semibold mb-2">"Settings"</h1>
         <nav aria-label="Settings sections" class="mb-6 flex gap-2 border-b border-slate-200 text-sm dark:border-slate-700">
             {tab("/settings", "Organisation and users")}
+            {tab("/settings/relays", "Relays")}
             {tab("/settings/audit", "Audit log")}
         </nav>
     }

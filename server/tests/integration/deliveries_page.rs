@@ -5,11 +5,11 @@ use app::api::deliveries::{CapturedMessage, DeliveriesPage, DeliveryCounts, Retr
 use std::collections::HashSet;
 
 use app::db::delivery::admin::Filter;
-use app::db::demo::{self, DemoDelivery};
-use app::domain::{DeliveryCursor, DeliveryKind, DeliveryStatus, EmailAddress, JobId, Role};
+use app::domain::{DeliveryCursor, DeliveryKind, DeliveryStatus, Role};
 use serde_json::Value;
 use sqlx::PgPool;
 
+use crate::support::fixtures::test_mail_in_states as seed;
 use crate::support::helpers::{org_with_users, test_db};
 use crate::support::test_app::{json, signed_in, spawn_app, spawn_app_capturing};
 
@@ -21,33 +21,6 @@ fn every_delivery() -> DeliveriesPage {
         recipient: None,
         after: None,
     }
-}
-
-/// Test mails to `<local>@<domain>` in the given states; returns their job ids.
-async fn seed(
-    pool: &PgPool,
-    org: i64,
-    domain: &str,
-    rows: &[(&str, DeliveryStatus, Option<&str>)],
-) -> Vec<String> {
-    let mut tx = pool.begin().await.unwrap();
-    let mut ids = Vec::new();
-    for (local, status, reply) in rows {
-        let to = EmailAddress::parse(&format!("{local}@{domain}")).unwrap();
-        let job = JobId::test(1, 1, &format!("t{org}"), &to).unwrap();
-        let d = DemoDelivery {
-            job: &job,
-            recipient: &to,
-            status: *status,
-            attempt: 1,
-            last_error: (*status == DeliveryStatus::Unknown).then_some("lost in flight"),
-            smtp_reply: *reply,
-        };
-        demo::delivery(&mut tx, org, d).await.unwrap();
-        ids.push(job.to_string());
-    }
-    tx.commit().await.unwrap();
-    ids
 }
 
 /// Every column a retry could touch, to prove a refused retry changed nothing.

@@ -30,6 +30,7 @@ mod metrics;
 mod migrations;
 mod progress_stream;
 mod rate_limit;
+mod relay_webhooks;
 mod request_limits;
 mod routers;
 mod schema;

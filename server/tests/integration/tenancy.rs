@@ -17,6 +17,7 @@ struct Objects {
     list: String,
     import: String,
     suppressed: String,
+    endpoint: String,
 }
 
 /// How an endpoint is checked.
@@ -54,7 +55,18 @@ fn case(endpoint: &str) -> Option<Case> {
         | "settings"
         | "sender_auth"
         | "users"
-        | "audit_log" => Case::Scoped(vec![]),
+        | "audit_log"
+        | "relay_settings" => Case::Scoped(vec![]),
+        "relay_events" => Case::Scoped(vec![("unmatched", "false".into())]),
+        "revoke_webhook_endpoint" => Case::Object {
+            args: |o| vec![("id", o.endpoint.clone())],
+            acts: true,
+        },
+        "create_webhook_endpoint" => Case::ActsOnOwnOrg(vec![("source", "generic".into())]),
+        "save_bounce_policy" => Case::ActsOnOwnOrg(vec![
+            ("soft_threshold", "3".into()),
+            ("soft_days", "30".into()),
+        ]),
         // The set-password page: the link's token is the credential, no session.
         "invite_info" | "accept_invite" => Case::Public,
         // The first-run page: no session exists yet; it acts only while no organisation does
@@ -197,7 +209,10 @@ const ORG_ROWS: &str = "select md5(concat_ws('|',
         (select string_agg(s::text, ',' order by s.id) from subscribers s where s.org_id = $1),
         (select string_agg(l::text, ',' order by l.id) from lists l where l.org_id = $1),
         (select string_agg(m::text, ',' order by m.list_id, m.subscriber_id) from list_members m where m.org_id = $1),
-        (select string_agg(x::text, ',' order by x.email_lower) from suppressions x where x.org_id = $1)))";
+        (select string_agg(x::text, ',' order by x.email_lower) from suppressions x where x.org_id = $1),
+        (select string_agg(w::text, ',' order by w.id) from webhook_endpoints w where w.org_id = $1),
+        (select string_agg(e::text, ',' order by e.id) from delivery_events e where e.org_id = $1),
+        (select row(soft_bounce_threshold, soft_bounce_days)::text from orgs where id = $1)))";
 
 /// An org's subscriber (on a list), list, import and suppressed address, named by `marker`.
 async fn audience_objects(
@@ -241,6 +256,37 @@ async fn audience_objects(
     )
 }
 
+/// An org's webhook endpoint and one unmatched relay event naming `marker`; the endpoint's id.
+async fn relay_objects(pool: &sqlx::PgPool, org: i64, marker: &str) -> String {
+    use app::db::events;
+    use app::domain::{BouncePolicy, EmailAddress, EventKind, EventSource, RelayEvent};
+    let id = format!("{marker}-endpoint-id");
+    let mut tx = pool.begin().await.unwrap();
+    events::create_endpoint(&mut tx, org, &id, EventSource::Generic, "whsec_AAAA")
+        .await
+        .unwrap();
+    let e = RelayEvent {
+        id: format!("{org}:{marker}"),
+        kind: EventKind::SoftBounce,
+        recipient: EmailAddress::parse(&format!("{marker}-bounced@example.org")).unwrap(),
+        message_id: None,
+        status: Some("4.2.2".into()),
+        diagnostic: Some(format!("{marker} mailbox full")),
+        occurred_at: None,
+    };
+    events::record(
+        &mut tx,
+        org,
+        EventSource::Generic,
+        BouncePolicy::default(),
+        &e,
+    )
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    id
+}
+
 async fn call(
     app: &TestApp,
     c: &reqwest::Client,
@@ -273,6 +319,7 @@ async fn every_server_function_keeps_to_the_signed_in_org_and_viewers_cannot_act
             .unwrap();
         let (subscriber, list, import, suppressed) =
             audience_objects(&pool, org, author, marker).await;
+        let endpoint = relay_objects(&pool, org, marker).await;
         objects.push(Objects {
             campaign: campaign.to_string(),
             job: jobs[0].clone(),
@@ -281,6 +328,7 @@ async fn every_server_function_keeps_to_the_signed_in_org_and_viewers_cannot_act
             list,
             import,
             suppressed,
+            endpoint,
         });
     }
     let (ours, theirs) = (&objects[0], &objects[1]);

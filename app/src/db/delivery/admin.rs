@@ -51,6 +51,19 @@ pub struct ListRow {
     pub created_at: DateTime<Utc>,
     /// `updated_at` in the org's time zone, for display.
     pub updated: String,
+    /// The latest bounce or complaint a relay reported for it, if any.
+    #[sqlx(flatten)]
+    pub reported: Reported,
+}
+
+/// A relay's latest report about one delivery (all `None` when there is none).
+#[derive(sqlx::FromRow, Clone, Debug, Default)]
+pub struct Reported {
+    pub event_kind: Option<crate::domain::EventKind>,
+    pub event_status: Option<String>,
+    pub event_source: Option<crate::domain::EventSource>,
+    pub event_at: Option<String>,
+    pub event_diagnostic: Option<String>,
 }
 
 /// One page of the org's deliveries, newest first by `(created_at, job_id)` (index
@@ -65,8 +78,15 @@ pub async fn list(
     let mut q: QueryBuilder<Postgres> = QueryBuilder::new(
         "select d.job_id, d.kind, d.recipient, d.status, d.attempt, d.last_error, d.smtp_reply,
                 d.created_at,
-                to_char(d.updated_at at time zone o.timezone, 'YYYY-MM-DD HH24:MI') as updated
+                to_char(d.updated_at at time zone o.timezone, 'YYYY-MM-DD HH24:MI') as updated,
+                ev.kind as event_kind, ev.status as event_status, ev.source as event_source,
+                to_char(ev.received_at at time zone o.timezone, 'YYYY-MM-DD HH24:MI') as event_at,
+                ev.diagnostic as event_diagnostic
          from deliveries d join orgs o on o.id = d.org_id
+         left join lateral (
+             select e.kind, e.status, e.source, e.received_at, e.diagnostic from delivery_events e
+             where e.job_id = d.job_id order by e.received_at desc, e.id desc limit 1
+         ) ev on true
          where d.org_id = ",
     );
     q.push_bind(org_id);

@@ -223,3 +223,31 @@ pub(crate) fn one_line_naming(stderr: &str, needles: &[&str]) {
         assert!(lines[0].contains(n), "{n:?} missing from: {}", lines[0]);
     }
 }
+
+/// Test mails to `<local>@<domain>` in the given states; returns their job ids.
+pub(crate) async fn test_mail_in_states(
+    pool: &PgPool,
+    org: i64,
+    domain: &str,
+    rows: &[(&str, app::domain::DeliveryStatus, Option<&str>)],
+) -> Vec<String> {
+    let mut tx = pool.begin().await.unwrap();
+    let mut ids = Vec::new();
+    for (local, status, reply) in rows {
+        let to = EmailAddress::parse(&format!("{local}@{domain}")).unwrap();
+        let job = JobId::test(1, 1, &format!("t{org}"), &to).unwrap();
+        let d = app::db::demo::DemoDelivery {
+            job: &job,
+            recipient: &to,
+            status: *status,
+            attempt: 1,
+            last_error: (*status == app::domain::DeliveryStatus::Unknown)
+                .then_some("lost in flight"),
+            smtp_reply: *reply,
+        };
+        app::db::demo::delivery(&mut tx, org, d).await.unwrap();
+        ids.push(job.to_string());
+    }
+    tx.commit().await.unwrap();
+    ids
+}

@@ -1,0 +1,179 @@
+//! Settings › Relays: where relays post bounces and complaints (webhook endpoints), the
+//! soft-bounce rule, and the events they reported. Everyone reads; only an owner changes them,
+//! each change audited.
+
+use leptos::prelude::*;
+use serde::{Deserialize, Serialize};
+
+#[cfg(feature = "ssr")]
+use crate::db::{audit, events};
+use crate::domain::BouncePolicy;
+use crate::error::AppError;
+use crate::model::{RelayEventRow, WebhookEndpoint};
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RelaySettingsData {
+    pub policy: BouncePolicy,
+    pub endpoints: Vec<WebhookEndpoint>,
+    /// The signed-in user is an owner.
+    pub can_manage: bool,
+}
+
+/// A new endpoint: its path (under the server's public URL) and its secret, shown once.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CreatedEndpoint {
+    pub path: String,
+    /// For Mailgun and SendGrid, `None` (the owner pasted their key); otherwise the generated
+    /// secret the relay must be given.
+    pub secret: Option<String>,
+}
+
+#[server(endpoint = "relay_settings")]
+pub async fn relay_settings() -> Result<RelaySettingsData, AppError> {
+    let (me, pool) = super::signed_in().await?;
+    let mut conn = pool.acquire().await?;
+    Ok(RelaySettingsData {
+        policy: events::policy(&mut conn, me.org_id).await?,
+        endpoints: events::endpoints(&mut conn, me.org_id).await?,
+        can_manage: me.role.manages_org(),
+    })
+}
+
+/// Creates a webhook endpoint for `source` (owner only). Mailgun and SendGrid decide their own
+/// keys, so the owner pastes them; the other sources get a generated secret, shown once.
+#[server(endpoint = "create_webhook_endpoint")]
+pub async fn create_webhook_endpoint(
+    source: String,
+    #[server(default)] signing_key: String,
+    #[server(default)] topic_arn: String,
+    #[server(default)] certificate: String,
+) -> Result<CreatedEndpoint, AppError> {
+    use crate::domain::EventSource;
+    use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
+    use base64::Engine;
+    let (me, pool) = super::signed_in().await?;
+    if !me.role.manages_org() {
+        return Err(AppError::Forbidden);
+    }
+    let source: EventSource = source
+        .parse()
+        .map_err(|e: String| AppError::Invalid(format!("Relay: {e}")))?;
+    let id = URL_SAFE_NO_PAD.encode(rand::random::<[u8; 18]>());
+    let (secret, shown) = match source {
+        EventSource::Mailgun => {
+            let key = signing_key.trim();
+            if key.len() < 16 || key.len() > 200 || key.chars().any(char::is_whitespace) {
+                return Err(AppError::Invalid(
+                    "Mailgun signing key: paste the HTTP webhook signing key from Mailgun's dashboard (16 to 200 characters, no spaces)."
+                        .into(),
+                ));
+            }
+            (key.to_owned(), None)
+        }
+        EventSource::Ses => {
+            let pinned = crate::bounce::ses::Pinned::new(&topic_arn, &certificate)
+                .map_err(AppError::Invalid)?;
+            (
+                serde_json::to_string(&pinned).map_err(|_| AppError::Internal)?,
+                None,
+            )
+        }
+        EventSource::SendGrid => {
+            let key = signing_key.trim();
+            if !crate::bounce::sendgrid::valid_key(key) {
+                return Err(AppError::Invalid(
+                    "SendGrid verification key: paste the public key of the signed Event Webhook (Mail Settings), in base64."
+                        .into(),
+                ));
+            }
+            (key.to_owned(), None)
+        }
+        EventSource::Generic => {
+            let s = format!("whsec_{}", STANDARD.encode(rand::random::<[u8; 24]>()));
+            (s.clone(), Some(s))
+        }
+        EventSource::Postmark => {
+            let s = URL_SAFE_NO_PAD.encode(rand::random::<[u8; 24]>());
+            (s.clone(), Some(s))
+        }
+    };
+    let mut tx = pool.begin().await?;
+    events::create_endpoint(&mut tx, me.org_id, &id, source, &secret).await?;
+    audit::record(
+        &mut tx,
+        audit::Entry {
+            after: Some(serde_json::json!({ "source": source })),
+            ..audit::Entry::by(&me, "webhook.create", "webhook_endpoint", Some(id.clone()))
+        },
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(CreatedEndpoint {
+        path: format!("/hooks/v1/{source}/{id}"),
+        secret: shown,
+    })
+}
+
+/// Revokes one of the org's endpoints (owner only): its relay's next post is a 404.
+#[server(endpoint = "revoke_webhook_endpoint")]
+pub async fn revoke_webhook_endpoint(id: String) -> Result<String, AppError> {
+    let (me, pool) = super::signed_in().await?;
+    if !me.role.manages_org() {
+        return Err(AppError::Forbidden);
+    }
+    let mut tx = pool.begin().await?;
+    let source = events::revoke_endpoint(&mut tx, me.org_id, id.trim())
+        .await?
+        .ok_or(AppError::NotFound)?;
+    audit::record(
+        &mut tx,
+        audit::Entry {
+            before: Some(serde_json::json!({ "source": source })),
+            ..audit::Entry::by(
+                &me,
+                "webhook.revoke",
+                "webhook_endpoint",
+                Some(id.trim().into()),
+            )
+        },
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(format!("The {source} endpoint is revoked."))
+}
+
+/// Saves the soft-bounce rule (owner only): suppress after `soft_threshold` soft bounces within
+/// `soft_days` days.
+#[server(endpoint = "save_bounce_policy")]
+pub async fn save_bounce_policy(soft_threshold: i32, soft_days: i32) -> Result<String, AppError> {
+    let (me, pool) = super::signed_in().await?;
+    if !me.role.manages_org() {
+        return Err(AppError::Forbidden);
+    }
+    let p = BouncePolicy::new(soft_threshold, soft_days).map_err(AppError::Invalid)?;
+    let mut tx = pool.begin().await?;
+    let before = events::save_policy(&mut tx, me.org_id, p).await?;
+    audit::org_setting(
+        &mut tx,
+        &me,
+        "settings.bounce_policy",
+        serde_json::to_value(before).ok(),
+        serde_json::to_value(p).ok(),
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(format!(
+        "Soft bounces suppress after {} within {} days.",
+        p.soft_threshold, p.soft_days
+    ))
+}
+
+/// The org's latest relay events; only the unmatched ones when `unmatched` is set.
+#[server(endpoint = "relay_events")]
+pub async fn relay_events(
+    #[server(default)] unmatched: bool,
+) -> Result<Vec<RelayEventRow>, AppError> {
+    let (me, pool) = super::signed_in().await?;
+    let mut conn = pool.acquire().await?;
+    Ok(events::recent(&mut conn, me.org_id, unmatched).await?)
+}
