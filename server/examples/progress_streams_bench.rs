@@ -179,13 +179,7 @@ async fn main() -> anyhow::Result<()> {
     let sink = support::Sink::start()?;
     let sink_port = sink.port;
     let port = free_port()?;
-    let postmaster: u32 =
-        std::fs::read_to_string(data.path().join("postgres").join("postmaster.pid"))?
-            .lines()
-            .next()
-            .context("an empty postmaster.pid")?
-            .trim()
-            .parse()?;
+    let postmaster = support::postmaster_pid(data.path())?;
     let mut replica = serve(bin, data.path(), port, sink_port)?;
     let origin = format!("http://127.0.0.1:{port}");
     let outcome = async {

@@ -95,16 +95,6 @@ fn cpu_seconds(pid: u32) -> f64 {
         .map_or(0.0, |p| p.2 as f64 / 100.0)
 }
 
-fn postmaster_pid(data: &Path) -> anyhow::Result<u32> {
-    Ok(
-        std::fs::read_to_string(data.join("postgres").join("postmaster.pid"))?
-            .lines()
-            .next()
-            .context("an empty postmaster.pid")?
-            .trim()
-            .parse()?,
-    )
-}
 
 // ---------------------------------------------------------------------------------------------
 // Seeding
@@ -629,7 +619,7 @@ async fn main() -> anyhow::Result<()> {
     let pids: Vec<u32> = replicas.iter().map(|r| r.child.id()).collect();
     let guest = EmbeddedPg::open(data.path(), embedded_pg::Options::default()).await?;
     let pool = mailroom::database::connect(guest.connect_options(embedded_pg::DATABASE)).await?;
-    let postmaster = postmaster_pid(data.path())?;
+    let postmaster = support::postmaster_pid(data.path())?;
     let cpu_before: Vec<f64> = pids.iter().map(|p| cpu_seconds(*p)).collect();
     let pg_cpu_before = postgres_usage(postmaster).1;
 

@@ -94,6 +94,18 @@ pub async fn signed_in(
     Ok(c)
 }
 
+/// The pid of the embedded cluster's postmaster under the data directory `data`.
+pub fn postmaster_pid(data: &std::path::Path) -> anyhow::Result<u32> {
+    Ok(
+        std::fs::read_to_string(data.join("postgres").join("postmaster.pid"))?
+            .lines()
+            .next()
+            .context("an empty postmaster.pid")?
+            .trim()
+            .parse()?,
+    )
+}
+
 /// The process's peak resident set (VmHWM), KiB.
 pub fn peak_rss_kib(pid: u32) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
