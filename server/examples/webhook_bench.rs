@@ -53,7 +53,11 @@ fn cpu(replica: u32, postmaster: u32) -> (f64, f64) {
     let procs = processes();
     let own = |pid: u32| procs.iter().find(|p| p.0 == pid).map_or(0, |p| p.2);
     let reaped = procs.iter().find(|p| p.0 == postmaster).map_or(0, |p| p.3);
-    let backends: u64 = procs.iter().filter(|p| p.1 == postmaster).map(|p| p.2).sum();
+    let backends: u64 = procs
+        .iter()
+        .filter(|p| p.1 == postmaster)
+        .map(|p| p.2)
+        .sum();
     (
         own(replica) as f64 / 100.0,
         (own(postmaster) + reaped + backends) as f64 / 100.0,
@@ -103,8 +107,7 @@ async fn post_all(
                     .collect();
                 let body = serde_json::to_vec(&serde_json::json!({ "events": events }))?;
                 let id = format!("{round}-{}", batch[0]);
-                let sig = app::bounce::generic::sign(SECRET, &id, now, &body)
-                    .context("signing")?;
+                let sig = app::bounce::generic::sign(SECRET, &id, now, &body).context("signing")?;
                 let r = client
                     .post(&url)
                     .header("webhook-id", id)
@@ -140,20 +143,32 @@ async fn main() -> anyhow::Result<()> {
     let pg = EmbeddedPg::open(data.path(), embedded_pg::Options::default()).await?;
     let pool = mailroom::database::connect(pg.connect_options(embedded_pg::DATABASE)).await?;
     app::db::migrate::run(&pool, true).await?;
-    let (org, _) = support::org_with_admins(&pool, "bench", "a@bench.example", "x-password-1").await?;
+    let (org, _) =
+        support::org_with_admins(&pool, "bench", "a@bench.example", "x-password-1").await?;
     let t = Instant::now();
     // Two rounds of `events` distinct events, each naming a distinct delivery.
     let jobs = Arc::new(seed(&pool, org, events * 2).await?);
-    println!("seeded {} delivered messages in {:.1}s (not measured)", events * 2, t.elapsed().as_secs_f64());
+    println!(
+        "seeded {} delivered messages in {:.1}s (not measured)",
+        events * 2,
+        t.elapsed().as_secs_f64()
+    );
     let postmaster = support::postmaster_pid(data.path())?;
     let port = free_port()?;
     let mut replica = Command::new(bin)
-        .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--data-dir"])
+        .args([
+            "serve",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--data-dir",
+        ])
         .arg(data.path())
         .args(["--site-root", "target/site"])
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())
-        .stderr(Stdio::from(std::fs::File::create("/tmp/bench-webhooks-serve.log")?))
+        .stderr(Stdio::from(std::fs::File::create(
+            "/tmp/bench-webhooks-serve.log",
+        )?))
         .spawn()?;
     let origin = format!("http://127.0.0.1:{port}");
     let url = format!("{origin}/hooks/v1/generic/{ENDPOINT}");
