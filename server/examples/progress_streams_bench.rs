@@ -22,27 +22,10 @@ use mailroom::embedded_pg::{self, EmbeddedPg};
 
 #[path = "support/mod.rs"]
 mod support;
-use support::{free_port, processes};
+use support::free_port;
 
 const EMAIL: &str = "a@bench.example";
 const PASSWORD: &str = "bench-password-1234";
-
-/// CPU seconds used so far by `replica`, and by the PostgreSQL cluster (the postmaster, its live
-/// backends and the ones it has reaped). /proc counts in USER_HZ, always 100 on Linux.
-fn cpu_seconds(replica: u32, postmaster: u32) -> (f64, f64) {
-    let procs = processes();
-    let own = |pid: u32| procs.iter().find(|p| p.0 == pid).map_or(0, |p| p.2);
-    let reaped = procs.iter().find(|p| p.0 == postmaster).map_or(0, |p| p.3);
-    let backends: u64 = procs
-        .iter()
-        .filter(|p| p.1 == postmaster)
-        .map(|p| p.2)
-        .sum();
-    (
-        own(replica) as f64 / 100.0,
-        (own(postmaster) + reaped + backends) as f64 / 100.0,
-    )
-}
 
 fn load_average() -> String {
     std::fs::read_to_string("/proc/loadavg")
@@ -201,9 +184,9 @@ async fn main() -> anyhow::Result<()> {
                 let events = Arc::new(AtomicU64::new(0));
                 let url = format!("{origin}/api/campaigns/{id}/progress");
                 let readers = open_streams(&client, &url, open, events.clone()).await?;
-                let before = cpu_seconds(replica.id(), postmaster);
+                let before = support::cpu_seconds(replica.id(), postmaster);
                 let (n, rate) = run(&pool, org, users.1, c, Duration::from_secs(600)).await?;
-                let after = cpu_seconds(replica.id(), postmaster);
+                let after = support::cpu_seconds(replica.id(), postmaster);
                 // Let the streams take the final reading before they are counted and closed.
                 tokio::time::sleep(Duration::from_millis(500)).await;
                 for r in &readers {

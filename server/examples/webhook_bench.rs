@@ -20,7 +20,7 @@ use mailroom::embedded_pg::{self, EmbeddedPg};
 
 #[path = "support/mod.rs"]
 mod support;
-use support::{free_port, processes};
+use support::free_port;
 
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 const ENDPOINT: &str = "bench-endpoint-0001";
@@ -46,22 +46,6 @@ async fn seed(pool: &PgPool, org: i64, n: usize) -> anyhow::Result<Vec<JobId>> {
     app::db::events::create_endpoint(&mut tx, org, ENDPOINT, EventSource::Generic, SECRET).await?;
     tx.commit().await?;
     Ok(jobs)
-}
-
-/// CPU seconds of the replica and of the PostgreSQL cluster so far.
-fn cpu(replica: u32, postmaster: u32) -> (f64, f64) {
-    let procs = processes();
-    let own = |pid: u32| procs.iter().find(|p| p.0 == pid).map_or(0, |p| p.2);
-    let reaped = procs.iter().find(|p| p.0 == postmaster).map_or(0, |p| p.3);
-    let backends: u64 = procs
-        .iter()
-        .filter(|p| p.1 == postmaster)
-        .map(|p| p.2)
-        .sum();
-    (
-        own(replica) as f64 / 100.0,
-        (own(postmaster) + reaped + backends) as f64 / 100.0,
-    )
 }
 
 /// Posts `requests` (each a list of job indexes) with `concurrency` clients; the database
@@ -181,9 +165,9 @@ async fn main() -> anyhow::Result<()> {
             let indexes: Vec<usize> = range.collect();
             let requests: Vec<Vec<usize>> = indexes.chunks(per_request).map(<[usize]>::to_vec).collect();
             let n = requests.len();
-            let before = cpu(replica.id(), postmaster);
+            let before = support::cpu_seconds(replica.id(), postmaster);
             let took = post_all(&url, &pool, jobs.clone(), requests, concurrency, round).await?;
-            let after = cpu(replica.id(), postmaster);
+            let after = support::cpu_seconds(replica.id(), postmaster);
             let per = |c: f64| c * 1000.0 * 1000.0 / events as f64;
             println!(
                 "{round:>7}: {events} events in {n} requests of {per_request}, {concurrency} clients: {:.0} events/s, {:.0} requests/s; CPU ms per 1,000 events: replica {:.0}, PostgreSQL {:.0}",

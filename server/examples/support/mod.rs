@@ -94,6 +94,23 @@ pub async fn signed_in(
     Ok(c)
 }
 
+/// CPU seconds used so far by `replica`, and by the PostgreSQL cluster (the postmaster, its live
+/// backends and the ones it has reaped). /proc counts in USER_HZ, always 100 on Linux.
+pub fn cpu_seconds(replica: u32, postmaster: u32) -> (f64, f64) {
+    let procs = processes();
+    let own = |pid: u32| procs.iter().find(|p| p.0 == pid).map_or(0, |p| p.2);
+    let reaped = procs.iter().find(|p| p.0 == postmaster).map_or(0, |p| p.3);
+    let backends: u64 = procs
+        .iter()
+        .filter(|p| p.1 == postmaster)
+        .map(|p| p.2)
+        .sum();
+    (
+        own(replica) as f64 / 100.0,
+        (own(postmaster) + reaped + backends) as f64 / 100.0,
+    )
+}
+
 /// The pid of the embedded cluster's postmaster under the data directory `data`.
 pub fn postmaster_pid(data: &std::path::Path) -> anyhow::Result<u32> {
     Ok(
