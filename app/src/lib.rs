@@ -47,6 +47,9 @@ pub mod resend_key;
 /// Signed unsubscribe tokens (RFC 8058 one-click), verified against a list of keys (server only).
 #[cfg(feature = "ssr")]
 pub mod unsubscribe;
+/// Signed VERP envelope senders: a mailed bounce names its delivery (server only).
+#[cfg(feature = "ssr")]
+pub mod verp;
 
 pub use pages::{shell, App};
 

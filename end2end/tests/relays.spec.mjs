@@ -2,7 +2,7 @@ import { test, expect } from '@playwright/test';
 import { createHmac } from 'node:crypto';
 import { hydrated, signIn, sql } from '../support.mjs';
 
-test('relays: an owner creates an endpoint, a signed bounce arrives and is listed, the soft-bounce rule is saved', async ({ page }) => {
+test('relays: an owner creates an endpoint, a signed bounce arrives and is listed, the rules and the bounce domain are saved', async ({ page }) => {
   const errors = [];
   page.on('pageerror', (e) => errors.push(String(e)));
   await signIn(page);
@@ -51,11 +51,23 @@ test('relays: an owner creates an endpoint, a signed bounce arrives and is liste
   const policy = page.locator('#policy-form');
   await policy.locator('input[name=soft_threshold]').fill('4');
   await policy.locator('input[name=soft_days]').fill('20');
+  await policy.locator('input[name=pause_bounce_pct]').fill('4.5');
   await page.click('#save-policy');
-  await expect(page.locator('[data-test=policy-result]')).toHaveText('Soft bounces suppress after 4 within 20 days.');
+  await expect(page.locator('[data-test=policy-result]')).toHaveText(
+    'Soft bounces suppress after 4 within 20 days; a campaign pauses itself at 4.5 % bounces or 0.1 % complaints once it delivered 500.');
+  // The bounce domain: VERP envelope senders from now on.
+  await page.locator('#domain-form input[name=domain]').fill('Bounce.E2E.example');
+  await page.click('#save-domain');
+  await expect(page.locator('[data-test=domain-result]')).toHaveText('Bounces now come back to VERP addresses at bounce.e2e.example.');
   await page.reload();
   await hydrated(page);
   await expect(policy.locator('input[name=soft_threshold]')).toHaveValue('4');
   await expect(policy.locator('input[name=soft_days]')).toHaveValue('20');
+  await expect(policy.locator('input[name=pause_bounce_pct]')).toHaveValue('4.5');
+  await expect(page.locator('#domain-form input[name=domain]')).toHaveValue('bounce.e2e.example');
+  // Cleared again, so other specs' mail keeps its Return-Path.
+  await page.locator('#domain-form input[name=domain]').fill('');
+  await page.click('#save-domain');
+  await expect(page.locator('[data-test=domain-result]')).toHaveText('No bounce domain: bounces go to the Return-Path.');
   expect(errors).toEqual([]);
 });

@@ -5,6 +5,10 @@
 //! match, insert, suppress, commit. Besides events/s (wall clock), the replica's and
 //! PostgreSQL's CPU per 1,000 events; afterwards every event is checked to be recorded once.
 //!
+//! Then the same number of DSNs mailed over SMTP to the replica's `--bounce-listen` from 20
+//! connections, each to its message's VERP envelope sender: parsed, matched by the token,
+//! recorded and suppressed before the 250.
+//!
 //! Run through `bench/webhooks.sh`. Usage: webhook_bench <mailroom binary> [events=20000]
 //! [batch=100] [concurrency=16]
 
@@ -24,6 +28,8 @@ use support::free_port;
 
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 const ENDPOINT: &str = "bench-endpoint-0001";
+const BOUNCE_DOMAIN: &str = "bounce.bench.example";
+const DSN_CONNECTIONS: usize = 20;
 
 /// `n` delivered messages of one org (the product's demo path): their job ids.
 async fn seed(pool: &PgPool, org: i64, n: usize) -> anyhow::Result<Vec<JobId>> {
@@ -130,20 +136,27 @@ async fn main() -> anyhow::Result<()> {
     let (org, _) =
         support::org_with_admins(&pool, "bench", "a@bench.example", "x-password-1").await?;
     let t = Instant::now();
-    // Two rounds of `events` distinct events, each naming a distinct delivery.
-    let jobs = Arc::new(seed(&pool, org, events * 2).await?);
+    // Three rounds of `events` distinct events, each naming a distinct delivery.
+    let jobs = Arc::new(seed(&pool, org, events * 3).await?);
+    {
+        let mut conn = pool.acquire().await?;
+        app::db::events::save_bounce_domain(&mut conn, org, Some(BOUNCE_DOMAIN)).await?;
+    }
     println!(
         "seeded {} delivered messages in {:.1}s (not measured)",
-        events * 2,
+        events * 3,
         t.elapsed().as_secs_f64()
     );
     let postmaster = support::postmaster_pid(data.path())?;
     let port = free_port()?;
+    let smtp_port = free_port()?;
     let mut replica = Command::new(bin)
         .args([
             "serve",
             "--listen",
             &format!("127.0.0.1:{port}"),
+            "--bounce-listen",
+            &format!("127.0.0.1:{smtp_port}"),
             "--data-dir",
         ])
         .arg(data.path())
@@ -177,6 +190,44 @@ async fn main() -> anyhow::Result<()> {
                 per(after.1 - before.1),
             );
         }
+        let key = app::verp::key(&pool).await?;
+        let mail: Vec<(String, String)> = (events * 2..events * 3)
+            .map(|i| {
+                let rcpt = app::verp::address(&key, org, &jobs[i], BOUNCE_DOMAIN)
+                    .context("a VERP address")?;
+                let report = testkit::reports::dsn(&format!("bench-{i}"), &rcpt, &format!("p{i}@example.org"), "5.1.1", None);
+                anyhow::Ok((rcpt, report))
+            })
+            .collect::<anyhow::Result<_>>()?;
+        let addr: std::net::SocketAddr = format!("127.0.0.1:{smtp_port}").parse()?;
+        let before = support::cpu_seconds(replica.id(), postmaster);
+        let started = Instant::now();
+        let senders = (0..DSN_CONNECTIONS).map(|k| {
+            let part: Vec<(String, String)> = mail.iter().skip(k).step_by(DSN_CONNECTIONS).cloned().collect();
+            tokio::spawn(async move {
+                let mut c = testkit::ReportClient::connect(addr).await?;
+                for (rcpt, data) in &part {
+                    let codes = c.send(rcpt, data).await?;
+                    if codes != (250, 250) {
+                        bail!("a DSN was answered {codes:?}");
+                    }
+                }
+                c.quit().await?;
+                anyhow::Ok(())
+            })
+        });
+        for s in futures::future::join_all(senders).await {
+            s??;
+        }
+        let took = started.elapsed();
+        let after = support::cpu_seconds(replica.id(), postmaster);
+        let per = |c: f64| c * 1000.0 * 1000.0 / events as f64;
+        println!(
+            " mailed: {events} DSNs over SMTP, {DSN_CONNECTIONS} connections: {:.0} DSNs/s; CPU ms per 1,000 DSNs: replica {:.0}, PostgreSQL {:.0}",
+            events as f64 / took.as_secs_f64(),
+            per(after.0 - before.0),
+            per(after.1 - before.1),
+        );
         let (recorded, distinct, suppressed): (i64, i64, i64) = sqlx::query_as(
             "select (select count(*) from delivery_events), (select count(distinct job_id) from delivery_events),
                     (select count(*) from suppressions where reason = 'hard_bounce')",
@@ -184,7 +235,7 @@ async fn main() -> anyhow::Result<()> {
         .fetch_one(&pool)
         .await?;
         println!("recorded {recorded} events for {distinct} deliveries; {suppressed} addresses suppressed");
-        if recorded != (events * 2) as i64 || distinct != recorded || suppressed != recorded {
+        if recorded != (events * 3) as i64 || distinct != recorded || suppressed != recorded {
             bail!("every event should be recorded once, each on its own delivery");
         }
         anyhow::Ok(())

@@ -191,6 +191,15 @@ pub struct ServeArgs {
     #[arg(long, env = "MAILROOM_METRICS_TOKEN")]
     pub metrics_token: Option<Secret>,
 
+    /// Also listen for mailed bounces and complaints (SMTP) on this address, e.g. 0.0.0.0:25
+    /// behind the MX of the orgs' bounce domains. Off by default.
+    #[arg(long, env = "MAILROOM_BOUNCE_LISTEN")]
+    pub bounce_listen: Option<SocketAddr>,
+
+    /// The largest mailed report the bounce listener takes, in bytes.
+    #[arg(long, env = "MAILROOM_BOUNCE_MAX_SIZE", default_value_t = app::bounce::mailed::MAX_REPORT_BYTES)]
+    pub bounce_max_size: usize,
+
     #[command(flatten)]
     pub worker: WorkerArgs,
 }

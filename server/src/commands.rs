@@ -158,6 +158,32 @@ async fn serve(cli: &Cli, args: &ServeArgs) -> anyhow::Result<()> {
         addr,
         shutdown.clone(),
     );
+    let bounces = match args.bounce_listen {
+        Some(at) => match tokio::net::TcpListener::bind(at).await {
+            Ok(l) => {
+                let cfg = crate::bounce_intake::Config {
+                    hostname: url::Url::parse(&args.worker.public_url)
+                        .ok()
+                        .and_then(|u| u.host_str().map(str::to_owned))
+                        .unwrap_or_else(|| "mailroom".into()),
+                    max_size: args.bounce_max_size,
+                    ..Default::default()
+                };
+                tracing::info!(addr = %l.local_addr()?, "bounce intake listening");
+                Some(tokio::spawn(crate::bounce_intake::serve(
+                    l,
+                    db.pool.clone(),
+                    cfg,
+                    shutdown.clone(),
+                )))
+            }
+            Err(e) => {
+                let e = anyhow!("cannot listen for bounces on {at}: {e}: choose another address with --bounce-listen or MAILROOM_BOUNCE_LISTEN");
+                return db.close().await.and(Err(e));
+            }
+        },
+        None => None,
+    };
     let workers = (!args.no_workers).then(|| {
         tokio::spawn(worker::run(
             db.pool.clone(),
@@ -180,6 +206,9 @@ async fn serve(cli: &Cli, args: &ServeArgs) -> anyhow::Result<()> {
     crate::listen::serve(listener, app, edge.listen, shutdown.clone()).await;
     if let Some(workers) = workers {
         let _ = workers.await;
+    }
+    if let Some(bounces) = bounces {
+        let _ = bounces.await;
     }
     db.close().await
 }

@@ -96,7 +96,11 @@ async fn handle(
     body: &[u8],
 ) -> Result<Json<Answer>, Refusal> {
     let not_found = || Refusal::new(StatusCode::NOT_FOUND, "No such webhook endpoint.");
-    let source: EventSource = source.parse().map_err(|_| not_found())?;
+    let source: EventSource = source
+        .parse()
+        .ok()
+        .filter(|s: &EventSource| s.is_webhook())
+        .ok_or_else(not_found)?;
     let ep = events::endpoint(pool, endpoint)
         .await?
         .filter(|e| e.source == source)
@@ -140,6 +144,8 @@ async fn handle(
             body,
             now,
         ),
+        // Mailed reports have no endpoint (refused above).
+        EventSource::Dsn | EventSource::Arf => return Err(not_found()),
     }
     .map_err(refused)?;
     if let Some(n) = &nonce {
@@ -159,9 +165,21 @@ async fn handle(
         }
     }
     let policy = events::policy(&mut tx, ep.org_id).await?;
+    // Only SES says which envelope sender it used; the key is read only then.
+    let verp_key = match batch.iter().any(|e| e.envelope_from.is_some()) {
+        true => Some(app::verp::key(pool).await?),
+        false => None,
+    };
+    let cx = events::Intake {
+        org_id: ep.org_id,
+        source,
+        policy,
+        verp_key: verp_key.as_deref(),
+        signed: true,
+    };
     let mut new = 0;
     for e in &batch {
-        match events::record(&mut tx, ep.org_id, source, policy, e).await {
+        match events::record(&mut tx, &cx, e).await {
             Ok(Some(_)) => new += 1,
             Ok(None) => {}
             // The whole request rolls back: nothing of it is written.

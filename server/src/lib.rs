@@ -10,6 +10,8 @@ pub mod action_errors;
 pub mod audience_io;
 /// `backup` and `restore` of the embedded database (pg_dump custom format).
 pub mod backup;
+/// The bounce mailbox: an SMTP listener for mailed DSNs and ARF complaints.
+pub mod bounce_intake;
 /// The campaign worker: start, materialise, hand off, sweep, finish.
 pub mod campaign;
 /// Command-line flags and `MAILROOM_*` variables.

@@ -349,8 +349,9 @@ async fn session(stream: Box<dyn Io>, mut secure: bool, options: &SinkOptions, t
                         return;
                     }
                     _ => {
-                        record(tally, options.record, &from, &to, data);
-                        "250 2.0.0 queued\r\n".into()
+                        let n = record(tally, options.record, &from, &to, data);
+                        // The way Postfix names its queue id: what a relay's webhook refers to.
+                        format!("250 2.0.0 Ok: queued as SINK{n:08X}\r\n")
                     }
                 };
                 to.clear();
@@ -394,8 +395,9 @@ async fn read_body(io: &mut BufReader<Box<dyn Io>>) -> Option<String> {
     }
 }
 
-fn record(tally: &Tally, how: Record, from: &str, to: &[String], data: String) {
-    tally.accepted.fetch_add(1, Ordering::Relaxed);
+/// Keeps an accepted message; returns its number (from 1).
+fn record(tally: &Tally, how: Record, from: &str, to: &[String], data: String) -> u64 {
+    let n = tally.accepted.fetch_add(1, Ordering::Relaxed) + 1;
     let id = data
         .split("\r\n\r\n")
         .next()
@@ -420,4 +422,5 @@ fn record(tally: &Tally, how: Record, from: &str, to: &[String], data: String) {
             at: Instant::now(),
         });
     }
+    n
 }

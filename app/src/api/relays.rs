@@ -14,6 +14,8 @@ use crate::model::{RelayEventRow, WebhookEndpoint};
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RelaySettingsData {
     pub policy: BouncePolicy,
+    /// Where VERP envelope senders point (None: the Return-Path or From address is used).
+    pub bounce_domain: Option<String>,
     pub endpoints: Vec<WebhookEndpoint>,
     /// The signed-in user is an owner.
     pub can_manage: bool,
@@ -34,6 +36,7 @@ pub async fn relay_settings() -> Result<RelaySettingsData, AppError> {
     let mut conn = pool.acquire().await?;
     Ok(RelaySettingsData {
         policy: events::policy(&mut conn, me.org_id).await?,
+        bounce_domain: events::bounce_domain(&mut conn, me.org_id).await?,
         endpoints: events::endpoints(&mut conn, me.org_id).await?,
         can_manage: me.role.manages_org(),
     })
@@ -58,6 +61,11 @@ pub async fn create_webhook_endpoint(
     let source: EventSource = source
         .parse()
         .map_err(|e: String| AppError::Invalid(format!("Relay: {e}")))?;
+    if !source.is_webhook() {
+        return Err(AppError::Invalid(format!(
+            "Relay: {source} reports are mailed to the bounce domain, not posted to a webhook."
+        )));
+    }
     let id = URL_SAFE_NO_PAD.encode(rand::random::<[u8; 18]>());
     let (secret, shown) = match source {
         EventSource::Mailgun => {
@@ -96,6 +104,7 @@ pub async fn create_webhook_endpoint(
             let s = URL_SAFE_NO_PAD.encode(rand::random::<[u8; 24]>());
             (s.clone(), Some(s))
         }
+        EventSource::Dsn | EventSource::Arf => return Err(AppError::Internal),
     };
     let mut tx = pool.begin().await?;
     events::create_endpoint(&mut tx, me.org_id, &id, source, &secret).await?;
@@ -142,15 +151,29 @@ pub async fn revoke_webhook_endpoint(id: String) -> Result<String, AppError> {
     Ok(format!("The {source} endpoint is revoked."))
 }
 
-/// Saves the soft-bounce rule (owner only): suppress after `soft_threshold` soft bounces within
-/// `soft_days` days.
+/// Saves the org's rules (owner only): suppress after `soft_threshold` soft bounces within
+/// `soft_days` days; a sending campaign pauses itself at `pause_bounce_pct` % hard bounces or
+/// `pause_complaint_pct` % complaints once it delivered `pause_min_delivered`.
 #[server(endpoint = "save_bounce_policy")]
-pub async fn save_bounce_policy(soft_threshold: i32, soft_days: i32) -> Result<String, AppError> {
+pub async fn save_bounce_policy(
+    soft_threshold: i32,
+    soft_days: i32,
+    pause_bounce_pct: f64,
+    pause_complaint_pct: f64,
+    pause_min_delivered: i32,
+) -> Result<String, AppError> {
     let (me, pool) = super::signed_in().await?;
     if !me.role.manages_org() {
         return Err(AppError::Forbidden);
     }
-    let p = BouncePolicy::new(soft_threshold, soft_days).map_err(AppError::Invalid)?;
+    let p = BouncePolicy::new(
+        soft_threshold,
+        soft_days,
+        pause_bounce_pct,
+        pause_complaint_pct,
+        pause_min_delivered,
+    )
+    .map_err(AppError::Invalid)?;
     let mut tx = pool.begin().await?;
     let before = events::save_policy(&mut tx, me.org_id, p).await?;
     audit::org_setting(
@@ -163,9 +186,51 @@ pub async fn save_bounce_policy(soft_threshold: i32, soft_days: i32) -> Result<S
     .await?;
     tx.commit().await?;
     Ok(format!(
-        "Soft bounces suppress after {} within {} days.",
-        p.soft_threshold, p.soft_days
+        "Soft bounces suppress after {} within {} days; a campaign pauses itself at {} % bounces or {} % complaints once it delivered {}.",
+        p.soft_threshold, p.soft_days, p.pause_bounce_pct, p.pause_complaint_pct, p.pause_min_delivered
     ))
+}
+
+/// Sets the org's bounce domain (owner only; empty clears it). Mail then goes out with VERP
+/// envelope senders at it, so the domain's MX must reach a `--bounce-listen` replica.
+#[server(endpoint = "save_bounce_domain")]
+pub async fn save_bounce_domain(domain: String) -> Result<String, AppError> {
+    use crate::domain::DkimDomain;
+    let (me, pool) = super::signed_in().await?;
+    if !me.role.manages_org() {
+        return Err(AppError::Forbidden);
+    }
+    let domain = match domain.trim() {
+        "" => None,
+        d => Some(
+            DkimDomain::parse(d).map_err(|e| AppError::Invalid(format!("Bounce domain: {e}.")))?,
+        ),
+    };
+    let new = domain.as_ref().map(DkimDomain::as_str);
+    let mut tx = pool.begin().await?;
+    let before = events::save_bounce_domain(&mut tx, me.org_id, new)
+        .await
+        .map_err(|e| match e {
+            events::DomainError::Taken => AppError::Conflict(
+                "Bounce domain: another organisation uses it already; each org needs its own."
+                    .into(),
+            ),
+            events::DomainError::Db(e) => e.into(),
+        })?;
+    audit::setting_changed(
+        &mut tx,
+        &me,
+        "settings.bounce_domain",
+        "bounce_domain",
+        before,
+        new.map(str::to_owned),
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(match new {
+        Some(d) => format!("Bounces now come back to VERP addresses at {d}."),
+        None => "No bounce domain: bounces go to the Return-Path.".into(),
+    })
 }
 
 /// The org's latest relay events; only the unmatched ones when `unmatched` is set.

@@ -9,6 +9,8 @@ use crate::domain::{EmailAddress, EventKind, RelayEvent, MAX_DIAGNOSTIC};
 
 /// Standard Webhooks (`webhook-id`, `webhook-timestamp`, `webhook-signature`).
 pub mod generic;
+/// Reports mailed to the bounce domain: DSNs, ARF complaints, common non-standard bounces.
+pub mod mailed;
 /// Mailgun: HMAC of timestamp and token, each token taken once.
 pub mod mailgun;
 /// Postmark: a shared secret in the URL or as basic auth.
@@ -84,8 +86,10 @@ pub(crate) fn event(
     RelayEvent {
         id,
         kind,
-        recipient,
+        recipient: Some(recipient),
         message_id: RelayEvent::field(message_id, 998),
+        relay_id: None,
+        envelope_from: None,
         status: RelayEvent::field(status, 32),
         diagnostic: RelayEvent::field(diagnostic, MAX_DIAGNOSTIC),
         occurred_at: RelayEvent::field(occurred_at, 64),

@@ -11,7 +11,7 @@ use openssl::sign::Verifier;
 use serde::Deserialize;
 
 use super::{event, fresh, malformed, recipient, Refused, Verified};
-use crate::domain::EventKind;
+use crate::domain::{EventKind, RelayEvent};
 
 /// Seconds a signature stays good either side of the database's clock.
 pub const WINDOW: i64 = 600;
@@ -27,6 +27,9 @@ struct Event {
     sg_event_id: Option<String>,
     #[serde(rename = "smtp-id")]
     smtp_id: Option<String>,
+    /// `<X-Message-Id>.filter…`: the part before the first dot is what SendGrid's 250 reply
+    /// named (`queued as <X-Message-Id>`).
+    sg_message_id: Option<String>,
     timestamp: Option<i64>,
 }
 
@@ -108,7 +111,7 @@ pub fn verify(
             .filter(|i| !i.is_empty() && i.len() <= 200)
             .ok_or_else(|| malformed("an event has no sg_event_id"))?;
         let occurred = e.timestamp.map(|t| t.to_string());
-        events.push(event(
+        let mut ev = event(
             id.to_string(),
             kind,
             recipient(e.email.as_deref())?,
@@ -116,7 +119,12 @@ pub fn verify(
             e.status.as_deref(),
             e.reason.as_deref(),
             occurred.as_deref(),
-        ));
+        );
+        ev.relay_id = RelayEvent::field(
+            e.sg_message_id.as_deref().and_then(|m| m.split('.').next()),
+            200,
+        );
+        events.push(ev);
     }
     Ok(Verified {
         events,

@@ -225,6 +225,10 @@ struct Recipient {
 #[serde(rename_all = "camelCase")]
 struct Mail {
     common_headers: Option<CommonHeaders>,
+    /// What SES "returned to you when you sent the message": its 250 reply names it.
+    message_id: Option<String>,
+    /// The envelope sender: our VERP address when the org has a bounce domain.
+    source: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -236,7 +240,19 @@ struct CommonHeaders {
 /// SES's bounce or complaint, one event per recipient (`<feedbackId>:<address>`).
 fn ses_events(message: &str) -> Result<Vec<RelayEvent>, Refused> {
     let m: SesMessage = serde_json::from_str(message).map_err(malformed)?;
-    let message_id = m.mail.and_then(|m| m.common_headers?.message_id);
+    let (message_id, relay_id, envelope_from) = match m.mail {
+        Some(mail) => (
+            mail.common_headers.and_then(|h| h.message_id),
+            mail.message_id,
+            mail.source,
+        ),
+        None => (None, None, None),
+    };
+    let with_ids = |mut e: RelayEvent| {
+        e.relay_id = RelayEvent::field(relay_id.as_deref(), 200);
+        e.envelope_from = RelayEvent::field(envelope_from.as_deref(), 320);
+        e
+    };
     let kind = m.notification_type.or(m.event_type).unwrap_or_default();
     let mut out = Vec::new();
     match (kind.as_str(), m.bounce, m.complaint) {
@@ -247,7 +263,7 @@ fn ses_events(message: &str) -> Result<Vec<RelayEvent>, Refused> {
                 EventKind::SoftBounce
             };
             for r in b.bounced_recipients {
-                out.push(event(
+                out.push(with_ids(event(
                     format!("{}:{}", b.feedback_id, r.email_address.to_lowercase()),
                     k,
                     recipient(Some(&r.email_address))?,
@@ -255,12 +271,12 @@ fn ses_events(message: &str) -> Result<Vec<RelayEvent>, Refused> {
                     r.status.as_deref(),
                     r.diagnostic_code.as_deref(),
                     b.timestamp.as_deref(),
-                ));
+                )));
             }
         }
         ("Complaint", _, Some(c)) if c.complaint_feedback_type.as_deref() != Some("not-spam") => {
             for r in c.complained_recipients {
-                out.push(event(
+                out.push(with_ids(event(
                     format!("{}:{}", c.feedback_id, r.email_address.to_lowercase()),
                     EventKind::Complaint,
                     recipient(Some(&r.email_address))?,
@@ -268,7 +284,7 @@ fn ses_events(message: &str) -> Result<Vec<RelayEvent>, Refused> {
                     None,
                     c.complaint_feedback_type.as_deref(),
                     c.timestamp.as_deref(),
-                ));
+                )));
             }
         }
         _ => {}

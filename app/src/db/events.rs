@@ -8,9 +8,10 @@ use sqlx::{PgConnection, PgPool};
 
 use crate::db::audience;
 use crate::domain::{
-    BouncePolicy, EventEffect, EventKind, EventSource, JobId, MatchedBy, RelayEvent,
+    BounceCounts, BouncePolicy, EventEffect, EventKind, EventSource, MatchedBy, RelayEvent,
     SuppressionReason,
 };
+use crate::verp::{self, VerpRef};
 
 /// A webhook endpoint: where one org's relay posts.
 #[derive(sqlx::FromRow, Debug, Clone)]
@@ -98,15 +99,94 @@ pub async fn forget_nonces(pool: &PgPool) -> sqlx::Result<u64> {
 
 /// The org's soft-bounce rule.
 pub async fn policy(conn: &mut PgConnection, org_id: i64) -> sqlx::Result<BouncePolicy> {
-    let (soft_threshold, soft_days): (i32, i32) =
-        sqlx::query_as("select soft_bounce_threshold, soft_bounce_days from orgs where id = $1")
-            .bind(org_id)
-            .fetch_one(conn)
-            .await?;
-    Ok(BouncePolicy {
-        soft_threshold,
-        soft_days,
-    })
+    let p: PolicyRow = sqlx::query_as(&format!("select {POLICY} from orgs where id = $1"))
+        .bind(org_id)
+        .fetch_one(conn)
+        .await?;
+    Ok(p.into())
+}
+
+const POLICY: &str = "soft_bounce_threshold, soft_bounce_days, pause_bounce_pct, \
+                      pause_complaint_pct, pause_min_delivered";
+
+#[derive(sqlx::FromRow)]
+struct PolicyRow {
+    soft_bounce_threshold: i32,
+    soft_bounce_days: i32,
+    pause_bounce_pct: f64,
+    pause_complaint_pct: f64,
+    pause_min_delivered: i32,
+}
+
+impl From<PolicyRow> for BouncePolicy {
+    fn from(p: PolicyRow) -> Self {
+        BouncePolicy {
+            soft_threshold: p.soft_bounce_threshold,
+            soft_days: p.soft_bounce_days,
+            pause_bounce_pct: p.pause_bounce_pct,
+            pause_complaint_pct: p.pause_complaint_pct,
+            pause_min_delivered: p.pause_min_delivered,
+        }
+    }
+}
+
+/// The org's bounce domain: VERP envelope senders when set.
+pub async fn bounce_domain(conn: &mut PgConnection, org_id: i64) -> sqlx::Result<Option<String>> {
+    sqlx::query_scalar("select bounce_domain from orgs where id = $1")
+        .bind(org_id)
+        .fetch_one(conn)
+        .await
+}
+
+/// Another org has the bounce domain already.
+#[derive(Debug, thiserror::Error)]
+pub enum DomainError {
+    #[error("the bounce domain belongs to another organisation")]
+    Taken,
+    #[error(transparent)]
+    Db(#[from] sqlx::Error),
+}
+
+/// Sets (or, with `None`, clears) the org's bounce domain; returns the one it had.
+pub async fn save_bounce_domain(
+    conn: &mut PgConnection,
+    org_id: i64,
+    domain: Option<&str>,
+) -> Result<Option<String>, DomainError> {
+    let before = sqlx::query_scalar("select bounce_domain from orgs where id = $1 for update")
+        .bind(org_id)
+        .fetch_one(&mut *conn)
+        .await?;
+    let saved = sqlx::query("update orgs set bounce_domain = $2 where id = $1")
+        .bind(org_id)
+        .bind(domain)
+        .execute(&mut *conn)
+        .await;
+    match saved {
+        Err(sqlx::Error::Database(d)) if d.is_unique_violation() => Err(DomainError::Taken),
+        Err(e) => Err(e.into()),
+        Ok(_) => Ok(before),
+    }
+}
+
+/// The org whose bounce domain `domain` is (lowercase), with its rules.
+pub async fn org_of_bounce_domain(
+    pool: &PgPool,
+    domain: &str,
+) -> sqlx::Result<Option<(i64, BouncePolicy)>> {
+    #[derive(sqlx::FromRow)]
+    struct Row {
+        id: i64,
+        #[sqlx(flatten)]
+        policy: PolicyRow,
+    }
+    let row: Option<Row> = sqlx::query_as(&format!(
+        "select id, {POLICY} from orgs where bounce_domain = $1"
+    ))
+    .bind(domain)
+    .fetch_optional(pool)
+    .await?;
+    Ok(row.map(|r| (r.id, r.policy.into())))
 }
 
 /// Replaces the org's soft-bounce rule; returns the one it had.
@@ -115,21 +195,27 @@ pub async fn save_policy(
     org_id: i64,
     p: BouncePolicy,
 ) -> sqlx::Result<BouncePolicy> {
-    let (soft_threshold, soft_days): (i32, i32) = sqlx::query_as(
-        "update orgs o set soft_bounce_threshold = $2, soft_bounce_days = $3
-         from (select soft_bounce_threshold as t, soft_bounce_days as d from orgs where id = $1 for update) old
-         where o.id = $1
-         returning old.t, old.d",
+    let before: BouncePolicy = sqlx::query_as::<_, PolicyRow>(&format!(
+        "select {POLICY} from orgs where id = $1 for update"
+    ))
+    .bind(org_id)
+    .fetch_one(&mut *conn)
+    .await?
+    .into();
+    sqlx::query(
+        "update orgs set soft_bounce_threshold = $2, soft_bounce_days = $3, pause_bounce_pct = $4,
+                         pause_complaint_pct = $5, pause_min_delivered = $6
+         where id = $1",
     )
     .bind(org_id)
     .bind(p.soft_threshold)
     .bind(p.soft_days)
-    .fetch_one(conn)
+    .bind(p.pause_bounce_pct)
+    .bind(p.pause_complaint_pct)
+    .bind(p.pause_min_delivered)
+    .execute(conn)
     .await?;
-    Ok(BouncePolicy {
-        soft_threshold,
-        soft_days,
-    })
+    Ok(before)
 }
 
 /// An event the org may not record: its Message-ID names another org's delivery.
@@ -147,92 +233,203 @@ pub struct Recorded {
     pub job_id: Option<String>,
     pub matched_by: MatchedBy,
     pub effect: EventEffect,
+    /// The event proved its origin (a signed webhook, or our token in a mailed report).
+    pub verified: bool,
+    /// Why the event's campaign paused itself, when this event made it.
+    pub paused: Option<String>,
 }
 
-/// The delivery an event is about: the job its Message-ID names, when that job is the org's;
-/// else the org's latest delivered message to the address; else none (kept as unmatched).
+/// Where events are taken in: the org they are for, how they came, and its rules.
+pub struct Intake<'a> {
+    pub org_id: i64,
+    pub source: EventSource,
+    pub policy: BouncePolicy,
+    /// The VERP key, to read tokens in envelope senders.
+    pub verp_key: Option<&'a [u8]>,
+    /// The channel proves the sender (a signed webhook); a mailed report proves itself only by
+    /// our token, and changes nothing without it.
+    pub signed: bool,
+}
+
+/// The delivery an event is about.
+#[derive(sqlx::FromRow)]
+struct Found {
+    job_id: String,
+    org_id: i64,
+    email_lower: String,
+    campaign_id: Option<i64>,
+}
+
+const FOUND: &str = "select job_id, org_id, email_lower, campaign_id from deliveries";
+
+/// The delivery an event is about, and how it was found, in this order: the job our signed
+/// VERP token names; the job its Message-ID names, when that job is the org's; the message the
+/// relay named in its 250 reply; else the org's latest delivered message to the address; else
+/// none (kept as unmatched).
 async fn matching(
     conn: &mut PgConnection,
-    org_id: i64,
+    cx: &Intake<'_>,
     e: &RelayEvent,
-) -> Result<(Option<String>, MatchedBy), RecordError> {
-    if let Some(job) = e.job_id().as_ref().map(JobId::to_string) {
-        let owner: Option<i64> =
-            sqlx::query_scalar("select org_id from deliveries where job_id = $1")
-                .bind(&job)
-                .fetch_optional(&mut *conn)
-                .await?;
-        match owner {
-            Some(o) if o == org_id => return Ok((Some(job), MatchedBy::MessageId)),
+) -> Result<(Option<Found>, MatchedBy), RecordError> {
+    let org_id = cx.org_id;
+    let lower = e.recipient.as_ref().map(|r| r.lower().to_owned());
+    let token = cx
+        .verp_key
+        .zip(e.envelope_from.as_deref())
+        .and_then(|(key, from)| verp::verify_address(key, org_id, from));
+    match token {
+        Some(VerpRef::Job(job)) => {
+            let found: Option<Found> =
+                sqlx::query_as(&format!("{FOUND} where job_id = $1 and org_id = $2"))
+                    .bind(job.to_string())
+                    .bind(org_id)
+                    .fetch_optional(&mut *conn)
+                    .await?;
+            return Ok((found, MatchedBy::Token));
+        }
+        Some(VerpRef::Test {
+            campaign_id,
+            content_version,
+        }) => {
+            // A test job's id ends in the address it went to: the report's recipient picks it.
+            let found: Option<Found> = match &lower {
+                Some(lower) => {
+                    sqlx::query_as(&format!(
+                        "{FOUND} where org_id = $1 and email_lower = $2 and status = 'delivered'
+                           and kind = 'test' and job_id like 'test:' || $3 || ':' || $4 || ':%'
+                         order by finished_at desc limit 1"
+                    ))
+                    .bind(org_id)
+                    .bind(lower)
+                    .bind(campaign_id)
+                    .bind(content_version)
+                    .fetch_optional(&mut *conn)
+                    .await?
+                }
+                None => None,
+            };
+            return Ok((found, MatchedBy::Token));
+        }
+        None => {}
+    }
+    if let Some(job) = e.job_id() {
+        let found: Option<Found> = sqlx::query_as(&format!("{FOUND} where job_id = $1"))
+            .bind(job.to_string())
+            .fetch_optional(&mut *conn)
+            .await?;
+        match found {
+            Some(f) if f.org_id == org_id => return Ok((Some(f), MatchedBy::MessageId)),
             Some(_) => return Err(RecordError::OtherOrg(e.id.clone())),
             None => {}
         }
     }
-    let job: Option<String> = sqlx::query_scalar(
-        "select job_id from deliveries
-         where org_id = $1 and email_lower = $2 and status = 'delivered'
-         order by finished_at desc limit 1",
-    )
-    .bind(org_id)
-    .bind(e.recipient.lower())
-    .fetch_optional(&mut *conn)
-    .await?;
-    let by = if job.is_some() {
+    if let Some(relay_id) = &e.relay_id {
+        let found: Option<Found> = sqlx::query_as(&format!(
+            "{FOUND} where org_id = $1 and relay_id = $2 order by finished_at desc limit 1"
+        ))
+        .bind(org_id)
+        .bind(relay_id)
+        .fetch_optional(&mut *conn)
+        .await?;
+        if found.is_some() {
+            return Ok((found, MatchedBy::RelayId));
+        }
+    }
+    let found: Option<Found> = match &lower {
+        Some(lower) => {
+            sqlx::query_as(&format!(
+                "{FOUND} where org_id = $1 and email_lower = $2 and status = 'delivered'
+                 order by finished_at desc limit 1"
+            ))
+            .bind(org_id)
+            .bind(lower)
+            .fetch_optional(&mut *conn)
+            .await?
+        }
+        None => None,
+    };
+    let by = if found.is_some() {
         MatchedBy::Recipient
     } else {
         MatchedBy::None
     };
-    Ok((job, by))
+    Ok((found, by))
 }
 
-/// Records one event of `org_id` from `source` and applies its effect, once.
+/// Records one event of `cx.org_id` and applies its effect, once. `Ok(None)`: recorded before,
+/// or a mailed report that names nobody (no address, no token).
 pub async fn record(
     conn: &mut PgConnection,
-    org_id: i64,
-    source: EventSource,
-    policy: BouncePolicy,
+    cx: &Intake<'_>,
     e: &RelayEvent,
 ) -> Result<Option<Recorded>, RecordError> {
-    let (job_id, matched_by) = matching(conn, org_id, e).await?;
-    let lower = e.recipient.lower();
+    let (found, matched_by) = matching(conn, cx, e).await?;
+    let verified = cx.signed || matched_by == MatchedBy::Token;
+    // An erased subscriber's delivery holds the hash of the address: the event attaches to it
+    // and never writes the address back.
+    let lower = match (&found, &e.recipient) {
+        (Some(f), _) if f.email_lower.starts_with("erased-") => f.email_lower.clone(),
+        (_, Some(r)) => r.lower().to_owned(),
+        (Some(f), None) => f.email_lower.clone(),
+        (None, None) => return Ok(None),
+    };
+    let erased = lower.starts_with("erased-");
+    let job_id = found.as_ref().map(|f| f.job_id.clone());
+    let campaign_id = found.as_ref().and_then(|f| f.campaign_id);
     let id: Option<i64> = sqlx::query_scalar(
         "insert into delivery_events (org_id, source, provider_event_id, kind, job_id, matched_by,
-                                      email_lower, status, diagnostic, effect, occurred_at)
-         values ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'none', $10)
+                                      email_lower, status, diagnostic, effect, occurred_at,
+                                      verified, campaign_id)
+         values ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'none', $10, $11, $12)
          on conflict (source, provider_event_id) do nothing
          returning id",
     )
-    .bind(org_id)
-    .bind(source)
+    .bind(cx.org_id)
+    .bind(cx.source)
     .bind(&e.id)
     .bind(e.kind)
     .bind(&job_id)
     .bind(matched_by)
-    .bind(lower)
+    .bind(&lower)
     .bind(&e.status)
-    .bind(&e.diagnostic)
+    // A diagnostic often quotes the address: an erased one keeps none.
+    .bind(if erased { None } else { e.diagnostic.as_ref() })
     .bind(&e.occurred_at)
+    .bind(verified)
+    .bind(campaign_id)
     .fetch_optional(&mut *conn)
     .await?;
     let Some(id) = id else {
         return Ok(None);
     };
+    let mut recorded = Recorded {
+        job_id,
+        matched_by,
+        effect: EventEffect::None,
+        verified,
+        paused: None,
+    };
+    if !verified {
+        return Ok(Some(recorded));
+    }
     let why = format!(
-        "{source} {}",
+        "{} {}",
+        cx.source,
         e.status.as_deref().unwrap_or(e.kind.as_str())
     );
     let reason = match e.kind.suppresses_at_once() {
         Some(r) => Some(r),
         None if e.kind == EventKind::SoftBounce => {
-            soft_bounces_reached(conn, org_id, lower, policy)
+            soft_bounces_reached(conn, cx.org_id, &lower, cx.policy)
                 .await?
                 .then_some(SuppressionReason::SoftBounce)
         }
         None => None,
     };
-    let effect = match reason {
+    recorded.effect = match reason {
         Some(r) => {
-            let written = audience::suppress_all(conn, org_id, &[lower], r, &why).await?;
+            let written =
+                audience::suppress_all(conn, cx.org_id, &[lower.as_str()], r, &why).await?;
             if written.is_empty() {
                 EventEffect::None
             } else {
@@ -244,14 +441,50 @@ pub async fn record(
     };
     sqlx::query("update delivery_events set effect = $2 where id = $1")
         .bind(id)
-        .bind(effect)
+        .bind(recorded.effect)
         .execute(&mut *conn)
         .await?;
-    Ok(Some(Recorded {
-        job_id,
-        matched_by,
-        effect,
-    }))
+    if let (Some(campaign), EventKind::HardBounce | EventKind::Complaint) = (campaign_id, e.kind) {
+        // One campaign's reports are counted one at a time: each count then sees every report
+        // committed before it, so concurrent ones cannot all stay one short of the limit.
+        sqlx::query("select pg_advisory_xact_lock(hashtextextended('campaign-reports:' || $1, 0))")
+            .bind(campaign)
+            .execute(&mut *conn)
+            .await?;
+        let counts = campaign_counts(conn, cx.org_id, campaign).await?;
+        if let Some(reason) = cx.policy.pause_reason(counts) {
+            if crate::db::campaign::states::auto_pause(conn, cx.org_id, campaign, &reason).await? {
+                recorded.paused = Some(reason);
+            }
+        }
+    }
+    Ok(Some(recorded))
+}
+
+/// A campaign's delivered messages and the verified bounces and complaints reported for them.
+pub async fn campaign_counts(
+    conn: &mut PgConnection,
+    org_id: i64,
+    campaign_id: i64,
+) -> sqlx::Result<BounceCounts> {
+    let (delivered, hard_bounces, soft_bounces, complaints): (i64, i64, i64, i64) = sqlx::query_as(
+        "select (select coalesce(sum(delivered), 0)::bigint from progress_slots
+                     where org_id = $1 and campaign_id = $2),
+                    count(*) filter (where kind = 'hard_bounce'),
+                    count(*) filter (where kind = 'soft_bounce'),
+                    count(*) filter (where kind = 'complaint')
+             from delivery_events where campaign_id = $2 and org_id = $1 and verified",
+    )
+    .bind(org_id)
+    .bind(campaign_id)
+    .fetch_one(conn)
+    .await?;
+    Ok(BounceCounts {
+        delivered,
+        hard_bounces,
+        soft_bounces,
+        complaints,
+    })
 }
 
 /// Has the address now had the policy's number of soft bounces within its window? Serialised

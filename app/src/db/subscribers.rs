@@ -200,8 +200,8 @@ pub async fn remove(conn: &mut PgConnection, org_id: i64, id: i64) -> sqlx::Resu
 }
 
 /// Erases the personal data of a subscriber's address: in every subscriber of the org with
-/// that address (case variants are the same person), their sends and every delivery to it, the
-/// address becomes a hash; names and attributes go, memberships end. The address stays
+/// that address (case variants are the same person), their sends, every delivery to it and
+/// every relay report about it, the address becomes a hash; names and attributes go, memberships end. The address stays
 /// suppressed (a suppression is written if there was none), so it is never mailed again; the
 /// hash is suppressed too, so a send or delivery still queued for them is suppressed when it is
 /// claimed, and counted as such, like any other. Returns the address and how many subscriber
@@ -243,6 +243,11 @@ pub async fn erase(
              where m.org_id = $1 and s.org_id = $1 and m.subscriber_id = s.id and s.email_lower = $2
          ),
          sent as (update sends set email_lower = (select h from hashed) where org_id = $1 and email_lower = $2),
+         -- Relay reports about them attach to the hash; their diagnostics often quote the address.
+         reported as (
+             update delivery_events set email_lower = (select h from hashed), diagnostic = null
+             where org_id = $1 and email_lower = $2
+         ),
          mailed as (
              update deliveries set recipient = (select h from hashed), email_lower = (select h from hashed),
                                    smtp_reply = null, last_error = null

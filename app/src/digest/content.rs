@@ -44,11 +44,24 @@ impl Templates {
             f.timezone
         );
         let suppressed_total: i64 = f.suppressed.iter().map(|s| s.count).sum();
+        let reported = |kind: &str| {
+            f.reported
+                .iter()
+                .filter(|r| r.kind == kind)
+                .map(|r| r.count)
+                .sum::<i64>()
+        };
+        let (hard, soft, complaints) = (
+            reported("hard_bounce"),
+            reported("soft_bounce"),
+            reported("complaint"),
+        );
         let quiet = f.campaigns_total == 0
             && f.subscribers_gained == 0
             && suppressed_total == 0
             && f.unknown == 0
-            && f.failed == 0;
+            && f.failed == 0
+            && hard + soft + complaints == 0;
         let cx = context! {
             org_name => &f.org_name,
             range => &range,
@@ -60,6 +73,9 @@ impl Templates {
             suppressed_total => suppressed_total,
             unknown => f.unknown,
             failed => f.failed,
+            hard_bounces => hard,
+            soft_bounces => soft,
+            complaints => complaints,
             quiet => quiet,
         };
         Ok(StoredContent {

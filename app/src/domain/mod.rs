@@ -116,7 +116,8 @@ mod week_key;
 pub use audience::{CsvColumns, ImportStatus, SubscriberStatus, SuppressionReason};
 pub use backoff::Backoff;
 pub use bounce::{
-    BouncePolicy, EventEffect, EventKind, EventSource, MatchedBy, RelayEvent, MAX_DIAGNOSTIC,
+    relay_id, BounceCounts, BouncePolicy, EventEffect, EventKind, EventSource, MatchedBy,
+    RelayEvent, MAX_DIAGNOSTIC,
 };
 pub use campaign::{BodyFormat, CampaignContent, CampaignStatus, Transition, TransitionError};
 pub use delivery::{DeliveryCursor, DeliveryKind, DeliveryStatus};

@@ -8,7 +8,7 @@ use super::settings::{SettingsTabs, BUTTON, INPUT};
 use super::{Confirm, DangerSubmit, DataTable};
 use crate::api::relays::{
     relay_events, relay_settings, CreateWebhookEndpoint, CreatedEndpoint, RelaySettingsData,
-    RevokeWebhookEndpoint, SaveBouncePolicy,
+    RevokeWebhookEndpoint, SaveBounceDomain, SaveBouncePolicy,
 };
 use crate::domain::EventSource;
 use crate::model::RelayEventRow;
@@ -16,12 +16,14 @@ use crate::model::RelayEventRow;
 #[component]
 pub fn RelaysPage() -> impl IntoView {
     let policy = ServerAction::<SaveBouncePolicy>::new();
+    let domain = ServerAction::<SaveBounceDomain>::new();
     let create = ServerAction::<CreateWebhookEndpoint>::new();
     let revoke = ServerAction::<RevokeWebhookEndpoint>::new();
     let settings = Resource::new(
         move || {
             (
                 policy.version().get(),
+                domain.version().get(),
                 create.version().get(),
                 revoke.version().get(),
             )
@@ -33,6 +35,7 @@ pub fn RelaysPage() -> impl IntoView {
     view! {
         <SettingsTabs current="/settings/relays"/>
         {move || outcome(policy.value().get(), "policy-result")}
+        {move || outcome(domain.value().get(), "domain-result")}
         {move || outcome(revoke.value().get(), "revoke-result")}
         {move || create.value().get().map(|r| match r {
             Ok(c) => view! { <Created c/> }.into_any(),
@@ -42,7 +45,11 @@ pub fn RelaysPage() -> impl IntoView {
             {move || Suspend::new(async move {
                 match settings.await {
                     Err(e) => crate::pages::load_error(e),
-                    Ok(s) => view! { <Policy s=s.clone() action=policy/> <Endpoints s create revoke/> }.into_any(),
+                    Ok(s) => view! {
+                        <Policy s=s.clone() action=policy/>
+                        <BounceDomain s=s.clone() action=domain/>
+                        <Endpoints s create revoke/>
+                    }.into_any(),
                 }
             })}
         </Suspense>
@@ -89,7 +96,7 @@ fn Policy(s: RelaySettingsData, action: ServerAction<SaveBouncePolicy>) -> impl 
         <section class="rounded-lg bg-white p-4 shadow dark:bg-slate-900" aria-labelledby="policy-heading">
             <h2 id="policy-heading" class="text-lg font-semibold mb-1">"Bounces and complaints"</h2>
             <p class="mb-3 text-sm text-slate-600 dark:text-slate-300">
-                "A hard bounce or a complaint suppresses the address at once, for every kind of mail. Soft bounces suppress it for campaigns after this many within this many days."
+                "A hard bounce or a complaint suppresses the address at once, for every kind of mail. Soft bounces suppress it for campaigns after this many within this many days. A sending campaign pauses itself, once, when its hard bounces or complaints reach these shares of what it delivered."
             </p>
             <ActionForm action=action attr:id="policy-form" attr:class="flex flex-wrap items-end gap-3 text-sm">
                 <label class="block">
@@ -102,8 +109,46 @@ fn Policy(s: RelaySettingsData, action: ServerAction<SaveBouncePolicy>) -> impl 
                     <input name="soft_days" type="number" min="1" max="365" disabled=disabled
                         value=s.policy.soft_days.to_string() class=INPUT/>
                 </label>
+                <label class="block">
+                    <span class="text-slate-600 dark:text-slate-300">"Pause at bounces, %"</span>
+                    <input name="pause_bounce_pct" type="number" min="0.001" max="100" step="any" disabled=disabled
+                        value=s.policy.pause_bounce_pct.to_string() class=INPUT/>
+                </label>
+                <label class="block">
+                    <span class="text-slate-600 dark:text-slate-300">"Pause at complaints, %"</span>
+                    <input name="pause_complaint_pct" type="number" min="0.001" max="100" step="any" disabled=disabled
+                        value=s.policy.pause_complaint_pct.to_string() class=INPUT/>
+                </label>
+                <label class="block">
+                    <span class="text-slate-600 dark:text-slate-300">"Once delivered"</span>
+                    <input name="pause_min_delivered" type="number" min="1" disabled=disabled
+                        value=s.policy.pause_min_delivered.to_string() class=INPUT/>
+                </label>
                 {s.can_manage.then(|| view! {
                     <button type="submit" id="save-policy" disabled=move || action.pending().get() class=BUTTON>"Save"</button>
+                })}
+            </ActionForm>
+        </section>
+    }
+}
+
+#[component]
+fn BounceDomain(s: RelaySettingsData, action: ServerAction<SaveBounceDomain>) -> impl IntoView {
+    let disabled = !s.can_manage;
+    view! {
+        <section class="mt-4 rounded-lg bg-white p-4 shadow dark:bg-slate-900" aria-labelledby="domain-heading">
+            <h2 id="domain-heading" class="text-lg font-semibold mb-1">"Bounce domain"</h2>
+            <p class="mb-3 text-sm text-slate-600 dark:text-slate-300">
+                "Set it and every message goes out with a signed VERP envelope sender at this domain (b+<token>@domain), so a bounce mailed back names its delivery. Point the domain's MX at a Mailroom started with --bounce-listen. Feedback loops can report to fbl@ the domain."
+            </p>
+            <ActionForm action=action attr:id="domain-form" attr:class="flex flex-wrap items-end gap-3 text-sm">
+                <label class="block grow">
+                    <span class="text-slate-600 dark:text-slate-300">"Domain"</span>
+                    <input name="domain" type="text" placeholder="bounce.example.com" disabled=disabled
+                        value=s.bounce_domain.unwrap_or_default() class=INPUT/>
+                </label>
+                {s.can_manage.then(|| view! {
+                    <button type="submit" id="save-domain" disabled=move || action.pending().get() class=BUTTON>"Save"</button>
                 })}
             </ActionForm>
         </section>
@@ -159,7 +204,7 @@ fn Endpoints(
                     <label class="block">
                         <span class="text-slate-600 dark:text-slate-300">"Relay"</span>
                         <select name="source" class=INPUT>
-                            {EventSource::ALL.iter().map(|s| view! { <option value=s.as_str()>{s.as_str()}</option> }).collect_view()}
+                            {EventSource::WEBHOOKS.iter().map(|s| view! { <option value=s.as_str()>{s.as_str()}</option> }).collect_view()}
                         </select>
                     </label>
                     <label class="block grow">

@@ -22,6 +22,8 @@ pub struct Loaded {
     names: HashMap<i64, String>,
     digests: HashMap<i64, DigestContent>,
     invites: invite::Invites,
+    /// Loaded when an org of the batch has a bounce domain.
+    verp_key: Option<Vec<u8>>,
 }
 
 /// Takes from the rate limit and claims up to `limit` due deliveries for `holder`.
@@ -113,7 +115,17 @@ impl Loaded {
         };
         let invites = invite::Invites::load(pool, batch).await?;
         let signers = dkim::Signers::load(senders.values());
+        let verp_key = if senders.values().any(|s| s.bounce_domain.is_some()) {
+            Some(
+                app::verp::key(pool)
+                    .await
+                    .context("loading the VERP signing key")?,
+            )
+        } else {
+            None
+        };
         Ok(Loaded {
+            verp_key,
             senders,
             signers,
             campaigns,
@@ -139,6 +151,7 @@ impl Loaded {
             digest: c.digest_send_id.and_then(|id| self.digests.get(&id)),
             invites: &self.invites,
             dkim: self.signers.for_org(c.org_id),
+            verp_key: self.verp_key.as_deref(),
         }
     }
 }

@@ -17,7 +17,8 @@ use app::domain::JobId;
 use app::unsubscribe::{Claim, Keys};
 
 pub struct Rendered {
-    /// The SMTP envelope sender (MAIL FROM): the org's Return-Path, or its From address.
+    /// The SMTP envelope sender (MAIL FROM): a VERP address at the org's bounce domain, or its
+    /// Return-Path, or its From address.
     pub envelope_from: Address,
     pub to: Address,
     pub bytes: Vec<u8>,
@@ -44,6 +45,8 @@ pub struct Inputs<'a> {
     pub invites: &'a super::invite::Invites,
     /// The org's DKIM signer (None: it does not sign), or why its key cannot be used.
     pub dkim: Result<Option<&'a DkimConfig>, &'a str>,
+    /// Signs VERP envelope senders (loaded when an org of the batch has a bounce domain).
+    pub verp_key: Option<&'a [u8]>,
 }
 
 const LIST_UNSUBSCRIBE: HeaderName = HeaderName::new_from_ascii_str("List-Unsubscribe");
@@ -59,9 +62,15 @@ pub fn render(cx: &Inputs<'_>, c: &Claimed) -> anyhow::Result<Rendered> {
     let job: JobId = c.job_id.parse()?;
     let from: Address = sender.from_address.parse()?;
     // The Return-Path header itself is the receiving server's to add (RFC 5321 §4.4), from this.
-    let envelope_from: Address = match &sender.return_path {
-        Some(r) => r.parse()?,
-        None => from.clone(),
+    let verp = sender
+        .bounce_domain
+        .as_deref()
+        .zip(cx.verp_key)
+        .and_then(|(domain, key)| app::verp::address(key, c.org_id, &job, domain));
+    let envelope_from: Address = match (verp, &sender.return_path) {
+        (Some(v), _) => v.parse()?,
+        (None, Some(r)) => r.parse()?,
+        (None, None) => from.clone(),
     };
     let to: Address = c.recipient.parse()?;
     let message_id = job.message_id(cx.message_id_domain.unwrap_or(from.domain()));

@@ -7,25 +7,11 @@ use app::domain::Role;
 
 use crate::support::fixtures::{approved, audience_of, run_to_end};
 use crate::support::helpers::{org_with_users, test_db};
-use crate::support::test_app::{json, signed_in, spawn_app, TestApp};
+use crate::support::test_app::{json, marked, signed_in, spawn_app, TestApp};
 use testkit::SmtpSink;
 
 async fn page(app: &TestApp, c: &reqwest::Client, id: i64) -> String {
-    let r = c
-        .get(format!("{}/campaigns/{id}", app.base))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
-    r.text().await.unwrap()
-}
-
-/// The text of the element marked `data-test="<name>"` (its first text node).
-fn marked(html: &str, name: &str) -> Option<String> {
-    let at = html.find(&format!("data-test=\"{name}\""))?;
-    let rest = &html[at..];
-    let text = &rest[rest.find('>')? + 1..];
-    Some(text[..text.find('<')?].to_string())
+    app.get_html(c, &format!("/campaigns/{id}")).await
 }
 
 #[tokio::test]

@@ -5,7 +5,8 @@
 
 use app::api::deliveries::DeliveriesPage;
 use app::api::relays::{
-    CreateWebhookEndpoint, RelayEvents, RelaySettings, RevokeWebhookEndpoint, SaveBouncePolicy,
+    CreateWebhookEndpoint, RelayEvents, RelaySettings, RevokeWebhookEndpoint, SaveBounceDomain,
+    SaveBouncePolicy,
 };
 use app::bounce::{generic, mailgun};
 use app::domain::{DeliveryStatus, EmailAddress, JobId, Role};
@@ -592,6 +593,9 @@ async fn unmatched_events_are_kept_and_listed_and_the_policy_is_the_owners() {
     let save = |t: i32, d: i32| SaveBouncePolicy {
         soft_threshold: t,
         soft_days: d,
+        pause_bounce_pct: 4.0,
+        pause_complaint_pct: 0.2,
+        pause_min_delivered: 300,
     };
     let (status, body) = app.call_fn(&viewer, save(5, 10)).await;
     assert_eq!(
@@ -609,9 +613,19 @@ async fn unmatched_events_are_kept_and_listed_and_the_policy_is_the_owners() {
         (
             s["policy"]["soft_threshold"].as_i64(),
             s["policy"]["soft_days"].as_i64(),
+            s["policy"]["pause_bounce_pct"].as_f64(),
+            s["policy"]["pause_complaint_pct"].as_f64(),
+            s["policy"]["pause_min_delivered"].as_i64(),
             s["can_manage"].as_bool()
         ),
-        (Some(5), Some(10), Some(false))
+        (
+            Some(5),
+            Some(10),
+            Some(4.0),
+            Some(0.2),
+            Some(300),
+            Some(false)
+        )
     );
     assert_eq!(s["endpoints"].as_array().unwrap().len(), 1);
     assert!(!body.contains(&secret), "the secret is never shown again");
@@ -621,6 +635,39 @@ async fn unmatched_events_are_kept_and_listed_and_the_policy_is_the_owners() {
             .await
             .unwrap();
     assert_eq!(audited, ["webhook.create", "settings.bounce_policy"]);
+
+    // The bounce domain: owners only, a DNS name, one org's, audited.
+    let domain = |d: &str| SaveBounceDomain { domain: d.into() };
+    let (status, _) = app.call_fn(&viewer, domain("bounce.acme.test")).await;
+    assert_eq!(status, 403);
+    let (status, body) = app.call_fn(&owner, domain("not a domain")).await;
+    assert_eq!(status, 422);
+    assert!(body.contains("Bounce domain"), "{body}");
+    let (status, body) = app.call_fn(&owner, domain("Bounce.Acme.TEST.")).await;
+    assert_eq!(status, 200, "{body}");
+    let (_, body) = app.call_fn(&viewer, RelaySettings {}).await;
+    assert_eq!(json(&body)["bounce_domain"], "bounce.acme.test");
+    let (other, _) = org_with_users(&pool, "globex", &[Role::Owner]).await;
+    let mut conn = pool.acquire().await.unwrap();
+    let taken =
+        app::db::events::save_bounce_domain(&mut conn, other, Some("bounce.acme.test")).await;
+    assert!(matches!(taken, Err(app::db::events::DomainError::Taken)));
+    drop(conn);
+    let (status, _) = app.call_fn(&owner, domain("")).await;
+    assert_eq!(status, 200);
+    let changes: Vec<serde_json::Value> = sqlx::query_scalar(
+        "select after from audit_log where action = 'settings.bounce_domain' order by id",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        changes,
+        vec![
+            serde_json::json!({ "bounce_domain": "bounce.acme.test" }),
+            serde_json::json!({ "bounce_domain": null })
+        ]
+    );
     // Viewers create no endpoints; a Mailgun endpoint needs its signing key.
     let create = |source: &str, key: &str| CreateWebhookEndpoint {
         source: source.into(),

@@ -66,7 +66,11 @@ fn case(endpoint: &str) -> Option<Case> {
         "save_bounce_policy" => Case::ActsOnOwnOrg(vec![
             ("soft_threshold", "3".into()),
             ("soft_days", "30".into()),
+            ("pause_bounce_pct", "4".into()),
+            ("pause_complaint_pct", "0.2".into()),
+            ("pause_min_delivered", "300".into()),
         ]),
+        "save_bounce_domain" => Case::ActsOnOwnOrg(vec![("domain", "bounces.tenancy.test".into())]),
         // The set-password page: the link's token is the credential, no session.
         "invite_info" | "accept_invite" => Case::Public,
         // The first-run page: no session exists yet; it acts only while no organisation does
@@ -212,7 +216,8 @@ const ORG_ROWS: &str = "select md5(concat_ws('|',
         (select string_agg(x::text, ',' order by x.email_lower) from suppressions x where x.org_id = $1),
         (select string_agg(w::text, ',' order by w.id) from webhook_endpoints w where w.org_id = $1),
         (select string_agg(e::text, ',' order by e.id) from delivery_events e where e.org_id = $1),
-        (select row(soft_bounce_threshold, soft_bounce_days)::text from orgs where id = $1)))";
+        (select row(soft_bounce_threshold, soft_bounce_days, pause_bounce_pct, pause_complaint_pct,
+                    pause_min_delivered, bounce_domain)::text from orgs where id = $1)))";
 
 /// An org's subscriber (on a list), list, import and suppressed address, named by `marker`.
 async fn audience_objects(
@@ -268,21 +273,22 @@ async fn relay_objects(pool: &sqlx::PgPool, org: i64, marker: &str) -> String {
     let e = RelayEvent {
         id: format!("{org}:{marker}"),
         kind: EventKind::SoftBounce,
-        recipient: EmailAddress::parse(&format!("{marker}-bounced@example.org")).unwrap(),
+        recipient: Some(EmailAddress::parse(&format!("{marker}-bounced@example.org")).unwrap()),
         message_id: None,
+        relay_id: None,
+        envelope_from: None,
         status: Some("4.2.2".into()),
         diagnostic: Some(format!("{marker} mailbox full")),
         occurred_at: None,
     };
-    events::record(
-        &mut tx,
-        org,
-        EventSource::Generic,
-        BouncePolicy::default(),
-        &e,
-    )
-    .await
-    .unwrap();
+    let cx = events::Intake {
+        org_id: org,
+        source: EventSource::Generic,
+        policy: BouncePolicy::default(),
+        verp_key: None,
+        signed: true,
+    };
+    events::record(&mut tx, &cx, &e).await.unwrap();
     tx.commit().await.unwrap();
     id
 }

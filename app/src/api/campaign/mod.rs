@@ -38,6 +38,10 @@ pub struct CampaignWithProgress {
     pub name: String,
     pub subject: String,
     pub progress: crate::domain::progress::Progress,
+    /// What relays reported back about its delivered messages (verified reports only).
+    pub bounces: crate::domain::BounceCounts,
+    /// Why it paused itself, if it ever did (kept after a resume).
+    pub pause_reason: Option<String>,
 }
 
 /// One of the signed-in organisation's campaigns; another org's is `NotFound`.
@@ -48,9 +52,12 @@ pub async fn campaign_detail(id: i64) -> Result<CampaignWithProgress, AppError> 
     let s = campaign::live::snapshot(&mut conn, me.org_id, id)
         .await?
         .ok_or(AppError::NotFound)?;
+    let bounces = crate::db::events::campaign_counts(&mut conn, me.org_id, id).await?;
     Ok(CampaignWithProgress {
         id: s.id,
         progress: s.progress(),
+        bounces,
+        pause_reason: s.pause_reason,
         name: s.name,
         subject: s.subject,
     })

@@ -22,6 +22,8 @@ pub struct Snapshot {
     /// The same two in the org's time zone.
     pub started: Option<String>,
     pub finished: Option<String>,
+    /// Why it paused itself, if it ever did.
+    pub pause_reason: Option<String>,
 }
 
 /// The campaign `campaign_id` of `org_id` now, or `None` (missing, deleted, or another org's).
@@ -44,10 +46,12 @@ pub async fn snapshot(
                 (extract(epoch from c.started_at) * 1000)::bigint as started_ms,
                 (extract(epoch from c.ended_at) * 1000)::bigint as finished_ms,
                 to_char(c.started_at at time zone c.timezone, 'YYYY-MM-DD HH24:MI') as started,
-                to_char(c.ended_at at time zone c.timezone, 'YYYY-MM-DD HH24:MI') as finished
+                to_char(c.ended_at at time zone c.timezone, 'YYYY-MM-DD HH24:MI') as finished,
+                c.pause_reason
          from c
          left join progress_slots p on p.campaign_id = c.id
-         group by c.id, c.name, c.subject, c.status, c.recipients_total, c.started_at, c.ended_at, c.timezone"
+         group by c.id, c.name, c.subject, c.status, c.recipients_total, c.started_at, c.ended_at,
+                  c.timezone, c.pause_reason"
     ))
     .bind(org_id)
     .bind(campaign_id)

@@ -112,6 +112,44 @@ pub async fn change(
     }
 }
 
+/// Pauses a sending campaign by itself, for `reason` (its bounce or complaint rate), audited
+/// with no actor. Once per campaign: an admin who resumes it has overruled the rates, and the
+/// reason stays on record. `false` when it was not sending or had paused itself before.
+pub async fn auto_pause(
+    conn: &mut PgConnection,
+    org_id: i64,
+    id: i64,
+    reason: &str,
+) -> sqlx::Result<bool> {
+    let done: Option<i64> = sqlx::query_scalar(
+        "update campaigns set status = 'paused', pause_reason = $3
+         where org_id = $1 and id = $2 and status = 'sending' and pause_reason is null
+         returning id",
+    )
+    .bind(org_id)
+    .bind(id)
+    .bind(reason)
+    .fetch_optional(&mut *conn)
+    .await?;
+    if done.is_none() {
+        return Ok(false);
+    }
+    crate::db::audit::record(
+        conn,
+        crate::db::audit::Entry {
+            org_id,
+            actor_id: None,
+            action: "campaign.auto_pause",
+            object_type: "campaign",
+            object_id: Some(id.to_string()),
+            before: Some(serde_json::json!({ "status": "sending" })),
+            after: Some(serde_json::json!({ "status": "paused", "reason": reason })),
+        },
+    )
+    .await?;
+    Ok(true)
+}
+
 /// Sends a submitted campaign back to its author's draft with the reviewer's reason.
 pub async fn reject(
     conn: &mut PgConnection,

@@ -255,6 +255,7 @@ pub async fn record(
     let mut statuses = Vec::new();
     let mut texts = Vec::new();
     let mut delays = Vec::new();
+    let mut relay_ids = Vec::new();
     for (job, attempt, outcome) in results {
         let (status, text, delay) = match outcome {
             Outcome::Delivered { reply } => ("delivered", reply.as_str(), 0.0),
@@ -270,6 +271,10 @@ pub async fn record(
         statuses.push(status);
         texts.push(text);
         delays.push(delay);
+        relay_ids.push(match outcome {
+            Outcome::Delivered { reply } => crate::domain::relay_id(reply),
+            _ => None,
+        });
     }
     let sql = format!(
         "with changed as (
@@ -278,8 +283,10 @@ pub async fn record(
                  smtp_reply = case when r.status in ('delivered', 'failed') then r.text else d.smtp_reply end,
                  last_error = case when r.status in ('queued', 'unknown') then r.text else d.last_error end,
                  next_attempt_at = case when r.status = 'queued' then now() + make_interval(secs => r.delay) else d.next_attempt_at end,
-                 finished_at = case when r.status = 'queued' then null else now() end
-             from unnest($1::text[], $2::int[], $3::text[], $4::text[], $5::float8[]) as r(job_id, attempt, status, text, delay)
+                 finished_at = case when r.status = 'queued' then null else now() end,
+                 relay_id = coalesce(r.relay_id, d.relay_id)
+             from unnest($1::text[], $2::int[], $3::text[], $4::text[], $5::float8[], $6::text[])
+                  as r(job_id, attempt, status, text, delay, relay_id)
              where d.job_id = r.job_id and d.status = 'sending' and d.attempt = r.attempt
              returning d.org_id, d.campaign_id, d.status
          ),
@@ -293,6 +300,7 @@ pub async fn record(
         .bind(&statuses)
         .bind(&texts)
         .bind(&delays)
+        .bind(&relay_ids)
         .fetch_one(conn)
         .await?;
     Ok(written as u64)
@@ -413,6 +421,8 @@ pub struct Sender {
     pub reply_to: Option<String>,
     /// The SMTP envelope sender (None: the From address).
     pub return_path: Option<String>,
+    /// VERP envelope senders at this domain, when set (they take the Return-Path's place).
+    pub bounce_domain: Option<String>,
     /// Set only while signing is enabled.
     pub dkim_domain: Option<String>,
     pub dkim_selector: Option<String>,
@@ -422,7 +432,7 @@ pub struct Sender {
 /// The sender identities of every org of a batch, in one query.
 pub async fn senders(pool: &PgPool, org_ids: &[i64]) -> sqlx::Result<Vec<Sender>> {
     sqlx::query_as(
-        "select o.id as org_id, o.from_name, o.from_address, o.reply_to, o.return_path,
+        "select o.id as org_id, o.from_name, o.from_address, o.reply_to, o.return_path, o.bounce_domain,
                 k.domain as dkim_domain, k.selector as dkim_selector,
                 k.private_key_pem as dkim_private_key_pem
          from orgs o left join org_dkim k on k.org_id = o.id and k.enabled

@@ -1,5 +1,6 @@
 //! The figures a digest reports for an org's period: campaigns sent with their outcomes,
-//! subscribers gained, addresses suppressed and why, deliveries needing attention. Read for a
+//! subscribers gained, addresses suppressed and why, deliveries needing attention, and the
+//! bounces and complaints relays reported. Read for a
 //! whole chunk of orgs in one statement.
 
 use chrono::{DateTime, NaiveDateTime, Utc};
@@ -53,6 +54,14 @@ pub struct Figures {
     pub unknown: i64,
     /// Deliveries that finished `failed` in the period.
     pub failed: i64,
+    /// Verified relay reports received in the period, by kind (`hard_bounce`, `complaint`, …).
+    pub reported: Json<Vec<ReportedFigures>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReportedFigures {
+    pub kind: String,
+    pub count: i64,
 }
 
 /// The figures of every period, in one statement (a chunk of a tick is ~1,000 orgs).
@@ -94,7 +103,13 @@ pub async fn figures(conn: &mut PgConnection, periods: &[Period]) -> sqlx::Resul
                     and d.finished_at >= p.s and d.finished_at < p.e) as unknown,
                 (select count(*) from deliveries d
                   where d.org_id = p.org_id and d.status = 'failed'
-                    and d.finished_at >= p.s and d.finished_at < p.e) as failed
+                    and d.finished_at >= p.s and d.finished_at < p.e) as failed,
+                coalesce((
+                    select jsonb_agg(jsonb_build_object('kind', r.kind, 'count', r.n) order by r.kind)
+                    from (select kind, count(*) as n from delivery_events e
+                          where e.org_id = p.org_id and e.verified
+                            and e.received_at >= p.s and e.received_at < p.e
+                          group by kind) r), '[]') as reported
          from p join orgs o on o.id = p.org_id",
     )
     .bind(&orgs)

@@ -138,6 +138,10 @@ fn CampaignView(detail: CampaignWithProgress, live: RwSignal<Progress>) -> impl 
             </span>
         </div>
         <p class="text-slate-600 mb-4 dark:text-slate-300">"Subject: " {detail.subject.clone()}</p>
+        {detail.pause_reason.clone().map(|r| view! {
+            <p role="status" class="mb-4 rounded border border-amber-300 bg-amber-50 p-3 text-sm text-amber-900 dark:border-amber-700 dark:bg-amber-950 dark:text-amber-100" data-test="pause-reason">{r}</p>
+        })}
+        <Reports counts=detail.bounces/>
         // One section in every phase: what it holds changes as the readings arrive.
         <section class="rounded bg-white shadow p-4 mb-4 dark:bg-slate-900" aria-label="Send progress">
             <Show when=move || phase() == Phase::NotStarted>
@@ -164,6 +168,30 @@ fn CampaignView(detail: CampaignWithProgress, live: RwSignal<Progress>) -> impl 
                 </Show>
             </Show>
         </section>
+    }
+}
+
+/// Bounces and complaints relays reported, beside what was delivered (the rates a relay
+/// reviews a sender by).
+#[component]
+fn Reports(counts: crate::domain::BounceCounts) -> impl IntoView {
+    let pct = |n: i64, digits: usize| {
+        crate::domain::BounceCounts::pct(n, counts.delivered)
+            .map_or("—".to_string(), |p| format!("{p:.digits$} %"))
+    };
+    view! {
+        <dl class="mb-4 grid grid-cols-2 gap-x-4 gap-y-1 rounded bg-white p-4 text-sm shadow sm:grid-cols-4 dark:bg-slate-900" aria-label="Relay reports" data-test="relay-reports">
+            <div><dt class="text-slate-600 dark:text-slate-300">"Delivered"</dt><dd class="tabular-nums" data-test="reports-delivered">{counts.delivered}</dd></div>
+            <div>
+                <dt class="text-slate-600 dark:text-slate-300">"Bounced later"</dt>
+                <dd class="tabular-nums"><span data-test="hard-bounces">{counts.hard_bounces}</span> " (" <span data-test="bounce-rate">{pct(counts.hard_bounces, 1)}</span> ")"</dd>
+            </div>
+            <div><dt class="text-slate-600 dark:text-slate-300">"Soft bounces"</dt><dd class="tabular-nums" data-test="soft-bounces">{counts.soft_bounces}</dd></div>
+            <div>
+                <dt class="text-slate-600 dark:text-slate-300">"Complaints"</dt>
+                <dd class="tabular-nums"><span data-test="complaints">{counts.complaints}</span> " (" <span data-test="complaint-rate">{pct(counts.complaints, 2)}</span> ")"</dd>
+            </div>
+        </dl>
     }
 }
 

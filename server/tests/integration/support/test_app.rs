@@ -122,7 +122,22 @@ pub fn client(app: &TestApp) -> reqwest::Client {
         .unwrap()
 }
 
+/// The text of the element marked `data-test="<name>"` (its first text node).
+pub fn marked(html: &str, name: &str) -> Option<String> {
+    let at = html.find(&format!("data-test=\"{name}\""))?;
+    let rest = &html[at..];
+    let text = &rest[rest.find('>')? + 1..];
+    Some(text[..text.find('<')?].to_string())
+}
+
 impl TestApp {
+    /// A page as the server renders it for `c` (asserted 200).
+    pub async fn get_html(&self, c: &reqwest::Client, path: &str) -> String {
+        let r = c.get(format!("{}{path}", self.base)).send().await.unwrap();
+        assert_eq!(r.status(), 200, "{path}");
+        r.text().await.unwrap()
+    }
+
     pub async fn login(
         &self,
         c: &reqwest::Client,
