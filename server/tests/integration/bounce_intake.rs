@@ -473,3 +473,54 @@ async fn a_sending_campaign_pauses_itself_once_at_the_bounce_rate_and_says_why()
     );
     assert_eq!(marked(&html, "hard-bounces").as_deref(), Some("13"));
 }
+
+#[tokio::test]
+async fn reports_about_an_erased_subscriber_attach_to_the_hash_and_never_bring_the_address_back() {
+    let pool = test_db().await;
+    let (org, users) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    set_bounce_domain(&pool, org, "bounce.acme.test").await;
+    let (_, jobs) = delivered_campaign(&pool, org, users[0].0, "sent", 2).await;
+    let key = app::verp::key(&pool).await.unwrap();
+    let addr = listener(&pool).await;
+    let (job, to) = &jobs[0];
+    let rcpt = app::verp::address(&key, org, job, "bounce.acme.test").unwrap();
+    let mut c = ReportClient::connect(addr).await.unwrap();
+    // Mailbox full: counted, its diagnostic quoting the address.
+    let before = dsn("before-erasure", &rcpt, to, "5.2.2", None);
+    assert_eq!(c.send(&rcpt, &before).await.unwrap(), (250, 250));
+    {
+        let mut conn = pool.acquire().await.unwrap();
+        app::db::subscribers::erase(&mut conn, org, job_sub(job))
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    // Reported after the erasure: found by its token, kept under the hash.
+    let after = dsn("after-erasure", &rcpt, to, "5.1.1", None);
+    assert_eq!(c.send(&rcpt, &after).await.unwrap(), (250, 250));
+    c.quit().await.unwrap();
+    let rows: Vec<(String, String, Option<String>, Option<String>)> = sqlx::query_as(
+        "select kind, email_lower, diagnostic, job_id from delivery_events where org_id = $1 order by id",
+    )
+    .bind(org)
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(rows.len(), 2);
+    for (kind, email, diagnostic, job_id) in &rows {
+        assert!(email.starts_with("erased-"), "{kind}: {email}");
+        assert_eq!(
+            diagnostic, &None,
+            "{kind}: the diagnostic quoted the address"
+        );
+        assert_eq!(job_id.as_deref(), Some(job.to_string().as_str()));
+    }
+    let clear: i64 = sqlx::query_scalar(
+        "select count(*) from delivery_events where strpos(coalesce(diagnostic, '') || email_lower, $1) > 0",
+    )
+    .bind(to)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(clear, 0, "the address is nowhere in the ledger");
+}

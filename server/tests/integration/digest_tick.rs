@@ -59,6 +59,20 @@ async fn busy_org(pool: &PgPool, slug: &str) -> (i64, Vec<(i64, String, String)>
         .execute(&mut *c)
         .await
         .unwrap();
+    // Relay reports: two bounces and a complaint in the week; an unverified complaint and one
+    // of the week before do not count.
+    exec("insert into delivery_events (org_id, source, provider_event_id, kind, matched_by, email_lower, effect, verified, received_at)
+          values ($1, 'dsn', $3 || '1', 'hard_bounce', 'token', 'z@x.org', 'suppressed', true, $2),
+                 ($1, 'ses', $3 || '2', 'hard_bounce', 'recipient', 'y@x.org', 'suppressed', true, $2),
+                 ($1, 'arf', $3 || '3', 'complaint', 'token', 'w@x.org', 'suppressed', true, $2),
+                 ($1, 'arf', $3 || '4', 'complaint', 'none', 'v@x.org', 'none', false, $2),
+                 ($1, 'dsn', $3 || '5', 'hard_bounce', 'token', 'u@x.org', 'suppressed', true, $2 - interval '8 days')")
+        .bind(org)
+        .bind(in_week())
+        .bind(slug.to_string())
+        .execute(&mut *c)
+        .await
+        .unwrap();
     drop(c);
     let jobs = enqueue_test_mail_to(pool, org, "wk", &["lost@x.org".to_string()]).await;
     sqlx::query("update deliveries set status = 'unknown', finished_at = $2 where job_id = $1")
@@ -128,6 +142,7 @@ async fn a_tick_reports_the_week_and_queues_one_digest_per_opted_in_admin() {
         "hard_bounce: 1",
         "unsubscribed: 1",
         "Deliveries needing attention: 1 (1 unknown, 0 failed)",
+        "Reported by relays: 2 bounces, 0 soft bounces, 1 complaints",
     ] {
         assert!(text.contains(expected), "{expected:?} not in:\n{text}");
     }
