@@ -18,10 +18,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 
-use app::bounce::mailed::{self, MAX_REPORT_BYTES};
-use app::db::events::{self, Intake, RecordError};
-use app::domain::BouncePolicy;
+use app::bounce::mailed::MAX_REPORT_BYTES;
 
+use crate::bounce_mail::{BounceMail, Recipient};
 use crate::shutdown::Shutdown;
 
 /// How the listener runs.
@@ -48,10 +47,6 @@ impl Default for Config {
     }
 }
 
-/// Local parts every bounce domain takes without a token: feedback loops are registered with
-/// one fixed address, and RFC 5321 §4.5.1 says postmaster must be accepted.
-const FIXED_LOCALS: [&str; 2] = ["fbl", "postmaster"];
-
 /// Accepts connections until shutdown; each is served on its own task.
 pub async fn serve(listener: TcpListener, pool: PgPool, cfg: Config, shutdown: Shutdown) {
     let slots = Arc::new(Semaphore::new(cfg.max_connections.max(1)));
@@ -72,7 +67,7 @@ pub async fn serve(listener: TcpListener, pool: PgPool, cfg: Config, shutdown: S
             Ok((stream, peer)) => {
                 let (pool, cfg) = (pool.clone(), cfg.clone());
                 tokio::spawn(async move {
-                    if let Err(e) = Session::new(&pool, &cfg, peer).run(stream).await {
+                    if let Err(e) = Session::new(pool, &cfg, peer).run(stream).await {
                         tracing::debug!(%peer, error = %e, "bounce intake connection ended");
                     }
                     drop(permit);
@@ -86,20 +81,13 @@ pub async fn serve(listener: TcpListener, pool: PgPool, cfg: Config, shutdown: S
     }
 }
 
-/// One accepted recipient: the org whose bounce domain it is at.
-struct Rcpt {
-    address: String,
-    org_id: i64,
-    policy: BouncePolicy,
-}
-
 struct Session<'a> {
-    pool: &'a PgPool,
+    pool: PgPool,
+    mail: BounceMail,
     cfg: &'a Config,
     peer: SocketAddr,
-    verp_key: Option<Vec<u8>>,
     mail_from: Option<String>,
-    rcpts: Vec<Rcpt>,
+    rcpts: Vec<Recipient>,
 }
 
 enum Step {
@@ -109,12 +97,12 @@ enum Step {
 }
 
 impl<'a> Session<'a> {
-    fn new(pool: &'a PgPool, cfg: &'a Config, peer: SocketAddr) -> Self {
+    fn new(pool: PgPool, cfg: &'a Config, peer: SocketAddr) -> Self {
         Session {
+            mail: BounceMail::new(pool.clone()),
             pool,
             cfg,
             peer,
-            verp_key: None,
             mail_from: None,
             rcpts: Vec::new(),
         }
@@ -290,45 +278,17 @@ impl<'a> Session<'a> {
     }
 
     async fn rcpt(&mut self, address: &str) -> String {
-        let Some((local, domain)) = address.rsplit_once('@') else {
-            return "550 5.1.3 Bad recipient address\r\n".into();
-        };
-        let domain = domain.to_ascii_lowercase();
-        let owner = match events::org_of_bounce_domain(self.pool, &domain).await {
-            Ok(o) => o,
-            Err(e) => {
-                tracing::warn!(error = %e, "bounce intake cannot look up a domain");
-                return "451 4.3.0 Try again later\r\n".into();
+        match self.mail.recipient(address).await {
+            Ok(Ok(r)) => {
+                self.rcpts.push(r);
+                "250 2.1.5 Ok\r\n".into()
             }
-        };
-        let Some((org_id, policy)) = owner else {
-            return "550 5.7.1 Relaying denied: not a bounce domain here\r\n".into();
-        };
-        let fixed = FIXED_LOCALS.iter().any(|f| local.eq_ignore_ascii_case(f));
-        if !fixed {
-            let key = match &self.verp_key {
-                Some(k) => k.clone(),
-                None => match app::verp::key(self.pool).await {
-                    Ok(k) => {
-                        self.verp_key = Some(k.clone());
-                        k
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "bounce intake cannot read the VERP key");
-                        return "451 4.3.0 Try again later\r\n".into();
-                    }
-                },
-            };
-            if app::verp::verify(&key, org_id, local).is_none() {
-                return "550 5.1.1 No such bounce address\r\n".into();
+            Ok(Err(no)) => no.smtp_reply().into(),
+            Err(e) => {
+                tracing::warn!(error = %e, "bounce intake cannot check a recipient");
+                "451 4.3.0 Try again later\r\n".into()
             }
         }
-        self.rcpts.push(Rcpt {
-            address: address.to_owned(),
-            org_id,
-            policy,
-        });
-        "250 2.1.5 Ok\r\n".into()
     }
 
     /// Parses and records the message for every recipient; the reply is 250 only once every
@@ -337,16 +297,7 @@ impl<'a> Session<'a> {
         let mut total = 0;
         let rcpts = std::mem::take(&mut self.rcpts);
         for r in &rcpts {
-            let parsed = if raw.len() > 256 * 1024 {
-                let (bytes, to) = (raw.to_vec(), r.address.clone());
-                tokio::task::spawn_blocking(move || mailed::parse(&bytes, &to))
-                    .await
-                    .ok()
-                    .flatten()
-            } else {
-                mailed::parse(raw, &r.address)
-            };
-            let Some(report) = parsed else {
+            let Some(report) = BounceMail::parse(raw, r).await else {
                 return "554 5.6.0 Not a message\r\n".into();
             };
             match self.record(r, &report).await {
@@ -360,39 +311,13 @@ impl<'a> Session<'a> {
         format!("250 2.0.0 Ok: {total} new events\r\n")
     }
 
-    async fn record(&mut self, r: &Rcpt, report: &mailed::Mailed) -> sqlx::Result<usize> {
-        if report.events.is_empty() {
-            return Ok(0);
-        }
-        if self.verp_key.is_none() {
-            self.verp_key = Some(app::verp::key(self.pool).await?);
-        }
-        let cx = Intake {
-            org_id: r.org_id,
-            source: report.source,
-            policy: r.policy,
-            verp_key: self.verp_key.as_deref(),
-            signed: false,
-        };
+    async fn record(
+        &mut self,
+        r: &Recipient,
+        report: &app::bounce::mailed::Mailed,
+    ) -> sqlx::Result<usize> {
         let mut tx = self.pool.begin().await?;
-        let mut new = 0;
-        for e in &report.events {
-            match events::record(&mut tx, &cx, e).await {
-                Ok(Some(rec)) => {
-                    new += 1;
-                    if let Some(reason) = &rec.paused {
-                        tracing::warn!(org = r.org_id, job = ?rec.job_id, %reason, "campaign paused itself");
-                    }
-                }
-                Ok(None) => {}
-                // Its Message-ID names another org's message, with no token of this org: not
-                // this org's to record.
-                Err(RecordError::OtherOrg(id)) => {
-                    tracing::warn!(org = r.org_id, event = %id, "mailed report names another organisation's message: ignored");
-                }
-                Err(RecordError::Db(e)) => return Err(e),
-            }
-        }
+        let new = self.mail.record(&mut tx, r, report).await?;
         tx.commit().await?;
         Ok(new)
     }

@@ -227,6 +227,23 @@ pub struct WorkerArgs {
     #[arg(long, env = "MAILROOM_SMTP_CA_FILE")]
     pub smtp_ca_file: Option<PathBuf>,
 
+    /// Read mailed bounces and complaints from this IMAP mailbox, for operators who cannot take
+    /// inbound SMTP (--bounce-listen): `imaps://user:password@host/Bounces`, or
+    /// `imap://user:password@host/INBOX` (STARTTLS; `?tls=none` allows clear text). Reports
+    /// for our bounce addresses are recorded, then deleted; other mail is marked seen and left.
+    /// One replica at a time polls. Off by default.
+    #[arg(long, env = "MAILROOM_BOUNCE_IMAP", hide_env_values = true)]
+    pub bounce_imap: Option<Secret>,
+
+    /// Seconds between reads of the --bounce-imap mailbox.
+    #[arg(long, env = "MAILROOM_BOUNCE_IMAP_SECONDS", default_value_t = 60,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub bounce_imap_seconds: u64,
+
+    /// Extra CA certificate (PEM) to trust for the --bounce-imap server's TLS.
+    #[arg(long, env = "MAILROOM_BOUNCE_IMAP_CA_FILE")]
+    pub bounce_imap_ca_file: Option<PathBuf>,
+
     /// Parallel SMTP connections of this process.
     #[arg(long, env = "MAILROOM_SMTP_CONNECTIONS", default_value_t = 4)]
     pub smtp_connections: usize,
@@ -337,6 +354,27 @@ impl WorkerArgs {
         Ok(crate::delivery::Transport::Smtp(target))
     }
 
+    /// The bounce mailbox poller's configuration, when --bounce-imap is set. Checked before
+    /// anything starts, so a bad URL or CA file is one clear error.
+    pub fn bounce_imap(&self) -> anyhow::Result<Option<crate::bounce_imap::Config>> {
+        let Some(url) = &self.bounce_imap else {
+            return Ok(None);
+        };
+        let mut mailbox =
+            crate::bounce_imap::Mailbox::from_url(url.expose()).map_err(anyhow::Error::msg)?;
+        if let Some(path) = &self.bounce_imap_ca_file {
+            let pem = std::fs::read(path).map_err(|e| {
+                anyhow::anyhow!("cannot read the IMAP CA file {} ({e}): fix --bounce-imap-ca-file / MAILROOM_BOUNCE_IMAP_CA_FILE", path.display())
+            })?;
+            mailbox.ca_pem = Some(pem);
+        }
+        Ok(Some(crate::bounce_imap::Config {
+            mailbox,
+            every: std::time::Duration::from_secs(self.bounce_imap_seconds.max(1)),
+            timeout: std::time::Duration::from_secs(self.smtp_timeout_seconds.max(1)),
+        }))
+    }
+
     /// The delivery worker's configuration.
     pub fn delivery(
         &self,
@@ -367,6 +405,7 @@ impl WorkerArgs {
         transport: crate::delivery::Transport,
         unsubscribe_keys: app::unsubscribe::Keys,
         captured_dir: PathBuf,
+        bounce_imap: Option<crate::bounce_imap::Config>,
     ) -> crate::worker::Plan {
         use std::time::Duration;
         crate::worker::Plan {
@@ -378,6 +417,7 @@ impl WorkerArgs {
             shutdown_grace: Duration::from_secs(self.shutdown_timeout_seconds),
             delivery: self.delivery(transport, unsubscribe_keys),
             captured_dir,
+            bounce_imap,
         }
     }
 

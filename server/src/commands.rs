@@ -17,6 +17,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             allow_fake_clock("--digest-now", args.digest_now)?;
             let shutdown = Shutdown::on_signals()?;
             let transport = args.transport(cli.captured_dir())?;
+            let bounce_imap = args.bounce_imap()?;
             let db = Database::open(&cli.database(), Migrations::Tolerant).await?;
             let keys = match unsubscribe_keys(&db, args).await {
                 Ok(keys) => keys,
@@ -24,7 +25,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             };
             worker::run(
                 db.pool.clone(),
-                args.plan(transport, keys, cli.captured_dir()),
+                args.plan(transport, keys, cli.captured_dir(), bounce_imap),
                 worker::Mode::Worker,
                 shutdown,
             )
@@ -121,6 +122,7 @@ async fn serve(cli: &Cli, args: &ServeArgs) -> anyhow::Result<()> {
     let addr = listener.local_addr()?;
     let site = Site::find(args.site_root.clone())?;
     let transport = args.worker.transport(cli.captured_dir())?;
+    let bounce_imap = args.worker.bounce_imap()?;
     let db = Database::open(&cli.database(), Migrations::Tolerant).await?;
     let keys = match unsubscribe_keys(&db, &args.worker).await {
         Ok(keys) => keys,
@@ -187,7 +189,8 @@ async fn serve(cli: &Cli, args: &ServeArgs) -> anyhow::Result<()> {
     let workers = (!args.no_workers).then(|| {
         tokio::spawn(worker::run(
             db.pool.clone(),
-            args.worker.plan(transport, keys, cli.captured_dir()),
+            args.worker
+                .plan(transport, keys, cli.captured_dir(), bounce_imap),
             worker::Mode::Serve,
             shutdown.clone(),
         ))

@@ -10,8 +10,12 @@ pub mod action_errors;
 pub mod audience_io;
 /// `backup` and `restore` of the embedded database (pg_dump custom format).
 pub mod backup;
+/// The bounce mailbox polled over IMAP, for operators who cannot take inbound SMTP.
+pub mod bounce_imap;
 /// The bounce mailbox: an SMTP listener for mailed DSNs and ARF complaints.
 pub mod bounce_intake;
+/// What the listener and the poller share: which addresses are ours, recording a report.
+pub mod bounce_mail;
 /// The campaign worker: start, materialise, hand off, sweep, finish.
 pub mod campaign;
 /// Command-line flags and `MAILROOM_*` variables.

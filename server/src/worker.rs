@@ -54,6 +54,8 @@ pub struct Plan {
     pub delivery: crate::delivery::Config,
     /// Where mail goes when no SMTP server is configured; the leader prunes it.
     pub captured_dir: PathBuf,
+    /// The bounce mailbox to poll over IMAP, if any.
+    pub bounce_imap: Option<crate::bounce_imap::Config>,
 }
 
 /// Runs the worker host until shutdown: a heartbeat every few seconds (database clock), session
@@ -69,6 +71,7 @@ pub async fn run(pool: PgPool, plan: Plan, mode: Mode, shutdown: Shutdown) {
         shutdown_grace: grace,
         delivery: cfg,
         captured_dir,
+        bounce_imap,
     } = plan;
     let id = process_id();
     let host = hostname();
@@ -114,6 +117,14 @@ pub async fn run(pool: PgPool, plan: Plan, mode: Mode, shutdown: Shutdown) {
         digest_now,
         shutdown.clone(),
     ));
+    let bounces = bounce_imap.map(|c| {
+        tokio::spawn(crate::bounce_imap::run(
+            pool.clone(),
+            c,
+            id.clone(),
+            shutdown.clone(),
+        ))
+    });
     tracing::info!(process = %id, mode = mode.as_str(), "worker host started");
     loop {
         tokio::select! {
@@ -153,6 +164,9 @@ pub async fn run(pool: PgPool, plan: Plan, mode: Mode, shutdown: Shutdown) {
         }
     }
     let _ = leader.await;
+    if let Some(b) = bounces {
+        let _ = b.await;
+    }
     let _ = digests.await;
     let _ = campaigns.await;
     let _ = progress.await;

@@ -82,6 +82,51 @@ pub fn parse(raw: &[u8], rcpt: &str) -> Option<Mailed> {
     })
 }
 
+/// Header fields in which the delivering MTA names the envelope recipient, most specific first
+/// (Postfix and Dovecot `Delivered-To` and `X-Original-To`, Exim `Envelope-To`).
+const ENVELOPE_TO: [&str; 5] = [
+    "Delivered-To",
+    "X-Original-To",
+    "Envelope-To",
+    "X-Envelope-To",
+    "X-Delivered-To",
+];
+
+/// The addresses a message read from a mailbox (not received over SMTP, so without its RCPT
+/// TO) was delivered to: the envelope-recipient fields, then `To` and `Cc`, in that order,
+/// without repeats. The caller takes the first one it can verify.
+pub fn delivered_to(raw: &[u8]) -> Vec<String> {
+    let Some(msg) = MessageParser::default().parse_headers(raw) else {
+        return Vec::new();
+    };
+    let mut out: Vec<String> = Vec::new();
+    let mut add = |a: &str| {
+        let a = a
+            .trim()
+            .trim_start_matches('<')
+            .trim_end_matches('>')
+            .trim();
+        if a.contains('@') && a.len() <= 320 && !out.iter().any(|o| o.eq_ignore_ascii_case(a)) {
+            out.push(a.to_owned());
+        }
+    };
+    for name in ENVELOPE_TO {
+        for (n, v) in msg.headers_raw() {
+            if n.eq_ignore_ascii_case(name) {
+                v.split(',').for_each(&mut add);
+            }
+        }
+    }
+    for list in [msg.to(), msg.cc()].into_iter().flatten() {
+        for a in list.iter() {
+            if let Some(addr) = a.address() {
+                add(addr);
+            }
+        }
+    }
+    out
+}
+
 struct Ctx<'a> {
     report_id: &'a str,
     rcpt: &'a str,

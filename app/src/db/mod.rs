@@ -22,6 +22,8 @@ pub mod events;
 pub mod health;
 /// Each worker host's heartbeat row, timed by the database clock.
 pub mod heartbeat;
+/// The IMAP bounce poller's cursor per mailbox (UIDVALIDITY and last recorded UID).
+pub mod imap_cursor;
 /// CSV imports: the progress row (outside the import's transaction) and the batch insert.
 pub mod imports;
 /// Leader leases per role, timed by the database clock and fenced by epoch.

@@ -8,6 +8,7 @@ mod support;
 mod audience;
 mod audience_import;
 mod backup_restore;
+mod bounce_imap;
 mod bounce_intake;
 mod campaign_page;
 mod campaign_processes;

@@ -171,6 +171,9 @@ fn no_input_makes_the_parser_panic() {
     for _ in 0..20_000 {
         let seed = fixture(ALL[rng.gen_range(0..ALL.len())]);
         let body = mutate(&mut rng, seed);
+        assert!(delivered_to(&body)
+            .iter()
+            .all(|a| a.contains('@') && a.len() <= 320));
         if let Some(m) = parse(&body, RCPT) {
             events += m.events.len();
             for e in &m.events {
@@ -183,4 +186,25 @@ fn no_input_makes_the_parser_panic() {
         }
     }
     assert!(events > 1000, "mutants still parse into events: {events}");
+}
+
+#[test]
+fn a_mailbox_copy_names_its_envelope_recipient_before_to_and_cc() {
+    let raw = b"Return-Path: <>\r\nX-Original-To: b+c1-2.aa@bounce.example.com\r\n\
+        Delivered-To: <B+c1-2.aa@Bounce.Example.com>\r\nEnvelope-To: fbl@bounce.example.com, other@x.test\r\n\
+        From: MAILER-DAEMON@mx.test\r\nTo: \"Sender\" <news@example.com>\r\nCc: a@c.test, b+c1-2.aa@bounce.example.com\r\n\
+        Subject: x\r\n\r\nbody\r\n";
+    assert_eq!(
+        delivered_to(raw),
+        [
+            "B+c1-2.aa@Bounce.Example.com",
+            "fbl@bounce.example.com",
+            "other@x.test",
+            "news@example.com",
+            "a@c.test",
+        ],
+        "Delivered-To first, case-insensitive repeats dropped, To and Cc last"
+    );
+    assert!(delivered_to(b"no headers at all").is_empty());
+    assert!(delivered_to(b"").is_empty());
 }

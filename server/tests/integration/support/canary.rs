@@ -151,6 +151,13 @@ pub fn smtp_url(host: &str, port: u16, query: &str) -> String {
     )
 }
 
+/// The bounce mailbox's IMAP password (no ':' in it: Dovecot's passwd-file splits on it).
+pub fn imap_password() -> String {
+    let pass = format!("canary-imap-{}", run().tag);
+    record("imap-password", &pass);
+    pass
+}
+
 /// The password of [`DB_USER`] on the test cluster.
 pub fn db_password() -> String {
     let pass = format!("canary:db:{}", run().tag);

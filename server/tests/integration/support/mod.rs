@@ -1,8 +1,12 @@
 //! What the integration tests share, kept apart from the tests themselves: no test module
 //! imports another.
 
+/// Bounce domains, delivered campaigns to bounce, and tallies of recorded events.
+pub mod bounces;
 /// Canary secrets every configured secret is, and the run's log directory.
 pub mod canary;
+/// A real IMAP server (Dovecot) started for a test, and a client to fill its mailbox.
+pub mod dovecot;
 /// Fixtures several test modules share (audiences, approvals, worker configurations).
 pub mod fixtures;
 /// The test run's PostgreSQL cluster, a fresh database per test, and seeding helpers.
