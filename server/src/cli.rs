@@ -191,6 +191,15 @@ pub struct ServeArgs {
     #[arg(long, env = "MAILROOM_METRICS_TOKEN")]
     pub metrics_token: Option<Secret>,
 
+    /// Requests per second one API token may make to /api/v1, shared by all replicas (429 with
+    /// Retry-After past it).
+    #[arg(long, env = "MAILROOM_API_RATE_PER_SECOND", default_value_t = 20.0)]
+    pub api_rate_per_second: f64,
+
+    /// Requests one API token may make at once before --api-rate-per-second applies.
+    #[arg(long, env = "MAILROOM_API_BURST", default_value_t = 100.0)]
+    pub api_burst: f64,
+
     /// Also listen for mailed bounces and complaints (SMTP) on this address, e.g. 0.0.0.0:25
     /// behind the MX of the orgs' bounce domains. Off by default.
     #[arg(long, env = "MAILROOM_BOUNCE_LISTEN")]

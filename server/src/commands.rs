@@ -141,6 +141,10 @@ async fn serve(cli: &Cli, args: &ServeArgs) -> anyhow::Result<()> {
         },
         allowed_hosts: allowed_hosts(args),
         metrics_token: args.metrics_token.clone(),
+        api_limits: crate::rest::Limits {
+            per_second: args.api_rate_per_second.max(0.01),
+            burst: args.api_burst.max(1.0),
+        },
     };
     let app = http::build(
         http::Settings {
@@ -446,6 +450,7 @@ async fn user_add(db: &Database, args: &UserAddArgs) -> anyhow::Result<()> {
         app::db::audit::Entry {
             org_id,
             actor_id: None,
+            api_token_id: None,
             action: "user.add",
             object_type: "user",
             object_id: Some(id.to_string()),

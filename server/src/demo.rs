@@ -145,6 +145,7 @@ pub async fn seed(pool: &PgPool) -> anyhow::Result<Option<DemoLogins>> {
             db::audit::Entry {
                 org_id,
                 actor_id: None,
+                api_token_id: None,
                 action: "demo.seed",
                 object_type: "org",
                 object_id: Some(org_id.to_string()),

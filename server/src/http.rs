@@ -83,9 +83,9 @@ pub fn build(settings: Settings, addr: std::net::SocketAddr, shutdown: Shutdown)
 }
 
 /// The whole HTTP surface: health probes, server functions and pages, static files, and the
-/// public unsubscribe endpoints and relay webhooks (outside the same-origin check and the
-/// session: they are authenticated by a signed token or the relay's signature, and are posted
-/// from nowhere). Every route has a body limit and a
+/// public unsubscribe endpoints, relay webhooks and the REST API (outside the same-origin check
+/// and the session: they are authenticated by a signed token, the relay's signature or an API
+/// token, and are called from nowhere). Every route has a body limit and a
 /// timeout but the progress stream (an event stream, open as long as the page) and the CSV
 /// import (its own 64 MB limit and a long timeout); every response has the security headers.
 fn router(state: AppState, api: ApiConfig) -> Router {
@@ -94,6 +94,10 @@ fn router(state: AppState, api: ApiConfig) -> Router {
     let unsubscribe =
         crate::unsubscribe::routes(state.pool.clone(), state.unsubscribe_keys.clone());
     let hooks = crate::hooks::routes(state.pool.clone());
+    let rest = crate::rest::routes(crate::rest::RestState {
+        pool: state.pool.clone(),
+        limits: edge.api_limits,
+    });
     let routes = route_list();
     let context = {
         let pool = state.pool.clone();
@@ -168,6 +172,7 @@ fn router(state: AppState, api: ApiConfig) -> Router {
             crate::hooks::MAX_BODY_BYTES,
             edge.request_timeout,
         ))
+        .merge(bounded(rest, MAX_REQUEST_BYTES, edge.request_timeout))
         .layer(middleware::from_fn_with_state(
             edge.trust_proxy,
             crate::client_addr::layer,

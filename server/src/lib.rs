@@ -50,6 +50,8 @@ pub mod plain;
 pub mod progress;
 /// Live campaign progress for browsers: one LISTEN per replica fanned out as server-sent events.
 pub mod progress_stream;
+/// The REST API at /api/v1: token auth, scopes, rate limits, problem documents, OpenAPI.
+pub mod rest;
 /// A configured secret whose `Debug` never shows it.
 pub mod secret;
 /// Content-Security-Policy (with the page's nonce) and the other security headers.

@@ -36,6 +36,8 @@ pub struct Edge {
     pub allowed_hosts: Vec<String>,
     /// A scrape of `/metrics` must carry `Authorization: Bearer <it>`; None: open.
     pub metrics_token: Option<crate::secret::Secret>,
+    /// How fast one API token may call `/api/v1`.
+    pub api_limits: crate::rest::Limits,
 }
 
 impl Default for Edge {
@@ -46,6 +48,7 @@ impl Default for Edge {
             listen: crate::listen::Limits::default(),
             allowed_hosts: Vec::new(),
             metrics_token: None,
+            api_limits: crate::rest::Limits::default(),
         }
     }
 }

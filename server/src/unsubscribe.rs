@@ -146,6 +146,7 @@ async fn preferences(
                 app::db::audit::Entry {
                     org_id: claim.org_id,
                     actor_id: None,
+                    api_token_id: None,
                     action: "subscriber.preferences",
                     object_type: "subscriber",
                     object_id: Some(claim.subscriber_id.to_string()),

@@ -87,6 +87,7 @@ pub async fn accept_invite(token: String, name: String, password: String) -> Res
         audit::Entry {
             org_id: link.org_id,
             actor_id: Some(link.user_id),
+            api_token_id: None,
             action: if link.purpose == crate::domain::LinkPurpose::Invite {
                 "user.accept_invite"
             } else {

@@ -1,6 +1,8 @@
 //! Server functions: the dashboard's whole API. Each one starts from [`current_user`] (or is
 //! the login itself), so every read and write is scoped to the signed-in user's organisation.
 
+/// Settings › API tokens: created by an owner, shown once, revoked, audited.
+pub mod api_tokens;
 /// Settings › Audit log: who did what, when, with before and after (read only).
 pub mod audit_log;
 /// Signing in (throttled) and out, and who is signed in.

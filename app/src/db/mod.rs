@@ -2,6 +2,8 @@
 //! executor or a pool and the caller's org id where rows are org-owned: nothing here can read
 //! another organisation's rows by accident.
 
+/// API tokens: created (hash only), listed, revoked, and the lookup behind every API request.
+pub mod api_tokens;
 /// Subscribers, lists and memberships, and the one place suppressions are written.
 pub mod audience;
 /// The audit log: writing an entry in the action's transaction, reading it.

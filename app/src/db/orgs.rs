@@ -115,6 +115,7 @@ pub async fn create_with_owner(
         audit::Entry {
             org_id,
             actor_id: Some(user_id),
+            api_token_id: None,
             action: "org.add",
             object_type: "org",
             object_id: Some(org_id.to_string()),

@@ -1,5 +1,5 @@
-//! The per-SMTP-server rate limit, global across replicas: a token bucket row refilled by the
-//! database clock and taken from per batch.
+//! Rate limits global across replicas: a token bucket row per key (an SMTP server, taken from
+//! per batch; an API token, per request) refilled by the database clock.
 
 use sqlx::PgPool;
 
@@ -15,6 +15,22 @@ pub async fn configure(
          on conflict (server) do update set capacity = $2, refill_per_second = $3, tokens = least(rate_buckets.tokens, $2)",
     )
     .bind(server)
+    .bind(capacity)
+    .bind(per_second)
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+/// Makes sure `key`'s bucket exists with this shape (full when new); an existing one keeps its
+/// level and takes a changed shape. Without a write when nothing changed.
+pub async fn ensure(pool: &PgPool, key: &str, capacity: f64, per_second: f64) -> sqlx::Result<()> {
+    sqlx::query(
+        "insert into rate_buckets as b (server, tokens, capacity, refill_per_second) values ($1, $2, $2, $3)
+         on conflict (server) do update set capacity = $2, refill_per_second = $3, tokens = least(b.tokens, $2)
+         where b.capacity <> $2 or b.refill_per_second <> $3",
+    )
+    .bind(key)
     .bind(capacity)
     .bind(per_second)
     .execute(pool)

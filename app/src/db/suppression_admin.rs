@@ -78,3 +78,20 @@ pub async fn suppressed_among(
     .fetch_all(conn)
     .await
 }
+
+/// One address's suppression, if it has one: (reason, source, since as RFC 3339).
+pub async fn one(
+    conn: &mut PgConnection,
+    org_id: i64,
+    email_lower: &str,
+) -> sqlx::Result<Option<(String, String, String)>> {
+    sqlx::query_as(
+        "select reason, source,
+                to_char(created_at at time zone 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"')
+         from suppressions where org_id = $1 and email_lower = $2",
+    )
+    .bind(org_id)
+    .bind(email_lower)
+    .fetch_optional(conn)
+    .await
+}

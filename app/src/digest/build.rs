@@ -228,6 +228,7 @@ pub async fn resend(
         audit::Entry {
             org_id,
             actor_id: Some(user_id),
+            api_token_id: None,
             action: "digest.resend",
             object_type: "digest_send",
             object_id: Some(claimed.id.to_string()),

@@ -82,6 +82,8 @@ macro_rules! text_enum {
     };
 }
 
+/// What an API token may do.
+mod api_scope;
 /// Subscriber statuses, names of people and lists, and checking one imported CSV row.
 pub mod audience;
 /// When to retry a temporary failure: exponential, capped, with jitter.
@@ -113,6 +115,7 @@ pub mod text;
 /// `WeekKey`: a digest's dedupe key, an ISO week or a forced resend's `manual-…` key.
 mod week_key;
 
+pub use api_scope::ApiScope;
 pub use audience::{CsvColumns, ImportStatus, SubscriberStatus, SuppressionReason};
 pub use backoff::Backoff;
 pub use bounce::{

@@ -177,6 +177,19 @@ pub struct Binned {
     pub purged_after: String,
 }
 
+/// An API token as Settings lists it (the token itself is shown once, at creation).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApiToken {
+    pub id: i64,
+    pub name: String,
+    pub scopes: Vec<crate::domain::ApiScope>,
+    pub created: String,
+    /// The user who created it (`None` once that user is gone).
+    pub created_by: Option<String>,
+    pub last_used: Option<String>,
+    pub revoked: bool,
+}
+
 /// A webhook endpoint as Settings lists it (its secret is shown once, at creation).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ssr", derive(sqlx::FromRow))]

@@ -1,3 +1,5 @@
+/// Settings › API tokens: create (shown once), list, revoke.
+mod api_tokens;
 /// Audience: the subscribers list, adding a subscriber, and the export.
 mod audience;
 /// Settings › Audit log, filtered and paged through the URL.
@@ -286,6 +288,7 @@ pub fn App() -> impl IntoView {
                         <Route path=path!("settings") view=settings::SettingsPage ssr=SsrMode::Async/>
                         <Route path=path!("settings/audit") view=audit_log::AuditPage ssr=SsrMode::Async/>
                         <Route path=path!("settings/relays") view=relays::RelaysPage ssr=SsrMode::Async/>
+                        <Route path=path!("settings/api") view=api_tokens::ApiTokensPage ssr=SsrMode::Async/>
                     </ParentRoute>
                 </Routes>
             </Router>

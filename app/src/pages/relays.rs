@@ -139,7 +139,7 @@ fn BounceDomain(s: RelaySettingsData, action: ServerAction<SaveBounceDomain>) ->
         <section class="mt-4 rounded-lg bg-white p-4 shadow dark:bg-slate-900" aria-labelledby="domain-heading">
             <h2 id="domain-heading" class="text-lg font-semibold mb-1">"Bounce domain"</h2>
             <p class="mb-3 text-sm text-slate-600 dark:text-slate-300">
-                "Set it and every message goes out with a signed VERP envelope sender at this domain (b+<token>@domain), so a bounce mailed back names its delivery. Point the domain's MX at a Mailroom started with --bounce-listen. Feedback loops can report to fbl@ the domain."
+                "Set it and every message goes out with a signed VERP envelope sender at this domain (b+<token>@domain), so a bounce mailed back names its delivery. Point the domain's MX at a Mailroom started with --bounce-listen, or deliver it to a mailbox Mailroom reads with --bounce-imap. Feedback loops can report to fbl@ the domain."
             </p>
             <ActionForm action=action attr:id="domain-form" attr:class="flex flex-wrap items-end gap-3 text-sm">
                 <label class="block grow">

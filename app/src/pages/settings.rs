@@ -37,6 +37,7 @@ pub fn SettingsTabs(current: &'static str) -> impl IntoView {
         <nav aria-label="Settings sections" class="mb-6 flex gap-2 border-b border-slate-200 text-sm dark:border-slate-700">
             {tab("/settings", "Organisation and users")}
             {tab("/settings/relays", "Relays")}
+            {tab("/settings/api", "API tokens")}
             {tab("/settings/audit", "Audit log")}
         </nav>
     }

@@ -34,6 +34,7 @@ mod progress_stream;
 mod rate_limit;
 mod relay_webhooks;
 mod request_limits;
+mod rest_api;
 mod routers;
 mod schema;
 mod secrets_in_logs;

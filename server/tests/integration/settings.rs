@@ -599,6 +599,7 @@ async fn the_audit_log_lists_the_orgs_entries_filtered_and_a_page_at_a_time() {
             app::db::audit::Entry {
                 org_id: o,
                 actor_id: actor,
+                api_token_id: None,
                 action: "test.bulk",
                 object_type: "thing",
                 object_id: Some(i.to_string()),

@@ -18,6 +18,7 @@ struct Objects {
     import: String,
     suppressed: String,
     endpoint: String,
+    api_token: String,
 }
 
 /// How an endpoint is checked.
@@ -58,6 +59,15 @@ fn case(endpoint: &str) -> Option<Case> {
         | "audit_log"
         | "relay_settings" => Case::Scoped(vec![]),
         "relay_events" => Case::Scoped(vec![("unmatched", "false".into())]),
+        "api_tokens" => Case::Scoped(vec![]),
+        "create_api_token" => Case::ActsOnOwnOrg(vec![
+            ("name", "mine".into()),
+            ("scopes[0]", "subscribers:read".into()),
+        ]),
+        "revoke_api_token" => Case::Object {
+            args: |o| vec![("id", o.api_token.clone())],
+            acts: true,
+        },
         "revoke_webhook_endpoint" => Case::Object {
             args: |o| vec![("id", o.endpoint.clone())],
             acts: true,
@@ -215,6 +225,7 @@ const ORG_ROWS: &str = "select md5(concat_ws('|',
         (select string_agg(m::text, ',' order by m.list_id, m.subscriber_id) from list_members m where m.org_id = $1),
         (select string_agg(x::text, ',' order by x.email_lower) from suppressions x where x.org_id = $1),
         (select string_agg(w::text, ',' order by w.id) from webhook_endpoints w where w.org_id = $1),
+        (select string_agg(t::text, ',' order by t.id) from api_tokens t where t.org_id = $1),
         (select string_agg(e::text, ',' order by e.id) from delivery_events e where e.org_id = $1),
         (select row(soft_bounce_threshold, soft_bounce_days, pause_bounce_pct, pause_complaint_pct,
                     pause_min_delivered, bounce_domain)::text from orgs where id = $1)))";
@@ -326,6 +337,18 @@ async fn every_server_function_keeps_to_the_signed_in_org_and_viewers_cannot_act
         let (subscriber, list, import, suppressed) =
             audience_objects(&pool, org, author, marker).await;
         let endpoint = relay_objects(&pool, org, marker).await;
+        let mut tx = pool.begin().await.unwrap();
+        let api_token = app::db::api_tokens::create(
+            &mut tx,
+            org,
+            author,
+            &format!("{marker} token"),
+            &app::auth::hash_token(&format!("mrk_{marker}")),
+            &[app::domain::ApiScope::SubscribersRead],
+        )
+        .await
+        .unwrap();
+        tx.commit().await.unwrap();
         objects.push(Objects {
             campaign: campaign.to_string(),
             job: jobs[0].clone(),
@@ -335,6 +358,7 @@ async fn every_server_function_keeps_to_the_signed_in_org_and_viewers_cannot_act
             import,
             suppressed,
             endpoint,
+            api_token: api_token.to_string(),
         });
     }
     let (ours, theirs) = (&objects[0], &objects[1]);

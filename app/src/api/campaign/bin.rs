@@ -63,6 +63,7 @@ async fn audited(
         audit::Entry {
             org_id,
             actor_id: Some(actor),
+            api_token_id: None,
             action,
             object_type: "campaign",
             object_id: Some(id.to_string()),

@@ -23,11 +23,12 @@ pub async fn list(
 ) -> sqlx::Result<Page<AuditEntry, i64>> {
     let mut q: QueryBuilder<Postgres> = QueryBuilder::new(
         "select a.id, to_char(a.created_at at time zone o.timezone, 'YYYY-MM-DD HH24:MI:SS') as at,
-                u.name as actor, a.action, a.object_type, a.object_id,
+                coalesce(u.name, 'API token ' || t.name) as actor, a.action, a.object_type, a.object_id,
                 a.before::text as before, a.after::text as after
          from audit_log a
          join orgs o on o.id = a.org_id
          left join users u on u.org_id = a.org_id and u.id = a.actor_id
+         left join api_tokens t on t.org_id = a.org_id and t.id = a.api_token_id
          where a.org_id = ",
     );
     q.push_bind(org_id);

@@ -13,6 +13,8 @@ use crate::model::CurrentUser;
 pub struct Entry<'a> {
     pub org_id: i64,
     pub actor_id: Option<i64>,
+    /// The API token an action was taken with (no user behind it).
+    pub api_token_id: Option<i64>,
     pub action: &'a str,
     pub object_type: &'a str,
     pub object_id: Option<String>,
@@ -32,6 +34,29 @@ impl<'a> Entry<'a> {
         Entry {
             org_id: me.org_id,
             actor_id: Some(me.user_id),
+            api_token_id: None,
+            action,
+            object_type,
+            object_id,
+            before: None,
+            after: None,
+        }
+    }
+}
+
+impl<'a> Entry<'a> {
+    /// An action taken through the API with token `token_id` of `org_id`.
+    pub fn by_token(
+        org_id: i64,
+        token_id: i64,
+        action: &'a str,
+        object_type: &'a str,
+        object_id: Option<String>,
+    ) -> Self {
+        Entry {
+            org_id,
+            actor_id: None,
+            api_token_id: Some(token_id),
             action,
             object_type,
             object_id,
@@ -88,11 +113,12 @@ pub async fn setting_changed<T: serde::Serialize + PartialEq>(
 /// Written inside the caller's transaction, so an action and its audit row commit together.
 pub async fn record(conn: &mut PgConnection, e: Entry<'_>) -> sqlx::Result<()> {
     sqlx::query(
-        "insert into audit_log (org_id, actor_id, action, object_type, object_id, before, after)
-         values ($1, $2, $3, $4, $5, $6, $7)",
+        "insert into audit_log (org_id, actor_id, api_token_id, action, object_type, object_id, before, after)
+         values ($1, $2, $3, $4, $5, $6, $7, $8)",
     )
     .bind(e.org_id)
     .bind(e.actor_id)
+    .bind(e.api_token_id)
     .bind(e.action)
     .bind(e.object_type)
     .bind(e.object_id)

@@ -139,6 +139,7 @@ pub async fn auto_pause(
         crate::db::audit::Entry {
             org_id,
             actor_id: None,
+            api_token_id: None,
             action: "campaign.auto_pause",
             object_type: "campaign",
             object_id: Some(id.to_string()),

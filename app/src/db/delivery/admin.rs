@@ -213,6 +213,7 @@ pub async fn retry(
         audit::Entry {
             org_id,
             actor_id: Some(actor.user_id),
+            api_token_id: None,
             action: "delivery.retry",
             object_type: "delivery",
             object_id: Some(job_id.to_owned()),

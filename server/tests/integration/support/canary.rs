@@ -121,6 +121,17 @@ fn record(kind: &'static str, value: &str) {
     if !recorded.insert(kind) {
         return;
     }
+    append(r, kind, value);
+}
+
+/// An API token the server made (the suite cannot choose it): every one is recorded.
+pub fn api_token(token: &str) {
+    let r = run();
+    let _held = r.recorded.lock().unwrap();
+    append(r, "api-token", token);
+}
+
+fn append(r: &Run, kind: &str, value: &str) {
     let mut f = std::fs::OpenOptions::new()
         .create(true)
         .append(true)

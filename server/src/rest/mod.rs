@@ -1,0 +1,377 @@
+//! The REST API at `/api/v1`, for the sending SaaS's own code. Every request carries an org's
+//! API token (`Authorization: Bearer mrk_…`): the token names the org, so every read and write
+//! is that org's and another org's object is a 404. Each endpoint needs a scope of the token;
+//! requests are rate-limited per token by a token bucket in PostgreSQL (shared by every
+//! replica), answering 429 with `Retry-After`. Errors are RFC 9457 problem documents naming
+//! the field at fault. The OpenAPI document at `/api/v1/openapi.json` is generated from these
+//! handlers (utoipa), so it cannot drift from them.
+
+use std::sync::Arc;
+
+use axum::extract::{FromRef, FromRequestParts};
+use axum::http::request::Parts;
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{any, get};
+use axum::Router;
+use serde::Serialize;
+use sqlx::PgPool;
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::{Modify, OpenApi, ToSchema};
+use utoipa_axum::router::OpenApiRouter;
+
+use app::db::api_tokens::{self, Caller};
+use app::domain::ApiScope;
+
+/// One delivery by its job id.
+pub mod deliveries;
+/// The suppression list: check, add, remove.
+pub mod suppressions;
+
+/// How fast one token may call: a bucket of `burst` requests refilled at `per_second`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Limits {
+    pub per_second: f64,
+    pub burst: f64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            per_second: 20.0,
+            burst: 100.0,
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct RestState {
+    pub pool: PgPool,
+    pub limits: Limits,
+}
+
+impl FromRef<RestState> for PgPool {
+    fn from_ref(s: &RestState) -> Self {
+        s.pool.clone()
+    }
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "Mailroom API",
+        version = "1",
+        description = "The sending SaaS's API: its subscribers, its suppression list, its mail. Every request is authenticated by one of the organisation's API tokens (Settings › API tokens) and acts on that organisation only."
+    ),
+    modifiers(&BearerToken),
+    components(schemas(Problem, FieldError)),
+    security(("token" = []))
+)]
+struct ApiDoc;
+
+struct BearerToken;
+
+impl Modify for BearerToken {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "token",
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .description(Some("An API token of the organisation (`mrk_…`)."))
+                    .build(),
+            ),
+        );
+    }
+}
+
+/// The API's routes (under `/api/v1`, state still to be given) and the OpenAPI document made
+/// from the same handlers.
+fn parts() -> (Router<RestState>, utoipa::openapi::OpenApi) {
+    let (router, mut doc) = OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .nest(
+            "/api/v1",
+            suppressions::routes().merge(deliveries::routes()),
+        )
+        .split_for_parts();
+    common_refusals(&mut doc);
+    (router, doc)
+}
+
+/// What every endpoint may answer besides its own responses, said once and added to each
+/// operation of the document: the `Token` extractor and `Token::require` answer them all.
+fn common_refusals(doc: &mut utoipa::openapi::OpenApi) {
+    use utoipa::openapi::{ContentBuilder, Ref, ResponseBuilder};
+    const REFUSALS: [(&str, &str); 3] = [
+        ("401", "No token, or an unknown or revoked one."),
+        ("403", "The token lacks the endpoint's scope."),
+        ("429", "Too many requests from this token: see Retry-After."),
+    ];
+    for item in doc.paths.paths.values_mut() {
+        let ops = [
+            &mut item.get,
+            &mut item.put,
+            &mut item.post,
+            &mut item.delete,
+            &mut item.patch,
+        ];
+        for op in ops.into_iter().flatten() {
+            for (code, text) in REFUSALS {
+                op.responses
+                    .responses
+                    .entry(code.into())
+                    .or_insert_with(|| {
+                        ResponseBuilder::new()
+                            .description(text)
+                            .content(
+                                "application/problem+json",
+                                ContentBuilder::new()
+                                    .schema(Some(Ref::from_schema_name("Problem")))
+                                    .build(),
+                            )
+                            .build()
+                            .into()
+                    });
+            }
+        }
+    }
+}
+
+/// The OpenAPI document, as `/api/v1/openapi.json` serves it.
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    parts().1
+}
+
+/// The API's routes, ready to merge into the server's router.
+pub fn routes(state: RestState) -> Router {
+    let (router, doc) = parts();
+    let json: Arc<str> = match doc.to_json() {
+        Ok(j) => j.into(),
+        // Serialising a document built from types cannot fail; an empty one if it did.
+        Err(_) => "{}".into(),
+    };
+    router
+        .route(
+            "/api/v1/openapi.json",
+            get(move || {
+                let json = json.clone();
+                async move {
+                    (
+                        [(header::CONTENT_TYPE, "application/json")],
+                        json.to_string(),
+                    )
+                }
+            }),
+        )
+        // Unknown paths under the API answer as the API does, not with the dashboard's page.
+        .route(
+            "/api/v1/{*path}",
+            any(|| async {
+                Problem::new(
+                    StatusCode::NOT_FOUND,
+                    "No such endpoint: see /api/v1/openapi.json.",
+                )
+            }),
+        )
+        .with_state(state)
+}
+
+/// A field the request got wrong, as RFC 9457 extension `errors` lists them.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct FieldError {
+    /// A JSON pointer to the field (`#/email`), or the parameter's name for path and query
+    /// parameters.
+    pub pointer: String,
+    pub detail: String,
+}
+
+/// An error, as `application/problem+json` (RFC 9457).
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct Problem {
+    /// Always `about:blank`: the status says what kind of problem it is.
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub title: String,
+    pub status: u16,
+    /// What was wrong, for the person reading the client's log.
+    pub detail: String,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub errors: Vec<FieldError>,
+    #[serde(skip)]
+    retry_after: Option<u64>,
+    #[serde(skip)]
+    challenge: bool,
+}
+
+impl Problem {
+    pub fn new(status: StatusCode, detail: impl Into<String>) -> Self {
+        Problem {
+            kind: "about:blank",
+            title: status.canonical_reason().unwrap_or("Error").to_owned(),
+            status: status.as_u16(),
+            detail: detail.into(),
+            errors: Vec::new(),
+            retry_after: None,
+            challenge: false,
+        }
+    }
+
+    /// A 422 naming the field at fault.
+    pub fn field(pointer: &str, detail: impl Into<String>) -> Self {
+        let detail = detail.into();
+        Problem {
+            errors: vec![FieldError {
+                pointer: pointer.to_owned(),
+                detail: detail.clone(),
+            }],
+            ..Problem::new(StatusCode::UNPROCESSABLE_ENTITY, detail)
+        }
+    }
+
+    pub fn not_found(what: &str) -> Self {
+        Problem::new(StatusCode::NOT_FOUND, format!("No such {what}."))
+    }
+
+    /// The unexpected: logged here, answered without its text.
+    pub fn internal(e: impl std::fmt::Display) -> Self {
+        tracing::error!(error = %e, "API request failed");
+        Problem::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "Something went wrong on our side; it has been logged. Please retry.",
+        )
+    }
+
+    fn unauthorized(detail: &str) -> Self {
+        Problem {
+            challenge: true,
+            ..Problem::new(StatusCode::UNAUTHORIZED, detail)
+        }
+    }
+}
+
+impl From<sqlx::Error> for Problem {
+    fn from(e: sqlx::Error) -> Self {
+        match e {
+            // The database is away: the client may simply retry.
+            sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Io(_) => {
+                tracing::warn!(error = %e, "database unavailable");
+                Problem {
+                    retry_after: Some(5),
+                    ..Problem::new(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "The database is not answering: please retry shortly.",
+                    )
+                }
+            }
+            other => Problem::internal(other),
+        }
+    }
+}
+
+impl IntoResponse for Problem {
+    fn into_response(self) -> Response {
+        let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let body = serde_json::to_string(&self).unwrap_or_default();
+        let mut r = (
+            status,
+            [(header::CONTENT_TYPE, "application/problem+json")],
+            body,
+        )
+            .into_response();
+        if let Some(secs) = self.retry_after {
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        if self.challenge {
+            r.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer realm=\"mailroom\""),
+            );
+        }
+        r
+    }
+}
+
+/// The token behind a request, authenticated and within its rate.
+pub struct Token(pub Caller);
+
+impl Token {
+    /// Refuses the request (403, naming the scope) unless the token has `scope`.
+    pub fn require(&self, scope: ApiScope) -> Result<(), Problem> {
+        if self.0.scopes.contains(&scope) {
+            Ok(())
+        } else {
+            Err(Problem::new(
+                StatusCode::FORBIDDEN,
+                format!("This token lacks the scope {scope}."),
+            ))
+        }
+    }
+
+    pub fn org_id(&self) -> i64 {
+        self.0.org_id
+    }
+}
+
+impl FromRequestParts<RestState> for Token {
+    type Rejection = Problem;
+
+    async fn from_request_parts(parts: &mut Parts, state: &RestState) -> Result<Self, Problem> {
+        let presented = parts
+            .headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| {
+                v.strip_prefix("Bearer ")
+                    .or_else(|| v.strip_prefix("bearer "))
+            })
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .ok_or_else(|| {
+                Problem::unauthorized("Send an API token: Authorization: Bearer <token>.")
+            })?;
+        let caller = api_tokens::caller(&state.pool, &app::auth::hash_token(presented))
+            .await?
+            .ok_or_else(|| Problem::unauthorized("This API token is unknown or revoked."))?;
+        let key = format!("api-token:{}", caller.token_id);
+        let limits = state.limits;
+        app::db::rate_limit::ensure(&state.pool, &key, limits.burst, limits.per_second).await?;
+        if app::db::rate_limit::take(&state.pool, &key, 1).await? < 1 {
+            return Err(Problem {
+                retry_after: Some((1.0 / limits.per_second).ceil().max(1.0) as u64),
+                ..Problem::new(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    format!(
+                        "Too many requests: this token may make {} a second (bursts of {}).",
+                        limits.per_second, limits.burst
+                    ),
+                )
+            });
+        }
+        Ok(Token(caller))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn every_operation_documents_its_scope_and_the_common_refusals() {
+        let doc = serde_json::to_value(super::openapi()).unwrap();
+        assert_eq!(doc["openapi"], "3.1.0");
+        let paths = doc["paths"].as_object().unwrap();
+        assert!(paths.keys().all(|p| p.starts_with("/api/v1/")), "{paths:?}");
+        for (path, item) in paths {
+            for (method, op) in item.as_object().unwrap() {
+                for code in ["401", "403", "429"] {
+                    assert!(op["responses"][code].is_object(), "{method} {path}: {code}");
+                }
+                assert_eq!(op["security"][0]["token"].as_array().map(Vec::len), Some(1));
+            }
+        }
+        assert_eq!(
+            doc["components"]["securitySchemes"]["token"]["scheme"],
+            "bearer"
+        );
+    }
+}

@@ -1,0 +1,435 @@
+//! The REST API over real HTTP on a real PostgreSQL: tokens made and revoked by an owner in
+//! Settings (shown once, audited), every endpoint of the OpenAPI document refused without a
+//! token and without its scope and blind to another org's objects, problem documents naming
+//! the field, and a per-token rate limit that two replicas share.
+
+use std::collections::BTreeSet;
+
+use app::api::api_tokens::{ApiTokens, CreateApiToken, RevokeApiToken};
+use app::domain::{ApiScope, Role};
+use reqwest::StatusCode;
+use serde_json::Value;
+
+use crate::support::helpers::{enqueue_test_mail_to, org_with_users, test_db};
+use crate::support::test_app::{api_config, json, signed_in, spawn_app, spawn_app_with, TestApp};
+
+/// A token of the signed-in owner's org with these scopes.
+async fn token(app: &TestApp, owner: &reqwest::Client, name: &str, scopes: &[ApiScope]) -> String {
+    let (status, body) = app
+        .call_fn(
+            owner,
+            CreateApiToken {
+                name: name.into(),
+                scopes: scopes.iter().map(|s| s.as_str().to_string()).collect(),
+            },
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let t = json(&body)["token"].as_str().unwrap().to_string();
+    crate::support::canary::api_token(&t);
+    t
+}
+
+/// `method path` with `token` (or none); (status, headers, JSON body or Null).
+async fn call(
+    app: &TestApp,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+) -> (StatusCode, reqwest::header::HeaderMap, Value) {
+    let c = reqwest::Client::new();
+    let mut r = c.request(method.parse().unwrap(), format!("{}{path}", app.base));
+    if let Some(t) = token {
+        r = r.bearer_auth(t);
+    }
+    let r = r.send().await.unwrap();
+    let (status, headers) = (r.status(), r.headers().clone());
+    let text = r.text().await.unwrap();
+    let body = if text.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{method} {path}: {e}: {text}"))
+    };
+    (status, headers, body)
+}
+
+/// Every operation of the served OpenAPI document: (method, path template, its scope).
+async fn operations(app: &TestApp) -> Vec<(String, String, ApiScope)> {
+    let (status, _, doc) = call(app, "GET", "/api/v1/openapi.json", None).await;
+    assert_eq!(status, 200);
+    assert!(doc["openapi"].as_str().unwrap().starts_with("3.1"), "{doc}");
+    let mut ops = Vec::new();
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for (method, op) in item.as_object().unwrap() {
+            let scopes: Vec<&str> = op["security"][0]["token"]
+                .as_array()
+                .unwrap_or_else(|| panic!("{method} {path} names no scope"))
+                .iter()
+                .map(|s| s.as_str().unwrap())
+                .collect();
+            assert_eq!(scopes.len(), 1, "{method} {path}: one scope each");
+            ops.push((
+                method.to_uppercase(),
+                path.clone(),
+                scopes[0].parse().unwrap(),
+            ));
+        }
+    }
+    assert!(!ops.is_empty());
+    ops
+}
+
+#[tokio::test]
+async fn owners_make_and_revoke_tokens_shown_once_and_audited_and_a_revoked_one_is_refused_at_once()
+{
+    let pool = test_db().await;
+    let (_, users) = org_with_users(&pool, "acme", &[Role::Owner, Role::Admin]).await;
+    let app = spawn_app(pool.clone()).await;
+    let owner = signed_in(&app, &users[0].1, &users[0].2).await;
+    let admin = signed_in(&app, &users[1].1, &users[1].2).await;
+
+    let create = |name: &str, scopes: &[&str]| CreateApiToken {
+        name: name.into(),
+        scopes: scopes.iter().map(|s| s.to_string()).collect(),
+    };
+    // Refusals name what was wrong, and write nothing.
+    for (who, args, status, says) in [
+        (
+            &admin,
+            create("x", &["suppressions:read"]),
+            403,
+            "Forbidden",
+        ),
+        (&owner, create("", &["suppressions:read"]), 422, "Name"),
+        (&owner, create("x", &[]), 422, "at least one scope"),
+        (
+            &owner,
+            create("x", &["suppressions:admin"]),
+            422,
+            "is not an API scope",
+        ),
+        (
+            &owner,
+            create("a\u{202E}b", &["suppressions:read"]),
+            422,
+            "Name",
+        ),
+    ] {
+        let (s, body) = app.call_fn(who, args).await;
+        assert_eq!((s.as_u16(), body.contains(says)), (status, true), "{body}");
+    }
+    let none: i64 = sqlx::query_scalar("select count(*) from api_tokens")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(none, 0);
+
+    let t = token(&app, &owner, "billing", &[ApiScope::SuppressionsRead]).await;
+    assert!(t.starts_with("mrk_") && t.len() > 40, "{t}");
+    let (s, body) = app.call_fn(&admin, ApiTokens {}).await;
+    assert_eq!(s, 200);
+    assert!(!body.contains(&t), "the list never shows the token");
+    let listed = json(&body);
+    let id = listed["tokens"][0]["id"].as_i64().unwrap();
+    assert_eq!(listed["tokens"][0]["name"], "billing");
+    assert_eq!(listed["tokens"][0]["last_used"], Value::Null);
+    assert_eq!(listed["can_manage"], false);
+    let stored: Vec<u8> = sqlx::query_scalar("select token_hash from api_tokens where id = $1")
+        .bind(id)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(stored, app::auth::hash_token(&t), "only the hash is kept");
+
+    let (s, _, body) = call(
+        &app,
+        "GET",
+        "/api/v1/suppressions/ann@example.com",
+        Some(&t),
+    )
+    .await;
+    assert_eq!(
+        (s, &body["suppressed"]),
+        (StatusCode::OK, &Value::Bool(false))
+    );
+    let (_, body) = app.call_fn(&owner, ApiTokens {}).await;
+    assert_ne!(json(&body)["tokens"][0]["last_used"], Value::Null);
+
+    let (s, body) = app.call_fn(&admin, RevokeApiToken { id }).await;
+    assert_eq!(s, 403, "{body}");
+    let (s, body) = app.call_fn(&owner, RevokeApiToken { id }).await;
+    assert_eq!(s, 200, "{body}");
+    let (s, h, body) = call(
+        &app,
+        "GET",
+        "/api/v1/suppressions/ann@example.com",
+        Some(&t),
+    )
+    .await;
+    assert_eq!(s, StatusCode::UNAUTHORIZED, "{body}");
+    assert_eq!(h["content-type"], "application/problem+json");
+    assert!(h["www-authenticate"]
+        .to_str()
+        .unwrap()
+        .starts_with("Bearer"));
+    assert!(body["detail"].as_str().unwrap().contains("revoked"));
+    let (s, _) = app.call_fn(&owner, RevokeApiToken { id }).await;
+    assert_eq!(s, 404, "revoked once");
+
+    let actions: Vec<(String, Option<i64>)> = sqlx::query_as(
+        "select action, actor_id from audit_log where object_type = 'api_token' order by id",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        actions,
+        [
+            ("api_token.create".to_string(), Some(users[0].0)),
+            ("api_token.revoke".to_string(), Some(users[0].0)),
+        ]
+    );
+}
+
+/// Every operation in the OpenAPI document: refused without a token (401), with a token
+/// lacking its scope (403, naming it), and, with the scope, blind to another org's object.
+/// An operation this table has no case for fails the test.
+#[tokio::test]
+async fn every_endpoint_needs_a_token_and_its_scope_and_never_reaches_another_org() {
+    let pool = test_db().await;
+    let (_, a_users) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let (b_org, b_users) = org_with_users(&pool, "globex", &[Role::Owner]).await;
+    let app = spawn_app(pool.clone()).await;
+    let a = signed_in(&app, &a_users[0].1, &a_users[0].2).await;
+    let b = signed_in(&app, &b_users[0].1, &b_users[0].2).await;
+    let a_all = token(&app, &a, "all", ApiScope::ALL).await;
+    let b_all = token(&app, &b, "all", ApiScope::ALL).await;
+    // Org B's object: a suppressed address.
+    let theirs = "/api/v1/suppressions/bob@globex.example";
+    let (s, _, _) = call(&app, "PUT", theirs, Some(&b_all)).await;
+    assert_eq!(s, StatusCode::CREATED);
+    // And a delivery of each org.
+    let b_job = enqueue_test_mail_to(&pool, b_org, "dlg", &["bob@globex.example".into()]).await;
+
+    let ops = operations(&app).await;
+    let mut covered = BTreeSet::new();
+    for (method, template, scope) in &ops {
+        let path = template
+            .replace("{email}", "bob@globex.example")
+            .replace("{job_id}", &b_job[0]);
+        let (s, _, body) = call(&app, method, &path, None).await;
+        assert_eq!(s, StatusCode::UNAUTHORIZED, "{method} {path}: {body}");
+        let others: Vec<ApiScope> = ApiScope::ALL
+            .iter()
+            .copied()
+            .filter(|x| x != scope)
+            .collect();
+        let lacking = token(&app, &a, &format!("no {scope}"), &others).await;
+        let (s, _, body) = call(&app, method, &path, Some(&lacking)).await;
+        assert_eq!(s, StatusCode::FORBIDDEN, "{method} {path}: {body}");
+        assert!(
+            body["detail"].as_str().unwrap().contains(scope.as_str()),
+            "{body}"
+        );
+
+        // With the scope, A's token acts on A's org only.
+        let (s, _, body) = call(&app, method, &path, Some(&a_all)).await;
+        match (method.as_str(), template.as_str()) {
+            ("GET", "/api/v1/suppressions/{email}") => {
+                assert_eq!(s, StatusCode::OK);
+                assert_eq!(
+                    body["suppressed"], false,
+                    "B's suppression is not A's: {body}"
+                );
+            }
+            ("DELETE", "/api/v1/suppressions/{email}") => {
+                assert_eq!(s, StatusCode::NOT_FOUND, "{body}");
+            }
+            ("GET", "/api/v1/deliveries/{job_id}") => {
+                assert_eq!(s, StatusCode::NOT_FOUND, "{body}");
+            }
+            ("PUT", "/api/v1/suppressions/{email}") => {
+                // A suppression of A's own; B's row is untouched below.
+                assert_eq!(s, StatusCode::CREATED, "{body}");
+                assert!(
+                    body["source"].as_str().unwrap().starts_with("API token"),
+                    "{body}"
+                );
+                let (s, _, _) = call(&app, "DELETE", &path, Some(&a_all)).await;
+                assert_eq!(s, StatusCode::NO_CONTENT);
+            }
+            other => panic!("no tenancy case for {other:?}: add one"),
+        }
+        covered.insert((method.clone(), template.clone()));
+    }
+    assert_eq!(covered.len(), ops.len());
+    let (reason, source): (String, String) = sqlx::query_as(
+        "select reason, source from suppressions where org_id = $1 and email_lower = 'bob@globex.example'",
+    )
+    .bind(b_org)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(reason, "manual");
+    assert!(source.starts_with("API token"), "{source}");
+}
+
+#[tokio::test]
+async fn suppressions_through_the_api_are_checked_added_lifted_and_audited_under_the_token() {
+    let pool = test_db().await;
+    let (org, users) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let app = spawn_app(pool.clone()).await;
+    let owner = signed_in(&app, &users[0].1, &users[0].2).await;
+    let t = token(
+        &app,
+        &owner,
+        "crm",
+        &[ApiScope::SuppressionsRead, ApiScope::SuppressionsWrite],
+    )
+    .await;
+    let path = "/api/v1/suppressions/Ann@Example.com";
+
+    let (s, _, body) = call(&app, "PUT", path, Some(&t)).await;
+    assert_eq!(s, StatusCode::CREATED, "{body}");
+    assert_eq!(body["email"], "ann@example.com");
+    assert_eq!(
+        (body["suppressed"].clone(), body["reason"].clone()),
+        (Value::Bool(true), Value::from("manual"))
+    );
+    let (s, _, _) = call(
+        &app,
+        "PUT",
+        "/api/v1/suppressions/ann@example.com",
+        Some(&t),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "suppressed already");
+    let (s, _, body) = call(&app, "GET", path, Some(&t)).await;
+    assert_eq!(
+        (s, body["suppressed"].clone()),
+        (StatusCode::OK, Value::Bool(true))
+    );
+    let (s, _, _) = call(&app, "DELETE", path, Some(&t)).await;
+    assert_eq!(s, StatusCode::NO_CONTENT);
+    let (s, h, body) = call(&app, "DELETE", path, Some(&t)).await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+    assert_eq!(h["content-type"], "application/problem+json");
+    assert_eq!(body["status"], 404);
+
+    // The caller's mistakes: a problem document naming the field, nothing written.
+    let (s, h, body) = call(&app, "PUT", "/api/v1/suppressions/not-an-address", Some(&t)).await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert_eq!(h["content-type"], "application/problem+json");
+    assert_eq!(body["errors"][0]["pointer"], "email");
+    assert!(
+        body["detail"].as_str().unwrap().contains("not-an-address"),
+        "{body}"
+    );
+    let (s, _, body) = call(&app, "GET", "/api/v1/nothing-here", Some(&t)).await;
+    assert_eq!(
+        (s, body["status"].clone()),
+        (StatusCode::NOT_FOUND, Value::from(404))
+    );
+    let (s, _, _) = call(&app, "GET", path, Some("mrk_not-a-token")).await;
+    assert_eq!(s, StatusCode::UNAUTHORIZED);
+
+    let audited: Vec<(String, Option<i64>, Option<i64>)> = sqlx::query_as(
+        "select action, actor_id, api_token_id from audit_log where org_id = $1 and object_type = 'suppression' order by id",
+    )
+    .bind(org)
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    let tid: i64 = sqlx::query_scalar("select id from api_tokens where name = 'crm'")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        audited,
+        [
+            ("suppression.add".to_string(), None, Some(tid)),
+            ("suppression.remove".to_string(), None, Some(tid)),
+        ]
+    );
+    let page = app.get_html(&owner, "/settings/audit").await;
+    assert!(
+        page.contains("API token crm"),
+        "the audit log names the token"
+    );
+}
+
+#[tokio::test]
+async fn a_delivery_is_looked_up_by_its_job_id() {
+    let pool = test_db().await;
+    let (org, users) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let app = spawn_app(pool.clone()).await;
+    let owner = signed_in(&app, &users[0].1, &users[0].2).await;
+    let t = token(&app, &owner, "status page", &[ApiScope::DeliveriesRead]).await;
+    let jobs = enqueue_test_mail_to(&pool, org, "dlg", &["Ann@Example.com".into()]).await;
+    let (s, _, body) = call(
+        &app,
+        "GET",
+        &format!("/api/v1/deliveries/{}", jobs[0]),
+        Some(&t),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{body}");
+    assert_eq!(body["job_id"], jobs[0].as_str());
+    assert_eq!(
+        (body["kind"].as_str(), body["status"].as_str()),
+        (Some("test"), Some("queued"))
+    );
+    assert_eq!(body["recipient"], "Ann@Example.com");
+    let (s, _, body) = call(
+        &app,
+        "GET",
+        "/api/v1/deliveries/campaign:1:999999",
+        Some(&t),
+    )
+    .await;
+    assert_eq!(
+        (s, body["detail"].as_str()),
+        (StatusCode::NOT_FOUND, Some("No such delivery."))
+    );
+}
+
+/// Two replicas on one database, one token with a burst of 10 and a slow refill: of 30
+/// requests at once, spread over both, 10 pass and the rest are told when to come back.
+#[tokio::test]
+async fn the_rate_limit_per_token_is_shared_by_replicas_and_says_when_to_retry() {
+    let pool = test_db().await;
+    let (_, users) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let edge = mailroom::http::Edge {
+        api_limits: mailroom::rest::Limits {
+            per_second: 0.01,
+            burst: 10.0,
+        },
+        ..Default::default()
+    };
+    let one = spawn_app_with(pool.clone(), api_config(), edge.clone()).await;
+    let two = spawn_app_with(pool.clone(), api_config(), edge).await;
+    let owner = signed_in(&one, &users[0].1, &users[0].2).await;
+    let t = token(&one, &owner, "busy", &[ApiScope::SuppressionsRead]).await;
+    let answers = futures::future::join_all((0..30).map(|i| {
+        let app = if i % 2 == 0 { &one } else { &two };
+        let t = t.clone();
+        async move { call(app, "GET", "/api/v1/suppressions/ann@example.com", Some(&t)).await }
+    }))
+    .await;
+    let ok = answers
+        .iter()
+        .filter(|(s, _, _)| *s == StatusCode::OK)
+        .count();
+    let limited: Vec<_> = answers
+        .iter()
+        .filter(|(s, _, _)| *s == StatusCode::TOO_MANY_REQUESTS)
+        .collect();
+    assert_eq!((ok, limited.len()), (10, 20));
+    for (_, h, body) in limited {
+        assert_eq!(h["retry-after"], "100");
+        assert!(body["detail"]
+            .as_str()
+            .unwrap()
+            .contains("Too many requests"));
+    }
+}
