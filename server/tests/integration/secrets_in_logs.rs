@@ -21,9 +21,11 @@ fn scan(dir: &Path, extra: &[&Path]) -> (bool, String) {
 /// A log directory like a finished run's, with made-up canaries (not this run's: what this
 /// test plants must not trip the real scan): one recorded line per kind and encoding, and clean
 /// logs.
-fn finished_run(dir: &Path) -> [(&'static str, String); 4] {
+fn finished_run(dir: &Path) -> [(&'static str, String); 6] {
     let canaries = [
         ("smtp-password", "canary:smtp:selftest1".to_string()),
+        ("imap-password", "canary-imap-selftest1".to_string()),
+        ("api-token", "mrk_selftest1".to_string()),
         ("db-password", "canary:db:selftest1".to_string()),
         ("unsubscribe-key", "canary:hmac:selftest1".to_string()),
         ("user-password", "canary:user:selftest1".to_string()),
