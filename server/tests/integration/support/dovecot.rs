@@ -1,7 +1,8 @@
 //! A real IMAP server for a test: Debian's Dovecot, started as the test's own child on a free
 //! loopback port with a config of its own (rootless: as the current user, or as the `dovecot`
 //! system user when the suite runs as root, as CI does). One user, `bounces`, whose password is
-//! the run's IMAP canary; its log goes to the run's log directory, scanned for that canary.
+//! the run's IMAP canary; its log is copied into the run's log directory when it stops, and
+//! scanned for that canary there (the run's directory may be closed to the `dovecot` user).
 //! The test fills the mailbox the way mail arrives, by IMAP APPEND.
 
 use std::os::unix::process::CommandExt;
@@ -22,7 +23,7 @@ pub const USER: &str = "bounces";
 pub struct Dovecot {
     child: Child,
     pub port: u16,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 impl Dovecot {
@@ -45,7 +46,7 @@ impl Dovecot {
             (u.uid, Gid::effective(), u.name)
         };
         let port = free_port();
-        let log = log_file("dovecot");
+        let log = d.join("dovecot.log");
         for sub in ["run", "state", "mail", "home"] {
             std::fs::create_dir(d.join(sub)).unwrap();
         }
@@ -80,7 +81,7 @@ impl Dovecot {
             format!("{USER}:{{PLAIN}}{}\n", imap_password()),
         )
         .unwrap();
-        // The log file is created by us, so Dovecot (maybe another user) must be able to write it.
+        // Created by us, so Dovecot (maybe another user) must be given it.
         std::fs::write(&log, "").unwrap();
         for p in std::iter::once(d.to_path_buf())
             .chain(["run", "state", "mail", "home", "users", "dovecot.conf"].map(|s| d.join(s)))
@@ -100,11 +101,7 @@ impl Dovecot {
             cmd.uid(uid.as_raw()).gid(gid.as_raw());
         }
         let child = cmd.spawn().expect("start dovecot");
-        let mut server = Dovecot {
-            child,
-            port,
-            _dir: dir,
-        };
+        let mut server = Dovecot { child, port, dir };
         server.wait_ready(&log);
         server
     }
@@ -164,14 +161,19 @@ impl Drop for Dovecot {
         let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
         let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
         let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
+        let mut stopped = false;
+        while !stopped && Instant::now() < deadline {
+            stopped = matches!(self.child.try_wait(), Ok(Some(_)));
+            if !stopped {
+                std::thread::sleep(Duration::from_millis(20));
             }
-            std::thread::sleep(Duration::from_millis(20));
         }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        if !stopped {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+        // Into the run's log directory, for the scan.
+        let _ = std::fs::copy(self.dir.path().join("dovecot.log"), log_file("dovecot"));
     }
 }
 
