@@ -52,6 +52,8 @@ pub mod secrets;
 pub mod sessions;
 /// The org's sender identity, envelope sender and DKIM key.
 pub mod settings;
+/// Subscribers as the REST API sees them: upserts by address (bulk too), pages, membership.
+pub mod subscriber_api;
 /// An org's subscribers as the Audience pages see them, and the admin's changes.
 pub mod subscribers;
 /// The suppression list as admins manage it: search, add, remove.

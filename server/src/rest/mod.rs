@@ -25,6 +25,8 @@ use app::domain::ApiScope;
 
 /// One delivery by its job id.
 pub mod deliveries;
+/// Subscribers (one at a time and in bulk), lists and membership.
+pub mod subscribers;
 /// The suppression list: check, add, remove.
 pub mod suppressions;
 
@@ -92,7 +94,9 @@ fn parts() -> (Router<RestState>, utoipa::openapi::OpenApi) {
     let (router, mut doc) = OpenApiRouter::with_openapi(ApiDoc::openapi())
         .nest(
             "/api/v1",
-            suppressions::routes().merge(deliveries::routes()),
+            suppressions::routes()
+                .merge(deliveries::routes())
+                .merge(subscribers::routes()),
         )
         .split_for_parts();
     common_refusals(&mut doc);
@@ -178,7 +182,7 @@ pub fn routes(state: RestState) -> Router {
 }
 
 /// A field the request got wrong, as RFC 9457 extension `errors` lists them.
-#[derive(Clone, Debug, Serialize, ToSchema)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize, ToSchema)]
 pub struct FieldError {
     /// A JSON pointer to the field (`#/email`), or the parameter's name for path and query
     /// parameters.
@@ -293,6 +297,89 @@ impl IntoResponse for Problem {
     }
 }
 
+/// A JSON request body whose refusals are problem documents: 415 without a JSON content type,
+/// 400 when it is not JSON, 422 naming the field when it does not fit the schema.
+pub struct Body<T>(pub T);
+
+impl<S, T> axum::extract::FromRequest<S> for Body<T>
+where
+    T: serde::de::DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = Problem;
+
+    async fn from_request(req: axum::extract::Request, state: &S) -> Result<Self, Problem> {
+        use axum::extract::rejection::JsonRejection;
+        match axum::Json::<T>::from_request(req, state).await {
+            Ok(axum::Json(v)) => Ok(Body(v)),
+            Err(JsonRejection::JsonDataError(e)) => {
+                // serde names the field and the line and column: the caller's own input.
+                let why = std::error::Error::source(&e)
+                    .map(ToString::to_string)
+                    .unwrap_or_else(|| e.body_text());
+                Err(Problem::field(
+                    "#/",
+                    format!("The body does not fit the schema: {why}."),
+                ))
+            }
+            Err(JsonRejection::MissingJsonContentType(_)) => Err(Problem::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "Send the body as JSON (Content-Type: application/json).",
+            )),
+            Err(JsonRejection::BytesRejection(_)) => Err(Problem::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "The body is too large or could not be read.",
+            )),
+            Err(e) => Err(Problem::new(
+                StatusCode::BAD_REQUEST,
+                format!("The body is not JSON: {}.", e.body_text()),
+            )),
+        }
+    }
+}
+
+/// Query parameters whose refusals are problem documents (400 naming what did not parse).
+pub struct QueryOf<T>(pub T);
+
+impl<S, T> FromRequestParts<S> for QueryOf<T>
+where
+    T: serde::de::DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = Problem;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Problem> {
+        axum::extract::Query::<T>::from_request_parts(parts, state)
+            .await
+            .map(|q| QueryOf(q.0))
+            .map_err(|e| Problem::new(StatusCode::BAD_REQUEST, e.body_text()))
+    }
+}
+
+/// A numeric path parameter whose refusal is a problem document: a path that names no
+/// object of the right shape names none at all (404).
+pub struct Id<T>(pub T);
+
+impl<S, T> FromRequestParts<S> for Id<T>
+where
+    T: serde::de::DeserializeOwned + Send,
+    S: Send + Sync,
+{
+    type Rejection = Problem;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Problem> {
+        axum::extract::Path::<T>::from_request_parts(parts, state)
+            .await
+            .map(|p| Id(p.0))
+            .map_err(|_| {
+                Problem::new(
+                    StatusCode::NOT_FOUND,
+                    "No such object: the path's id is not one.",
+                )
+            })
+    }
+}
+
 /// The token behind a request, authenticated and within its rate.
 pub struct Token(pub Caller);
 
@@ -311,6 +398,33 @@ impl Token {
 
     pub fn org_id(&self) -> i64 {
         self.0.org_id
+    }
+
+    /// Records an action taken with this token in the audit log, in the action's transaction.
+    pub async fn audit(
+        &self,
+        conn: &mut sqlx::PgConnection,
+        action: &str,
+        object_type: &str,
+        object_id: Option<String>,
+        before: Option<serde_json::Value>,
+        after: Option<serde_json::Value>,
+    ) -> sqlx::Result<()> {
+        app::db::audit::record(
+            conn,
+            app::db::audit::Entry {
+                before,
+                after,
+                ..app::db::audit::Entry::by_token(
+                    self.org_id(),
+                    self.0.token_id,
+                    action,
+                    object_type,
+                    object_id,
+                )
+            },
+        )
+        .await
     }
 }
 

@@ -14,7 +14,12 @@ use crate::support::helpers::{enqueue_test_mail_to, org_with_users, test_db};
 use crate::support::test_app::{api_config, json, signed_in, spawn_app, spawn_app_with, TestApp};
 
 /// A token of the signed-in owner's org with these scopes.
-async fn token(app: &TestApp, owner: &reqwest::Client, name: &str, scopes: &[ApiScope]) -> String {
+pub async fn token(
+    app: &TestApp,
+    owner: &reqwest::Client,
+    name: &str,
+    scopes: &[ApiScope],
+) -> String {
     let (status, body) = app
         .call_fn(
             owner,
@@ -31,16 +36,32 @@ async fn token(app: &TestApp, owner: &reqwest::Client, name: &str, scopes: &[Api
 }
 
 /// `method path` with `token` (or none); (status, headers, JSON body or Null).
-async fn call(
+pub async fn call(
     app: &TestApp,
     method: &str,
     path: &str,
     token: Option<&str>,
 ) -> (StatusCode, reqwest::header::HeaderMap, Value) {
+    send(app, method, path, token, None).await
+}
+
+/// `method path` with `token` (or none) and a JSON body (or none).
+pub async fn send(
+    app: &TestApp,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: Option<&Value>,
+) -> (StatusCode, reqwest::header::HeaderMap, Value) {
     let c = reqwest::Client::new();
     let mut r = c.request(method.parse().unwrap(), format!("{}{path}", app.base));
     if let Some(t) = token {
         r = r.bearer_auth(t);
+    }
+    if let Some(b) = body {
+        r = r
+            .header("content-type", "application/json")
+            .body(b.to_string());
     }
     let r = r.send().await.unwrap();
     let (status, headers) = (r.status(), r.headers().clone());
@@ -210,31 +231,90 @@ async fn every_endpoint_needs_a_token_and_its_scope_and_never_reaches_another_or
     assert_eq!(s, StatusCode::CREATED);
     // And a delivery of each org.
     let b_job = enqueue_test_mail_to(&pool, b_org, "dlg", &["bob@globex.example".into()]).await;
+    // A list of B's with a subscriber on it.
+    let b_list: i64 =
+        sqlx::query_scalar("insert into lists (org_id, name) values ($1, 'B news') returning id")
+            .bind(b_org)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    let (s, _, b_sub) = send(
+        &app,
+        "POST",
+        "/api/v1/subscribers",
+        Some(&b_all),
+        Some(&serde_json::json!({"email": "bob@globex.example", "name": "Bob", "list_ids": [b_list]})),
+    )
+    .await;
+    assert_eq!(s, StatusCode::CREATED, "{b_sub}");
+    let b_sub = b_sub["id"].as_i64().unwrap();
 
     let ops = operations(&app).await;
     let mut covered = BTreeSet::new();
     for (method, template, scope) in &ops {
         let path = template
             .replace("{email}", "bob@globex.example")
-            .replace("{job_id}", &b_job[0]);
-        let (s, _, body) = call(&app, method, &path, None).await;
-        assert_eq!(s, StatusCode::UNAUTHORIZED, "{method} {path}: {body}");
+            .replace("{job_id}", &b_job[0])
+            .replace("{list_id}", &b_list.to_string())
+            .replace("{subscriber_id}", &b_sub.to_string())
+            .replace("{id}", &b_sub.to_string());
+        // A well-formed body, so that what is refused is the token, the scope or the org.
+        let body = match (method.as_str(), template.as_str()) {
+            ("POST", "/api/v1/subscribers") => {
+                Some(serde_json::json!({"email": "bob@globex.example", "name": "Not Bob"}))
+            }
+            ("POST", "/api/v1/subscribers/bulk") => Some(serde_json::json!({"subscribers": [
+                {"email": "carol@globex.example", "list_ids": [b_list]},
+                {"email": "dan@acme.example"},
+            ]})),
+            ("PATCH", _) => Some(serde_json::json!({"name": "Not Bob", "list_ids": []})),
+            _ => None,
+        };
+        let body = body.as_ref();
+        let (s, _, answer) = send(&app, method, &path, None, body).await;
+        assert_eq!(s, StatusCode::UNAUTHORIZED, "{method} {path}: {answer}");
+        assert_eq!(s, StatusCode::UNAUTHORIZED, "{method} {path}: {answer}");
         let others: Vec<ApiScope> = ApiScope::ALL
             .iter()
             .copied()
             .filter(|x| x != scope)
             .collect();
         let lacking = token(&app, &a, &format!("no {scope}"), &others).await;
-        let (s, _, body) = call(&app, method, &path, Some(&lacking)).await;
-        assert_eq!(s, StatusCode::FORBIDDEN, "{method} {path}: {body}");
+        let (s, _, answer) = send(&app, method, &path, Some(&lacking), body).await;
+        assert_eq!(s, StatusCode::FORBIDDEN, "{method} {path}: {answer}");
         assert!(
-            body["detail"].as_str().unwrap().contains(scope.as_str()),
-            "{body}"
+            answer["detail"].as_str().unwrap().contains(scope.as_str()),
+            "{answer}"
         );
 
         // With the scope, A's token acts on A's org only.
-        let (s, _, body) = call(&app, method, &path, Some(&a_all)).await;
+        let (s, _, body) = send(&app, method, &path, Some(&a_all), body).await;
         match (method.as_str(), template.as_str()) {
+            ("GET", "/api/v1/subscribers") | ("GET", "/api/v1/lists") => {
+                assert_eq!(s, StatusCode::OK, "{body}");
+                assert!(
+                    !body.to_string().contains("globex") && !body.to_string().contains("B news"),
+                    "{body}"
+                );
+            }
+            ("POST", "/api/v1/subscribers") => {
+                // A's own subscriber with that address, not B's.
+                assert_eq!(s, StatusCode::CREATED, "{body}");
+                assert_ne!(body["id"].as_i64(), Some(b_sub));
+            }
+            ("POST", "/api/v1/subscribers/bulk") => {
+                assert_eq!(s, StatusCode::OK, "{body}");
+                assert_eq!(body["created"], 1, "{body}");
+                assert_eq!(
+                    body["errors"][0]["pointer"], "#/subscribers/0/list_ids",
+                    "{body}"
+                );
+            }
+            ("GET" | "PATCH" | "DELETE", "/api/v1/subscribers/{id}")
+            | ("POST", "/api/v1/subscribers/{id}/erase")
+            | ("PUT" | "DELETE", "/api/v1/lists/{list_id}/members/{subscriber_id}") => {
+                assert_eq!(s, StatusCode::NOT_FOUND, "{body}");
+            }
             ("GET", "/api/v1/suppressions/{email}") => {
                 assert_eq!(s, StatusCode::OK);
                 assert_eq!(
@@ -263,6 +343,19 @@ async fn every_endpoint_needs_a_token_and_its_scope_and_never_reaches_another_or
         covered.insert((method.clone(), template.clone()));
     }
     assert_eq!(covered.len(), ops.len());
+    let (name, erased, lists): (String, bool, i64) = sqlx::query_as(
+        "select name, erased_at is not null, (select count(*) from list_members where subscriber_id = s.id)
+         from subscribers s where id = $1",
+    )
+    .bind(b_sub)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        (name.as_str(), erased, lists),
+        ("Bob", false, 1),
+        "B's subscriber untouched"
+    );
     let (reason, source): (String, String) = sqlx::query_as(
         "select reason, source from suppressions where org_id = $1 and email_lower = 'bob@globex.example'",
     )

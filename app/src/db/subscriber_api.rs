@@ -1,0 +1,247 @@
+//! Subscribers as the REST API sees them: upsert by address (one or up to a bulk request's
+//! worth in one statement), read by id, keyset pages in id order, partial updates, list
+//! membership. Every statement is scoped by the caller's org. Erasure and deletion are the
+//! dashboard's own statements (`db::subscribers`), so both paths forget the same things.
+
+use sqlx::types::Json;
+use sqlx::PgConnection;
+
+use crate::domain::{EmailAddress, SubscriberStatus};
+
+/// A subscriber as the API answers it.
+#[derive(sqlx::FromRow, Debug, Clone)]
+pub struct ApiSubscriber {
+    pub id: i64,
+    pub email: String,
+    pub name: String,
+    pub status: SubscriberStatus,
+    pub attributes: Json<serde_json::Value>,
+    pub list_ids: Vec<i64>,
+    pub erased: bool,
+    /// RFC 3339, UTC.
+    pub created_at: String,
+    pub updated_at: String,
+}
+
+const COLUMNS: &str = "s.id, s.email, s.name, s.status, s.attributes,
+    coalesce((select array_agg(m.list_id order by m.list_id) from list_members m
+              where m.org_id = s.org_id and m.subscriber_id = s.id), '{}') as list_ids,
+    s.erased_at is not null as erased,
+    to_char(s.created_at at time zone 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') as created_at,
+    to_char(s.updated_at at time zone 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') as updated_at";
+
+pub async fn get(
+    conn: &mut PgConnection,
+    org_id: i64,
+    id: i64,
+) -> sqlx::Result<Option<ApiSubscriber>> {
+    sqlx::query_as(&format!(
+        "select {COLUMNS} from subscribers s where s.org_id = $1 and s.id = $2"
+    ))
+    .bind(org_id)
+    .bind(id)
+    .fetch_optional(conn)
+    .await
+}
+
+/// A page in id order after `after`, optionally one list's members or one address (compared
+/// in lower case); `limit + 1` rows are read so the caller knows whether a next page exists.
+pub async fn page(
+    conn: &mut PgConnection,
+    org_id: i64,
+    after: i64,
+    list_id: Option<i64>,
+    email_lower: Option<&str>,
+    limit: i64,
+) -> sqlx::Result<crate::db::Page<ApiSubscriber, i64>> {
+    let rows: Vec<ApiSubscriber> = sqlx::query_as(&format!(
+        "select {COLUMNS} from subscribers s
+         where s.org_id = $1 and s.id > $2
+           and ($3::bigint is null or exists (select 1 from list_members m
+                where m.org_id = s.org_id and m.list_id = $3 and m.subscriber_id = s.id))
+           and ($4::text is null or s.email_lower = $4)
+         order by s.id limit $5"
+    ))
+    .bind(org_id)
+    .bind(after)
+    .bind(list_id)
+    .bind(email_lower)
+    .bind(limit + 1)
+    .fetch_all(conn)
+    .await?;
+    Ok(crate::db::Page::of(rows, limit, |r| r.id))
+}
+
+/// One row of an upsert. `None` fields keep what an existing subscriber has (a new one gets
+/// the column's default); `attributes` are merged into the existing ones, key by key.
+pub struct Upsert<'a> {
+    pub email: &'a EmailAddress,
+    pub name: Option<&'a str>,
+    pub status: Option<SubscriberStatus>,
+    pub attributes: Option<&'a serde_json::Value>,
+    /// Lists to add the subscriber to (the org's: the caller checked them).
+    pub list_ids: &'a [i64],
+}
+
+/// What an upsert did to one row, in the order of the input.
+#[derive(sqlx::FromRow, Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Upserted {
+    pub id: i64,
+    pub created: bool,
+}
+
+/// Creates or updates each row's subscriber by address (same spelling: the org's unique key)
+/// and adds them to the row's lists, in one statement whatever the number of rows. The
+/// addresses must be distinct (one statement cannot change a row twice). Rows are written in
+/// address order, so concurrent upserts of overlapping addresses lock them in one order and
+/// wait for each other instead of deadlocking. An erased subscriber's address is a hash, so
+/// its old address comes back as a new subscriber.
+pub async fn upsert(
+    conn: &mut PgConnection,
+    org_id: i64,
+    rows: &[Upsert<'_>],
+) -> sqlx::Result<Vec<Upserted>> {
+    let emails: Vec<&str> = rows.iter().map(|r| r.email.as_str()).collect();
+    let lowers: Vec<&str> = rows.iter().map(|r| r.email.lower()).collect();
+    let names: Vec<Option<&str>> = rows.iter().map(|r| r.name).collect();
+    let statuses: Vec<Option<&str>> = rows
+        .iter()
+        .map(|r| r.status.map(SubscriberStatus::as_str))
+        .collect();
+    let attributes: Vec<Option<Json<&serde_json::Value>>> =
+        rows.iter().map(|r| r.attributes.map(Json)).collect();
+    let (member_rows, member_lists): (Vec<i64>, Vec<i64>) = rows
+        .iter()
+        .enumerate()
+        .flat_map(|(i, r)| r.list_ids.iter().map(move |l| (i as i64 + 1, *l)))
+        .unzip();
+    sqlx::query_as(
+        "with input as (
+             select * from unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::jsonb[])
+                 with ordinality as t(email, lower, name, status, attributes, n)
+         ),
+         written as (
+             insert into subscribers as s (org_id, email, email_lower, name, status, attributes)
+             select $1, email, lower, coalesce(name, ''), coalesce(status, 'confirmed'),
+                    coalesce(attributes, '{}')
+             from input order by email
+             on conflict (org_id, email) do update
+             set name = coalesce((select i.name from input i where i.email = excluded.email), s.name),
+                 status = coalesce((select i.status from input i where i.email = excluded.email), s.status),
+                 attributes = s.attributes || excluded.attributes
+             -- xmax is 0 only on a row this statement inserted.
+             returning s.id, s.email, (s.xmax = 0) as created
+         ),
+         numbered as (select w.id, w.created, i.n from input i join written w on w.email = i.email),
+         joined as (
+             insert into list_members (org_id, list_id, subscriber_id)
+             select $1, m.list_id, w.id
+             from unnest($7::bigint[], $8::bigint[]) as m(n, list_id)
+             join numbered w on w.n = m.n
+             order by 3, 2
+             on conflict do nothing
+         )
+         select id, created from numbered order by n",
+    )
+    .bind(org_id)
+    .bind(&emails)
+    .bind(&lowers)
+    .bind(&names)
+    .bind(&statuses)
+    .bind(&attributes)
+    .bind(&member_rows)
+    .bind(&member_lists)
+    .fetch_all(conn)
+    .await
+}
+
+/// Which of `list_ids` are not the org's lists.
+pub async fn foreign_lists(
+    conn: &mut PgConnection,
+    org_id: i64,
+    list_ids: &[i64],
+) -> sqlx::Result<Vec<i64>> {
+    sqlx::query_scalar(
+        "select l from unnest($2::bigint[]) as l
+         where not exists (select 1 from lists where org_id = $1 and id = l)",
+    )
+    .bind(org_id)
+    .bind(list_ids)
+    .fetch_all(conn)
+    .await
+}
+
+/// Changes what is given of a subscriber that is not erased; attributes are merged key by
+/// key (a key set to null stays null: the caller owns the attribute's meaning). False when
+/// there is no such subscriber.
+pub async fn patch(
+    conn: &mut PgConnection,
+    org_id: i64,
+    id: i64,
+    name: Option<&str>,
+    status: Option<SubscriberStatus>,
+    attributes: Option<&serde_json::Value>,
+) -> sqlx::Result<bool> {
+    let r = sqlx::query(
+        "update subscribers set name = coalesce($3, name), status = coalesce($4, status),
+                attributes = attributes || coalesce($5, '{}')
+         where org_id = $1 and id = $2 and erased_at is null",
+    )
+    .bind(org_id)
+    .bind(id)
+    .bind(name)
+    .bind(status)
+    .bind(attributes.map(Json))
+    .execute(conn)
+    .await?;
+    Ok(r.rows_affected() == 1)
+}
+
+/// Whether the subscriber is the org's and not erased (locked for the caller's transaction).
+pub async fn live(conn: &mut PgConnection, org_id: i64, id: i64) -> sqlx::Result<bool> {
+    Ok(sqlx::query_scalar::<_, i64>(
+        "select id from subscribers where org_id = $1 and id = $2 and erased_at is null for update",
+    )
+    .bind(org_id)
+    .bind(id)
+    .fetch_optional(conn)
+    .await?
+    .is_some())
+}
+
+/// Adds a subscriber to a list; false when they were a member already.
+pub async fn join(
+    conn: &mut PgConnection,
+    org_id: i64,
+    list_id: i64,
+    subscriber_id: i64,
+) -> sqlx::Result<bool> {
+    let r = sqlx::query(
+        "insert into list_members (org_id, list_id, subscriber_id) values ($1, $2, $3)
+         on conflict do nothing",
+    )
+    .bind(org_id)
+    .bind(list_id)
+    .bind(subscriber_id)
+    .execute(conn)
+    .await?;
+    Ok(r.rows_affected() == 1)
+}
+
+/// Removes a subscriber from a list; false when they were not a member.
+pub async fn leave(
+    conn: &mut PgConnection,
+    org_id: i64,
+    list_id: i64,
+    subscriber_id: i64,
+) -> sqlx::Result<bool> {
+    let r = sqlx::query(
+        "delete from list_members where org_id = $1 and list_id = $2 and subscriber_id = $3",
+    )
+    .bind(org_id)
+    .bind(list_id)
+    .bind(subscriber_id)
+    .execute(conn)
+    .await?;
+    Ok(r.rows_affected() == 1)
+}

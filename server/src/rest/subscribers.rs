@@ -1,0 +1,779 @@
+//! `/api/v1/subscribers`: upsert by address (one, or up to [`BULK_MAX`] in one request with an
+//! answer per row), read, page through, update, delete, erase; `/api/v1/lists` and list
+//! membership. Writes are audited under the token, like an admin's change in the dashboard.
+
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::StatusCode;
+use axum::Json;
+use serde::{Deserialize, Serialize};
+use sqlx::PgPool;
+use utoipa::{IntoParams, ToSchema};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use app::db::subscriber_api::{self, ApiSubscriber, Upsert};
+use app::db::subscribers::{self as dashboard, Removal};
+use app::domain::audience::person_name;
+use app::domain::{ApiScope, EmailAddress, SubscriberStatus};
+
+use super::{Body, FieldError, Id, Problem, QueryOf, RestState, Token};
+
+/// The most rows one bulk request may carry.
+pub const BULK_MAX: usize = 10_000;
+/// The largest attributes object of one subscriber, as JSON.
+const ATTRIBUTES_MAX_BYTES: usize = 16 * 1024;
+/// Rows per page unless the request asks for fewer (or more, up to [`PAGE_MAX`]).
+const PAGE_DEFAULT: i64 = 100;
+const PAGE_MAX: i64 = 1000;
+
+pub fn routes() -> OpenApiRouter<RestState> {
+    OpenApiRouter::new()
+        .routes(routes!(list, upsert))
+        .routes(routes!(one, update, remove))
+        .routes(routes!(erase))
+        .routes(routes!(lists))
+        .routes(routes!(join, leave))
+        .merge(
+            // Ten thousand rows with attributes are more than axum's default 2 MB.
+            OpenApiRouter::new()
+                .routes(routes!(bulk))
+                .layer(DefaultBodyLimit::max(32 * 1024 * 1024)),
+        )
+}
+
+/// A subscriber of the organisation.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct Subscriber {
+    pub id: i64,
+    pub email: String,
+    pub name: String,
+    /// `confirmed`, `unconfirmed` (no campaign reaches them) or `blocklisted`.
+    #[schema(value_type = String)]
+    pub status: SubscriberStatus,
+    /// The caller's own data about them (a JSON object), available to templates.
+    #[schema(value_type = Object)]
+    pub attributes: serde_json::Value,
+    /// The ids of the lists they are on.
+    pub list_ids: Vec<i64>,
+    /// Their personal data was erased: the address and name are gone.
+    pub erased: bool,
+    /// RFC 3339, UTC.
+    pub created_at: String,
+    pub updated_at: String,
+}
+
+impl From<ApiSubscriber> for Subscriber {
+    fn from(s: ApiSubscriber) -> Self {
+        Subscriber {
+            id: s.id,
+            email: s.email,
+            name: s.name,
+            status: s.status,
+            attributes: s.attributes.0,
+            list_ids: s.list_ids,
+            erased: s.erased,
+            created_at: s.created_at,
+            updated_at: s.updated_at,
+        }
+    }
+}
+
+/// A subscriber to create or update, by address. Fields left out keep what an existing
+/// subscriber has.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SubscriberInput {
+    pub email: String,
+    pub name: Option<String>,
+    /// `confirmed`, `unconfirmed` or `blocklisted`.
+    #[schema(value_type = Option<String>)]
+    pub status: Option<SubscriberStatus>,
+    /// Merged into the existing attributes key by key.
+    #[schema(value_type = Option<Object>)]
+    pub attributes: Option<serde_json::Value>,
+    /// Lists to add them to (they stay on the lists they are on).
+    #[serde(default)]
+    pub list_ids: Vec<i64>,
+}
+
+/// What to change of a subscriber; fields left out stay as they are.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SubscriberPatch {
+    pub name: Option<String>,
+    /// `confirmed`, `unconfirmed` or `blocklisted`.
+    #[schema(value_type = Option<String>)]
+    pub status: Option<SubscriberStatus>,
+    /// Merged into the existing attributes key by key.
+    #[schema(value_type = Option<Object>)]
+    pub attributes: Option<serde_json::Value>,
+    /// When given, exactly the lists they are on afterwards.
+    pub list_ids: Option<Vec<i64>>,
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ListQuery {
+    /// Start after this subscriber id (the `next_after` of the previous page).
+    pub after: Option<i64>,
+    /// Rows per page, 1 to 1000 (100 when left out).
+    pub limit: Option<i64>,
+    /// Only the members of this list.
+    pub list_id: Option<i64>,
+    /// Only this address (compared in lower case).
+    pub email: Option<String>,
+}
+
+/// A page of subscribers in id order.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct SubscriberPage {
+    pub data: Vec<Subscriber>,
+    /// Pass as `after` for the next page; absent on the last page.
+    pub next_after: Option<i64>,
+}
+
+/// The org's subscribers, a page at a time (keyset pagination: pages never shift or repeat
+/// while subscribers are added).
+#[utoipa::path(
+    get,
+    path = "/subscribers",
+    tag = "subscribers",
+    params(ListQuery),
+    responses(
+        (status = 200, description = "A page of subscribers.", body = SubscriberPage),
+        (status = 400, description = "A query parameter that does not parse.", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "A query parameter out of range.", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("token" = ["subscribers:read"]))
+)]
+async fn list(
+    token: Token,
+    State(pool): State<PgPool>,
+    QueryOf(q): QueryOf<ListQuery>,
+) -> Result<Json<SubscriberPage>, Problem> {
+    token.require(ApiScope::SubscribersRead)?;
+    let limit = q.limit.unwrap_or(PAGE_DEFAULT);
+    if !(1..=PAGE_MAX).contains(&limit) {
+        return Err(Problem::field(
+            "limit",
+            format!("limit must be between 1 and {PAGE_MAX}."),
+        ));
+    }
+    let email = match q.email.as_deref() {
+        Some(e) => Some(address(e, "email")?.lower().to_owned()),
+        None => None,
+    };
+    let mut conn = pool.acquire().await?;
+    let page = subscriber_api::page(
+        &mut conn,
+        token.org_id(),
+        q.after.unwrap_or(0),
+        q.list_id,
+        email.as_deref(),
+        limit,
+    )
+    .await?;
+    Ok(Json(SubscriberPage {
+        data: page.rows.into_iter().map(Subscriber::from).collect(),
+        next_after: page.next,
+    }))
+}
+
+/// Creates a subscriber, or updates the one with this address (same spelling).
+#[utoipa::path(
+    post,
+    path = "/subscribers",
+    tag = "subscribers",
+    request_body = SubscriberInput,
+    responses(
+        (status = 201, description = "Created.", body = Subscriber),
+        (status = 200, description = "The address was a subscriber already: updated.", body = Subscriber),
+        (status = 400, description = "The body is not JSON.", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "A field at fault, named.", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("token" = ["subscribers:write"]))
+)]
+async fn upsert(
+    token: Token,
+    State(pool): State<PgPool>,
+    Body(input): Body<SubscriberInput>,
+) -> Result<(StatusCode, Json<Subscriber>), Problem> {
+    token.require(ApiScope::SubscribersWrite)?;
+    let row = checked(&input).map_err(|e| Problem::field(&e.pointer, e.detail))?;
+    let org_id = token.org_id();
+    let mut tx = pool.begin().await?;
+    lists_are_ours(&mut tx, org_id, &input.list_ids, "#/list_ids").await?;
+    let done = subscriber_api::upsert(&mut tx, org_id, &[row.upsert(&input.list_ids)]).await?;
+    let Some(done) = done.first().copied() else {
+        return Err(Problem::internal("an upsert of one row answered none"));
+    };
+    let action = if done.created {
+        "subscriber.add"
+    } else {
+        "subscriber.edit"
+    };
+    token
+        .audit(
+            &mut tx,
+            action,
+            "subscriber",
+            Some(done.id.to_string()),
+            None,
+            Some(serde_json::json!({
+                "email": row.email.as_str(), "name": row.name, "status": row.status,
+                "lists": input.list_ids,
+            })),
+        )
+        .await?;
+    let s = subscriber_api::get(&mut tx, org_id, done.id).await?;
+    tx.commit().await?;
+    let s = s.ok_or_else(|| Problem::internal("an upserted subscriber is not there"))?;
+    let status = if done.created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((status, Json(s.into())))
+}
+
+/// Up to 10,000 subscribers to create or update in one request.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BulkInput {
+    pub subscribers: Vec<SubscriberInput>,
+}
+
+/// What a bulk request did with each row: the rows without an error were written, in one
+/// transaction; the rows with one were left out.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct BulkResult {
+    pub created: usize,
+    pub updated: usize,
+    /// For each row of the request, in order: the subscriber's id, or null for a refused row.
+    pub ids: Vec<Option<i64>>,
+    /// The refused rows, each named by a pointer such as `#/subscribers/12/email`.
+    pub errors: Vec<FieldError>,
+}
+
+/// Creates or updates up to 10,000 subscribers by address in one request. Each row is
+/// checked on its own; a refused row is reported by its index and the others are written.
+#[utoipa::path(
+    post,
+    path = "/subscribers/bulk",
+    tag = "subscribers",
+    request_body = BulkInput,
+    responses(
+        (status = 200, description = "Every acceptable row written; the others named.", body = BulkResult),
+        (status = 400, description = "The body is not JSON.", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "The body is too large.", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Too many rows, or a list that is not the organisation's.", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("token" = ["subscribers:write"]))
+)]
+async fn bulk(
+    token: Token,
+    State(pool): State<PgPool>,
+    Body(input): Body<BulkInput>,
+) -> Result<Json<BulkResult>, Problem> {
+    token.require(ApiScope::SubscribersWrite)?;
+    let rows = &input.subscribers;
+    if rows.len() > BULK_MAX {
+        return Err(Problem::field(
+            "#/subscribers",
+            format!(
+                "A bulk request carries at most {BULK_MAX} subscribers; this one has {}.",
+                rows.len()
+            ),
+        ));
+    }
+    let mut errors = Vec::new();
+    let mut accepted: Vec<(usize, Checked)> = Vec::with_capacity(rows.len());
+    let mut seen = std::collections::HashMap::with_capacity(rows.len());
+    for (i, input) in rows.iter().enumerate() {
+        match checked(input) {
+            Ok(row) => match seen.entry(row.email.as_str().to_owned()) {
+                std::collections::hash_map::Entry::Occupied(first) => errors.push(FieldError {
+                    pointer: format!("#/subscribers/{i}/email"),
+                    detail: format!(
+                        "email: {} is also row {} of this request; send each address once.",
+                        row.email.as_str(),
+                        first.get()
+                    ),
+                }),
+                std::collections::hash_map::Entry::Vacant(v) => {
+                    v.insert(i);
+                    accepted.push((i, row));
+                }
+            },
+            Err(e) => errors.push(FieldError {
+                pointer: format!("#/subscribers/{i}{}", &e.pointer[1..]),
+                detail: e.detail,
+            }),
+        }
+    }
+    let org_id = token.org_id();
+    // The lists every row names are checked at once; a row naming another org's is refused.
+    let mut all_lists: Vec<i64> = rows.iter().flat_map(|r| r.list_ids.clone()).collect();
+    all_lists.sort_unstable();
+    all_lists.dedup();
+    let mut tx = pool.begin().await?;
+    let foreign = subscriber_api::foreign_lists(&mut tx, org_id, &all_lists).await?;
+    if !foreign.is_empty() {
+        accepted.retain(|(i, _)| {
+            let bad = rows[*i].list_ids.iter().find(|l| foreign.contains(l));
+            if let Some(l) = bad {
+                errors.push(FieldError {
+                    pointer: format!("#/subscribers/{i}/list_ids"),
+                    detail: format!("list_ids: there is no list {l} in this organisation."),
+                });
+            }
+            bad.is_none()
+        });
+    }
+    let batch: Vec<Upsert<'_>> = accepted
+        .iter()
+        .map(|(i, row)| row.upsert(&rows[*i].list_ids))
+        .collect();
+    let done = subscriber_api::upsert(&mut tx, org_id, &batch).await?;
+    let mut ids = vec![None; rows.len()];
+    let (mut created, mut updated) = (0, 0);
+    for ((i, _), d) in accepted.iter().zip(done) {
+        ids[*i] = Some(d.id);
+        if d.created {
+            created += 1;
+        } else {
+            updated += 1;
+        }
+    }
+    token
+        .audit(
+            &mut tx,
+            "subscriber.bulk_upsert",
+            "subscriber",
+            None,
+            None,
+            Some(serde_json::json!({
+                "created": created, "updated": updated, "refused": errors.len(),
+            })),
+        )
+        .await?;
+    tx.commit().await?;
+    errors.sort_by_key(|e| row_of(&e.pointer));
+    Ok(Json(BulkResult {
+        created,
+        updated,
+        ids,
+        errors,
+    }))
+}
+
+/// The row index in a `#/subscribers/<i>/…` pointer, for ordering the errors.
+fn row_of(pointer: &str) -> usize {
+    pointer
+        .split('/')
+        .nth(2)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(usize::MAX)
+}
+
+/// One subscriber of the organisation.
+#[utoipa::path(
+    get,
+    path = "/subscribers/{id}",
+    tag = "subscribers",
+    params(("id" = i64, Path, description = "The subscriber's id.")),
+    responses(
+        (status = 200, description = "The subscriber.", body = Subscriber),
+        (status = 404, description = "No such subscriber in this organisation.", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("token" = ["subscribers:read"]))
+)]
+async fn one(
+    token: Token,
+    State(pool): State<PgPool>,
+    Id(id): Id<i64>,
+) -> Result<Json<Subscriber>, Problem> {
+    token.require(ApiScope::SubscribersRead)?;
+    let mut conn = pool.acquire().await?;
+    let s = subscriber_api::get(&mut conn, token.org_id(), id)
+        .await?
+        .ok_or_else(|| Problem::not_found("subscriber"))?;
+    Ok(Json(s.into()))
+}
+
+/// Changes a subscriber's name, status, attributes or lists.
+#[utoipa::path(
+    patch,
+    path = "/subscribers/{id}",
+    tag = "subscribers",
+    params(("id" = i64, Path, description = "The subscriber's id.")),
+    request_body = SubscriberPatch,
+    responses(
+        (status = 200, description = "Changed.", body = Subscriber),
+        (status = 400, description = "The body is not JSON.", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such subscriber in this organisation.", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "Their personal data was erased.", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "A field at fault, named.", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("token" = ["subscribers:write"]))
+)]
+async fn update(
+    token: Token,
+    State(pool): State<PgPool>,
+    Id(id): Id<i64>,
+    Body(patch): Body<SubscriberPatch>,
+) -> Result<Json<Subscriber>, Problem> {
+    token.require(ApiScope::SubscribersWrite)?;
+    let name = match &patch.name {
+        Some(n) => Some(person_name(n).map_err(|e| Problem::field("#/name", e))?),
+        None => None,
+    };
+    if let Some(a) = &patch.attributes {
+        attributes(a).map_err(|e| Problem::field("#/attributes", e))?;
+    }
+    let org_id = token.org_id();
+    let mut tx = pool.begin().await?;
+    let before = subscriber_api::get(&mut tx, org_id, id)
+        .await?
+        .ok_or_else(|| Problem::not_found("subscriber"))?;
+    if before.erased {
+        return Err(Problem::new(
+            StatusCode::CONFLICT,
+            "This subscriber's personal data was erased: there is nothing left to change.",
+        ));
+    }
+    if let Some(lists) = &patch.list_ids {
+        lists_are_ours(&mut tx, org_id, lists, "#/list_ids").await?;
+    }
+    subscriber_api::patch(
+        &mut tx,
+        org_id,
+        id,
+        name.as_deref(),
+        patch.status,
+        patch.attributes.as_ref(),
+    )
+    .await?;
+    if let Some(lists) = &patch.list_ids {
+        dashboard::set_lists(&mut tx, org_id, id, lists).await?;
+    }
+    token
+        .audit(
+            &mut tx,
+            "subscriber.edit",
+            "subscriber",
+            Some(id.to_string()),
+            Some(serde_json::json!({
+                "name": before.name, "status": before.status, "lists": before.list_ids,
+            })),
+            Some(serde_json::json!({
+                "name": name, "status": patch.status, "lists": patch.list_ids,
+            })),
+        )
+        .await?;
+    let after = subscriber_api::get(&mut tx, org_id, id).await?;
+    tx.commit().await?;
+    let after = after.ok_or_else(|| Problem::not_found("subscriber"))?;
+    Ok(Json(after.into()))
+}
+
+/// Deletes a subscriber no campaign has reached; one with a history must be erased instead.
+#[utoipa::path(
+    delete,
+    path = "/subscribers/{id}",
+    tag = "subscribers",
+    params(("id" = i64, Path, description = "The subscriber's id.")),
+    responses(
+        (status = 204, description = "Deleted."),
+        (status = 404, description = "No such subscriber in this organisation.", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "Mail was sent to them: erase them instead.", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("token" = ["subscribers:write"]))
+)]
+async fn remove(
+    token: Token,
+    State(pool): State<PgPool>,
+    Id(id): Id<i64>,
+) -> Result<StatusCode, Problem> {
+    token.require(ApiScope::SubscribersWrite)?;
+    let org_id = token.org_id();
+    let mut tx = pool.begin().await?;
+    let before = subscriber_api::get(&mut tx, org_id, id)
+        .await?
+        .ok_or_else(|| Problem::not_found("subscriber"))?;
+    match dashboard::remove(&mut tx, org_id, id).await? {
+        Removal::Removed => {}
+        Removal::NotFound => return Err(Problem::not_found("subscriber")),
+        Removal::HasHistory => {
+            return Err(Problem::new(
+                StatusCode::CONFLICT,
+                "Mail has been sent to this subscriber and their history keeps them: erase them instead (POST /api/v1/subscribers/{id}/erase).",
+            ))
+        }
+    }
+    token
+        .audit(
+            &mut tx,
+            "subscriber.remove",
+            "subscriber",
+            Some(id.to_string()),
+            Some(serde_json::json!({ "email": before.email, "name": before.name })),
+            None,
+        )
+        .await?;
+    tx.commit().await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// The outcome of an erasure.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct Erased {
+    /// Subscriber rows erased: every spelling of the address in the organisation.
+    pub subscribers: i64,
+}
+
+/// Erases a subscriber's personal data (every spelling of the address): the address becomes a
+/// hash everywhere, names and attributes go, and the address stays suppressed.
+#[utoipa::path(
+    post,
+    path = "/subscribers/{id}/erase",
+    tag = "subscribers",
+    params(("id" = i64, Path, description = "The subscriber's id.")),
+    responses(
+        (status = 200, description = "Erased.", body = Erased),
+        (status = 404, description = "No such subscriber in this organisation.", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "Erased already.", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("token" = ["subscribers:write"]))
+)]
+async fn erase(
+    token: Token,
+    State(pool): State<PgPool>,
+    Id(id): Id<i64>,
+) -> Result<Json<Erased>, Problem> {
+    token.require(ApiScope::SubscribersWrite)?;
+    let org_id = token.org_id();
+    let mut tx = pool.begin().await?;
+    if subscriber_api::get(&mut tx, org_id, id).await?.is_none() {
+        return Err(Problem::not_found("subscriber"));
+    }
+    let (_, rows) = dashboard::erase(&mut tx, org_id, id)
+        .await?
+        .ok_or_else(|| Problem::new(StatusCode::CONFLICT, "This subscriber was erased already."))?;
+    token
+        .audit(
+            &mut tx,
+            "subscriber.erase",
+            "subscriber",
+            Some(id.to_string()),
+            None,
+            Some(serde_json::json!({ "erased": true, "subscribers": rows })),
+        )
+        .await?;
+    tx.commit().await?;
+    Ok(Json(Erased { subscribers: rows }))
+}
+
+/// A list of the organisation.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct List {
+    pub id: i64,
+    pub name: String,
+    pub members: i64,
+}
+
+/// The organisation's lists.
+#[utoipa::path(
+    get,
+    path = "/lists",
+    tag = "lists",
+    responses((status = 200, description = "Every list, by name.", body = [List])),
+    security(("token" = ["subscribers:read"]))
+)]
+async fn lists(token: Token, State(pool): State<PgPool>) -> Result<Json<Vec<List>>, Problem> {
+    token.require(ApiScope::SubscribersRead)?;
+    let mut conn = pool.acquire().await?;
+    let rows = app::db::lists::all(&mut conn, token.org_id()).await?;
+    Ok(Json(
+        rows.into_iter()
+            .map(|l| List {
+                id: l.id,
+                name: l.name,
+                members: l.members,
+            })
+            .collect(),
+    ))
+}
+
+/// Adds a subscriber to a list.
+#[utoipa::path(
+    put,
+    path = "/lists/{list_id}/members/{subscriber_id}",
+    tag = "lists",
+    params(
+        ("list_id" = i64, Path, description = "The list's id."),
+        ("subscriber_id" = i64, Path, description = "The subscriber's id."),
+    ),
+    responses(
+        (status = 201, description = "Added."),
+        (status = 200, description = "A member already."),
+        (status = 404, description = "No such list or subscriber in this organisation.", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("token" = ["subscribers:write"]))
+)]
+async fn join(
+    token: Token,
+    State(pool): State<PgPool>,
+    Id((list_id, subscriber_id)): Id<(i64, i64)>,
+) -> Result<StatusCode, Problem> {
+    token.require(ApiScope::SubscribersWrite)?;
+    let org_id = token.org_id();
+    let mut tx = pool.begin().await?;
+    if app::db::lists::name(&mut tx, org_id, list_id)
+        .await?
+        .is_none()
+    {
+        return Err(Problem::not_found("list"));
+    }
+    if !subscriber_api::live(&mut tx, org_id, subscriber_id).await? {
+        return Err(Problem::not_found("subscriber"));
+    }
+    let added = subscriber_api::join(&mut tx, org_id, list_id, subscriber_id).await?;
+    if added {
+        token
+            .audit(
+                &mut tx,
+                "subscriber.join",
+                "subscriber",
+                Some(subscriber_id.to_string()),
+                None,
+                Some(serde_json::json!({ "list": list_id })),
+            )
+            .await?;
+    }
+    tx.commit().await?;
+    Ok(if added {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    })
+}
+
+/// Removes a subscriber from a list.
+#[utoipa::path(
+    delete,
+    path = "/lists/{list_id}/members/{subscriber_id}",
+    tag = "lists",
+    params(
+        ("list_id" = i64, Path, description = "The list's id."),
+        ("subscriber_id" = i64, Path, description = "The subscriber's id."),
+    ),
+    responses(
+        (status = 204, description = "Removed."),
+        (status = 404, description = "Not a member, or no such list or subscriber in this organisation.", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("token" = ["subscribers:write"]))
+)]
+async fn leave(
+    token: Token,
+    State(pool): State<PgPool>,
+    Id((list_id, subscriber_id)): Id<(i64, i64)>,
+) -> Result<StatusCode, Problem> {
+    token.require(ApiScope::SubscribersWrite)?;
+    let org_id = token.org_id();
+    let mut tx = pool.begin().await?;
+    if !subscriber_api::leave(&mut tx, org_id, list_id, subscriber_id).await? {
+        return Err(Problem::not_found("membership"));
+    }
+    token
+        .audit(
+            &mut tx,
+            "subscriber.leave",
+            "subscriber",
+            Some(subscriber_id.to_string()),
+            Some(serde_json::json!({ "list": list_id })),
+            None,
+        )
+        .await?;
+    tx.commit().await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// A row that passed its checks.
+struct Checked {
+    email: EmailAddress,
+    name: Option<String>,
+    status: Option<SubscriberStatus>,
+    attributes: Option<serde_json::Value>,
+}
+
+impl Checked {
+    fn upsert<'a>(&'a self, list_ids: &'a [i64]) -> Upsert<'a> {
+        Upsert {
+            email: &self.email,
+            name: self.name.as_deref(),
+            status: self.status,
+            attributes: self.attributes.as_ref(),
+            list_ids,
+        }
+    }
+}
+
+/// Checks one input row; the error's pointer is relative to the row (`#/email`).
+fn checked(input: &SubscriberInput) -> Result<Checked, FieldError> {
+    let fail = |field: &str, detail: String| FieldError {
+        pointer: format!("#/{field}"),
+        detail: format!("{field}: {detail}"),
+    };
+    let email = EmailAddress::parse(&input.email).map_err(|e| fail("email", format!("{e}.")))?;
+    let name = match &input.name {
+        Some(n) => Some(person_name(n).map_err(|e| fail("name", e))?),
+        None => None,
+    };
+    if let Some(a) = &input.attributes {
+        attributes(a).map_err(|e| fail("attributes", e))?;
+    }
+    Ok(Checked {
+        email,
+        name,
+        status: input.status,
+        attributes: input.attributes.clone(),
+    })
+}
+
+fn attributes(a: &serde_json::Value) -> Result<(), String> {
+    if !a.is_object() {
+        return Err("must be a JSON object.".into());
+    }
+    let size = serde_json::to_vec(a).map(|v| v.len()).unwrap_or(usize::MAX);
+    if size > ATTRIBUTES_MAX_BYTES {
+        return Err(format!(
+            "too large ({size} bytes as JSON; at most {ATTRIBUTES_MAX_BYTES})."
+        ));
+    }
+    Ok(())
+}
+
+fn address(raw: &str, field: &str) -> Result<EmailAddress, Problem> {
+    EmailAddress::parse(raw).map_err(|e| Problem::field(field, format!("{field}: {e}.")))
+}
+
+/// Refuses (422, naming `pointer`) list ids that are not the org's.
+async fn lists_are_ours(
+    conn: &mut sqlx::PgConnection,
+    org_id: i64,
+    list_ids: &[i64],
+    pointer: &str,
+) -> Result<(), Problem> {
+    if list_ids.is_empty() {
+        return Ok(());
+    }
+    let foreign = subscriber_api::foreign_lists(conn, org_id, list_ids).await?;
+    match foreign.first() {
+        None => Ok(()),
+        Some(l) => Err(Problem::field(
+            pointer,
+            format!("list_ids: there is no list {l} in this organisation."),
+        )),
+    }
+}
