@@ -23,6 +23,8 @@ use utoipa_axum::router::OpenApiRouter;
 use app::db::api_tokens::{self, Caller};
 use app::domain::ApiScope;
 
+/// Campaigns with their status and progress (read only).
+pub mod campaigns;
 /// One delivery by its job id.
 pub mod deliveries;
 /// Subscribers (one at a time and in bulk), lists and membership.
@@ -96,7 +98,8 @@ fn parts() -> (Router<RestState>, utoipa::openapi::OpenApi) {
             "/api/v1",
             suppressions::routes()
                 .merge(deliveries::routes())
-                .merge(subscribers::routes()),
+                .merge(subscribers::routes())
+                .merge(campaigns::routes()),
         )
         .split_for_parts();
     common_refusals(&mut doc);

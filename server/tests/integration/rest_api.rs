@@ -10,7 +10,7 @@ use app::domain::{ApiScope, Role};
 use reqwest::StatusCode;
 use serde_json::Value;
 
-use crate::support::helpers::{enqueue_test_mail_to, org_with_users, test_db};
+use crate::support::helpers::{draft, enqueue_test_mail_to, org_with_users, test_db};
 use crate::support::test_app::{api_config, json, signed_in, spawn_app, spawn_app_with, TestApp};
 
 /// A token of the signed-in owner's org with these scopes.
@@ -248,6 +248,10 @@ async fn every_endpoint_needs_a_token_and_its_scope_and_never_reaches_another_or
     .await;
     assert_eq!(s, StatusCode::CREATED, "{b_sub}");
     let b_sub = b_sub["id"].as_i64().unwrap();
+    let b_campaign = {
+        let mut conn = pool.acquire().await.unwrap();
+        draft(&mut conn, b_org, b_users[0].0, "B's launch").await
+    };
 
     let ops = operations(&app).await;
     let mut covered = BTreeSet::new();
@@ -257,7 +261,15 @@ async fn every_endpoint_needs_a_token_and_its_scope_and_never_reaches_another_or
             .replace("{job_id}", &b_job[0])
             .replace("{list_id}", &b_list.to_string())
             .replace("{subscriber_id}", &b_sub.to_string())
-            .replace("{id}", &b_sub.to_string());
+            .replace(
+                "{id}",
+                &if template.starts_with("/api/v1/campaigns") {
+                    b_campaign
+                } else {
+                    b_sub
+                }
+                .to_string(),
+            );
         // A well-formed body, so that what is refused is the token, the scope or the org.
         let body = match (method.as_str(), template.as_str()) {
             ("POST", "/api/v1/subscribers") => {
@@ -290,12 +302,16 @@ async fn every_endpoint_needs_a_token_and_its_scope_and_never_reaches_another_or
         // With the scope, A's token acts on A's org only.
         let (s, _, body) = send(&app, method, &path, Some(&a_all), body).await;
         match (method.as_str(), template.as_str()) {
-            ("GET", "/api/v1/subscribers") | ("GET", "/api/v1/lists") => {
+            ("GET", "/api/v1/subscribers" | "/api/v1/lists" | "/api/v1/campaigns") => {
                 assert_eq!(s, StatusCode::OK, "{body}");
+                let text = body.to_string();
                 assert!(
-                    !body.to_string().contains("globex") && !body.to_string().contains("B news"),
+                    !text.contains("globex") && !text.contains("B news") && !text.contains("B's"),
                     "{body}"
                 );
+            }
+            ("GET", "/api/v1/campaigns/{id}") => {
+                assert_eq!(s, StatusCode::NOT_FOUND, "{body}");
             }
             ("POST", "/api/v1/subscribers") => {
                 // A's own subscriber with that address, not B's.
@@ -525,4 +541,62 @@ async fn the_rate_limit_per_token_is_shared_by_replicas_and_says_when_to_retry()
             .unwrap()
             .contains("Too many requests"));
     }
+}
+
+#[tokio::test]
+async fn campaigns_are_read_with_their_status_and_progress() {
+    let pool = test_db().await;
+    let (org, users) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let app = spawn_app(pool.clone()).await;
+    let owner = signed_in(&app, &users[0].1, &users[0].2).await;
+    let t = token(&app, &owner, "reports", &[ApiScope::CampaignsRead]).await;
+    let mut conn = pool.acquire().await.unwrap();
+    let first = draft(&mut conn, org, users[0].0, "Spring").await;
+    let second = draft(&mut conn, org, users[0].0, "Summer").await;
+    // The second as if it had been sent to four: three delivered, one failed.
+    sqlx::query(
+        "update campaigns set status = 'sent', recipients_total = 4, scheduled_for = now(),
+                approver_id = author_id, self_approved = true, approved_at = now(),
+                approved_version = 1, started_at = now(), finished_at = now() where id = $1",
+    )
+    .bind(second)
+    .execute(&mut *conn)
+    .await
+    .unwrap();
+    sqlx::query(
+        "insert into progress_slots (org_id, campaign_id, slot, delivered, failed) values ($1, $2, 3, 3, 1)",
+    )
+    .bind(org)
+    .bind(second)
+    .execute(&mut *conn)
+    .await
+    .unwrap();
+
+    let (s, _, page) = call(&app, "GET", "/api/v1/campaigns?limit=1", Some(&t)).await;
+    assert_eq!(s, StatusCode::OK, "{page}");
+    assert_eq!(page["data"][0]["id"], first);
+    assert_eq!(page["data"][0]["status"], "draft");
+    assert_eq!(page["data"][0]["progress"]["total"], Value::Null);
+    assert_eq!(page["next_after"], first);
+    let (_, _, sent) = call(&app, "GET", "/api/v1/campaigns?status=sent", Some(&t)).await;
+    assert_eq!(sent["data"].as_array().unwrap().len(), 1, "{sent}");
+    let (s, _, one) = call(
+        &app,
+        "GET",
+        &format!("/api/v1/campaigns/{second}"),
+        Some(&t),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(one, sent["data"][0]);
+    assert_eq!(
+        one["progress"],
+        serde_json::json!({"total": 4, "queued": 0, "delivered": 3, "failed": 1, "unknown": 0, "suppressed": 0, "cancelled": 0})
+    );
+    assert!(one["finished_at"].as_str().unwrap().ends_with('Z'), "{one}");
+    let (s, _, bad) = call(&app, "GET", "/api/v1/campaigns?status=done", Some(&t)).await;
+    assert_eq!(
+        (s, &bad["errors"][0]["pointer"]),
+        (StatusCode::UNPROCESSABLE_ENTITY, &Value::from("status"))
+    );
 }

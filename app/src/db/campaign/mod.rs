@@ -107,3 +107,65 @@ pub async fn contents(conn: &mut PgConnection, refs: &[(i64, i64)]) -> sqlx::Res
     .fetch_all(conn)
     .await
 }
+
+/// A campaign as the REST API answers it, with its progress from the counter slots.
+#[derive(sqlx::FromRow, Debug, Clone)]
+pub struct ApiCampaign {
+    pub id: i64,
+    pub name: String,
+    pub status: CampaignStatus,
+    pub content_version: i32,
+    pub pause_reason: Option<String>,
+    pub recipients_total: Option<i64>,
+    pub queued: i64,
+    pub delivered: i64,
+    pub failed: i64,
+    pub unknown: i64,
+    pub suppressed: i64,
+    pub cancelled: i64,
+    /// RFC 3339, UTC.
+    pub created_at: String,
+    pub scheduled_for: Option<String>,
+    pub started_at: Option<String>,
+    pub finished_at: Option<String>,
+}
+
+/// The org's campaigns (the bin left out) in id order after `after`, or the one `id`;
+/// `limit + 1` rows are read so the caller knows whether a next page exists.
+pub async fn api_page(
+    conn: &mut PgConnection,
+    org_id: i64,
+    after: i64,
+    only: Option<i64>,
+    status: Option<CampaignStatus>,
+    limit: i64,
+) -> sqlx::Result<crate::db::Page<ApiCampaign, i64>> {
+    let utc = |c: &str| {
+        format!("to_char(c.{c} at time zone 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') as {c}")
+    };
+    let sql = format!(
+        "select c.id, c.name, c.status, c.content_version, c.pause_reason, c.recipients_total,
+                p.queued + p.handed_off as queued, p.delivered, p.failed, p.unknown, p.suppressed, p.cancelled,
+                {created}, {scheduled}, {started}, {finished}
+         from campaigns c
+         cross join lateral (select {sums} from progress_slots s
+                             where s.org_id = c.org_id and s.campaign_id = c.id) p
+         where c.org_id = $1 and c.deleted_at is null and c.id > $2
+           and ($3::bigint is null or c.id = $3) and ($4::text is null or c.status = $4)
+         order by c.id limit $5",
+        created = utc("created_at"),
+        scheduled = utc("scheduled_for"),
+        started = utc("started_at"),
+        finished = utc("finished_at"),
+        sums = slots::SLOT_SUMS,
+    );
+    let rows = sqlx::query_as(&sql)
+        .bind(org_id)
+        .bind(after)
+        .bind(only)
+        .bind(status)
+        .bind(limit + 1)
+        .fetch_all(conn)
+        .await?;
+    Ok(crate::db::Page::of(rows, limit, |r: &ApiCampaign| r.id))
+}
