@@ -44,6 +44,9 @@ pub mod password_token;
 /// The forced-resend dialog's key, signed so only keys the server issued are accepted.
 #[cfg(feature = "ssr")]
 pub mod resend_key;
+/// Transactional templates filled in from an API request's data (server only).
+#[cfg(feature = "ssr")]
+pub mod tx_render;
 /// Signed unsubscribe tokens (RFC 8058 one-click), verified against a list of keys (server only).
 #[cfg(feature = "ssr")]
 pub mod unsubscribe;

@@ -43,9 +43,11 @@ pub enum VerpRef {
     },
 }
 
-/// The compact, case-proof form of a job in a token.
-fn form(job: &JobId) -> String {
-    match job {
+/// The compact, case-proof form of a job in a token; `None` for transactional mail, whose
+/// job id holds the caller's key (any case, up to 200 characters): its reports are matched
+/// by Message-ID instead.
+fn form(job: &JobId) -> Option<String> {
+    Some(match job {
         JobId::Campaign {
             campaign_id,
             subscriber_id,
@@ -78,7 +80,8 @@ fn form(job: &JobId) -> String {
             content_version,
             ..
         } => format!("t{campaign_id}-{content_version}"),
-    }
+        JobId::Transactional { .. } => return None,
+    })
 }
 
 fn int<T: std::str::FromStr>(s: &str) -> Option<T> {
@@ -145,16 +148,16 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// The token of `job` for `org_id`: `<form>.<tag>`.
-pub fn token(key: &[u8], org_id: i64, job: &JobId) -> String {
-    let f = form(job);
+/// The token of `job` for `org_id`: `<form>.<tag>` (`None` for a job without a form).
+pub fn token(key: &[u8], org_id: i64, job: &JobId) -> Option<String> {
+    let f = form(job)?;
     let tag = mac(key, org_id, &f).finalize().into_bytes();
-    format!("{f}.{}", &hex(&tag)[..TAG_HEX])
+    Some(format!("{f}.{}", &hex(&tag)[..TAG_HEX]))
 }
 
 /// The envelope sender of `job` at `bounce_domain`; `None` when it would not fit a local part.
 pub fn address(key: &[u8], org_id: i64, job: &JobId, bounce_domain: &str) -> Option<String> {
-    let local = format!("{PREFIX}+{}", token(key, org_id, job));
+    let local = format!("{PREFIX}+{}", token(key, org_id, job)?);
     (local.len() <= MAX_LOCAL).then(|| format!("{local}@{bounce_domain}"))
 }
 
@@ -233,9 +236,16 @@ mod tests {
     }
 
     #[test]
+    fn transactional_mail_has_no_verp_address() {
+        // Its job id holds the caller's key; reports about it are matched by Message-ID.
+        let job: JobId = "tx:7:Order-7/Receipt".parse().unwrap();
+        assert_eq!(address(KEY, 7, &job, "bounces.example.org"), None);
+    }
+
+    #[test]
     fn a_token_is_bound_to_its_org_its_job_and_the_key() {
         let job: JobId = "campaign:42:100234".parse().unwrap();
-        let local = format!("{PREFIX}+{}", token(KEY, 7, &job));
+        let local = format!("{PREFIX}+{}", token(KEY, 7, &job).unwrap());
         assert_eq!(verify(KEY, 8, &local), None, "another org's domain");
         assert_eq!(
             verify(b"another key of 32 bytes..........", 7, &local),

@@ -34,6 +34,8 @@ pub mod setup;
 pub mod subscribers;
 /// The Audience page's suppression list: search, add one or many, remove.
 pub mod suppressions;
+/// Transactional templates: list, edit (each save a new version), preview.
+pub mod templates;
 /// Settings › Users: the org's users, invitations, roles, disabling and password resets.
 pub mod users;
 

@@ -58,6 +58,8 @@ pub mod subscriber_api;
 pub mod subscribers;
 /// The suppression list as admins manage it: search, add, remove.
 pub mod suppression_admin;
+/// Transactional mail: versioned templates and the messages API requests queue.
+pub mod transactional;
 /// Users: sign-in records, creation, the owner's administration.
 pub mod user;
 

@@ -201,7 +201,8 @@ pub async fn remove(conn: &mut PgConnection, org_id: i64, id: i64) -> sqlx::Resu
 
 /// Erases the personal data of a subscriber's address: in every subscriber of the org with
 /// that address (case variants are the same person), their sends, every delivery to it and
-/// every relay report about it, the address becomes a hash; names and attributes go, memberships end. The address stays
+/// every relay report about it, the address becomes a hash; names and attributes go, memberships end,
+/// transactional messages to it lose their content (those still queued are cancelled). The address stays
 /// suppressed (a suppression is written if there was none), so it is never mailed again; the
 /// hash is suppressed too, so a send or delivery still queued for them is suppressed when it is
 /// claimed, and counted as such, like any other. Returns the address and how many subscriber
@@ -248,9 +249,19 @@ pub async fn erase(
              update delivery_events set email_lower = (select h from hashed), diagnostic = null
              where org_id = $1 and email_lower = $2
          ),
+         -- Transactional mail keeps no content for them; what is still queued is not sent.
          mailed as (
              update deliveries set recipient = (select h from hashed), email_lower = (select h from hashed),
-                                   smtp_reply = null, last_error = null
+                                   smtp_reply = null, last_error = null,
+                                   status = case when kind = 'transactional' and status = 'queued'
+                                                 then 'cancelled' else status end,
+                                   finished_at = case when kind = 'transactional' and status = 'queued'
+                                                      then now() else finished_at end
+             where org_id = $1 and email_lower = $2
+         ),
+         transactional as (
+             update tx_messages set recipient = (select h from hashed), email_lower = (select h from hashed),
+                                    data = '{}', subject = '', body_text = '', body_html = null
              where org_id = $1 and email_lower = $2
          ),
          people as (

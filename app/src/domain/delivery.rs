@@ -82,14 +82,17 @@ pub enum DeliveryKind {
     Campaign,
     /// A set-password link: an invitation or a password reset.
     Invite,
+    /// Mail the sending SaaS asked for through the API (`POST /api/v1/messages`).
+    Transactional,
 }
 
 impl DeliveryKind {
-    pub const ALL: [DeliveryKind; 4] = [
+    pub const ALL: [DeliveryKind; 5] = [
         DeliveryKind::Test,
         DeliveryKind::Digest,
         DeliveryKind::Campaign,
         DeliveryKind::Invite,
+        DeliveryKind::Transactional,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -98,12 +101,14 @@ impl DeliveryKind {
             DeliveryKind::Digest => "digest",
             DeliveryKind::Campaign => "campaign",
             DeliveryKind::Invite => "invite",
+            DeliveryKind::Transactional => "transactional",
         }
     }
 
     /// Any suppression stops it, an unsubscribe too: campaign content, tests of it included.
-    /// The other kinds (a digest to an org's admin, account mail) are stopped only by a hard
-    /// bounce or a complaint.
+    /// The other kinds (a digest to an org's admin, account mail, transactional mail such as
+    /// a receipt) are stopped only by a hard bounce or a complaint: unsubscribing from a
+    /// newsletter is not refusing one's receipts.
     pub fn stopped_by_any_suppression(self) -> bool {
         matches!(self, DeliveryKind::Campaign | DeliveryKind::Test)
     }

@@ -37,10 +37,32 @@ pub enum JobId {
         user_id: i64,
         token_id: i64,
     },
+    /// `tx:<org id>:<idempotency key>`: transactional mail sent through the API. The caller's
+    /// key is the identity, so a retried request finds the message it queued.
+    Transactional { org_id: i64, key: String },
+}
+
+/// The longest idempotency key accepted.
+pub const IDEMPOTENCY_KEY_MAX: usize = 200;
+
+/// Checks an `Idempotency-Key`: 1 to 200 visible ASCII characters (no spaces or controls), so
+/// it prints the same everywhere it is shown and fits a job id.
+pub fn idempotency_key(key: &str) -> Result<&str, String> {
+    if key.is_empty() || key.len() > IDEMPOTENCY_KEY_MAX {
+        return Err(format!(
+            "The Idempotency-Key must be 1 to {IDEMPOTENCY_KEY_MAX} characters long."
+        ));
+    }
+    if !key.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(
+            "The Idempotency-Key may hold visible ASCII characters only (no spaces).".into(),
+        );
+    }
+    Ok(key)
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("“{0}” is not a job id (expected campaign:<cid>:<sid>, digest:<org>:<week>:<user> test:<cid>:<version>:<token>:<email> or invite:<org>:<user>:<token id>)")]
+#[error("“{0}” is not a job id (expected campaign:<cid>:<sid>, digest:<org>:<week>:<user>, test:<cid>:<version>:<token>:<email>, invite:<org>:<user>:<token id> or tx:<org>:<key>)")]
 pub struct JobIdError(pub String);
 
 impl JobId {
@@ -65,21 +87,29 @@ impl JobId {
         })
     }
 
-    /// Priority of its kind for the delivery worker: test > digest > campaign (lower first).
+    /// Priority of its kind for the delivery worker, lower first: test and account mail,
+    /// then digests, then transactional mail, then campaigns.
     pub fn priority(&self) -> i16 {
         match self {
             JobId::Test { .. } | JobId::Invite { .. } => 0,
             JobId::Digest { .. } => 1,
-            JobId::Campaign { .. } => 2,
+            JobId::Transactional { .. } => 2,
+            JobId::Campaign { .. } => 3,
         }
     }
 
     pub fn kind(&self) -> &'static str {
+        self.delivery_kind().as_str()
+    }
+
+    pub fn delivery_kind(&self) -> super::DeliveryKind {
+        use super::DeliveryKind;
         match self {
-            JobId::Test { .. } => "test",
-            JobId::Digest { .. } => "digest",
-            JobId::Campaign { .. } => "campaign",
-            JobId::Invite { .. } => "invite",
+            JobId::Test { .. } => DeliveryKind::Test,
+            JobId::Digest { .. } => DeliveryKind::Digest,
+            JobId::Campaign { .. } => DeliveryKind::Campaign,
+            JobId::Invite { .. } => DeliveryKind::Invite,
+            JobId::Transactional { .. } => DeliveryKind::Transactional,
         }
     }
 
@@ -150,6 +180,7 @@ impl fmt::Display for JobId {
                 user_id,
                 token_id,
             } => write!(f, "invite:{org_id}:{user_id}:{token_id}"),
+            JobId::Transactional { org_id, key } => write!(f, "tx:{org_id}:{key}"),
         }
     }
 }
@@ -213,6 +244,15 @@ impl FromStr for JobId {
                     org_id: id(org, s)?,
                     user_id: id(user, s)?,
                     token_id: id(token, s)?,
+                })
+            }
+            "tx" => {
+                // The key comes last and may itself contain ':'.
+                let (org, key) = rest.split_once(':').ok_or_else(bad)?;
+                let key = idempotency_key(key).map_err(|_| bad())?;
+                Ok(JobId::Transactional {
+                    org_id: id(org, s)?,
+                    key: key.to_owned(),
                 })
             }
             _ => Err(bad()),
@@ -383,11 +423,35 @@ mod tests {
         let t = JobId::test(1, 1, "x", &e).unwrap();
         let d: JobId = "digest:1:2026-W01:1".parse().unwrap();
         let c: JobId = "campaign:1:1".parse().unwrap();
-        assert!(t.priority() < d.priority() && d.priority() < c.priority());
-        assert_eq!(
-            (t.kind(), d.kind(), c.kind()),
-            ("test", "digest", "campaign")
+        let x: JobId = "tx:1:order-7".parse().unwrap();
+        assert!(t.priority() < d.priority() && d.priority() < x.priority());
+        assert!(
+            x.priority() < c.priority(),
+            "transactional before campaigns"
         );
+        assert_eq!(
+            (t.kind(), d.kind(), x.kind(), c.kind()),
+            ("test", "digest", "transactional", "campaign")
+        );
+    }
+
+    #[test]
+    fn transactional_ids_keep_the_callers_key_whole_and_check_it() {
+        let x: JobId = "tx:12:order:7/receipt".parse().unwrap();
+        assert_eq!(
+            x,
+            JobId::Transactional {
+                org_id: 12,
+                key: "order:7/receipt".into()
+            }
+        );
+        assert_eq!(x.to_string(), "tx:12:order:7/receipt");
+        assert_eq!(JobId::from_message_id(&x.message_id("a.org")), Some(x));
+        for bad in ["tx:12:", "tx:12:has space", "tx:012:k", "tx:k"] {
+            assert!(bad.parse::<JobId>().is_err(), "{bad}");
+        }
+        assert!(idempotency_key(&"k".repeat(IDEMPOTENCY_KEY_MAX)).is_ok());
+        assert!(idempotency_key(&"k".repeat(IDEMPOTENCY_KEY_MAX + 1)).is_err());
     }
 
     #[test]

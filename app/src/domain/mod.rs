@@ -128,7 +128,7 @@ pub use dkim::{DkimDomain, DkimNameError, DkimSelector};
 pub use email::{sentence, EmailAddress, EmailError};
 #[cfg(feature = "ssr")]
 pub(crate) use job_id::{campaign_job_sql, digest_job_sql};
-pub use job_id::{JobId, JobIdError};
+pub use job_id::{idempotency_key, JobId, JobIdError, IDEMPOTENCY_KEY_MAX};
 pub use link::LinkPurpose;
 pub use role::Role;
 pub use week_key::{DigestKind, WeekKey, WeekKeyError};

@@ -5,11 +5,12 @@ use crate::api::auth::{me, Logout};
 use crate::api::CurrentUser;
 
 /// The signed-in sections: the navigation, and the paths behind a session.
-const NAV: [(&str, &str); 6] = [
+const NAV: [(&str, &str); 7] = [
     ("/", "Overview"),
     ("/campaigns", "Campaigns"),
     ("/digests", "Digests"),
     ("/audience", "Audience"),
+    ("/templates", "Templates"),
     ("/deliveries", "Deliveries"),
     ("/settings", "Settings"),
 ];

@@ -38,6 +38,8 @@ mod setup;
 mod subscriber;
 /// The suppression list: search, add, remove.
 mod suppressions;
+/// Transactional templates: the list, a new one, the editor with its preview.
+mod templates;
 
 use leptos::prelude::*;
 use leptos_meta::{provide_meta_context, MetaTags, Stylesheet, Title};
@@ -285,6 +287,8 @@ pub fn App() -> impl IntoView {
                         // Async: rendered whole on the server, so the filtered list reads without JavaScript.
                         <Route path=path!("deliveries") view=deliveries::DeliveriesPage ssr=SsrMode::Async/>
                         <Route path=path!("deliveries/message") view=deliveries::CapturedPage ssr=SsrMode::Async/>
+                        <Route path=path!("templates") view=templates::TemplatesPage ssr=SsrMode::Async/>
+                        <Route path=path!("templates/:id") view=templates::TemplatePage ssr=SsrMode::Async/>
                         <Route path=path!("settings") view=settings::SettingsPage ssr=SsrMode::Async/>
                         <Route path=path!("settings/audit") view=audit_log::AuditPage ssr=SsrMode::Async/>
                         <Route path=path!("settings/relays") view=relays::RelaysPage ssr=SsrMode::Async/>

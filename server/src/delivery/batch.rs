@@ -22,6 +22,7 @@ pub struct Loaded {
     names: HashMap<i64, String>,
     digests: HashMap<i64, DigestContent>,
     invites: invite::Invites,
+    transactional: HashMap<i64, app::db::transactional::Content>,
     /// Loaded when an org of the batch has a bounce domain.
     verp_key: Option<Vec<u8>>,
 }
@@ -114,6 +115,21 @@ impl Loaded {
                 .collect()
         };
         let invites = invite::Invites::load(pool, batch).await?;
+        let tx_refs: Vec<(i64, i64)> = batch
+            .iter()
+            .filter_map(|c| Some((c.org_id, c.tx_message_id?)))
+            .collect();
+        let transactional = if tx_refs.is_empty() {
+            HashMap::new()
+        } else {
+            let mut conn = pool.acquire().await?;
+            app::db::transactional::contents(&mut conn, &tx_refs)
+                .await
+                .context("loading the batch's transactional messages")?
+                .into_iter()
+                .map(|m| (m.id, m))
+                .collect()
+        };
         let signers = dkim::Signers::load(senders.values());
         let verp_key = if senders.values().any(|s| s.bounce_domain.is_some()) {
             Some(
@@ -132,6 +148,7 @@ impl Loaded {
             names,
             digests,
             invites,
+            transactional,
         })
     }
 
@@ -150,6 +167,7 @@ impl Loaded {
                 .map(String::as_str),
             digest: c.digest_send_id.and_then(|id| self.digests.get(&id)),
             invites: &self.invites,
+            transactional: c.tx_message_id.and_then(|id| self.transactional.get(&id)),
             dkim: self.signers.for_org(c.org_id),
             verp_key: self.verp_key.as_deref(),
         }

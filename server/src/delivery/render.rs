@@ -43,6 +43,8 @@ pub struct Inputs<'a> {
     pub digest: Option<&'a DigestContent>,
     /// Set-password links (invitations and resets) of the batch.
     pub invites: &'a super::invite::Invites,
+    /// The transactional message's content, rendered when its request was accepted.
+    pub transactional: Option<&'a app::db::transactional::Content>,
     /// The org's DKIM signer (None: it does not sign), or why its key cannot be used.
     pub dkim: Result<Option<&'a DkimConfig>, &'a str>,
     /// Signs VERP envelope senders (loaded when an org of the batch has a bounce domain).
@@ -158,6 +160,17 @@ pub fn render(cx: &Inputs<'_>, c: &Claimed) -> anyhow::Result<Rendered> {
                 subject,
                 text: Some(text),
                 html: None,
+            }
+        }
+        JobId::Transactional { .. } => {
+            let m = cx
+                .transactional
+                .filter(|m| Some(m.id) == c.tx_message_id && m.org_id == c.org_id)
+                .context("the transactional message's content was not loaded")?;
+            CampaignMessage {
+                subject: m.subject.clone(),
+                text: Some(m.body_text.clone()),
+                html: m.body_html.clone(),
             }
         }
         JobId::Digest { .. } => {

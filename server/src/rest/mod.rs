@@ -27,6 +27,8 @@ use app::domain::ApiScope;
 pub mod campaigns;
 /// One delivery by its job id.
 pub mod deliveries;
+/// Transactional mail, exactly once per Idempotency-Key.
+pub mod messages;
 /// Subscribers (one at a time and in bulk), lists and membership.
 pub mod subscribers;
 /// The suppression list: check, add, remove.
@@ -99,7 +101,8 @@ fn parts() -> (Router<RestState>, utoipa::openapi::OpenApi) {
             suppressions::routes()
                 .merge(deliveries::routes())
                 .merge(subscribers::routes())
-                .merge(campaigns::routes()),
+                .merge(campaigns::routes())
+                .merge(messages::routes()),
         )
         .split_for_parts();
     common_refusals(&mut doc);

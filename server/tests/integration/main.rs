@@ -35,6 +35,7 @@ mod rate_limit;
 mod relay_webhooks;
 mod request_limits;
 mod rest_api;
+mod rest_messages;
 mod rest_subscribers;
 mod routers;
 mod schema;

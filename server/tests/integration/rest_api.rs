@@ -59,8 +59,10 @@ pub async fn send(
         r = r.bearer_auth(t);
     }
     if let Some(b) = body {
+        // A key on every body: endpoints that need one find it, the others ignore it.
         r = r
             .header("content-type", "application/json")
+            .header("idempotency-key", "tenancy")
             .body(b.to_string());
     }
     let r = r.send().await.unwrap();
@@ -248,6 +250,32 @@ async fn every_endpoint_needs_a_token_and_its_scope_and_never_reaches_another_or
     .await;
     assert_eq!(s, StatusCode::CREATED, "{b_sub}");
     let b_sub = b_sub["id"].as_i64().unwrap();
+    // A template of B's and a message made from it.
+    let (status, body) = app
+        .call_fn(
+            &b,
+            app::api::templates::SaveTemplate {
+                id: None,
+                expected_version: None,
+                name: "receipt".into(),
+                subject: "Receipt".into(),
+                body_text: "Thanks.".into(),
+                body_html: String::new(),
+                sample_data: String::new(),
+            },
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let (s, _, b_msg) = send(
+        &app,
+        "POST",
+        "/api/v1/messages",
+        Some(&b_all),
+        Some(&serde_json::json!({"template": "receipt", "to": "bob@globex.example"})),
+    )
+    .await;
+    assert_eq!(s, StatusCode::CREATED, "{b_msg}");
+    let b_msg = b_msg["id"].as_str().unwrap().to_string();
     let b_campaign = {
         let mut conn = pool.acquire().await.unwrap();
         draft(&mut conn, b_org, b_users[0].0, "B's launch").await
@@ -264,11 +292,12 @@ async fn every_endpoint_needs_a_token_and_its_scope_and_never_reaches_another_or
             .replace(
                 "{id}",
                 &if template.starts_with("/api/v1/campaigns") {
-                    b_campaign
+                    b_campaign.to_string()
+                } else if template.starts_with("/api/v1/messages") {
+                    b_msg.clone()
                 } else {
-                    b_sub
-                }
-                .to_string(),
+                    b_sub.to_string()
+                },
             );
         // A well-formed body, so that what is refused is the token, the scope or the org.
         let body = match (method.as_str(), template.as_str()) {
@@ -280,6 +309,9 @@ async fn every_endpoint_needs_a_token_and_its_scope_and_never_reaches_another_or
                 {"email": "dan@acme.example"},
             ]})),
             ("PATCH", _) => Some(serde_json::json!({"name": "Not Bob", "list_ids": []})),
+            ("POST", "/api/v1/messages") => {
+                Some(serde_json::json!({"template": "receipt", "to": "bob@globex.example"}))
+            }
             _ => None,
         };
         let body = body.as_ref();
@@ -310,8 +342,13 @@ async fn every_endpoint_needs_a_token_and_its_scope_and_never_reaches_another_or
                     "{body}"
                 );
             }
-            ("GET", "/api/v1/campaigns/{id}") => {
+            ("GET", "/api/v1/campaigns/{id}" | "/api/v1/messages/{id}") => {
                 assert_eq!(s, StatusCode::NOT_FOUND, "{body}");
+            }
+            ("POST", "/api/v1/messages") => {
+                // B's template is not A's.
+                assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+                assert_eq!(body["errors"][0]["pointer"], "#/template", "{body}");
             }
             ("POST", "/api/v1/subscribers") => {
                 // A's own subscriber with that address, not B's.

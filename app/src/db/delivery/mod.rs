@@ -21,6 +21,7 @@ pub struct NewDelivery<'a> {
     pub subscriber_id: Option<i64>,
     pub digest_send_id: Option<i64>,
     pub user_id: Option<i64>,
+    pub tx_message_id: Option<i64>,
 }
 
 impl<'a> NewDelivery<'a> {
@@ -35,6 +36,7 @@ impl<'a> NewDelivery<'a> {
             subscriber_id: None,
             digest_send_id: None,
             user_id: None,
+            tx_message_id: None,
         }
     }
 }
@@ -44,8 +46,9 @@ impl<'a> NewDelivery<'a> {
 pub async fn enqueue(conn: &mut PgConnection, d: NewDelivery<'_>) -> sqlx::Result<bool> {
     let r = sqlx::query(
         "insert into deliveries (job_id, org_id, kind, priority, recipient, email_lower,
-                                 campaign_id, content_version, subscriber_id, digest_send_id, user_id)
-         values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+                                 campaign_id, content_version, subscriber_id, digest_send_id, user_id,
+                                 tx_message_id)
+         values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
          on conflict (job_id) do nothing",
     )
     .bind(d.job.to_string())
@@ -59,6 +62,7 @@ pub async fn enqueue(conn: &mut PgConnection, d: NewDelivery<'_>) -> sqlx::Resul
     .bind(d.subscriber_id)
     .bind(d.digest_send_id)
     .bind(d.user_id)
+    .bind(d.tx_message_id)
     .execute(conn)
     .await?;
     Ok(r.rows_affected() == 1)
@@ -77,6 +81,7 @@ pub struct Claimed {
     pub subscriber_id: Option<i64>,
     pub digest_send_id: Option<i64>,
     pub user_id: Option<i64>,
+    pub tx_message_id: Option<i64>,
 }
 
 impl Claimed {
@@ -177,7 +182,7 @@ pub async fn claim(
          from due
          where d.job_id = due.job_id and due.job_id not in (select job_id from blocked)
          returning d.job_id, d.org_id, d.kind, d.recipient, d.attempt, d.campaign_id,
-                   d.content_version, d.subscriber_id, d.digest_send_id, d.user_id",
+                   d.content_version, d.subscriber_id, d.digest_send_id, d.user_id, d.tx_message_id",
         bump = bump_changed!()
     );
     sqlx::query_as(&sql)

@@ -172,6 +172,7 @@ pub(crate) async fn campaign_deliveries(
             subscriber_id: Some(sub),
             digest_send_id: None,
             user_id: None,
+            tx_message_id: None,
         };
         app::db::delivery::enqueue(&mut tx, d).await.unwrap();
         jobs.push(job.to_string());
