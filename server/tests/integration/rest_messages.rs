@@ -153,9 +153,7 @@ async fn fifty_concurrent_requests_with_one_key_queue_one_message_and_get_one_an
         "{b}"
     );
     // The same payload with its keys in another order and other spacing is the same request.
-    let reordered = format!(
-        r#"{{ "data": {{"total": "12 EUR", "order_id": 7, "name": "Ann"}}, "to": "ann@example.com", "template": "receipt" }}"#
-    );
+    let reordered = r#"{ "data": {"total": "12 EUR", "order_id": 7, "name": "Ann"}, "to": "ann@example.com", "template": "receipt" }"#;
     let r = reqwest::Client::new()
         .post(format!("{}/api/v1/messages", s.app.base))
         .bearer_auth(&s.token)
