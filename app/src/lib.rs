@@ -44,6 +44,9 @@ pub mod password_token;
 /// The forced-resend dialog's key, signed so only keys the server issued are accepted.
 #[cfg(feature = "ssr")]
 pub mod resend_key;
+/// Sign-up confirm links and proof-of-work challenges, signed (server only).
+#[cfg(feature = "ssr")]
+pub mod signup;
 /// Transactional templates filled in from an API request's data (server only).
 #[cfg(feature = "ssr")]
 pub mod tx_render;

@@ -80,6 +80,7 @@ fn form(job: &JobId) -> Option<String> {
             content_version,
             ..
         } => format!("t{campaign_id}-{content_version}"),
+        JobId::Confirm { org_id, signup_id } => format!("s{org_id}-{signup_id}"),
         JobId::Transactional { .. } => return None,
     })
 }
@@ -103,6 +104,10 @@ fn parse_form(f: &str) -> Option<VerpRef> {
             org_id: int(o)?,
             user_id: int(u)?,
             token_id: int(t)?,
+        }),
+        ("s", [o, id]) => VerpRef::Job(JobId::Confirm {
+            org_id: int(o)?,
+            signup_id: int(id)?,
         }),
         ("t", [c, v]) => VerpRef::Test {
             campaign_id: int(c)?,
@@ -201,6 +206,7 @@ mod tests {
                 .unwrap(),
             "digest:7:manual-1764633600:12".parse().unwrap(),
             "invite:7:12:55".parse().unwrap(),
+            "confirm:7:123".parse().unwrap(),
         ]
     }
 

@@ -79,7 +79,7 @@ impl Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// The dashboard and every worker.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Every worker, no HTTP.
     Worker(WorkerArgs),
     /// Apply pending migrations; refuses a database with migrations this build does not know.
@@ -199,6 +199,15 @@ pub struct ServeArgs {
     /// Requests one API token may make at once before --api-rate-per-second applies.
     #[arg(long, env = "MAILROOM_API_BURST", default_value_t = 100.0)]
     pub api_burst: f64,
+
+    /// Sign-ups one client IP may send per hour on the public sign-up pages (/s/<list>),
+    /// shared by all replicas (429 with Retry-After past it).
+    #[arg(long, env = "MAILROOM_SIGNUP_PER_HOUR", default_value_t = 10.0)]
+    pub signup_per_hour: f64,
+
+    /// Sign-ups one client IP may send at once before --signup-per-hour applies.
+    #[arg(long, env = "MAILROOM_SIGNUP_BURST", default_value_t = 10.0)]
+    pub signup_burst: f64,
 
     /// Also listen for mailed bounces and complaints (SMTP) on this address, e.g. 0.0.0.0:25
     /// behind the MX of the orgs' bounce domains. Off by default.

@@ -145,6 +145,10 @@ async fn serve(cli: &Cli, args: &ServeArgs) -> anyhow::Result<()> {
             per_second: args.api_rate_per_second.max(0.01),
             burst: args.api_burst.max(1.0),
         },
+        signup_limits: crate::signup::Limits {
+            per_hour: args.signup_per_hour.max(0.01),
+            burst: args.signup_burst.max(1.0),
+        },
     };
     let app = http::build(
         http::Settings {
@@ -159,6 +163,7 @@ async fn serve(cli: &Cli, args: &ServeArgs) -> anyhow::Result<()> {
                 secure_cookies: args.secure_cookies,
                 captured_dir: Some(cli.captured_dir()),
                 campaign_bin_days: args.worker.campaign_bin_days,
+                public_url: args.worker.public_url.clone(),
             },
         },
         addr,

@@ -94,6 +94,7 @@ fn router(state: AppState, api: ApiConfig) -> Router {
     let unsubscribe =
         crate::unsubscribe::routes(state.pool.clone(), state.unsubscribe_keys.clone());
     let hooks = crate::hooks::routes(state.pool.clone());
+    let signup = crate::signup::routes(state.pool.clone(), edge.signup_limits);
     let rest = crate::rest::routes(crate::rest::RestState {
         pool: state.pool.clone(),
         limits: edge.api_limits,
@@ -173,6 +174,7 @@ fn router(state: AppState, api: ApiConfig) -> Router {
             edge.request_timeout,
         ))
         .merge(bounded(rest, MAX_REQUEST_BYTES, edge.request_timeout))
+        .merge(bounded(signup, MAX_REQUEST_BYTES, edge.request_timeout))
         .layer(middleware::from_fn_with_state(
             edge.trust_proxy,
             crate::client_addr::layer,

@@ -58,6 +58,8 @@ pub mod secret;
 pub mod security_headers;
 /// SIGTERM / Ctrl-C → one shutdown signal for every task.
 pub mod shutdown;
+/// Public sign-up with double opt-in: the list's page, embedded forms, the confirm link.
+pub mod signup;
 /// The dashboard's built files inside the release executable.
 pub mod site_assets;
 /// One SMTP conversation driven stage by stage, each outcome classified exactly.

@@ -95,3 +95,17 @@ where
         }
     }
 }
+
+/// A public page (unsubscribing, signing up): plain HTML, no script of the dashboard's. The
+/// title is escaped here; `body` is HTML the caller escaped.
+pub fn public_page(status: StatusCode, title: &str, body: &str) -> Response {
+    let title = html_escape::encode_text(title);
+    let html = format!(
+        "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
+         <title>{title}</title></head>\
+         <body style=\"font-family: system-ui, sans-serif; max-width: 32rem; margin: 4rem auto; padding: 0 1rem\">\
+         <h1>{title}</h1>{body}</body></html>"
+    );
+    (status, axum::response::Html(html)).into_response()
+}

@@ -38,6 +38,8 @@ pub struct Edge {
     pub metrics_token: Option<crate::secret::Secret>,
     /// How fast one API token may call `/api/v1`.
     pub api_limits: crate::rest::Limits,
+    /// How many sign-ups one client IP may send (`/s/<list>`).
+    pub signup_limits: crate::signup::Limits,
 }
 
 impl Default for Edge {
@@ -49,6 +51,7 @@ impl Default for Edge {
             allowed_hosts: Vec::new(),
             metrics_token: None,
             api_limits: crate::rest::Limits::default(),
+            signup_limits: crate::signup::Limits::default(),
         }
     }
 }

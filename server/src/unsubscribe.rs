@@ -6,10 +6,11 @@
 //! The confirmation page is also the subscriber's preference page: `POST /u/{token}/lists`
 //! takes them off the lists they uncheck (never onto one) without unsubscribing from the rest.
 
+use crate::plain::public_page as page;
 use anyhow::{anyhow, Context};
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use axum::response::{Html, IntoResponse, Response};
+use axum::response::Response;
 use axum::routing::{get, post};
 use axum::Router;
 use base64::Engine;
@@ -221,15 +222,4 @@ fn unavailable(e: sqlx::Error) -> Response {
         "Try again",
         "<p>We could not record this right now. Please try again in a minute.</p>",
     )
-}
-
-fn page(status: StatusCode, title: &str, body: &str) -> Response {
-    let html = format!(
-        "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">\
-         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
-         <title>{title}</title></head>\
-         <body style=\"font-family: system-ui, sans-serif; max-width: 32rem; margin: 4rem auto; padding: 0 1rem\">\
-         <h1>{title}</h1>{body}</body></html>"
-    );
-    (status, Html(html)).into_response()
 }

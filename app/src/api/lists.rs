@@ -15,6 +15,8 @@ pub struct ListRow {
     pub name: String,
     pub members: i64,
     pub created: String,
+    /// The public sign-up page (double opt-in).
+    pub signup_url: String,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -27,10 +29,12 @@ pub struct ListsView {
 pub async fn lists() -> Result<ListsView, AppError> {
     let (me, pool) = super::signed_in().await?;
     let mut conn = pool.acquire().await?;
+    let public_url = super::api_config().public_url;
     let lists = crate::db::lists::all(&mut conn, me.org_id)
         .await?
         .into_iter()
         .map(|l| ListRow {
+            signup_url: format!("{}/s/{}", public_url.trim_end_matches('/'), l.signup_key),
             id: l.id,
             name: l.name,
             members: l.members,

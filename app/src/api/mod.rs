@@ -61,6 +61,8 @@ mod server_side {
         pub captured_dir: Option<std::path::PathBuf>,
         /// Days a deleted campaign stays in the recycle bin (the leader purges it then).
         pub campaign_bin_days: f64,
+        /// Where people reach this Mailroom (links in mail, sign-up pages and their embeds).
+        pub public_url: String,
     }
 
     /// Where a request came from, as the router's client layer found it: the peer address, or
@@ -116,6 +118,7 @@ mod server_side {
             secure_cookies: false,
             captured_dir: None,
             campaign_bin_days: 30.0,
+            public_url: String::new(),
         })
     }
 

@@ -223,17 +223,11 @@ pub async fn save_template(
                 c.name
             )))
         }
+        transactional::Saved::NotFound => return Err(AppError::NotFound),
         transactional::Saved::Stale => {
-            // Not this org's template, or someone saved a newer version meanwhile.
-            if transactional::template(&mut tx, me.org_id, id.unwrap_or_default())
-                .await?
-                .is_none()
-            {
-                return Err(AppError::NotFound);
-            }
             return Err(AppError::Conflict(
                 "Someone saved this template since you opened it: reload to see their version, then edit again.".into(),
-            ));
+            ))
         }
     };
     audit::record(

@@ -42,8 +42,8 @@ pub async fn insert_batch(
     sqlx::query_as(
         "with input as (select * from unnest($3::text[], $4::text[], $5::text[]) as t(email, lower, name)),
          created as (
-             insert into subscribers (org_id, email, email_lower, name)
-             select $1, email, lower, name from input
+             insert into subscribers (org_id, email, email_lower, name, optin_source, optin_at)
+             select $1, email, lower, name, 'import', now() from input
              on conflict (org_id, email) do nothing
              returning id
          ),

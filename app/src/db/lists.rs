@@ -8,11 +8,13 @@ pub struct ListRow {
     pub name: String,
     pub members: i64,
     pub created: String,
+    /// Its public sign-up page is /s/<signup_key>.
+    pub signup_key: String,
 }
 
 pub async fn all(conn: &mut PgConnection, org_id: i64) -> sqlx::Result<Vec<ListRow>> {
     sqlx::query_as(
-        "select l.id, l.name,
+        "select l.id, l.name, l.signup_key,
                 (select count(*) from list_members m where m.list_id = l.id) as members,
                 to_char(l.created_at at time zone o.timezone, 'YYYY-MM-DD HH24:MI') as created
          from lists l join orgs o on o.id = l.org_id

@@ -52,6 +52,8 @@ pub mod secrets;
 pub mod sessions;
 /// The org's sender identity, envelope sender and DKIM key.
 pub mod settings;
+/// Public sign-up with double opt-in: sign-ups, confirmations, spent proof-of-work challenges.
+pub mod signup;
 /// Subscribers as the REST API sees them: upserts by address (bulk too), pages, membership.
 pub mod subscriber_api;
 /// An org's subscribers as the Audience pages see them, and the admin's changes.

@@ -121,9 +121,10 @@ pub async fn upsert(
                  with ordinality as t(email, lower, name, status, attributes, n)
          ),
          written as (
-             insert into subscribers as s (org_id, email, email_lower, name, status, attributes)
+             insert into subscribers as s (org_id, email, email_lower, name, status, attributes,
+                                           optin_source, optin_at)
              select $1, email, lower, coalesce(name, ''), coalesce(status, 'confirmed'),
-                    coalesce(attributes, '{}')
+                    coalesce(attributes, '{}'), 'api', now()
              from input order by email
              on conflict (org_id, email) do update
              set name = coalesce((select i.name from input i where i.email = excluded.email), s.name),

@@ -61,7 +61,11 @@ pub async fn detail(
                 x.reason as suppression, x.source as suppression_source,
                 to_char(x.created_at at time zone o.timezone, 'YYYY-MM-DD HH24:MI') as suppressed_at,
                 coalesce((select array_agg(m.list_id order by m.list_id) from list_members m
-                          where m.subscriber_id = s.id and m.org_id = s.org_id), '{}') as list_ids
+                          where m.subscriber_id = s.id and m.org_id = s.org_id), '{}') as list_ids,
+                s.optin_source, s.optin_ip,
+                to_char(s.optin_at at time zone o.timezone, 'YYYY-MM-DD HH24:MI:SS') as optin_at,
+                s.confirmed_ip,
+                to_char(s.confirmed_at at time zone o.timezone, 'YYYY-MM-DD HH24:MI:SS') as confirmed_at
          from subscribers s join orgs o on o.id = s.org_id
          left join suppressions x on x.org_id = s.org_id and x.email_lower = s.email_lower
          where s.org_id = $1 and s.id = $2",
@@ -107,7 +111,8 @@ pub async fn add(
     name: &str,
 ) -> sqlx::Result<Option<i64>> {
     sqlx::query_scalar(
-        "insert into subscribers (org_id, email, email_lower, name) values ($1, $2, $3, $4)
+        "insert into subscribers (org_id, email, email_lower, name, optin_source, optin_at)
+         values ($1, $2, $3, $4, 'dashboard', now())
          on conflict (org_id, email) do nothing returning id",
     )
     .bind(org_id)

@@ -81,7 +81,9 @@ pub enum Saved {
     Version(i64, i32),
     /// Another template of the org has that name.
     NameTaken,
-    /// No such template (to edit), or it was edited since `expected_version`.
+    /// No such template of the org (to edit).
+    NotFound,
+    /// It was edited since `expected_version`.
     Stale,
 }
 
@@ -93,6 +95,18 @@ pub async fn save(
     id: Option<(i64, i32)>,
     d: &Draft<'_>,
 ) -> sqlx::Result<Saved> {
+    if let Some((template_id, _)) = id {
+        let ours: Option<i64> = sqlx::query_scalar(
+            "select id from tx_templates where org_id = $1 and id = $2 for update",
+        )
+        .bind(org_id)
+        .bind(template_id)
+        .fetch_optional(&mut *conn)
+        .await?;
+        if ours.is_none() {
+            return Ok(Saved::NotFound);
+        }
+    }
     let taken: Option<i64> =
         sqlx::query_scalar("select id from tx_templates where org_id = $1 and name = $2")
             .bind(org_id)

@@ -84,15 +84,18 @@ pub enum DeliveryKind {
     Invite,
     /// Mail the sending SaaS asked for through the API (`POST /api/v1/messages`).
     Transactional,
+    /// A sign-up's double opt-in mail, carrying its confirm link.
+    Confirm,
 }
 
 impl DeliveryKind {
-    pub const ALL: [DeliveryKind; 5] = [
+    pub const ALL: [DeliveryKind; 6] = [
         DeliveryKind::Test,
         DeliveryKind::Digest,
         DeliveryKind::Campaign,
         DeliveryKind::Invite,
         DeliveryKind::Transactional,
+        DeliveryKind::Confirm,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -102,13 +105,15 @@ impl DeliveryKind {
             DeliveryKind::Campaign => "campaign",
             DeliveryKind::Invite => "invite",
             DeliveryKind::Transactional => "transactional",
+            DeliveryKind::Confirm => "confirm",
         }
     }
 
     /// Any suppression stops it, an unsubscribe too: campaign content, tests of it included.
     /// The other kinds (a digest to an org's admin, account mail, transactional mail such as
-    /// a receipt) are stopped only by a hard bounce or a complaint: unsubscribing from a
-    /// newsletter is not refusing one's receipts.
+    /// a receipt, a sign-up's confirmation) are stopped only by a hard bounce or a complaint:
+    /// unsubscribing from a newsletter is not refusing one's receipts, and someone who left
+    /// may sign up again.
     pub fn stopped_by_any_suppression(self) -> bool {
         matches!(self, DeliveryKind::Campaign | DeliveryKind::Test)
     }
@@ -122,10 +127,10 @@ impl DeliveryKind {
             .collect()
     }
 
-    /// Its message carries a credential (a set-password link): nobody but its recipient may
+    /// Its message carries a credential (a set-password or confirm link): nobody but its recipient may
     /// read it, so the dashboard never opens a captured copy, whoever asks.
     pub fn carries_credential(self) -> bool {
-        self == DeliveryKind::Invite
+        matches!(self, DeliveryKind::Invite | DeliveryKind::Confirm)
     }
 }
 

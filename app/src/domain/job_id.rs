@@ -40,6 +40,9 @@ pub enum JobId {
     /// `tx:<org id>:<idempotency key>`: transactional mail sent through the API. The caller's
     /// key is the identity, so a retried request finds the message it queued.
     Transactional { org_id: i64, key: String },
+    /// `confirm:<org id>:<sign-up id>`: the double opt-in mail carrying a sign-up's confirm
+    /// link. One per pending sign-up, so a double submit sends one.
+    Confirm { org_id: i64, signup_id: i64 },
 }
 
 /// The longest idempotency key accepted.
@@ -62,7 +65,7 @@ pub fn idempotency_key(key: &str) -> Result<&str, String> {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("“{0}” is not a job id (expected campaign:<cid>:<sid>, digest:<org>:<week>:<user>, test:<cid>:<version>:<token>:<email>, invite:<org>:<user>:<token id> or tx:<org>:<key>)")]
+#[error("“{0}” is not a job id (expected campaign:<cid>:<sid>, digest:<org>:<week>:<user>, test:<cid>:<version>:<token>:<email>, invite:<org>:<user>:<token id>, tx:<org>:<key> or confirm:<org>:<sign-up id>)")]
 pub struct JobIdError(pub String);
 
 impl JobId {
@@ -91,7 +94,7 @@ impl JobId {
     /// then digests, then transactional mail, then campaigns.
     pub fn priority(&self) -> i16 {
         match self {
-            JobId::Test { .. } | JobId::Invite { .. } => 0,
+            JobId::Test { .. } | JobId::Invite { .. } | JobId::Confirm { .. } => 0,
             JobId::Digest { .. } => 1,
             JobId::Transactional { .. } => 2,
             JobId::Campaign { .. } => 3,
@@ -110,6 +113,7 @@ impl JobId {
             JobId::Campaign { .. } => DeliveryKind::Campaign,
             JobId::Invite { .. } => DeliveryKind::Invite,
             JobId::Transactional { .. } => DeliveryKind::Transactional,
+            JobId::Confirm { .. } => DeliveryKind::Confirm,
         }
     }
 
@@ -181,6 +185,7 @@ impl fmt::Display for JobId {
                 token_id,
             } => write!(f, "invite:{org_id}:{user_id}:{token_id}"),
             JobId::Transactional { org_id, key } => write!(f, "tx:{org_id}:{key}"),
+            JobId::Confirm { org_id, signup_id } => write!(f, "confirm:{org_id}:{signup_id}"),
         }
     }
 }
@@ -253,6 +258,13 @@ impl FromStr for JobId {
                 Ok(JobId::Transactional {
                     org_id: id(org, s)?,
                     key: key.to_owned(),
+                })
+            }
+            "confirm" => {
+                let (org, signup) = rest.split_once(':').ok_or_else(bad)?;
+                Ok(JobId::Confirm {
+                    org_id: id(org, s)?,
+                    signup_id: id(signup, s)?,
                 })
             }
             _ => Err(bad()),
@@ -451,6 +463,11 @@ mod tests {
             assert!(bad.parse::<JobId>().is_err(), "{bad}");
         }
         assert!(idempotency_key(&"k".repeat(IDEMPOTENCY_KEY_MAX)).is_ok());
+        let c: JobId = "confirm:3:41".parse().unwrap();
+        assert_eq!(
+            (c.kind(), c.priority(), c.to_string().as_str()),
+            ("confirm", 0, "confirm:3:41")
+        );
         assert!(idempotency_key(&"k".repeat(IDEMPOTENCY_KEY_MAX + 1)).is_err());
     }
 

@@ -149,6 +149,13 @@ pub struct SubscriberProfile {
     pub suppressed_at: Option<String>,
     /// The lists they are on.
     pub list_ids: Vec<i64>,
+    /// How they opted in (`dashboard`, `import`, `api`, `signup`; none before this was kept),
+    /// from where and when (the org's time zone), and when and from where they confirmed.
+    pub optin_source: Option<String>,
+    pub optin_ip: Option<String>,
+    pub optin_at: Option<String>,
+    pub confirmed_ip: Option<String>,
+    pub confirmed_at: Option<String>,
 }
 
 /// A campaign that reached (or tried to reach) a subscriber, and how.

@@ -101,7 +101,25 @@ fn ListCard(
                 <a href=format!("/api/audience/export.csv?list={}", l.id) download class="text-indigo-700 hover:underline dark:text-indigo-300">"Export CSV"</a>
                 <span class="ml-auto text-slate-500 dark:text-slate-400">{format!("created {}", l.created)}</span>
             </div>
+            <SignupLinks url=l.signup_url.clone()/>
             {manage}
         </section>
+    }
+}
+
+/// The list's public sign-up page and a plain HTML form to paste into a website. The form
+/// posts to the same page, which proves the visitor is not a bot and sends the confirmation.
+#[component]
+fn SignupLinks(url: String) -> impl IntoView {
+    let embed = format!(
+        "<form action=\"{url}\" method=\"post\">\n  <input type=\"email\" name=\"email\" required placeholder=\"you@example.com\">\n  <input type=\"text\" name=\"name\" placeholder=\"Your name\">\n  <!-- Leave this field hidden and empty: bots fill it in. -->\n  <input type=\"text\" name=\"website\" tabindex=\"-1\" autocomplete=\"off\" style=\"position:absolute;left:-10000px\" aria-hidden=\"true\">\n  <button type=\"submit\">Subscribe</button>\n</form>"
+    );
+    view! {
+        <details class="mt-2" data-test="signup">
+            <summary class="cursor-pointer text-slate-600 dark:text-slate-300">"Sign-up page and form (double opt-in)"</summary>
+            <p class="mt-2">"Sign-up page: " <a href=url.clone() rel="external" class="font-mono text-indigo-700 hover:underline dark:text-indigo-300" data-test="signup-url">{url.clone()}</a></p>
+            <p class="mt-2">"Or paste this form into your website. People who sign up get a link to confirm; they join the list when they click it."</p>
+            <pre class="mt-1 overflow-x-auto rounded bg-slate-100 p-2 text-xs dark:bg-slate-800" data-test="signup-embed">{embed}</pre>
+        </details>
     }
 }

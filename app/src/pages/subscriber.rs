@@ -124,6 +124,7 @@ fn Detail(
     view! {
         <h2 class="mb-1 text-xl font-semibold" data-test="subscriber-email">{d.subscriber.email.clone()}</h2>
         <p class="mb-3 text-sm text-slate-500 dark:text-slate-400">{format!("{} · added {}", d.subscriber.status, d.subscriber.created)}</p>
+        <p class="mb-3 text-sm" data-test="consent">{consent(&d.subscriber)}</p>
         {suppression}
         {erased}
         {form}
@@ -131,4 +132,30 @@ fn Detail(
         <h3 class="mb-2 font-semibold">"History"</h3>
         {history}
     }
+}
+
+/// How and when they opted in, and confirmed: the evidence an operator shows when asked.
+fn consent(s: &crate::model::SubscriberProfile) -> String {
+    let how = match s.optin_source.as_deref() {
+        Some("signup") => "Signed up on the sign-up page",
+        Some("api") => "Added through the API",
+        Some("import") => "Imported from a CSV file",
+        Some("dashboard") => "Added in the dashboard",
+        _ => "Added before opt-in evidence was kept",
+    };
+    let mut out = how.to_string();
+    if let Some(at) = &s.optin_at {
+        out.push_str(&format!(" at {at}"));
+    }
+    if let Some(ip) = &s.optin_ip {
+        out.push_str(&format!(" from {ip}"));
+    }
+    out.push('.');
+    match (&s.confirmed_at, &s.confirmed_ip) {
+        (Some(at), Some(ip)) => out.push_str(&format!(" Confirmed by the link at {at} from {ip}.")),
+        (Some(at), None) => out.push_str(&format!(" Confirmed by the link at {at}.")),
+        _ if s.optin_source.as_deref() == Some("signup") => out.push_str(" Not confirmed yet."),
+        _ => {}
+    }
+    out
 }

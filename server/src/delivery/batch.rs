@@ -22,6 +22,7 @@ pub struct Loaded {
     names: HashMap<i64, String>,
     digests: HashMap<i64, DigestContent>,
     invites: invite::Invites,
+    confirms: super::confirm::Confirms,
     transactional: HashMap<i64, app::db::transactional::Content>,
     /// Loaded when an org of the batch has a bounce domain.
     verp_key: Option<Vec<u8>>,
@@ -115,6 +116,7 @@ impl Loaded {
                 .collect()
         };
         let invites = invite::Invites::load(pool, batch).await?;
+        let confirms = super::confirm::Confirms::load(pool, batch).await?;
         let tx_refs: Vec<(i64, i64)> = batch
             .iter()
             .filter_map(|c| Some((c.org_id, c.tx_message_id?)))
@@ -148,6 +150,7 @@ impl Loaded {
             names,
             digests,
             invites,
+            confirms,
             transactional,
         })
     }
@@ -167,6 +170,7 @@ impl Loaded {
                 .map(String::as_str),
             digest: c.digest_send_id.and_then(|id| self.digests.get(&id)),
             invites: &self.invites,
+            confirms: &self.confirms,
             transactional: c.tx_message_id.and_then(|id| self.transactional.get(&id)),
             dkim: self.signers.for_org(c.org_id),
             verp_key: self.verp_key.as_deref(),

@@ -6,6 +6,7 @@
 /// A claimed batch and what its renderers read, loaded once per batch.
 mod batch;
 /// DKIM signing: each org's key parsed once per batch, each message signed when rendered.
+mod confirm;
 mod dkim;
 /// The claims this process is working on: the only ones whose leases are extended.
 mod held;

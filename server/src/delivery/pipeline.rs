@@ -132,7 +132,7 @@ async fn claim(w: &Worker, limit: usize) -> anyhow::Result<Vec<Job>> {
 }
 
 enum Next {
-    Job(Job),
+    Job(Box<Job>),
     /// Nothing to send for a while.
     Idle,
     /// The feeders have stopped.
@@ -142,7 +142,7 @@ enum Next {
 async fn next(waiting: &Jobs, idle: Duration) -> Next {
     let take = async { waiting.lock().await.recv().await };
     match tokio::time::timeout(idle, take).await {
-        Ok(Some(job)) => Next::Job(job),
+        Ok(Some(job)) => Next::Job(Box::new(job)),
         Ok(None) => Next::Closed,
         Err(_) => Next::Idle,
     }
@@ -162,7 +162,7 @@ async fn connection(
             biased;
             _ = shutdown.requested() => break,
             next = next(&waiting, w.cfg.idle) => match next {
-                Next::Job(job) => job,
+                Next::Job(job) => *job,
                 Next::Idle => {
                     quit_all(&mut conn).await;
                     continue;

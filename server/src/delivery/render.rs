@@ -43,6 +43,8 @@ pub struct Inputs<'a> {
     pub digest: Option<&'a DigestContent>,
     /// Set-password links (invitations and resets) of the batch.
     pub invites: &'a super::invite::Invites,
+    /// Sign-up confirmations of the batch.
+    pub confirms: &'a super::confirm::Confirms,
     /// The transactional message's content, rendered when its request was accepted.
     pub transactional: Option<&'a app::db::transactional::Content>,
     /// The org's DKIM signer (None: it does not sign), or why its key cannot be used.
@@ -156,6 +158,15 @@ pub fn render(cx: &Inputs<'_>, c: &Claimed) -> anyhow::Result<Rendered> {
         JobId::Invite { .. } => {
             let (subject, text) =
                 super::invite::subject_and_body(cx.invites, &cx.links.public_url, &job, c)?;
+            CampaignMessage {
+                subject,
+                text: Some(text),
+                html: None,
+            }
+        }
+        JobId::Confirm { .. } => {
+            let (subject, text) =
+                super::confirm::subject_and_body(cx.confirms, &cx.links.public_url, &job)?;
             CampaignMessage {
                 subject,
                 text: Some(text),

@@ -33,6 +33,7 @@ pub fn routes() -> OpenApiRouter<RestState> {
         .routes(routes!(erase))
         .routes(routes!(lists))
         .routes(routes!(join, leave))
+        .routes(routes!(signup))
         .merge(
             // Ten thousand rows with attributes are more than axum's default 2 MB.
             OpenApiRouter::new()
@@ -699,6 +700,91 @@ async fn leave(
     Ok(StatusCode::NO_CONTENT)
 }
 
+/// Someone to ask for a confirmation (double opt-in).
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SignupInput {
+    pub email: String,
+    pub name: Option<String>,
+}
+
+/// A pending sign-up: the confirmation mail is queued (once, however often it is asked for).
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct SignupResult {
+    pub signup_id: i64,
+    pub subscriber_id: i64,
+    /// This request queued the mail (false: an earlier one did, and it is still pending).
+    pub queued: bool,
+}
+
+/// Signs an address up to a list with double opt-in: a new address becomes an unconfirmed
+/// subscriber (in no campaign's audience) and is sent a confirm link; they join the list when
+/// they click it. A suppressed address is re-subscribed only by that click.
+#[utoipa::path(
+    post,
+    path = "/lists/{list_id}/signups",
+    tag = "lists",
+    params(("list_id" = i64, Path, description = "The list's id.")),
+    request_body = SignupInput,
+    responses(
+        (status = 202, description = "The confirmation mail is queued.", body = SignupResult),
+        (status = 400, description = "The body is not JSON.", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such list in this organisation.", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "A field at fault, named.", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("token" = ["subscribers:write"]))
+)]
+async fn signup(
+    token: Token,
+    State(pool): State<PgPool>,
+    Id(list_id): Id<i64>,
+    Body(input): Body<SignupInput>,
+) -> Result<(StatusCode, Json<SignupResult>), Problem> {
+    token.require(ApiScope::SubscribersWrite)?;
+    let email = address(&input.email, "#/email")?;
+    let name = person_name(input.name.as_deref().unwrap_or(""))
+        .map_err(|e| Problem::field("#/name", format!("name: {e}")))?;
+    let org_id = token.org_id();
+    let mut tx = pool.begin().await?;
+    if app::db::lists::name(&mut tx, org_id, list_id)
+        .await?
+        .is_none()
+    {
+        return Err(Problem::not_found("list"));
+    }
+    let r = app::db::signup::request(
+        &mut tx,
+        org_id,
+        list_id,
+        &email,
+        &name,
+        app::db::signup::Source::Api,
+        None,
+    )
+    .await?;
+    if r.queued {
+        token
+            .audit(
+                &mut tx,
+                "subscriber.signup",
+                "subscriber",
+                Some(r.subscriber_id.to_string()),
+                None,
+                Some(serde_json::json!({ "list": list_id, "signup": r.signup_id })),
+            )
+            .await?;
+    }
+    tx.commit().await?;
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(SignupResult {
+            signup_id: r.signup_id,
+            subscriber_id: r.subscriber_id,
+            queued: r.queued,
+        }),
+    ))
+}
+
 /// A row that passed its checks.
 struct Checked {
     email: EmailAddress,
@@ -755,7 +841,8 @@ fn attributes(a: &serde_json::Value) -> Result<(), String> {
 }
 
 fn address(raw: &str, field: &str) -> Result<EmailAddress, Problem> {
-    EmailAddress::parse(raw).map_err(|e| Problem::field(field, format!("{field}: {e}.")))
+    let name = field.trim_start_matches("#/");
+    EmailAddress::parse(raw).map_err(|e| Problem::field(field, format!("{name}: {e}.")))
 }
 
 /// Refuses (422, naming `pointer`) list ids that are not the org's.

@@ -30,6 +30,7 @@ async fn app(pool: sqlx::PgPool) -> TestApp {
         secure_cookies: false,
         captured_dir: None,
         campaign_bin_days: 30.0,
+        public_url: "http://mailroom.test".into(),
     };
     let edge = Edge {
         trust_proxy: true,

@@ -43,6 +43,7 @@ mod secrets_in_logs;
 mod security_headers;
 mod sender_auth;
 mod settings;
+mod signup;
 mod smtp_stages;
 mod smtp_tls;
 mod tenancy;

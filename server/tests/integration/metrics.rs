@@ -83,6 +83,7 @@ async fn a_metrics_token_is_required_when_one_is_set() {
         secure_cookies: false,
         captured_dir: None,
         campaign_bin_days: 30.0,
+        public_url: "http://mailroom.test".into(),
     };
     let edge = mailroom::http::Edge {
         metrics_token: Some("scrape-token-123".parse().unwrap()),

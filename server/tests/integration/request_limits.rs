@@ -18,6 +18,7 @@ async fn app_timing_out_after_one_second(pool: sqlx::PgPool) -> TestApp {
         secure_cookies: false,
         captured_dir: None,
         campaign_bin_days: 30.0,
+        public_url: "http://mailroom.test".into(),
     };
     let edge = Edge {
         request_timeout: Duration::from_secs(1),
@@ -188,6 +189,7 @@ fn app_config() -> app::api::ApiConfig {
         secure_cookies: false,
         captured_dir: None,
         campaign_bin_days: 30.0,
+        public_url: "http://mailroom.test".into(),
     }
 }
 

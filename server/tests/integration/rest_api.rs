@@ -312,6 +312,9 @@ async fn every_endpoint_needs_a_token_and_its_scope_and_never_reaches_another_or
             ("POST", "/api/v1/messages") => {
                 Some(serde_json::json!({"template": "receipt", "to": "bob@globex.example"}))
             }
+            ("POST", "/api/v1/lists/{list_id}/signups") => {
+                Some(serde_json::json!({"email": "carol@globex.example"}))
+            }
             _ => None,
         };
         let body = body.as_ref();
@@ -365,7 +368,8 @@ async fn every_endpoint_needs_a_token_and_its_scope_and_never_reaches_another_or
             }
             ("GET" | "PATCH" | "DELETE", "/api/v1/subscribers/{id}")
             | ("POST", "/api/v1/subscribers/{id}/erase")
-            | ("PUT" | "DELETE", "/api/v1/lists/{list_id}/members/{subscriber_id}") => {
+            | ("PUT" | "DELETE", "/api/v1/lists/{list_id}/members/{subscriber_id}")
+            | ("POST", "/api/v1/lists/{list_id}/signups") => {
                 assert_eq!(s, StatusCode::NOT_FOUND, "{body}");
             }
             ("GET", "/api/v1/suppressions/{email}") => {

@@ -119,6 +119,7 @@ async fn session_cookies_are_secure_when_configured_or_behind_a_trusted_https_pr
         secure_cookies,
         captured_dir: None,
         campaign_bin_days: 30.0,
+        public_url: "http://mailroom.test".into(),
     };
     let proxied = Edge {
         trust_proxy: true,
@@ -177,6 +178,7 @@ async fn only_requests_to_a_known_host_name_are_answered() {
         secure_cookies: false,
         captured_dir: None,
         campaign_bin_days: 30.0,
+        public_url: "http://mailroom.test".into(),
     };
     let edge = Edge {
         allowed_hosts: vec!["mail.example.org".into(), "127.0.0.1".into()],

@@ -19,6 +19,7 @@ struct Objects {
     suppressed: String,
     endpoint: String,
     api_token: String,
+    template: String,
 }
 
 /// How an endpoint is checked.
@@ -59,7 +60,23 @@ fn case(endpoint: &str) -> Option<Case> {
         | "audit_log"
         | "relay_settings" => Case::Scoped(vec![]),
         "relay_events" => Case::Scoped(vec![("unmatched", "false".into())]),
-        "api_tokens" => Case::Scoped(vec![]),
+        "api_tokens" | "templates" => Case::Scoped(vec![]),
+        "template" => Case::Object {
+            args: |o| vec![("id", o.template.clone())],
+            acts: false,
+        },
+        "save_template" => Case::Object {
+            args: |o| {
+                vec![
+                    ("id", o.template.clone()),
+                    ("expected_version", "1".into()),
+                    ("name", "receipt".into()),
+                    ("subject", "Changed".into()),
+                    ("body_text", "Changed".into()),
+                ]
+            },
+            acts: true,
+        },
         "create_api_token" => Case::ActsOnOwnOrg(vec![
             ("name", "mine".into()),
             ("scopes[0]", "subscribers:read".into()),
@@ -226,6 +243,7 @@ const ORG_ROWS: &str = "select md5(concat_ws('|',
         (select string_agg(x::text, ',' order by x.email_lower) from suppressions x where x.org_id = $1),
         (select string_agg(w::text, ',' order by w.id) from webhook_endpoints w where w.org_id = $1),
         (select string_agg(t::text, ',' order by t.id) from api_tokens t where t.org_id = $1),
+        (select string_agg(t::text, ',' order by t.id) from tx_templates t where t.org_id = $1),
         (select string_agg(e::text, ',' order by e.id) from delivery_events e where e.org_id = $1),
         (select row(soft_bounce_threshold, soft_bounce_days, pause_bounce_pct, pause_complaint_pct,
                     pause_min_delivered, bounce_domain)::text from orgs where id = $1)))";
@@ -348,8 +366,28 @@ async fn every_server_function_keeps_to_the_signed_in_org_and_viewers_cannot_act
         )
         .await
         .unwrap();
+        let template = match app::db::transactional::save(
+            &mut tx,
+            org,
+            None,
+            &app::db::transactional::Draft {
+                name: "receipt",
+                subject: &format!("Receipt from {marker}"),
+                body_text: "Thanks.",
+                body_html: None,
+                sample_data: &serde_json::json!({}),
+                author_id: author,
+            },
+        )
+        .await
+        .unwrap()
+        {
+            app::db::transactional::Saved::Version(id, _) => id,
+            _ => panic!("the template was not saved"),
+        };
         tx.commit().await.unwrap();
         objects.push(Objects {
+            template: template.to_string(),
             campaign: campaign.to_string(),
             job: jobs[0].clone(),
             user: author.to_string(),

@@ -23,6 +23,26 @@ pub struct Entry<'a> {
 }
 
 impl<'a> Entry<'a> {
+    /// An action Mailroom took by itself, or a person outside the dashboard did through a
+    /// signed link (no user, no token).
+    pub fn system(
+        org_id: i64,
+        action: &'a str,
+        object_type: &'a str,
+        object_id: Option<String>,
+    ) -> Self {
+        Entry {
+            org_id,
+            actor_id: None,
+            api_token_id: None,
+            action,
+            object_type,
+            object_id,
+            before: None,
+            after: None,
+        }
+    }
+
     /// An action of the signed-in `me` in their organisation, with nothing before or after
     /// (fill those in with struct update syntax).
     pub fn by(

@@ -22,6 +22,7 @@ pub struct NewDelivery<'a> {
     pub digest_send_id: Option<i64>,
     pub user_id: Option<i64>,
     pub tx_message_id: Option<i64>,
+    pub signup_id: Option<i64>,
 }
 
 impl<'a> NewDelivery<'a> {
@@ -37,6 +38,7 @@ impl<'a> NewDelivery<'a> {
             digest_send_id: None,
             user_id: None,
             tx_message_id: None,
+            signup_id: None,
         }
     }
 }
@@ -47,8 +49,8 @@ pub async fn enqueue(conn: &mut PgConnection, d: NewDelivery<'_>) -> sqlx::Resul
     let r = sqlx::query(
         "insert into deliveries (job_id, org_id, kind, priority, recipient, email_lower,
                                  campaign_id, content_version, subscriber_id, digest_send_id, user_id,
-                                 tx_message_id)
-         values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+                                 tx_message_id, signup_id)
+         values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
          on conflict (job_id) do nothing",
     )
     .bind(d.job.to_string())
@@ -63,6 +65,7 @@ pub async fn enqueue(conn: &mut PgConnection, d: NewDelivery<'_>) -> sqlx::Resul
     .bind(d.digest_send_id)
     .bind(d.user_id)
     .bind(d.tx_message_id)
+    .bind(d.signup_id)
     .execute(conn)
     .await?;
     Ok(r.rows_affected() == 1)
@@ -82,6 +85,7 @@ pub struct Claimed {
     pub digest_send_id: Option<i64>,
     pub user_id: Option<i64>,
     pub tx_message_id: Option<i64>,
+    pub signup_id: Option<i64>,
 }
 
 impl Claimed {
@@ -182,7 +186,7 @@ pub async fn claim(
          from due
          where d.job_id = due.job_id and due.job_id not in (select job_id from blocked)
          returning d.job_id, d.org_id, d.kind, d.recipient, d.attempt, d.campaign_id,
-                   d.content_version, d.subscriber_id, d.digest_send_id, d.user_id, d.tx_message_id",
+                   d.content_version, d.subscriber_id, d.digest_send_id, d.user_id, d.tx_message_id, d.signup_id",
         bump = bump_changed!()
     );
     sqlx::query_as(&sql)

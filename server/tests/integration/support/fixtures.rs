@@ -173,6 +173,7 @@ pub(crate) async fn campaign_deliveries(
             digest_send_id: None,
             user_id: None,
             tx_message_id: None,
+            signup_id: None,
         };
         app::db::delivery::enqueue(&mut tx, d).await.unwrap();
         jobs.push(job.to_string());

@@ -43,6 +43,7 @@ pub fn api_config() -> app::api::ApiConfig {
         secure_cookies: false,
         captured_dir: None,
         campaign_bin_days: 30.0,
+        public_url: "http://mailroom.test".into(),
     }
 }
 
