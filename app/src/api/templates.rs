@@ -129,12 +129,7 @@ fn checked(
     sample_data: &str,
 ) -> Result<Checked, AppError> {
     let name = name.trim();
-    let valid_name = !name.is_empty()
-        && name.len() <= 64
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
-        && !name.starts_with(['-', '_']);
+    let valid_name = crate::domain::text::template_name(name);
     if !valid_name {
         return Err(AppError::Invalid(
             "Name: 1 to 64 lowercase letters, digits, '-' and '_', starting with a letter or digit (API requests name the template by it).".into(),

@@ -35,3 +35,14 @@ mod tests {
         }
     }
 }
+
+/// Whether `name` can name a transactional template (what API requests send): 1 to 64
+/// lowercase letters, digits, '-' and '_', starting with a letter or digit.
+pub fn template_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+        && !name.starts_with(['-', '_'])
+}

@@ -14,9 +14,6 @@ use app::domain::{ApiScope, CampaignStatus};
 
 use super::{Id, Problem, QueryOf, RestState, Token};
 
-const PAGE_DEFAULT: i64 = 100;
-const PAGE_MAX: i64 = 1000;
-
 pub fn routes() -> OpenApiRouter<RestState> {
     OpenApiRouter::new()
         .routes(routes!(list))
@@ -84,10 +81,13 @@ impl From<ApiCampaign> for Campaign {
 
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
 pub struct ListQuery {
     /// Start after this campaign id (the `next_after` of the previous page).
+    #[param(minimum = 0)]
     pub after: Option<i64>,
     /// Rows per page, 1 to 1000 (100 when left out).
+    #[param(minimum = 1, maximum = 1000)]
     pub limit: Option<i64>,
     /// Only campaigns in this status.
     pub status: Option<String>,
@@ -119,13 +119,7 @@ async fn list(
     QueryOf(q): QueryOf<ListQuery>,
 ) -> Result<Json<CampaignPage>, Problem> {
     token.require(ApiScope::CampaignsRead)?;
-    let limit = q.limit.unwrap_or(PAGE_DEFAULT);
-    if !(1..=PAGE_MAX).contains(&limit) {
-        return Err(Problem::field(
-            "limit",
-            format!("limit must be between 1 and {PAGE_MAX}."),
-        ));
-    }
+    let limit = super::page_size(q.limit, q.after)?;
     let status = match q.status.as_deref() {
         Some(s) => Some(
             s.parse::<CampaignStatus>()

@@ -36,7 +36,7 @@ pub struct Delivery {
     get,
     path = "/deliveries/{job_id}",
     tag = "deliveries",
-    params(("job_id" = String, Path, description = "The delivery's job id, e.g. `campaign:12:345`.")),
+    params(("job_id" = String, Path, pattern = "^(campaign|digest|test|invite|tx|confirm):.+$", description = "The delivery's job id, e.g. `campaign:12:345`.")),
     responses(
         (status = 200, description = "The delivery.", body = Delivery),
         (status = 404, description = "No such delivery in this organisation.", body = Problem, content_type = "application/problem+json"),
@@ -49,6 +49,10 @@ async fn one(
     Path(job_id): Path<String>,
 ) -> Result<Json<Delivery>, Problem> {
     token.require(ApiScope::DeliveriesRead)?;
+    // Only a well-formed job id can name a delivery.
+    if job_id.parse::<app::domain::JobId>().is_err() {
+        return Err(Problem::not_found("delivery"));
+    }
     let mut conn = pool.acquire().await?;
     let d = admin::find(&mut conn, token.org_id(), &job_id)
         .await?

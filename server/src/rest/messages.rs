@@ -76,7 +76,7 @@ impl From<transactional::Message> for Message {
     post,
     path = "/messages",
     tag = "messages",
-    params(("Idempotency-Key" = String, Header, description = "Your identity for this message (1 to 200 visible ASCII characters): a retry with the same key never sends a second message.")),
+    params(("Idempotency-Key" = String, Header, pattern = "^[!-~]{1,200}$", description = "Your identity for this message (1 to 200 visible ASCII characters): a retry with the same key never sends a second message.")),
     request_body = SendInput,
     responses(
         (status = 201, description = "Queued.", body = Message),
@@ -118,6 +118,7 @@ async fn send(
     if !input.data.is_object() {
         return Err(Problem::field("#/data", "data: must be a JSON object."));
     }
+    super::storable("#/data", &input.data)?;
     let size = serde_json::to_vec(&input.data)
         .map(|v| v.len())
         .unwrap_or(usize::MAX);
@@ -127,17 +128,22 @@ async fn send(
             format!("data: too large ({size} bytes as JSON; at most {DATA_MAX_BYTES})."),
         ));
     }
-    let template = transactional::template_by_name(&mut tx, org_id, &input.template)
-        .await?
-        .ok_or_else(|| {
-            Problem::field(
-                "#/template",
-                format!(
-                    "template: there is no template named {:?} in this organisation.",
-                    input.template
-                ),
-            )
-        })?;
+    // A name no template can have names none (and never reaches the database).
+    let plausible = app::domain::text::template_name(&input.template);
+    let found = if plausible {
+        transactional::template_by_name(&mut tx, org_id, &input.template).await?
+    } else {
+        None
+    };
+    let template = found.ok_or_else(|| {
+        Problem::field(
+            "#/template",
+            format!(
+                "template: there is no template named {:?} in this organisation.",
+                input.template
+            ),
+        )
+    })?;
     let rendered = tx_render::render(
         &Source {
             subject: &template.subject,
@@ -219,7 +225,7 @@ pub struct MessageState {
     get,
     path = "/messages/{id}",
     tag = "messages",
-    params(("id" = String, Path, description = "The message's id, `tx:<org>:<Idempotency-Key>` (percent-encoded).")),
+    params(("id" = String, Path, pattern = "^tx:[0-9]+:[!-~]{1,200}$", description = "The message's id, `tx:<org>:<Idempotency-Key>` (percent-encoded).")),
     responses(
         (status = 200, description = "The message and its delivery's state.", body = MessageState),
         (status = 404, description = "No such message in this organisation.", body = Problem, content_type = "application/problem+json"),

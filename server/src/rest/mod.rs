@@ -303,6 +303,59 @@ impl IntoResponse for Problem {
     }
 }
 
+/// Rows per page unless the request asks for fewer (or more, up to [`PAGE_MAX`]).
+pub const PAGE_DEFAULT: i64 = 100;
+pub const PAGE_MAX: i64 = 1000;
+
+/// A keyset page's size from its query (`limit`, 1 to [`PAGE_MAX`]), its `after` checked too:
+/// ids are never negative.
+pub fn page_size(limit: Option<i64>, after: Option<i64>) -> Result<i64, Problem> {
+    let limit = limit.unwrap_or(PAGE_DEFAULT);
+    if !(1..=PAGE_MAX).contains(&limit) {
+        return Err(Problem::field(
+            "limit",
+            format!("limit must be between 1 and {PAGE_MAX}."),
+        ));
+    }
+    if after.is_some_and(|a| a < 0) {
+        return Err(Problem::field("after", "after: ids are 0 or more."));
+    }
+    Ok(limit)
+}
+
+/// Refuses (422, naming the field) a JSON value PostgreSQL's `jsonb` cannot store and give
+/// back as it came: a NUL character anywhere (in a key or a string), or a number beyond
+/// ±1e300 (`jsonb` prints numbers in full, and a value next to the largest double then reads
+/// back as out of range).
+pub fn storable(pointer: &str, v: &serde_json::Value) -> Result<(), Problem> {
+    fn fault(v: &serde_json::Value) -> Option<&'static str> {
+        match v {
+            serde_json::Value::String(s) if s.contains('\0') => {
+                Some("a NUL character (\\u0000) cannot be stored")
+            }
+            serde_json::Value::Number(n) if n.as_f64().is_some_and(|f| f.abs() > 1e300) => {
+                Some("numbers must lie between -1e300 and 1e300")
+            }
+            serde_json::Value::Array(a) => a.iter().find_map(fault),
+            serde_json::Value::Object(m) => m.iter().find_map(|(k, v)| {
+                if k.contains('\0') {
+                    Some("a NUL character (\\u0000) cannot be stored")
+                } else {
+                    fault(v)
+                }
+            }),
+            _ => None,
+        }
+    }
+    match fault(v) {
+        Some(why) => Err(Problem::field(
+            pointer,
+            format!("{}: {why}.", pointer.trim_start_matches("#/")),
+        )),
+        None => Ok(()),
+    }
+}
+
 /// A JSON request body whose refusals are problem documents: 415 without a JSON content type,
 /// 400 when it is not JSON, 422 naming the field when it does not fit the schema.
 pub struct Body<T>(pub T);

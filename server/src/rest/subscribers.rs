@@ -22,9 +22,6 @@ use super::{Body, FieldError, Id, Problem, QueryOf, RestState, Token};
 pub const BULK_MAX: usize = 10_000;
 /// The largest attributes object of one subscriber, as JSON.
 const ATTRIBUTES_MAX_BYTES: usize = 16 * 1024;
-/// Rows per page unless the request asks for fewer (or more, up to [`PAGE_MAX`]).
-const PAGE_DEFAULT: i64 = 100;
-const PAGE_MAX: i64 = 1000;
 
 pub fn routes() -> OpenApiRouter<RestState> {
     OpenApiRouter::new()
@@ -114,12 +111,16 @@ pub struct SubscriberPatch {
 
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
 pub struct ListQuery {
     /// Start after this subscriber id (the `next_after` of the previous page).
+    #[param(minimum = 0)]
     pub after: Option<i64>,
     /// Rows per page, 1 to 1000 (100 when left out).
+    #[param(minimum = 1, maximum = 1000)]
     pub limit: Option<i64>,
     /// Only the members of this list.
+    #[param(minimum = 1)]
     pub list_id: Option<i64>,
     /// Only this address (compared in lower case).
     pub email: Option<String>,
@@ -153,11 +154,11 @@ async fn list(
     QueryOf(q): QueryOf<ListQuery>,
 ) -> Result<Json<SubscriberPage>, Problem> {
     token.require(ApiScope::SubscribersRead)?;
-    let limit = q.limit.unwrap_or(PAGE_DEFAULT);
-    if !(1..=PAGE_MAX).contains(&limit) {
+    let limit = super::page_size(q.limit, q.after)?;
+    if q.list_id.is_some_and(|l| l < 1) {
         return Err(Problem::field(
-            "limit",
-            format!("limit must be between 1 and {PAGE_MAX}."),
+            "list_id",
+            "list_id: a list id is 1 or more.",
         ));
     }
     let email = match q.email.as_deref() {
@@ -830,6 +831,9 @@ fn checked(input: &SubscriberInput) -> Result<Checked, FieldError> {
 fn attributes(a: &serde_json::Value) -> Result<(), String> {
     if !a.is_object() {
         return Err("must be a JSON object.".into());
+    }
+    if let Err(p) = super::storable("#/attributes", a) {
+        return Err(p.detail.trim_start_matches("attributes: ").to_owned());
     }
     let size = serde_json::to_vec(a).map(|v| v.len()).unwrap_or(usize::MAX);
     if size > ATTRIBUTES_MAX_BYTES {

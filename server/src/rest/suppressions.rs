@@ -58,7 +58,7 @@ async fn standing(
     get,
     path = "/suppressions/{email}",
     tag = "suppressions",
-    params(("email" = String, Path, description = "The e-mail address.")),
+    params(("email" = String, Path, pattern = "^[^@]+@[^@]+$", description = "The e-mail address.")),
     responses(
         (status = 200, description = "The address's standing.", body = Suppression),
         (status = 422, description = "Not an e-mail address.", body = Problem, content_type = "application/problem+json"),
@@ -80,7 +80,7 @@ async fn check(
     put,
     path = "/suppressions/{email}",
     tag = "suppressions",
-    params(("email" = String, Path, description = "The e-mail address.")),
+    params(("email" = String, Path, pattern = "^[^@]+@[^@]+$", description = "The e-mail address.")),
     responses(
         (status = 201, description = "Suppressed now.", body = Suppression),
         (status = 200, description = "It was suppressed already.", body = Suppression),
@@ -130,7 +130,7 @@ async fn add(
     delete,
     path = "/suppressions/{email}",
     tag = "suppressions",
-    params(("email" = String, Path, description = "The e-mail address.")),
+    params(("email" = String, Path, pattern = "^[^@]+@[^@]+$", description = "The e-mail address.")),
     responses(
         (status = 204, description = "Lifted."),
         (status = 404, description = "The address is not suppressed.", body = Problem, content_type = "application/problem+json"),
