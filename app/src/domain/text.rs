@@ -18,8 +18,29 @@ pub fn hidden_control_message(field: &str) -> String {
     )
 }
 
+/// Whether `name` can name a transactional template (what API requests send): 1 to 64
+/// lowercase letters, digits, '-' and '_', starting with a letter or digit.
+pub fn template_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+        && !name.starts_with(['-', '_'])
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn template_names_are_what_api_requests_can_send() {
+        for good in ["receipt", "order-shipped", "a_1", "0"] {
+            assert!(super::template_name(good), "{good}");
+        }
+        for bad in ["", "Receipt", "-x", "_x", "a b", "a\0", &"x".repeat(65)] {
+            assert!(!super::template_name(bad), "{bad}");
+        }
+    }
+
     use super::*;
 
     #[test]
@@ -34,15 +55,4 @@ mod tests {
             assert!(!hidden_control(c), "{c:?}");
         }
     }
-}
-
-/// Whether `name` can name a transactional template (what API requests send): 1 to 64
-/// lowercase letters, digits, '-' and '_', starting with a letter or digit.
-pub fn template_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 64
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
-        && !name.starts_with(['-', '_'])
 }
