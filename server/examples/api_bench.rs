@@ -218,7 +218,8 @@ async fn main() -> anyhow::Result<()> {
             .multipart(form)
             .send()
             .await?;
-        if !r.status().is_success() {
+        // A plain form post: answered with a redirect to the import's progress page.
+        if !(r.status().is_success() || r.status().is_redirection()) {
             bail!("the CSV import answered {}", r.status());
         }
         let deadline = Instant::now() + Duration::from_secs(600);

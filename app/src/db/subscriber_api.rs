@@ -110,6 +110,21 @@ pub async fn upsert(
         .collect();
     let attributes: Vec<Option<Json<&serde_json::Value>>> =
         rows.iter().map(|r| r.attributes.map(Json)).collect();
+    // What each existing row's update keeps or takes, looked up by address in one jsonb object
+    // (a keyed lookup per conflicting row, where a subquery over the input would scan it).
+    let given: serde_json::Map<String, serde_json::Value> = rows
+        .iter()
+        .map(|r| {
+            let mut g = serde_json::Map::new();
+            if let Some(n) = r.name {
+                g.insert("name".into(), n.into());
+            }
+            if let Some(st) = r.status {
+                g.insert("status".into(), st.as_str().into());
+            }
+            (r.email.as_str().to_owned(), serde_json::Value::Object(g))
+        })
+        .collect();
     let (member_rows, member_lists): (Vec<i64>, Vec<i64>) = rows
         .iter()
         .enumerate()
@@ -127,8 +142,8 @@ pub async fn upsert(
                     coalesce(attributes, '{}'), 'api', now()
              from input order by email
              on conflict (org_id, email) do update
-             set name = coalesce((select i.name from input i where i.email = excluded.email), s.name),
-                 status = coalesce((select i.status from input i where i.email = excluded.email), s.status),
+             set name = coalesce($9::jsonb -> excluded.email ->> 'name', s.name),
+                 status = coalesce($9::jsonb -> excluded.email ->> 'status', s.status),
                  attributes = s.attributes || excluded.attributes
              -- xmax is 0 only on a row this statement inserted.
              returning s.id, s.email, (s.xmax = 0) as created
@@ -152,6 +167,7 @@ pub async fn upsert(
     .bind(&attributes)
     .bind(&member_rows)
     .bind(&member_lists)
+    .bind(Json(&given))
     .fetch_all(conn)
     .await
 }
