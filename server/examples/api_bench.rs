@@ -5,6 +5,7 @@
 //! - transactional mail: `requests` sends from `clients` concurrent clients, each with its own
 //!   Idempotency-Key (p50/p99/max to the 201), then the same requests again (each key
 //!   repeated: p50/p99/max to the 200), and every message checked to be queued once.
+//!
 //! Besides wall-clock rates, the replica's and PostgreSQL's CPU per 1,000.
 //!
 //! Run through `bench/api.sh`. Usage: api_bench <mailroom binary> [rows=100000]
