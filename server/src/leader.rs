@@ -169,11 +169,12 @@ async fn jobs(pool: &PgPool, cfg: &Config, h: &Held, captured_dir: &Path, retent
         .unwrap_or(0);
     // Outside every signature window: a replay this old is refused by its timestamp.
     let nonces = app::db::events::forget_nonces(pool).await.unwrap_or(0);
+    let buckets = app::db::rate_limit::forget_full(pool).await.unwrap_or(0);
     log(
         pool,
         lease,
         "retention",
-        &format!("details={cleared} captured_files={files} leader_log={log_rows} purged_campaign_rows={purged} webhook_nonces={nonces}"),
+        &format!("details={cleared} captured_files={files} leader_log={log_rows} purged_campaign_rows={purged} webhook_nonces={nonces} full_rate_buckets={buckets}"),
     )
     .await;
 }

@@ -1,5 +1,6 @@
 //! Rate limits global across replicas: a token bucket row per key (an SMTP server, taken from
-//! per batch; an API token, per request) refilled by the database clock.
+//! per batch; an API token, per request; a client IP on the sign-up pages) refilled by the
+//! database clock.
 
 use sqlx::PgPool;
 
@@ -72,4 +73,19 @@ pub async fn give_back(pool: &PgPool, server: &str, unused: i32) -> sqlx::Result
         .execute(pool)
         .await?;
     Ok(())
+}
+
+/// Deletes the buckets of API tokens and sign-up IPs that have refilled to capacity: such a
+/// bucket is what `ensure` makes anew, so nothing changes for its key, and bots from many
+/// addresses do not leave a row each forever. (SMTP servers' buckets stay: their senders take
+/// without ensuring first.)
+pub async fn forget_full(pool: &PgPool) -> sqlx::Result<u64> {
+    sqlx::query(
+        "delete from rate_buckets
+         where (server like 'signup-ip:%' or server like 'api-token:%')
+           and tokens + extract(epoch from now() - refilled_at) * refill_per_second >= capacity",
+    )
+    .execute(pool)
+    .await
+    .map(|r| r.rows_affected())
 }

@@ -57,3 +57,33 @@ async fn the_bucket_refills_by_database_time_up_to_its_capacity() {
         0
     );
 }
+
+/// The leader forgets API-token and sign-up-IP buckets that are full again (the same as none),
+/// and keeps the others: one still refilling, and an SMTP server's.
+#[tokio::test]
+async fn full_buckets_of_tokens_and_sign_up_addresses_are_forgotten_and_the_others_kept() {
+    let pool = test_db().await;
+    for key in [
+        "signup-ip:192.0.2.1",
+        "signup-ip:192.0.2.2",
+        "api-token:7",
+        "smtp:relay.example:25",
+    ] {
+        app::db::rate_limit::ensure(&pool, key, 5.0, 0.001)
+            .await
+            .unwrap();
+    }
+    assert_eq!(
+        app::db::rate_limit::take(&pool, "signup-ip:192.0.2.2", 1)
+            .await
+            .unwrap(),
+        1
+    );
+    let gone = app::db::rate_limit::forget_full(&pool).await.unwrap();
+    assert_eq!(gone, 2);
+    let left: Vec<String> = sqlx::query_scalar("select server from rate_buckets order by server")
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+    assert_eq!(left, ["signup-ip:192.0.2.2", "smtp:relay.example:25"]);
+}
