@@ -1,5 +1,5 @@
 //! DKIM private keys (server only): generated here or pasted by the owner, checked once when
-//! saved, stored as PKCS#1 PEM (what lettre's signer reads), and shown to nobody: only the
+//! saved, stored as PKCS#1 PEM (what the signer reads with OpenSSL), and shown to nobody: only the
 //! public half leaves the server, as the DNS record to publish.
 
 use base64::engine::general_purpose::STANDARD;

@@ -14,7 +14,8 @@
 //! | `hang`               | body taken, never answered                              |
 //!
 //! Everyone else is accepted. A refused message leaves the connection usable, as on a real
-//! server. The sink runs on its own thread and runtime, so sync and async tests start it alike.
+//! server. Like Postfix with `strict_smtputf8 = yes`, a non-ASCII address is refused (553 5.6.7)
+//! unless MAIL FROM declared `SMTPUTF8`, which the sink offers unless told otherwise. The sink runs on its own thread and runtime, so sync and async tests start it alike.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -31,6 +32,8 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader
 pub struct Received {
     pub from: String,
     pub to: Vec<String>,
+    /// The parameters of its MAIL FROM command (`SMTPUTF8 BODY=8BITMIME`), as sent.
+    pub mail_parameters: String,
     /// The message as it arrived, dot-stuffing undone, line ends kept.
     pub data: String,
     /// When the body was accepted.
@@ -89,6 +92,8 @@ pub struct SinkOptions {
     pub tls: Tls,
     /// When set, `AUTH PLAIN` with this (user, password) is required before `MAIL`.
     pub auth: Option<(String, String)>,
+    /// `SMTPUTF8` is not offered (nor accepted), as on a relay that lacks it.
+    pub without_smtputf8: bool,
 }
 
 #[derive(Default)]
@@ -217,6 +222,13 @@ fn script(address: &str) -> Script {
     }
 }
 
+/// What follows the path of a MAIL or RCPT line: its parameters.
+fn parameters_of(line: &str) -> String {
+    line.split_once('>')
+        .map_or("", |(_, rest)| rest.trim())
+        .to_owned()
+}
+
 /// The address between `<` and `>` of a MAIL or RCPT line.
 fn path_of(line: &str) -> String {
     line.split(['<', '>']).nth(1).unwrap_or_default().to_owned()
@@ -230,6 +242,7 @@ async fn session(stream: Box<dyn Io>, mut secure: bool, options: &SinkOptions, t
     }
     let mut authed = options.auth.is_none();
     let mut from = String::new();
+    let mut parameters = String::new();
     let mut to: Vec<String> = Vec::new();
     let mut line = Vec::new();
     loop {
@@ -246,7 +259,10 @@ async fn session(stream: Box<dyn Io>, mut secure: bool, options: &SinkOptions, t
             .to_ascii_uppercase();
         let reply: String = match verb.as_str() {
             "EHLO" => {
-                let mut r = String::from("250-sink.test\r\n250-8BITMIME\r\n250-SMTPUTF8\r\n");
+                let mut r = String::from("250-sink.test\r\n250-8BITMIME\r\n");
+                if !options.without_smtputf8 {
+                    r.push_str("250-SMTPUTF8\r\n");
+                }
                 if matches!(options.tls, Tls::StartTls(_)) && !secure {
                     r.push_str("250-STARTTLS\r\n");
                 }
@@ -267,7 +283,7 @@ async fn session(stream: Box<dyn Io>, mut secure: bool, options: &SinkOptions, t
                     };
                     io = BufReader::new(Box::new(tls));
                     secure = true;
-                    (from, to) = (String::new(), Vec::new());
+                    (from, parameters, to) = (String::new(), String::new(), Vec::new());
                     continue;
                 }
                 _ => "502 5.5.1 STARTTLS not offered\r\n".into(),
@@ -306,9 +322,27 @@ async fn session(stream: Box<dyn Io>, mut secure: bool, options: &SinkOptions, t
             },
             "MAIL" if !authed => "530 5.7.0 authentication required\r\n".into(),
             "MAIL" => {
-                from = path_of(&text);
-                to.clear();
-                "250 2.1.0 ok\r\n".into()
+                let declared = parameters_of(&text);
+                let utf8 = declared
+                    .split_whitespace()
+                    .any(|p| p.eq_ignore_ascii_case("SMTPUTF8"));
+                if utf8 && options.without_smtputf8 {
+                    "555 5.5.4 SMTPUTF8 not supported\r\n".into()
+                } else if !utf8 && !path_of(&text).is_ascii() {
+                    "553 5.6.7 Must declare SMTPUTF8 to send unicode address\r\n".into()
+                } else {
+                    (from, parameters) = (path_of(&text), declared);
+                    to.clear();
+                    "250 2.1.0 ok\r\n".into()
+                }
+            }
+            "RCPT"
+                if !path_of(&text).is_ascii()
+                    && !parameters
+                        .split_whitespace()
+                        .any(|p| p.eq_ignore_ascii_case("SMTPUTF8")) =>
+            {
+                "553 5.6.7 Must declare SMTPUTF8 to send unicode address\r\n".into()
             }
             "RCPT" => {
                 let rcpt = path_of(&text);
@@ -349,7 +383,7 @@ async fn session(stream: Box<dyn Io>, mut secure: bool, options: &SinkOptions, t
                         return;
                     }
                     _ => {
-                        let n = record(tally, options.record, &from, &to, data);
+                        let n = record(tally, options.record, (&from, &parameters), &to, data);
                         // The way Postfix names its queue id: what a relay's webhook refers to.
                         format!("250 2.0.0 Ok: queued as SINK{n:08X}\r\n")
                     }
@@ -358,7 +392,7 @@ async fn session(stream: Box<dyn Io>, mut secure: bool, options: &SinkOptions, t
                 reply
             }
             "RSET" => {
-                (from, to) = (String::new(), Vec::new());
+                (from, parameters, to) = (String::new(), String::new(), Vec::new());
                 "250 2.0.0 ok\r\n".into()
             }
             "NOOP" => "250 2.0.0 ok\r\n".into(),
@@ -396,7 +430,13 @@ async fn read_body(io: &mut BufReader<Box<dyn Io>>) -> Option<String> {
 }
 
 /// Keeps an accepted message; returns its number (from 1).
-fn record(tally: &Tally, how: Record, from: &str, to: &[String], data: String) -> u64 {
+fn record(
+    tally: &Tally,
+    how: Record,
+    (from, mail_parameters): (&str, &str),
+    to: &[String],
+    data: String,
+) -> u64 {
     let n = tally.accepted.fetch_add(1, Ordering::Relaxed) + 1;
     let id = data
         .split("\r\n\r\n")
@@ -417,6 +457,7 @@ fn record(tally: &Tally, how: Record, from: &str, to: &[String], data: String) -
     if how == Record::Messages {
         tally.messages.lock().unwrap().push(Received {
             from: from.to_owned(),
+            mail_parameters: mail_parameters.to_owned(),
             to: to.to_vec(),
             data,
             at: Instant::now(),

@@ -1,25 +1,28 @@
 //! DKIM signing per org. Each org's key is parsed once per batch (parsing checks the whole RSA
 //! key, which costs far more than hashing one message); every message of the org is then
 //! signed at render time, so captured `.eml` files carry the same signature SMTP would.
+//!
+//! mail-auth canonicalizes and builds the signature over the message exactly as it will be sent;
+//! the RSA operation itself is OpenSSL's (constant-time, blinded, and several times faster than
+//! the pure-Rust `rsa` crate, whose private-key operations leak timing: RUSTSEC-2023-0071).
 
 use std::collections::HashMap;
 
-use lettre::message::dkim::{
-    DkimCanonicalization, DkimCanonicalizationType, DkimConfig, DkimSigningAlgorithm,
-    DkimSigningKey,
-};
-use lettre::message::header::HeaderName;
+use mail_auth::common::crypto::{Algorithm, CryptoError, Sha256, SigningKey};
+use mail_auth::common::headers::{HeaderWriter, Writable};
+use mail_auth::dkim::{Canonicalization, DkimSigner, Done};
+use openssl::hash::MessageDigest;
+use openssl::pkey::{PKey, Private};
 
 use app::db::delivery::Sender;
 
 /// Headers the signature covers: what a reader sees and trusts (From, Subject, Date, To,
-/// Reply-To), the message's identity, and the one-click unsubscribe pair, which receivers
-/// honour only when signed (RFC 8058 §4). A listed header the message lacks is signed as
-/// absent, so nobody can add it later without breaking the signature. Not Content-Type nor
-/// Content-Transfer-Encoding: lettre writes a MIME body's own headers with the body, where its
-/// signer does not see them, so it would sign them as absent and every multipart message would
-/// fail verification (the sender_auth integration test checks this).
-const SIGNED_HEADERS: [&str; 9] = [
+/// Reply-To), the message's identity, how its body is to be read (a relay that rewrote
+/// Content-Type or Content-Transfer-Encoding could change what the body shows), and the
+/// one-click unsubscribe pair, which receivers honour only when signed (RFC 8058 §4). A listed
+/// header the message lacks is signed as absent, so nobody can add it later without breaking
+/// the signature.
+const SIGNED_HEADERS: [&str; 11] = [
     "From",
     "To",
     "Subject",
@@ -27,19 +30,59 @@ const SIGNED_HEADERS: [&str; 9] = [
     "Message-ID",
     "Reply-To",
     "MIME-Version",
+    "Content-Type",
+    "Content-Transfer-Encoding",
     "List-Unsubscribe",
     "List-Unsubscribe-Post",
 ];
 
-/// The signing configuration of each org of a batch that has signing enabled, or why its key
-/// cannot be used (its messages then fail with that reason instead of going out unsigned).
-pub struct Signers(HashMap<i64, Result<DkimConfig, String>>);
+/// An org's signer: its domain, selector and key, with the headers and canonicalization above.
+pub struct Signer(DkimSigner<OpensslRsa, Done>);
+
+impl Signer {
+    /// The `DKIM-Signature` header line (CRLF-terminated) for `message`, to be put in front of it.
+    pub fn header_for(&self, message: &[u8]) -> Result<String, String> {
+        let signature = self
+            .0
+            .sign(message)
+            .map_err(|e| format!("DKIM signing failed: {e}"))?;
+        Ok(signature.to_header())
+    }
+}
+
+/// An RSA private key whose signatures OpenSSL computes; mail-auth hands it the canonicalized
+/// headers.
+pub struct OpensslRsa(PKey<Private>);
+
+impl SigningKey for OpensslRsa {
+    type Hasher = Sha256;
+
+    fn sign(&self, input: impl Writable) -> mail_auth::Result<Vec<u8>> {
+        let mut canonical = Vec::with_capacity(1024);
+        input.write(&mut canonical);
+        let library = |e: openssl::error::ErrorStack| {
+            mail_auth::Error::Crypto(CryptoError::Library(e.to_string()))
+        };
+        let mut signer =
+            openssl::sign::Signer::new(MessageDigest::sha256(), &self.0).map_err(library)?;
+        signer.update(&canonical).map_err(library)?;
+        signer.sign_to_vec().map_err(library)
+    }
+
+    fn algorithm(&self) -> Algorithm {
+        Algorithm::RsaSha256
+    }
+}
+
+/// The signer of each org of a batch that has signing enabled, or why its key cannot be used
+/// (its messages then fail with that reason instead of going out unsigned).
+pub struct Signers(HashMap<i64, Result<Signer, String>>);
 
 impl Signers {
     pub fn load<'a>(senders: impl IntoIterator<Item = &'a Sender>) -> Self {
         let configs = senders
             .into_iter()
-            .filter_map(|s| Some((s.org_id, config(s)?)))
+            .filter_map(|s| Some((s.org_id, signer(s)?)))
             .inspect(|(org_id, c)| {
                 if let Err(e) = c {
                     tracing::warn!(org_id, error = %e, "the organisation's DKIM key cannot be used");
@@ -50,42 +93,35 @@ impl Signers {
     }
 
     /// The org's signer: `Ok(None)` when it does not sign.
-    pub fn for_org(&self, org_id: i64) -> Result<Option<&DkimConfig>, &str> {
+    pub fn for_org(&self, org_id: i64) -> Result<Option<&Signer>, &str> {
         match self.0.get(&org_id) {
             None => Ok(None),
-            Some(Ok(config)) => Ok(Some(config)),
+            Some(Ok(signer)) => Ok(Some(signer)),
             Some(Err(e)) => Err(e),
         }
     }
 }
 
 /// None: signing is off for the org.
-fn config(s: &Sender) -> Option<Result<DkimConfig, String>> {
+fn signer(s: &Sender) -> Option<Result<Signer, String>> {
     let (domain, selector, pem) = (
         s.dkim_domain.as_ref()?,
         s.dkim_selector.as_ref()?,
         s.dkim_private_key_pem.as_ref()?,
     );
-    let key = match DkimSigningKey::new(pem, DkimSigningAlgorithm::Rsa) {
-        Ok(key) => key,
-        // The error names the parse failure, never the key's content.
-        Err(e) => return Some(Err(format!("the DKIM private key does not parse: {e}"))),
+    // PKCS#1 or PKCS#8; the error names the parse failure, never the key's content.
+    let key = match PKey::private_key_from_pem(pem.trim().as_bytes()) {
+        Ok(key) if key.rsa().is_ok() => key,
+        Ok(_) => return Some(Err("the DKIM private key is not an RSA key".into())),
+        Err(_) => return Some(Err("the DKIM private key does not parse".into())),
     };
     // Relaxed for both: it survives the whitespace and header folding changes that relays make
     // (simple header canonicalization breaks on any refolding).
-    let relaxed = DkimCanonicalization {
-        header: DkimCanonicalizationType::Relaxed,
-        body: DkimCanonicalizationType::Relaxed,
-    };
-    let headers = SIGNED_HEADERS
-        .iter()
-        .map(|h| HeaderName::new_from_ascii_str(h))
-        .collect();
-    Some(Ok(DkimConfig::new(
-        selector.clone(),
-        domain.clone(),
-        key,
-        headers,
-        relaxed,
-    )))
+    let signer = DkimSigner::from_key(OpensslRsa(key))
+        .domain(domain.clone())
+        .selector(selector.clone())
+        .headers(SIGNED_HEADERS)
+        .header_canonicalization(Canonicalization::Relaxed)
+        .body_canonicalization(Canonicalization::Relaxed);
+    Some(Ok(Signer(signer)))
 }

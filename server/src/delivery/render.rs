@@ -5,7 +5,6 @@
 //! when the org signs.
 
 use anyhow::Context;
-use lettre::message::dkim::{dkim_sign, DkimConfig};
 use lettre::message::header::{ContentType, HeaderName, HeaderValue};
 use lettre::message::{Mailbox, Message, MultiPart};
 use lettre::Address;
@@ -48,7 +47,7 @@ pub struct Inputs<'a> {
     /// The transactional message's content, rendered when its request was accepted.
     pub transactional: Option<&'a app::db::transactional::Content>,
     /// The org's DKIM signer (None: it does not sign), or why its key cannot be used.
-    pub dkim: Result<Option<&'a DkimConfig>, &'a str>,
+    pub dkim: Result<Option<&'a super::dkim::Signer>, &'a str>,
     /// Signs VERP envelope senders (loaded when an org of the batch has a bounce domain).
     pub verp_key: Option<&'a [u8]>,
 }
@@ -197,7 +196,7 @@ pub fn render(cx: &Inputs<'_>, c: &Claimed) -> anyhow::Result<Rendered> {
         }
     };
     let builder = builder.subject(message.subject);
-    let mut message = match (message.text, message.html) {
+    let message = match (message.text, message.html) {
         (Some(text), Some(html)) => {
             builder.multipart(MultiPart::alternative_plain_html(text, html))?
         }
@@ -206,12 +205,14 @@ pub fn render(cx: &Inputs<'_>, c: &Claimed) -> anyhow::Result<Rendered> {
             .header(ContentType::TEXT_PLAIN)
             .body(text.unwrap_or_default())?,
     };
-    if let Some(config) = dkim {
-        dkim_sign(&mut message, config);
+    let mut bytes = message.formatted();
+    if let Some(signer) = dkim {
+        let header = signer.header_for(&bytes).map_err(anyhow::Error::msg)?;
+        bytes.splice(0..0, header.into_bytes());
     }
     Ok(Rendered {
         envelope_from,
         to,
-        bytes: message.formatted(),
+        bytes,
     })
 }

@@ -9,7 +9,7 @@ use app::db::delivery::{Claimed, Outcome};
 use super::ledger::Ledger;
 use super::render::{render, Inputs, Rendered};
 use super::{Config, Transport};
-use crate::smtp::{BodyOutcome, Connection, Refusal};
+use crate::smtp::{BodyOutcome, Connection, Needs, Refusal};
 
 /// Prefix of a failure reply that also suppresses the address.
 pub const HARD_BOUNCE: &str = "hard bounce: ";
@@ -49,7 +49,11 @@ pub async fn send_one(
                 return retry_or_fail(cfg, c.attempt, "no connection".into());
             };
             let started = std::time::Instant::now();
-            if let Err(refusal) = smtp.prepare(&rendered.envelope_from, &rendered.to).await {
+            let needs = Needs::of(&rendered.envelope_from, &rendered.to, &rendered.bytes);
+            if let Err(refusal) = smtp
+                .prepare(&rendered.envelope_from, &rendered.to, needs)
+                .await
+            {
                 return refused(cfg, c.attempt, refusal);
             }
             let prepared = started.elapsed();
@@ -86,7 +90,7 @@ async fn body_may_start(cfg: &Config, marks: &Ledger, c: &Claimed) -> Result<(),
         Ok(false) => Err(retry_or_fail(
             cfg,
             c.attempt,
-            "lease lost before the body".into(),
+            "lease lost, campaign paused or address suppressed before the body".into(),
         )),
         Err(e) => Err(retry_or_fail(cfg, c.attempt, e)),
     }

@@ -17,7 +17,7 @@ use lettre::address::Address;
 use lettre::transport::smtp::authentication::{Credentials, Mechanism};
 use lettre::transport::smtp::client::{AsyncSmtpConnection, AsyncTokioStream};
 use lettre::transport::smtp::commands::{Data, Mail, Rcpt, Rset};
-use lettre::transport::smtp::extension::ClientId;
+use lettre::transport::smtp::extension::{ClientId, Extension, MailBodyParameter, MailParameter};
 use lettre::transport::smtp::response::Severity;
 
 pub use target::{Security, Target};
@@ -82,6 +82,60 @@ fn is_bad_mailbox(reply: &str) -> bool {
             enhanced.trim_end_matches([',', ';', ':']),
             "5.1.1" | "5.1.2" | "5.1.3" | "5.1.6" | "5.1.10"
         )
+}
+
+/// What a message asks of the server beyond plain 7-bit SMTP, and so what MAIL FROM announces.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Needs {
+    /// An address or a header is not ASCII (RFC 6531/6532): `SMTPUTF8`.
+    pub smtputf8: bool,
+    /// Some byte of the message is not 7-bit (RFC 6152): `BODY=8BITMIME`.
+    pub eight_bit: bool,
+}
+
+impl Needs {
+    /// Display names and subjects are RFC 2047-encoded by the builder, bodies are
+    /// quoted-printable or base64; what stays 8-bit is an internationalized address, in the
+    /// envelope and in the header fields that carry it.
+    pub fn of(from: &Address, to: &Address, message: &[u8]) -> Self {
+        let head_end = message
+            .windows(4)
+            .position(|w| w == b"\r\n\r\n")
+            .unwrap_or(message.len());
+        Needs {
+            smtputf8: !AsRef::<str>::as_ref(from).is_ascii()
+                || !AsRef::<str>::as_ref(to).is_ascii()
+                || !message[..head_end].is_ascii(),
+            eight_bit: !message.is_ascii(),
+        }
+    }
+
+    /// MAIL FROM's parameters on a server offering `offered`, or why the message cannot go
+    /// through it at all (a permanent refusal: another attempt meets the same server).
+    fn parameters(
+        self,
+        offered: &lettre::transport::smtp::extension::ServerInfo,
+    ) -> Result<Vec<MailParameter>, Refusal> {
+        let lacking = |what: &str, why: &str| Refusal {
+            permanent: true,
+            hard_bounce: false,
+            reply: format!("the relay does not support {what}, which this message needs ({why})"),
+        };
+        let mut parameters = Vec::new();
+        if self.smtputf8 {
+            if !offered.supports_feature(Extension::SmtpUtfEight) {
+                return Err(lacking("SMTPUTF8", "an address or header is not ASCII"));
+            }
+            parameters.push(MailParameter::SmtpUtfEight);
+        }
+        if self.eight_bit {
+            if !offered.supports_feature(Extension::EightBitMime) {
+                return Err(lacking("8BITMIME", "the message is not 7-bit"));
+            }
+            parameters.push(MailParameter::Body(MailBodyParameter::EightBitMime));
+        }
+        Ok(parameters)
+    }
 }
 
 /// One open SMTP connection.
@@ -163,15 +217,21 @@ impl Connection {
         })
     }
 
-    /// MAIL, RCPT and DATA: on `Ok` the server waits for the body. Any error here means the
-    /// message was not delivered.
-    pub async fn prepare(&mut self, from: &Address, to: &Address) -> Result<(), Refusal> {
+    /// MAIL (with the parameters `needs` calls for), RCPT and DATA: on `Ok` the server waits
+    /// for the body. Any error here means the message was not delivered.
+    pub async fn prepare(
+        &mut self,
+        from: &Address,
+        to: &Address,
+        needs: Needs,
+    ) -> Result<(), Refusal> {
         // Only a refusal of the recipient says the recipient's address is bad.
         let not_the_recipient = |mut r: Refusal| {
             r.hard_bounce = false;
             r
         };
-        self.step(Mail::new(Some(from.clone()), vec![]))
+        let parameters = needs.parameters(self.inner.server_info())?;
+        self.step(Mail::new(Some(from.clone()), parameters))
             .await
             .map_err(not_the_recipient)?;
         let rest = match self.step(Rcpt::new(to.clone(), vec![])).await {

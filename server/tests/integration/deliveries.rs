@@ -674,3 +674,96 @@ async fn a_hard_bounce_upgrades_an_unsubscribe_and_nothing_downgrades_it() {
     .unwrap());
     assert_eq!(reason(pool.clone()).await, "hard_bounce");
 }
+
+#[tokio::test]
+async fn an_opt_out_committed_after_the_claim_wins_at_the_body_start_mark() {
+    let pool = test_db().await;
+    let (org, users) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let emails: Vec<String> = (0..2).map(|i| format!("m{i}@example.org")).collect();
+    let (cid, _) = campaign_deliveries(&pool, org, users[0].0, "sending", &emails).await;
+    // Account mail (an invitation): an unsubscribe does not stop it, a hard bounce does.
+    let invite_to = ["m0@example.org", "m1@example.org", "t2@example.org"];
+    let mut conn = pool.acquire().await.unwrap();
+    for (i, to) in invite_to.iter().enumerate() {
+        let job = JobId::Invite {
+            org_id: org,
+            user_id: users[0].0,
+            token_id: i as i64 + 1,
+        };
+        let email = EmailAddress::parse(to).unwrap();
+        let mut invite = NewDelivery::plain(&job, org, &email);
+        invite.user_id = Some(users[0].0);
+        assert!(app::db::delivery::enqueue(&mut conn, invite).await.unwrap());
+    }
+    let held = app::db::delivery::claim(&pool, 10, 60.0, "t")
+        .await
+        .unwrap();
+    assert_eq!(held.len(), 5, "nothing was suppressed when claimed");
+    for (to, reason) in [
+        (
+            "m0@example.org",
+            app::domain::SuppressionReason::Unsubscribed,
+        ),
+        ("t2@example.org", app::domain::SuppressionReason::HardBounce),
+    ] {
+        app::db::audience::suppress(
+            &mut conn,
+            org,
+            &EmailAddress::parse(to).unwrap(),
+            reason,
+            "test",
+        )
+        .await
+        .unwrap();
+    }
+    let all: Vec<(String, i32)> = held.iter().map(|c| (c.job_id.clone(), c.attempt)).collect();
+    let marked: HashSet<String> = app::db::delivery::mark_body_started(&mut conn, &all)
+        .await
+        .unwrap()
+        .into_iter()
+        .collect();
+    let job_to = |c: &app::db::delivery::Claimed| (c.kind.as_str(), c.recipient.clone());
+    let mut suppressed = Vec::new();
+    for c in &held {
+        let (status, _) = status_of(&pool, &c.job_id).await;
+        if marked.contains(&c.job_id) {
+            assert_eq!(status, "sending");
+        } else {
+            assert_eq!(status, "suppressed", "{:?}", job_to(c));
+            suppressed.push(job_to(c));
+        }
+    }
+    suppressed.sort();
+    assert_eq!(
+        suppressed,
+        vec![
+            ("campaign", "m0@example.org".to_string()),
+            ("invite", "t2@example.org".to_string()),
+        ],
+        "the unsubscribed campaign recipient and the hard-bounced invitation; \
+         account mail to the unsubscribed address still goes"
+    );
+    assert_eq!(
+        progress(&pool, cid).await,
+        (0, 0, 0, 1),
+        "counted in the campaign's progress"
+    );
+    // Its late outcome is fenced out: the opt-out stands.
+    let m0 = held
+        .iter()
+        .find(|c| c.kind.as_str() == "campaign" && c.recipient == "m0@example.org")
+        .unwrap();
+    let late = app::db::delivery::record(
+        &mut conn,
+        &[(
+            m0.job_id.clone(),
+            m0.attempt,
+            Outcome::Delivered {
+                reply: "250 ok".into(),
+            },
+        )],
+    )
+    .await
+    .unwrap();
+    assert_eq!(late, 0);
+}

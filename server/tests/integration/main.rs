@@ -46,6 +46,7 @@ mod settings;
 mod signup;
 mod smtp_stages;
 mod smtp_tls;
+mod smtp_utf8;
 mod tenancy;
 mod unsubscribe;
 mod user_commands;

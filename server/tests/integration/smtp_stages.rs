@@ -62,11 +62,21 @@ mod staged {
         let mut c = Connection::open(&target(sink.addr)).await.unwrap();
         let from = addr("news@acme.example");
 
-        c.prepare(&from, &addr("ann@example.org")).await.unwrap();
+        c.prepare(
+            &from,
+            &addr("ann@example.org"),
+            mailroom::smtp::Needs::default(),
+        )
+        .await
+        .unwrap();
         assert!(matches!(c.body(BODY).await, BodyOutcome::Accepted(r) if r.starts_with("250")));
 
         let bounce = c
-            .prepare(&from, &addr("bounce@example.org"))
+            .prepare(
+                &from,
+                &addr("bounce@example.org"),
+                mailroom::smtp::Needs::default(),
+            )
             .await
             .unwrap_err();
         assert!(bounce.permanent && bounce.hard_bounce, "{bounce:?}");
@@ -74,12 +84,22 @@ mod staged {
         assert!(c.ready().await, "the connection carries the next message");
 
         let later = c
-            .prepare(&from, &addr("later@example.org"))
+            .prepare(
+                &from,
+                &addr("later@example.org"),
+                mailroom::smtp::Needs::default(),
+            )
             .await
             .unwrap_err();
         assert!(!later.permanent && !later.hard_bounce, "{later:?}");
 
-        c.prepare(&from, &addr("spam@example.org")).await.unwrap();
+        c.prepare(
+            &from,
+            &addr("spam@example.org"),
+            mailroom::smtp::Needs::default(),
+        )
+        .await
+        .unwrap();
         match c.body(BODY).await {
             BodyOutcome::Refused(r) => assert!(
                 r.permanent && !r.hard_bounce && r.reply.contains("5.7.1"),
@@ -89,7 +109,13 @@ mod staged {
         }
         // A refused body leaves the connection usable for the next message.
         assert!(c.ready().await);
-        c.prepare(&from, &addr("bob@example.org")).await.unwrap();
+        c.prepare(
+            &from,
+            &addr("bob@example.org"),
+            mailroom::smtp::Needs::default(),
+        )
+        .await
+        .unwrap();
         assert!(matches!(c.body(BODY).await, BodyOutcome::Accepted(_)));
         c.quit().await;
         let got: Vec<Vec<String>> = sink.messages().into_iter().map(|m| m.to).collect();
@@ -120,9 +146,13 @@ mod staged {
     async fn a_lost_reply_after_the_body_is_unknown_not_retryable() {
         let sink = SmtpSink::start();
         let mut c = Connection::open(&target(sink.addr)).await.unwrap();
-        c.prepare(&addr("a@x.org"), &addr("droplate@y.org"))
-            .await
-            .unwrap();
+        c.prepare(
+            &addr("a@x.org"),
+            &addr("droplate@y.org"),
+            mailroom::smtp::Needs::default(),
+        )
+        .await
+        .unwrap();
         assert!(matches!(c.body(BODY).await, BodyOutcome::Unknown(_)));
         assert!(sink.messages().is_empty(), "nothing was acknowledged");
     }

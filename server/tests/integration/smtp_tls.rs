@@ -71,9 +71,13 @@ async fn send_one(t: &Target) -> Result<BodyOutcome, String> {
         r.reply
     })?;
     let from: Address = "news@acme.example".parse().unwrap();
-    c.prepare(&from, &"bob@example.org".parse().unwrap())
-        .await
-        .map_err(|r| r.reply)?;
+    c.prepare(
+        &from,
+        &"bob@example.org".parse().unwrap(),
+        mailroom::smtp::Needs::default(),
+    )
+    .await
+    .map_err(|r| r.reply)?;
     let outcome = c.body(BODY).await;
     c.quit().await;
     Ok(outcome)

@@ -100,6 +100,29 @@ impl Claimed {
     }
 }
 
+/// The one rule of which suppressions stop a delivery, as a subquery for `exists (…)` over the
+/// delivery row `$row` (with `org_id`, `email_lower`, `kind`): campaign and test mail are blocked
+/// by any suppression of the address, the other kinds only by a hard bounce or complaint. `$kinds`
+/// binds `DeliveryKind::stopped_by_any_suppression_names()`, `$reasons`
+/// `SuppressionReason::stopping_all_mail()`.
+macro_rules! blocks {
+    ($row:literal, $kinds:literal, $reasons:literal) => {
+        concat!(
+            "select 1 from suppressions s where s.org_id = ",
+            $row,
+            ".org_id and s.email_lower = ",
+            $row,
+            ".email_lower and (",
+            $row,
+            ".kind = any(",
+            $kinds,
+            ") or s.reason = any(",
+            $reasons,
+            "))"
+        )
+    };
+}
+
 /// Claims up to `limit` due deliveries in one short statement (its own transaction), marking
 /// them `sending` for `holder` with a lease and the next attempt number.
 ///
@@ -170,8 +193,7 @@ pub async fn claim(
          ),
          blocked as (
              select due.job_id from due
-             join suppressions s on s.org_id = due.org_id and s.email_lower = due.email_lower
-             where due.kind = any($4) or s.reason = any($5)
+             where exists ({blocks})
          ),
          changed as (
              update deliveries d
@@ -187,7 +209,8 @@ pub async fn claim(
          where d.job_id = due.job_id and due.job_id not in (select job_id from blocked)
          returning d.job_id, d.org_id, d.kind, d.recipient, d.attempt, d.campaign_id,
                    d.content_version, d.subscriber_id, d.digest_send_id, d.user_id, d.tx_message_id, d.signup_id",
-        bump = bump_changed!()
+        bump = bump_changed!(),
+        blocks = blocks!("due", "$4", "$5"),
     );
     sqlx::query_as(&sql)
         .bind(limit)
@@ -204,14 +227,16 @@ pub async fn claim(
 /// crash makes the delivery `unknown`, never a silent resend. Returns the job ids marked: a
 /// missing one lost its claim (reaped) and must not be sent. A campaign message whose campaign
 /// was paused or cancelled since the claim is given back to the queue instead (attempt kept):
-/// after a pause commits, each connection sends at most the one message it had marked.
+/// after a pause commits, each connection sends at most the one message it had marked. A message
+/// whose address was suppressed since the claim (by the rule of [`claim`]) becomes `suppressed`
+/// here, counted in its campaign's progress: an opt-out that commits before the mark always wins.
 pub async fn mark_body_started(
     conn: &mut PgConnection,
     held: &[(String, i32)],
 ) -> sqlx::Result<Vec<String>> {
     let (jobs, attempts): (Vec<&str>, Vec<i32>) =
         held.iter().map(|(j, a)| (j.as_str(), *a)).unzip();
-    sqlx::query_scalar(
+    let sql = format!(
         "with held as (select * from unnest($1::text[], $2::int[]) as h(job_id, attempt)),
          stopped as (
              update deliveries d set status = 'queued', claimed_by = null, lease_until = null, updated_at = now()
@@ -219,17 +244,34 @@ pub async fn mark_body_started(
              where d.job_id = h.job_id and d.status = 'sending' and d.attempt = h.attempt
                and c.id = d.campaign_id and c.status not in ('sending', 'sent')
              returning d.job_id
-         )
+         ),
+         changed as (
+             update deliveries d
+             set status = 'suppressed', finished_at = now(), updated_at = now(), claimed_by = null,
+                 lease_until = null, last_error = 'suppressed before the body was sent'
+             from held h
+             where d.job_id = h.job_id and d.status = 'sending' and d.attempt = h.attempt
+               and d.job_id not in (select job_id from stopped)
+               and exists ({blocks})
+             returning d.job_id, d.org_id, d.campaign_id, d.status
+         ),
+         {bump}
          update deliveries d set body_started_at = now(), updated_at = now()
          from held h
          where d.job_id = h.job_id and d.status = 'sending' and d.attempt = h.attempt
            and d.job_id not in (select job_id from stopped)
+           and d.job_id not in (select job_id from changed)
          returning d.job_id",
-    )
-    .bind(&jobs)
-    .bind(&attempts)
-    .fetch_all(conn)
-    .await
+        blocks = blocks!("d", "$3", "$4"),
+        bump = bump_changed!(),
+    );
+    sqlx::query_scalar(&sql)
+        .bind(&jobs)
+        .bind(&attempts)
+        .bind(crate::domain::DeliveryKind::stopped_by_any_suppression_names())
+        .bind(crate::domain::SuppressionReason::stopping_all_mail())
+        .fetch_all(conn)
+        .await
 }
 
 /// The outcome of one attempt.
