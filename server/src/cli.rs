@@ -288,6 +288,21 @@ pub struct WorkerArgs {
     #[arg(long, env = "MAILROOM_MESSAGE_ID_DOMAIN")]
     pub message_id_domain: Option<String>,
 
+    /// Unknown outcomes or connection failures in a row after which the SMTP server counts as
+    /// failing: nothing more is sent to it until a probe connection succeeds.
+    #[arg(long, env = "MAILROOM_RELAY_FAILURES", default_value_t = 10,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub relay_failures: u32,
+
+    /// Seconds a failing SMTP server may stay failing before the campaigns sending through it
+    /// are paused (resumed by themselves when it answers again).
+    #[arg(
+        long,
+        env = "MAILROOM_RELAY_PAUSE_CAMPAIGNS_AFTER_SECONDS",
+        default_value_t = 120
+    )]
+    pub relay_pause_campaigns_after_seconds: u64,
+
     /// Messages per second to the SMTP server, shared by all replicas (a token bucket in the
     /// database). Unset: no limit.
     #[arg(long, env = "MAILROOM_SMTP_RATE_PER_SECOND")]
@@ -414,6 +429,13 @@ impl WorkerArgs {
             },
             progress: crate::progress::Notifier::default(),
             held: Default::default(),
+            breaker: app::domain::relay::BreakerPolicy {
+                failures: self.relay_failures,
+                pause_campaigns_after: std::time::Duration::from_secs(
+                    self.relay_pause_campaigns_after_seconds,
+                ),
+                ..Default::default()
+            },
         }
     }
 

@@ -94,6 +94,9 @@ pub struct SinkOptions {
     pub auth: Option<(String, String)>,
     /// `SMTPUTF8` is not offered (nor accepted), as on a relay that lacks it.
     pub without_smtputf8: bool,
+    /// While set, every body is read and the connection closed without a reply (a relay that
+    /// misbehaves for everyone); flip it during a test.
+    pub drop_after_body: Arc<std::sync::atomic::AtomicBool>,
 }
 
 #[derive(Default)]
@@ -370,6 +373,9 @@ async fn session(stream: Box<dyn Io>, mut secure: bool, options: &SinkOptions, t
                 let Some(data) = read_body(&mut io).await else {
                     return;
                 };
+                if options.drop_after_body.load(Ordering::SeqCst) {
+                    return;
+                }
                 let worst = to
                     .iter()
                     .map(|t| script(t))

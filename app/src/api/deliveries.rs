@@ -56,6 +56,37 @@ pub struct CapturedText {
     pub truncated: bool,
 }
 
+/// A relay as its circuit breaker last saw it (the relay's address is the operator's, not
+/// shown).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RelayView {
+    pub state: crate::domain::relay::RelayState,
+    /// Failures in a row when it stopped.
+    pub failures: i32,
+    /// Since when nothing is sent to it, and when it is tried again (UTC, `HH:MM`).
+    pub since: Option<String>,
+    pub next_probe: Option<String>,
+    pub why: Option<String>,
+}
+
+/// The relays' health: a failing relay is why mail waits, whichever org it is for.
+#[server(endpoint = "relay_health")]
+pub async fn relay_health() -> Result<Vec<RelayView>, AppError> {
+    let (_me, pool) = super::signed_in().await?;
+    let mut conn = pool.acquire().await?;
+    let relays = crate::db::relay_health::all(&mut conn).await?;
+    Ok(relays
+        .into_iter()
+        .map(|h| RelayView {
+            state: h.state,
+            failures: h.failures,
+            since: h.opened_at,
+            next_probe: h.next_probe_at,
+            why: h.last_error.map(|w| w.describe().to_string()),
+        })
+        .collect())
+}
+
 /// Deliveries of the org in each state.
 #[server(endpoint = "delivery_counts")]
 pub async fn delivery_counts() -> Result<Vec<StatusCount>, AppError> {

@@ -46,6 +46,8 @@ pub mod overview;
 pub mod password_tokens;
 /// The per-SMTP-server token bucket shared by every replica, refilled by database time.
 pub mod rate_limit;
+/// What the relays' circuit breakers publish, and the campaigns they pause and resume.
+pub mod relay_health;
 /// Generated secrets shared by every replica: created once, then read by all.
 pub mod secrets;
 /// Server-side sessions, stored by the hash of their token.

@@ -108,6 +108,8 @@ pub mod login_throttle;
 pub mod org;
 /// A campaign's progress as pages show it, with the send rate and ETA.
 pub mod progress;
+/// A relay's circuit breaker: what counts against a relay, when to stop and when to probe.
+pub mod relay;
 /// A user's role within their organisation.
 mod role;
 /// What a one-line name typed by a person may not hold.

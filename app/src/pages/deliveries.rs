@@ -9,8 +9,10 @@ use leptos_router::hooks::use_query_map;
 use leptos_router::location::Url;
 
 use crate::api::deliveries::{
-    captured_message, deliveries_page, delivery_counts, DeliveryRow, RetryDelivery,
+    captured_message, deliveries_page, delivery_counts, relay_health, DeliveryRow, RelayView,
+    RetryDelivery,
 };
+use crate::domain::relay::RelayState;
 use crate::domain::{DeliveryKind, DeliveryStatus};
 
 /// The list's filters as they stand in the URL (`?status=&kind=&recipient=&after=`).
@@ -55,6 +57,35 @@ pub(super) fn badge_class(s: DeliveryStatus) -> &'static str {
     }
 }
 
+/// One line per relay: healthy, or failing with since when, why, and the next try.
+#[component]
+fn RelayHealthNote(relays: Vec<RelayView>) -> impl IntoView {
+    relays
+        .into_iter()
+        .map(|r| match r.state {
+            RelayState::Healthy => view! {
+                <p class="mb-4 text-sm text-slate-600 dark:text-slate-300" data-test="relay-health" data-state="healthy">
+                    "Mail relay: healthy."
+                </p>
+            }
+            .into_any(),
+            RelayState::Open => view! {
+                <p role="status" data-test="relay-health" data-state="open"
+                    class="mb-4 rounded border border-amber-300 bg-amber-50 p-3 text-sm text-amber-900 dark:border-amber-700 dark:bg-amber-950 dark:text-amber-100">
+                    {format!(
+                        "The mail relay is failing ({} failures in a row: {}). Nothing is sent to it since {} UTC; it is tried again at {} UTC, and mail waits in the queue meanwhile. Campaigns are paused while it lasts and resume by themselves.",
+                        r.failures,
+                        r.why.as_deref().unwrap_or("it does not answer"),
+                        r.since.as_deref().unwrap_or("?"),
+                        r.next_probe.as_deref().unwrap_or("?"),
+                    )}
+                </p>
+            }
+            .into_any(),
+        })
+        .collect_view()
+}
+
 #[component]
 pub fn DeliveriesPage() -> impl IntoView {
     let query = super::query_of(|get| Query {
@@ -72,6 +103,7 @@ pub fn DeliveriesPage() -> impl IntoView {
         }
     });
     let counts = Resource::new(move || retry.version().get(), |_| delivery_counts());
+    let relays = Resource::new(move || retry.version().get(), |_| relay_health());
     let page = Resource::new(
         move || (query.get(), retry.version().get()),
         |(q, _)| {
@@ -86,6 +118,11 @@ pub fn DeliveriesPage() -> impl IntoView {
     view! {
         <h1 class="text-2xl font-semibold mb-4">"Deliveries"</h1>
         {move || super::action_outcome(retry.value().get(), "retry-result")}
+        <Suspense fallback=|| ()>
+            {move || Suspend::new(async move {
+                relays.await.ok().map(|relays| view! { <RelayHealthNote relays/> })
+            })}
+        </Suspense>
         <Suspense fallback=|| view! { <p>"Loading…"</p> }>
             {move || Suspend::new(async move {
                 match counts.await {

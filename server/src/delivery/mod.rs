@@ -5,6 +5,8 @@
 
 /// A claimed batch and what its renderers read, loaded once per batch.
 mod batch;
+/// The relay's circuit breaker: stop, probe, pause and resume campaigns.
+mod breaker;
 /// DKIM signing: each org's key parsed once per batch, each message signed when rendered.
 mod confirm;
 mod dkim;
@@ -32,6 +34,7 @@ use app::domain::Backoff;
 use crate::shutdown::Shutdown;
 use crate::smtp::{Connection, Target};
 use batch::Loaded;
+use breaker::Breaker;
 pub use held::Held;
 use ledger::Ledger;
 pub use render::Links;
@@ -68,6 +71,8 @@ pub struct Config {
     pub progress: crate::progress::Notifier,
     /// The claims in flight, whose leases this process extends.
     pub held: Held,
+    /// When the relay counts as failing, and how its probes and campaign pauses go.
+    pub breaker: app::domain::relay::BreakerPolicy,
 }
 
 impl Config {
@@ -87,18 +92,42 @@ pub struct Worker {
     cfg: Config,
     holder: String,
     ledger: Ledger,
+    breaker: Breaker,
+    /// The breaker's warden, stopped with the worker.
+    warden: Option<tokio::task::JoinHandle<()>>,
     connections: Vec<Option<Connection>>,
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        if let Some(warden) = self.warden.take() {
+            warden.abort();
+        }
+    }
 }
 
 impl Worker {
     pub fn new(pool: PgPool, cfg: Config, holder: impl Into<String>) -> Self {
         let ledger = Ledger::start(crate::database::generic_plans_pool(&pool, 4));
         let connections = (0..cfg.connections.max(1)).map(|_| None).collect();
+        let breaker = Breaker::new(cfg.breaker);
+        // Captured mail has no relay to fail.
+        let warden = match &cfg.transport {
+            Transport::Smtp(target) => Some(tokio::spawn(breaker::warden(
+                pool.clone(),
+                breaker.clone(),
+                target.clone(),
+                cfg.bucket(),
+            ))),
+            Transport::Capture(_) => None,
+        };
         Worker {
             pool,
             cfg,
             holder: holder.into(),
             ledger,
+            breaker,
+            warden,
             connections,
         }
     }
@@ -126,8 +155,12 @@ impl Worker {
     /// One round over every connection: claim a batch, send it, record the outcomes. Returns
     /// how many deliveries were claimed.
     pub async fn round(&mut self) -> anyhow::Result<usize> {
-        let (pool, cfg, holder, ledger) = (&self.pool, &self.cfg, &self.holder, &self.ledger);
-        claim_and_send(pool, cfg, holder, ledger, cfg.batch, &mut self.connections).await
+        if self.breaker.is_open() {
+            return Ok(0);
+        }
+        let (pool, cfg, holder) = (&self.pool, &self.cfg, &self.holder);
+        let sending = (&self.ledger, &self.breaker);
+        claim_and_send(pool, cfg, holder, sending, cfg.batch, &mut self.connections).await
     }
 
     /// Says goodbye on every open connection.
@@ -149,7 +182,7 @@ async fn claim_and_send(
     pool: &PgPool,
     cfg: &Config,
     holder: &str,
-    ledger: &Ledger,
+    (ledger, breaker): (&Ledger, &Breaker),
     limit: i64,
     connections: &mut [Option<Connection>],
 ) -> anyhow::Result<usize> {
@@ -166,7 +199,7 @@ async fn claim_and_send(
     let chunks = batch
         .chunks(per_connection)
         .zip(connections.iter_mut())
-        .map(|(chunk, conn)| send_chunk(cfg, ledger, &loaded, chunk, conn));
+        .map(|(chunk, conn)| send_chunk(cfg, (ledger, breaker), &loaded, chunk, conn));
     // Every chunk runs concurrently on its own connection; outcomes are group-committed.
     for done in futures::future::join_all(chunks).await {
         done?;
@@ -181,7 +214,7 @@ async fn claim_and_send(
 /// outcome to the ledger as soon as it is known; returns once all of them are committed.
 async fn send_chunk(
     cfg: &Config,
-    ledger: &Ledger,
+    (ledger, breaker): (&Ledger, &Breaker),
     loaded: &Loaded,
     chunk: &[Claimed],
     conn: &mut Option<Connection>,
@@ -189,7 +222,8 @@ async fn send_chunk(
     let mut recorded = Vec::with_capacity(chunk.len());
     for c in chunk {
         let cx = loaded.inputs(cfg, c);
-        let outcome = send_one(cfg, ledger, &cx, c, conn).await;
+        let (outcome, signal) = send_one(cfg, ledger, breaker, &cx, c, conn).await;
+        breaker.observe(signal);
         recorded.push(ledger.record(ledger::Result::of(c, outcome)));
     }
     for r in recorded {

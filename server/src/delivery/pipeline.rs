@@ -80,6 +80,14 @@ pub async fn run(w: Worker, shutdown: Shutdown) {
 /// Claims `share` messages whenever the hand-off queue has room for all of them.
 async fn feed(w: Arc<Worker>, to_send: mpsc::Sender<Job>, share: usize, shutdown: Shutdown) {
     while !shutdown.is_requested() {
+        // The relay's circuit is open: claim nothing until a probe closes it.
+        if w.breaker.is_open() {
+            tokio::select! {
+                _ = shutdown.requested() => break,
+                _ = tokio::time::sleep(w.cfg.idle) => {}
+            }
+            continue;
+        }
         let room = tokio::select! {
             _ = shutdown.requested() => break,
             room = to_send.reserve_many(share) => match room {
@@ -172,7 +180,8 @@ async fn connection(
         };
         let c = &job.claimed;
         let cx = job.loaded.inputs(&w.cfg, c);
-        let outcome = send_one(&w.cfg, &w.ledger, &cx, c, &mut conn[0]).await;
+        let (outcome, signal) = send_one(&w.cfg, &w.ledger, &w.breaker, &cx, c, &mut conn[0]).await;
+        w.breaker.observe(signal);
         let recorded = w.ledger.record(ledger::Result::of(c, outcome));
         let campaign = c.content_campaign();
         // The settler outlives every connection; if it is gone, so is the process.

@@ -6,6 +6,9 @@ use std::path::Path;
 
 use app::db::delivery::{Claimed, Outcome};
 
+use app::domain::relay::{RelayFailure, Signal};
+
+use super::breaker::Breaker;
 use super::ledger::Ledger;
 use super::render::{render, Inputs, Rendered};
 use super::{Config, Transport};
@@ -14,26 +17,33 @@ use crate::smtp::{BodyOutcome, Connection, Needs, Refusal};
 /// Prefix of a failure reply that also suppresses the address.
 pub const HARD_BOUNCE: &str = "hard bounce: ";
 
-/// Sends one message over `conn` (opened or re-opened as needed) or into the capture directory.
+/// Sends one message over `conn` (opened or re-opened as needed) or into the capture directory;
+/// says what the attempt showed of the relay's health. While the relay's circuit is open the
+/// message is not sent but given back to the queue.
 #[tracing::instrument(name = "send", skip_all, fields(job_id = %c.job_id, kind = %c.kind, attempt = c.attempt))]
 pub async fn send_one(
     cfg: &Config,
     marks: &Ledger,
+    breaker: &Breaker,
     cx: &Inputs<'_>,
     c: &Claimed,
     conn: &mut Option<Connection>,
-) -> Outcome {
+) -> (Outcome, Signal) {
     let rendered = match render(cx, c) {
         Ok(r) => r,
         // Nothing a later attempt would change (a bad address, no content): final, with why.
         Err(e) => {
-            return Outcome::Failed {
-                reply: format!("cannot render: {e:#}"),
-            }
+            let reply = format!("cannot render: {e:#}");
+            return (Outcome::Failed { reply }, Signal::None);
         }
     };
     match &cfg.transport {
-        Transport::Capture(dir) => capture(cfg, marks, dir, c, &rendered).await,
+        Transport::Capture(dir) => (capture(cfg, marks, dir, c, &rendered).await, Signal::None),
+        Transport::Smtp(_) if breaker.is_open() => {
+            *conn = None;
+            let why = "not sent: the relay kept failing, sending to it is paused until it answers a probe";
+            (retry_or_fail(cfg, c.attempt, why.into()), Signal::None)
+        }
         Transport::Smtp(target) => {
             let reusable = match conn.as_mut() {
                 Some(open) => open.ready().await,
@@ -42,11 +52,14 @@ pub async fn send_one(
             if !reusable {
                 match Connection::open(target).await {
                     Ok(opened) => *conn = Some(opened),
-                    Err(refusal) => return refused(cfg, c.attempt, refusal),
+                    Err(refusal) => return refused_by(cfg, c.attempt, refusal),
                 }
             }
             let Some(smtp) = conn.as_mut() else {
-                return retry_or_fail(cfg, c.attempt, "no connection".into());
+                return (
+                    retry_or_fail(cfg, c.attempt, "no connection".into()),
+                    Signal::None,
+                );
             };
             let started = std::time::Instant::now();
             let needs = Needs::of(&rendered.envelope_from, &rendered.to, &rendered.bytes);
@@ -54,12 +67,12 @@ pub async fn send_one(
                 .prepare(&rendered.envelope_from, &rendered.to, needs)
                 .await
             {
-                return refused(cfg, c.attempt, refusal);
+                return refused_by(cfg, c.attempt, refusal);
             }
             let prepared = started.elapsed();
             if let Err(outcome) = body_may_start(cfg, marks, c).await {
                 *conn = None; // abandon the open transaction
-                return outcome;
+                return (outcome, Signal::Answered);
             }
             let marked = started.elapsed();
             let outcome = smtp.body(&rendered.bytes).await;
@@ -71,15 +84,29 @@ pub async fn send_one(
             );
             crate::metrics::SMTP_LATENCY.observe(started.elapsed().as_secs_f64());
             match outcome {
-                BodyOutcome::Accepted(reply) => Outcome::Delivered { reply },
-                BodyOutcome::Refused(refusal) => refused(cfg, c.attempt, refusal),
+                BodyOutcome::Accepted(reply) => (Outcome::Delivered { reply }, Signal::Answered),
+                BodyOutcome::Refused(refusal) => refused_by(cfg, c.attempt, refusal),
                 BodyOutcome::Unknown(error) => {
                     *conn = None;
-                    Outcome::Unknown { error }
+                    (
+                        Outcome::Unknown { error },
+                        Signal::Failed(RelayFailure::NoReplyAfterBody),
+                    )
                 }
             }
         }
     }
+}
+
+/// A refusal's outcome, and what it says of the relay: a reply means it works, a network
+/// error or a timeout counts against it.
+fn refused_by(cfg: &Config, attempt: i32, r: Refusal) -> (Outcome, Signal) {
+    let signal = if r.answered {
+        Signal::Answered
+    } else {
+        Signal::Failed(RelayFailure::Unreachable)
+    };
+    (refused(cfg, attempt, r), signal)
 }
 
 /// From here a crash must read as "may have been sent": the mark is committed before the body

@@ -31,6 +31,9 @@ pub struct Refusal {
     pub hard_bounce: bool,
     /// The server's reply, or the network error.
     pub reply: String,
+    /// The server said it (an SMTP reply); false for a network error or a timeout, which count
+    /// against the relay's health.
+    pub answered: bool,
 }
 
 /// How a body ended.
@@ -57,6 +60,7 @@ impl Refusal {
                     permanent,
                     hard_bounce: permanent && is_bad_mailbox(&reply),
                     reply,
+                    answered: true,
                 }
             }
             // Connect errors, timeouts, a dropped connection before the body: try again later.
@@ -64,6 +68,7 @@ impl Refusal {
                 permanent: false,
                 hard_bounce: false,
                 reply: text,
+                answered: false,
             },
         }
     }
@@ -120,6 +125,7 @@ impl Needs {
             permanent: true,
             hard_bounce: false,
             reply: format!("the relay does not support {what}, which this message needs ({why})"),
+            answered: true,
         };
         let mut parameters = Vec::new();
         if self.smtputf8 {
@@ -158,6 +164,7 @@ impl Connection {
             permanent: false,
             hard_bounce: false,
             reply,
+            answered: false,
         };
         let connect = tokio::net::TcpStream::connect((target.host.as_str(), target.port));
         let stream = tokio::time::timeout(target.timeout, connect)
@@ -274,6 +281,7 @@ impl Connection {
                     permanent: false,
                     hard_bounce: false,
                     reply: "the server did not answer in time".into(),
+                    answered: false,
                 })
             }
         }

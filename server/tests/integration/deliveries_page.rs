@@ -616,3 +616,42 @@ async fn hostile_filter_values_are_refused_naming_the_filter() {
         }
     }
 }
+
+#[tokio::test]
+async fn the_page_says_when_the_relay_is_failing_without_naming_it() {
+    let pool = test_db().await;
+    let (_, users) = org_with_users(&pool, "alpha", &[Role::Viewer]).await;
+    app::db::relay_health::opened(
+        &pool,
+        "10.1.2.3:2525",
+        7,
+        0,
+        60.0,
+        app::domain::relay::RelayFailure::NoReplyAfterBody,
+    )
+    .await
+    .unwrap();
+    let app = spawn_app(pool.clone()).await;
+    let c = signed_in(&app, &users[0].1, &users[0].2).await;
+    let page = |c: reqwest::Client| {
+        let url = format!("{}/deliveries", app.base);
+        async move { c.get(url).send().await.unwrap().text().await.unwrap() }
+    };
+    let html = page(c.clone()).await;
+    assert!(html.contains(r#"data-state="open""#), "{html}");
+    assert!(html.contains("7 failures in a row"), "{html}");
+    assert!(
+        html.contains("takes messages without confirming them"),
+        "{html}"
+    );
+    assert!(
+        !html.contains("10.1.2.3"),
+        "the relay's address stays the operator's"
+    );
+    app::db::relay_health::healed(&pool, "10.1.2.3:2525")
+        .await
+        .unwrap();
+    let html = page(c).await;
+    assert!(html.contains(r#"data-state="healthy""#), "{html}");
+    assert!(!html.contains(r#"data-state="open""#));
+}

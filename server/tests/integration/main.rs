@@ -32,6 +32,7 @@ mod metrics;
 mod migrations;
 mod progress_stream;
 mod rate_limit;
+mod relay_breaker;
 mod relay_webhooks;
 mod request_limits;
 mod rest_api;

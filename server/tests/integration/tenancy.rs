@@ -58,7 +58,8 @@ fn case(endpoint: &str) -> Option<Case> {
         | "sender_auth"
         | "users"
         | "audit_log"
-        | "relay_settings" => Case::Scoped(vec![]),
+        | "relay_settings"
+        | "relay_health" => Case::Scoped(vec![]),
         "relay_events" => Case::Scoped(vec![("unmatched", "false".into())]),
         "api_tokens" | "templates" => Case::Scoped(vec![]),
         "template" => Case::Object {

@@ -47,11 +47,11 @@ pub async fn snapshot(
                 (extract(epoch from c.ended_at) * 1000)::bigint as finished_ms,
                 to_char(c.started_at at time zone c.timezone, 'YYYY-MM-DD HH24:MI') as started,
                 to_char(c.ended_at at time zone c.timezone, 'YYYY-MM-DD HH24:MI') as finished,
-                c.pause_reason
+                coalesce(c.relay_pause_reason, c.pause_reason) as pause_reason
          from c
          left join progress_slots p on p.campaign_id = c.id
          group by c.id, c.name, c.subject, c.status, c.recipients_total, c.started_at, c.ended_at,
-                  c.timezone, c.pause_reason"
+                  c.timezone, c.pause_reason, c.relay_pause_reason"
     ))
     .bind(org_id)
     .bind(campaign_id)

@@ -144,7 +144,8 @@ pub async fn api_page(
         format!("to_char(c.{c} at time zone 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') as {c}")
     };
     let sql = format!(
-        "select c.id, c.name, c.status, c.content_version, c.pause_reason, c.recipients_total,
+        "select c.id, c.name, c.status, c.content_version,
+                coalesce(c.relay_pause_reason, c.pause_reason) as pause_reason, c.recipients_total,
                 p.queued + p.handed_off as queued, p.delivered, p.failed, p.unknown, p.suppressed, p.cancelled,
                 {created}, {scheduled}, {started}, {finished}
          from campaigns c

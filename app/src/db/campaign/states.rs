@@ -95,7 +95,7 @@ pub async fn change(
     t: Transition,
 ) -> Result<(), ChangeError> {
     let done: Option<i64> = sqlx::query_scalar(
-        "update campaigns set status = $4,
+        "update campaigns set status = $4, relay_pause_reason = null,
                 submitted_at = case when $4 = 'submitted' then now() else submitted_at end
          where org_id = $1 and id = $2 and status = any($3) and deleted_at is null
          returning id",
