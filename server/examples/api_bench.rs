@@ -9,7 +9,7 @@
 //! Besides wall-clock rates, the replica's and PostgreSQL's CPU per 1,000.
 //!
 //! Run through `bench/api.sh`. Usage: api_bench <mailroom binary> [rows=100000]
-//! [requests=5000] [clients=50]
+//! [requests=5000] [clients=50] [bulk_clients=1] (bulk requests sent that many at a time)
 
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -94,10 +94,11 @@ async fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().collect();
     let bin = args
         .get(1)
-        .context("usage: api_bench <mailroom binary> [rows] [requests] [clients]")?;
+        .context("usage: api_bench <mailroom binary> [rows] [requests] [clients] [bulk_clients]")?;
     let rows: usize = args.get(2).map_or(Ok(100_000), |s| s.parse())?;
     let requests: usize = args.get(3).map_or(Ok(5_000), |s| s.parse())?;
     let clients: usize = args.get(4).map_or(Ok(50), |s| s.parse())?;
+    let bulk_clients: usize = args.get(5).map_or(Ok(1), |s| s.parse())?;
     let data = tempfile::Builder::new()
         .prefix("mrapibench")
         .tempdir_in("/tmp")?;
@@ -171,32 +172,43 @@ async fn main() -> anyhow::Result<()> {
         for (round, offset) in [("created", 0), ("updated", 0)] {
             let before = support::cpu_seconds(replica.id(), postmaster);
             let started = Instant::now();
-            for chunk in (0..rows).collect::<Vec<_>>().chunks(10_000) {
-                let body = serde_json::json!({ "subscribers": chunk.iter().map(|i| serde_json::json!({
-                    "email": format!("s{}@bench.example", i + offset), "name": format!("Subscriber {i}"),
-                    "attributes": {"plan": "pro", "seats": i % 50}, "list_ids": [list],
-                })).collect::<Vec<_>>() });
-                let r = client
-                    .post(format!("{origin}/api/v1/subscribers/bulk"))
-                    .bearer_auth(TOKEN)
-                    .header("content-type", "application/json")
-                    .body(body.to_string())
-                    .send()
-                    .await?;
-                let status = r.status();
-                let answer: serde_json::Value = serde_json::from_str(&r.text().await?)?;
-                if !status.is_success() || answer[round].as_u64() != Some(chunk.len() as u64) {
-                    bail!(
-                        "bulk upsert answered {status}: {}",
-                        answer.to_string().chars().take(300).collect::<String>()
-                    );
+            let all: Vec<usize> = (0..rows).collect();
+            let sends = all.chunks(10_000).map(|chunk| {
+                let client = client.clone();
+                let origin = origin.clone();
+                async move {
+                    let body = serde_json::json!({ "subscribers": chunk.iter().map(|i| serde_json::json!({
+                        "email": format!("s{}@bench.example", i + offset), "name": format!("Subscriber {i}"),
+                        "attributes": {"plan": "pro", "seats": i % 50}, "list_ids": [list],
+                    })).collect::<Vec<_>>() });
+                    let r = client
+                        .post(format!("{origin}/api/v1/subscribers/bulk"))
+                        .bearer_auth(TOKEN)
+                        .header("content-type", "application/json")
+                        .body(body.to_string())
+                        .send()
+                        .await?;
+                    let status = r.status();
+                    let answer: serde_json::Value = serde_json::from_str(&r.text().await?)?;
+                    if !status.is_success() || answer[round].as_u64() != Some(chunk.len() as u64) {
+                        bail!(
+                            "bulk upsert answered {status}: {}",
+                            answer.to_string().chars().take(300).collect::<String>()
+                        );
+                    }
+                    Ok(())
                 }
+            });
+            use futures::StreamExt;
+            let mut sending = futures::stream::iter(sends).buffer_unordered(bulk_clients.max(1));
+            while let Some(done) = sending.next().await {
+                done?;
             }
             let took = started.elapsed();
             let after = support::cpu_seconds(replica.id(), postmaster);
             let per = |c: f64| c * 1000.0 * 1000.0 / rows as f64;
             println!(
-                "bulk upsert, {round}: {rows} subscribers in requests of 10,000: {:.0} subscribers/s; CPU ms per 1,000: replica {:.0}, PostgreSQL {:.0}",
+                "bulk upsert, {round}: {rows} subscribers in requests of 10,000, {bulk_clients} at a time: {:.0} subscribers/s; CPU ms per 1,000: replica {:.0}, PostgreSQL {:.0}",
                 rows as f64 / took.as_secs_f64(),
                 per(after.0 - before.0),
                 per(after.1 - before.1),
