@@ -50,6 +50,19 @@ pub async fn healed(pool: &PgPool, relay: &str) -> sqlx::Result<()> {
     .map(drop)
 }
 
+/// Whether an outage left something behind: campaigns a breaker paused, or `relay` still shown
+/// failing (its process stopped mid-outage).
+pub async fn left_failing(pool: &PgPool, relay: &str) -> sqlx::Result<bool> {
+    sqlx::query_scalar(
+        "select exists (select 1 from campaigns
+                        where status = 'paused' and relay_pause_reason is not null and deleted_at is null)
+             or exists (select 1 from relay_health where relay = $1 and state = 'open')",
+    )
+    .bind(relay)
+    .fetch_one(pool)
+    .await
+}
+
 /// One relay as the dashboard shows it (times in UTC, `HH:MM`).
 #[derive(sqlx::FromRow, Debug, Clone, PartialEq)]
 pub struct Health {

@@ -13,7 +13,7 @@
 //! `unknown` per connection per probe.
 
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use sqlx::PgPool;
 use tokio::sync::Notify;
@@ -58,15 +58,26 @@ impl Breaker {
     }
 }
 
+/// How often a closed breaker looks for campaigns some breaker paused and nobody resumed (its
+/// process was restarted mid-outage, or a write failed), and resumes them if a probe succeeds.
+const RECOVER_EVERY: Duration = Duration::from_secs(60);
+
 /// Watches the breaker until the process ends: on each opening, publishes it, probes after
 /// growing pauses, pauses the campaigns once the outage lasts, and on a good probe closes the
-/// circuit and resumes them.
+/// circuit and resumes them. While closed, it recovers what an earlier outage left paused (at
+/// start, then every [`RECOVER_EVERY`]).
 pub async fn warden(pool: PgPool, breaker: Breaker, target: Target, relay: String) {
     let policy = breaker.0.policy;
-    // When the relay began failing; kept while it closes on probation and reopens.
-    let mut outage: Option<Instant> = None;
+    let mut recover_in = Duration::ZERO;
     loop {
-        breaker.0.opened.notified().await;
+        tokio::select! {
+            _ = breaker.0.opened.notified() => {}
+            _ = tokio::time::sleep(recover_in) => {
+                recover_in = RECOVER_EVERY;
+                recover(&pool, &breaker, &target, &relay).await;
+                continue;
+            }
+        }
         let (failures, why, trips) = {
             let rules = breaker.rules();
             if !rules.is_open() {
@@ -75,10 +86,11 @@ pub async fn warden(pool: PgPool, breaker: Breaker, target: Target, relay: Strin
             let why = rules.last_failure().unwrap_or(RelayFailure::Unreachable);
             (rules.failures(), why, rules.trips())
         };
-        if trips <= 1 {
-            outage = Some(Instant::now());
-        }
-        let started = *outage.get_or_insert_with(Instant::now);
+        // Each outage has its own clock: one failure long after a recovery does not inherit the
+        // last outage's time and pause every campaign at once.
+        let started = Instant::now();
+        // Once per outage, so an admin who resumes a campaign meanwhile is not overruled.
+        let mut paused = false;
         tracing::warn!(
             relay,
             failures,
@@ -101,41 +113,68 @@ pub async fn warden(pool: PgPool, breaker: Breaker, target: Target, relay: Strin
                 tracing::warn!(error = %e, "cannot record the relay's state");
             }
             tokio::time::sleep(pause).await;
-            if started.elapsed() >= policy.pause_campaigns_after {
+            if !paused && started.elapsed() >= policy.pause_campaigns_after {
                 let reason = format!(
                     "Paused by Mailroom: the mail relay failed {failures} times in a row ({}). \
                      Sending resumes by itself once the relay answers again.",
                     why.describe()
                 );
                 match app::db::relay_health::pause_campaigns(&pool, &reason).await {
-                    Ok(paused) if !paused.is_empty() => {
-                        tracing::warn!(
-                            relay,
-                            campaigns = paused.len(),
-                            "campaigns paused: the relay keeps failing"
-                        )
+                    Ok(done) => {
+                        paused = true;
+                        if !done.is_empty() {
+                            tracing::warn!(
+                                relay,
+                                campaigns = done.len(),
+                                "campaigns paused: the relay keeps failing"
+                            )
+                        }
                     }
-                    Ok(_) => {}
                     Err(e) => tracing::warn!(error = %e, "cannot pause the campaigns"),
                 }
             }
             if probe(&target).await {
                 breaker.rules().close(&policy);
                 tracing::info!(relay, "the relay answers again: sending resumes");
-                if let Err(e) = app::db::relay_health::healed(&pool, &relay).await {
-                    tracing::warn!(error = %e, "cannot record the relay's state");
-                }
-                match app::db::relay_health::resume_campaigns(&pool).await {
-                    Ok(resumed) if !resumed.is_empty() => {
-                        tracing::info!(relay, campaigns = resumed.len(), "campaigns resumed")
-                    }
-                    Ok(_) => {}
-                    Err(e) => tracing::warn!(error = %e, "cannot resume the campaigns"),
-                }
+                heal(&pool, &relay).await;
                 break;
             }
             failed_probes = failed_probes.saturating_add(1);
         }
+    }
+}
+
+/// The relay answers: its state says so, and the campaigns a breaker paused resume (a failure
+/// here is retried by the next [`recover`]).
+async fn heal(pool: &PgPool, relay: &str) {
+    if let Err(e) = app::db::relay_health::healed(pool, relay).await {
+        tracing::warn!(error = %e, "cannot record the relay's state");
+    }
+    match app::db::relay_health::resume_campaigns(pool).await {
+        Ok(resumed) if !resumed.is_empty() => {
+            tracing::info!(relay, campaigns = resumed.len(), "campaigns resumed")
+        }
+        Ok(_) => {}
+        Err(e) => tracing::warn!(error = %e, "cannot resume the campaigns"),
+    }
+}
+
+/// With the circuit closed: if campaigns are still paused by a breaker, or the relay is still
+/// shown failing, and a probe succeeds, heal.
+async fn recover(pool: &PgPool, breaker: &Breaker, target: &Target, relay: &str) {
+    if breaker.is_open() {
+        return;
+    }
+    match app::db::relay_health::left_failing(pool, relay).await {
+        Ok(true) => {}
+        Ok(false) => return,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read the relay's state");
+            return;
+        }
+    }
+    if probe(target).await && !breaker.is_open() {
+        heal(pool, relay).await;
     }
 }
 

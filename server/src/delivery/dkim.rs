@@ -21,10 +21,14 @@ use app::db::delivery::Sender;
 /// Content-Type or Content-Transfer-Encoding could change what the body shows), and the
 /// one-click unsubscribe pair, which receivers honour only when signed (RFC 8058 §4). A listed
 /// header the message lacks is signed as absent, so nobody can add it later without breaking
-/// the signature.
-const SIGNED_HEADERS: [&str; 11] = [
+/// the signature; From, To and Subject are listed twice for the same reason (RFC 6376 §8.15:
+/// a second From put above the signed one would otherwise be what a reader sees).
+const SIGNED_HEADERS: [&str; 14] = [
+    "From",
     "From",
     "To",
+    "To",
+    "Subject",
     "Subject",
     "Date",
     "Message-ID",

@@ -95,6 +95,11 @@ async fn feed(w: Arc<Worker>, to_send: mpsc::Sender<Job>, share: usize, shutdown
                 Err(_) => break,
             },
         };
+        // It may have opened while this feeder waited for room.
+        if w.breaker.is_open() {
+            drop(room);
+            continue;
+        }
         let claimed = match claim(&w, share).await {
             Ok(claimed) => claimed,
             Err(e) => {

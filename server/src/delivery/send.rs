@@ -39,10 +39,16 @@ pub async fn send_one(
     };
     match &cfg.transport {
         Transport::Capture(dir) => (capture(cfg, marks, dir, c, &rendered).await, Signal::None),
+        // Given back without counting against the message's attempts: the relay was not asked.
         Transport::Smtp(_) if breaker.is_open() => {
             *conn = None;
-            let why = "not sent: the relay kept failing, sending to it is paused until it answers a probe";
-            (retry_or_fail(cfg, c.attempt, why.into()), Signal::None)
+            let error = "not sent: the relay kept failing, sending to it is paused until it answers a probe";
+            let after_seconds = cfg.breaker.first_pause.as_secs_f64();
+            let outcome = Outcome::Retry {
+                error: error.into(),
+                after_seconds,
+            };
+            (outcome, Signal::None)
         }
         Transport::Smtp(target) => {
             let reusable = match conn.as_mut() {

@@ -195,3 +195,44 @@ async fn a_relay_that_hangs_up_after_the_body_stops_the_send_pauses_the_campaign
         .unwrap();
     assert_eq!(state, "healthy");
 }
+
+#[tokio::test]
+async fn a_worker_started_after_an_outage_resumes_what_the_breaker_left_paused() {
+    let pool = test_db().await;
+    let (org, users) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let emails: Vec<String> = (0..3).map(|i| format!("r{i}@example.org")).collect();
+    let (cid, _) = campaign_deliveries(&pool, org, users[0].0, "sending", &emails).await;
+    let sink = SmtpSink::start();
+    // What a process killed mid-outage leaves: the campaign paused by its breaker, the relay
+    // shown failing.
+    let paused = app::db::relay_health::pause_campaigns(&pool, "Paused by Mailroom: test")
+        .await
+        .unwrap();
+    assert_eq!(paused, vec![(org, cid)]);
+    let relay = format!("{}:{}", sink.addr.ip(), sink.addr.port());
+    app::db::relay_health::opened(
+        &pool,
+        &relay,
+        10,
+        3,
+        60.0,
+        app::domain::relay::RelayFailure::Unreachable,
+    )
+    .await
+    .unwrap();
+    let (stop, shutdown) = Shutdown::manual();
+    let worker = tokio::spawn(Worker::new(pool.clone(), config(&sink), "fresh").run(shutdown));
+    until(
+        &pool,
+        &format!(
+            "select exists (select 1 from campaigns where id = {cid} and status = 'sending'
+                            and relay_pause_reason is null)
+                and exists (select 1 from relay_health where state = 'healthy')
+                and 3 = (select count(*) from deliveries where status = 'delivered')"
+        ),
+    )
+    .await;
+    let _ = stop.send(true);
+    worker.await.unwrap();
+    assert_eq!(resumes(&pool).await, 1, "audited once");
+}

@@ -203,6 +203,17 @@ async fn dkim_signed_mail_verifies_against_the_published_record_and_fails_once_a
             [DkimResult::Fail(_)]
         ));
         assert!(!dkimpy_verifies(&tampered, &value));
+        // A second From put above the signed one (what most readers show) breaks it too.
+        let prepended = data.replacen(
+            "\r\nFrom: ",
+            "\r\nFrom: Mallory <m@evil.example>\r\nFrom: ",
+            1,
+        );
+        assert!(matches!(
+            verify(&prepended, &name, &value).await.as_slice(),
+            [DkimResult::Fail(_)]
+        ));
+        assert!(!dkimpy_verifies(&prepended, &value));
         // Another key published under the name: the signature does not verify with it.
         let other = app::dkim_key::DkimKey::generate()
             .unwrap()
