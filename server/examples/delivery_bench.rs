@@ -60,13 +60,16 @@ fn cpu_seconds(pid: u32) -> f64 {
     let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
         return 0.0;
     };
-    // Fields after the parenthesised command name; utime and stime are the 12th and 13th.
-    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    // Fields after the parenthesised command name and the state: ppid, pgrp, session, tty,
+    // tpgid, flags, 4 fault counts, utime, stime. (Dropping the state by failing to parse it, as
+    // this once did, shifted every index by one and read stime + cutime.)
+    let rest = stat.rsplit_once(") ").map_or("", |(_, r)| r);
     let f: Vec<f64> = rest
         .split_whitespace()
-        .filter_map(|x| x.parse().ok())
+        .skip(1)
+        .map(|x| x.parse().unwrap_or(0.0))
         .collect();
-    (f.get(11).unwrap_or(&0.0) + f.get(12).unwrap_or(&0.0)) / 100.0
+    (f.get(10).unwrap_or(&0.0) + f.get(11).unwrap_or(&0.0)) / 100.0
 }
 
 /// CPU seconds used so far by every `postgres` process on the machine (the bench's cluster).
