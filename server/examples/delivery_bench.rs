@@ -3,11 +3,18 @@
 //!     TCP_NODELAY sockets, same concurrency) blasting Postfix `smtp-sink`, no database;
 //! (2) the delivery engine — a real `mailroom worker` process draining N queued deliveries from
 //!     the embedded PostgreSQL (fsync on, as in production) into the same sink.
-//! Prints messages/s of both, the ratio, and the worker's peak RSS.
+//! and, in the same run, the two peers the engine is judged against:
+//! (3) Postfix's `smtp-source` at the same connection count into the same sink;
+//! (4) graphile-worker (npm) working through the same number of no-op jobs, batched, on the same
+//!     PostgreSQL cluster: its database CPU per job against the engine's per message.
+//! Prints messages/s, CPU per message of every process, the ratios, and the worker's peak RSS.
 //!
-//! Run through `bench/delivery.sh` (builds release, then runs this).
+//! Run through `bench/delivery.sh` (builds release, installs graphile-worker, then runs this).
 //! Usage: delivery_bench <mailroom binary> [messages=100000] [connections=8] [batch=200] [orgs=1]
-//! (BENCH_DKIM=1 signs every message the engine sends.)
+//! BENCH_DKIM=1 signs every message the engine sends; BENCH_MARKS_AHEAD=K sets the worker's
+//! `--delivery-marks-ahead`; BENCH_GRAPHILE_CONCURRENCY (128) is graphile-worker's. BENCH_REPLY_DELAY_MS=20 replaces Postfix's
+//! sink by one that answers each burst of commands after that delay (a distant relay; the
+//! testkit sink, in this process, so no sink CPU is printed).
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -55,6 +62,101 @@ async fn raw(port: u16, connections: usize, messages: usize) -> anyhow::Result<f
     Ok((per * connections) as f64 / started.elapsed().as_secs_f64())
 }
 
+/// Postfix's `smtp-source`: `connections` sessions, `messages` in all, each session kept open
+/// across its messages (`-d`). Returns (messages/s, its CPU seconds).
+fn smtp_source(port: u16, connections: usize, messages: usize) -> anyhow::Result<(f64, f64)> {
+    let started = Instant::now();
+    let out = Command::new("bash")
+        .args([
+            "-c",
+            "TIMEFORMAT='%U %S'; time smtp-source \"$@\" >/dev/null",
+            "smtp-source",
+        ])
+        .args([
+            "-d",
+            "-s",
+            &connections.to_string(),
+            "-m",
+            &messages.to_string(),
+        ])
+        .args(["-f", "news@bench.example", "-t", "r@example.org"])
+        .arg(format!("127.0.0.1:{port}"))
+        .output()
+        .context("running Postfix smtp-source")?;
+    let rate = messages as f64 / started.elapsed().as_secs_f64();
+    if !out.status.success() {
+        bail!(
+            "smtp-source failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let times = String::from_utf8_lossy(&out.stderr);
+    let cpu = times
+        .split_whitespace()
+        .filter_map(|t| t.parse::<f64>().ok())
+        .sum();
+    Ok((rate, cpu))
+}
+
+/// graphile-worker on a database of the same cluster: `jobs` no-op jobs queued (not measured),
+/// then worked through by `concurrency` batched workers. Returns (jobs/s, PostgreSQL CPU
+/// seconds, node's CPU seconds).
+async fn graphile(
+    pool: &sqlx::PgPool,
+    pg: &EmbeddedPg,
+    jobs: usize,
+    concurrency: usize,
+) -> anyhow::Result<(f64, f64, f64)> {
+    sqlx::query("drop database if exists graphile")
+        .execute(pool)
+        .await?;
+    sqlx::query("create database graphile")
+        .execute(pool)
+        .await?;
+    // libpq's -h/-p/-U/-d as a URL for node's pg client (through the cluster's socket).
+    let args: Vec<String> = pg
+        .libpq_args("graphile")
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let [_, host, _, port, _, user, _, db] = args.as_slice() else {
+        bail!("unexpected libpq arguments {args:?}");
+    };
+    let url = format!("postgresql://{user}@/{db}?host={host}&port={port}");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../bench/graphile/run.mjs");
+    let t = Instant::now();
+    let prepare = Command::new("node")
+        .args([script, "prepare", &url, &jobs.to_string()])
+        .status()
+        .context("running node (bench/graphile)")?;
+    if !prepare.success() {
+        bail!("graphile-worker's preparation failed");
+    }
+    println!(
+        "graphile-worker: schema and {jobs} jobs queued in {:.1}s (not measured)",
+        t.elapsed().as_secs_f64()
+    );
+    let pg_cpu = PgCpu::start();
+    let out = Command::new("node")
+        .args([script, "work", &url, &concurrency.to_string(), "1"])
+        .output()?;
+    let pg_cpu = pg_cpu.stop();
+    let line = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() {
+        bail!(
+            "graphile-worker failed: {line} {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let field = |name: &str| -> anyhow::Result<f64> {
+        line.split_whitespace()
+            .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('=')?.parse().ok())
+            .with_context(|| format!("graphile-worker printed no {name}: {line}"))
+    };
+    let done = field("jobs")?;
+    Ok((done / field("seconds")?, pg_cpu, field("cpu_us")? / 1e6))
+}
+
 /// CPU seconds (user + system) a process has used so far.
 fn cpu_seconds(pid: u32) -> f64 {
     let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
@@ -72,8 +174,8 @@ fn cpu_seconds(pid: u32) -> f64 {
     (f.get(10).unwrap_or(&0.0) + f.get(11).unwrap_or(&0.0)) / 100.0
 }
 
-/// CPU seconds used so far by every `postgres` process on the machine (the bench's cluster).
-fn postgres_cpu_seconds() -> f64 {
+/// CPU seconds used so far by each `postgres` process on the machine (the bench's cluster).
+fn postgres_cpu() -> std::collections::HashMap<u32, f64> {
     std::fs::read_dir("/proc")
         .into_iter()
         .flatten()
@@ -83,8 +185,44 @@ fn postgres_cpu_seconds() -> f64 {
             std::fs::read_to_string(format!("/proc/{pid}/comm"))
                 .is_ok_and(|c| c.trim() == "postgres")
         })
-        .map(cpu_seconds)
-        .sum()
+        .map(|pid| (pid, cpu_seconds(pid)))
+        .collect()
+}
+
+/// PostgreSQL's CPU from now on, including backends that exit meanwhile (a client's
+/// connections closing at its end): sampled every 20 ms by a thread until [`PgCpu::stop`].
+struct PgCpu {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    sampler: std::thread::JoinHandle<f64>,
+}
+
+impl PgCpu {
+    fn start() -> Self {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let sampler = std::thread::spawn(move || {
+            let start = postgres_cpu();
+            let mut last = start.clone();
+            loop {
+                let done = flag.load(std::sync::atomic::Ordering::SeqCst);
+                last.extend(postgres_cpu());
+                if done {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            last.iter()
+                .map(|(pid, cpu)| cpu - start.get(pid).unwrap_or(&0.0))
+                .sum()
+        });
+        PgCpu { stop, sampler }
+    }
+
+    /// The CPU seconds used since `start`.
+    fn stop(self) -> f64 {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.sampler.join().unwrap_or(0.0)
+    }
 }
 
 #[tokio::main]
@@ -97,16 +235,54 @@ async fn main() -> anyhow::Result<()> {
     let connections: usize = args.get(3).map_or(Ok(8), |s| s.parse())?;
     let batch: usize = args.get(4).map_or(Ok(200), |s| s.parse())?;
     let orgs: usize = args.get(5).map_or(Ok(1), |s| s.parse())?;
-    let sink = Sink::start()?;
-    println!("messages={messages} connections={connections} batch={batch} orgs={orgs} sink=postfix smtp-sink 127.0.0.1:{}", sink.port);
+    let delay = std::env::var("BENCH_REPLY_DELAY_MS")
+        .ok()
+        .map(|ms| ms.parse().map(Duration::from_millis))
+        .transpose()?;
+    // Postfix's sink in its own process, or (with a reply delay) the testkit's in this one.
+    let (postfix, delayed) = match delay {
+        None => (Some(Sink::start()?), None),
+        Some(d) => {
+            let options = testkit::smtp_sink::SinkOptions {
+                record: testkit::smtp_sink::Record::IdsOnly,
+                reply_delay: Some(d),
+                ..Default::default()
+            };
+            (
+                None,
+                Some(testkit::smtp_sink::SmtpSink::start_with(options)),
+            )
+        }
+    };
+    let port = match (&postfix, &delayed) {
+        (Some(s), _) => s.port,
+        (_, Some(s)) => s.addr.port(),
+        _ => bail!("no sink"),
+    };
+    let sink_pid = postfix.as_ref().map(Sink::pid);
+    let sink_cpu = || sink_pid.map_or(0.0, cpu_seconds);
+    let sink_name = match delay {
+        None => "postfix smtp-sink".to_string(),
+        Some(d) => format!("testkit sink answering after {} ms", d.as_millis()),
+    };
+    println!("messages={messages} connections={connections} batch={batch} orgs={orgs} sink={sink_name} 127.0.0.1:{port}");
+    let per = |cpu: f64| cpu * 1e6 / messages as f64;
 
-    let (sink_cpu, client_cpu) = (cpu_seconds(sink.pid()), cpu_seconds(std::process::id()));
-    let raw_rate = raw(sink.port, connections, messages).await?;
-    println!("raw ceiling (SMTP client alone, no database): {raw_rate:.0} msg/s");
+    let (sink_before, client_cpu) = (sink_cpu(), cpu_seconds(std::process::id()));
+    let raw_rate = raw(port, connections, messages).await?;
+    println!("raw ceiling (Mailroom's SMTP client alone, no database): {raw_rate:.0} msg/s");
     println!(
         "  CPU per message: client {:.0} us, smtp-sink {:.0} us",
-        (cpu_seconds(std::process::id()) - client_cpu) * 1e6 / messages as f64,
-        (cpu_seconds(sink.pid()) - sink_cpu) * 1e6 / messages as f64
+        per(cpu_seconds(std::process::id()) - client_cpu),
+        per(sink_cpu() - sink_before)
+    );
+    let sink_before = sink_cpu();
+    let (source_rate, source_cpu) = smtp_source(port, connections, messages)?;
+    println!("peer: Postfix smtp-source -d -s {connections}: {source_rate:.0} msg/s");
+    println!(
+        "  CPU per message: smtp-source {:.0} us, smtp-sink {:.0} us",
+        per(source_cpu),
+        per(sink_cpu() - sink_before)
     );
 
     let data = tempfile::Builder::new()
@@ -193,19 +369,20 @@ async fn main() -> anyhow::Result<()> {
             .execute(&pool)
             .await?;
     }
-    let (sink_cpu, pg_cpu) = (cpu_seconds(sink.pid()), postgres_cpu_seconds());
+    let (sink_before, pg_cpu) = (sink_cpu(), PgCpu::start());
     let started = Instant::now();
     let mut worker = Command::new(bin)
         .args(["worker", "--data-dir"])
         .arg(data.path())
-        .args([
-            "--smtp-host",
-            "127.0.0.1",
-            "--smtp-port",
-            &sink.port.to_string(),
-        ])
+        .args(["--smtp-host", "127.0.0.1", "--smtp-port", &port.to_string()])
         .args(["--smtp-connections", &connections.to_string()])
         .args(["--delivery-batch", &batch.to_string()])
+        // BENCH_MARKS_AHEAD=K: one body-start mark per K messages per connection.
+        .args(
+            std::env::var("BENCH_MARKS_AHEAD")
+                .map(|k| vec!["--delivery-marks-ahead".to_string(), k])
+                .unwrap_or_default(),
+        )
         // BENCH_WORKER_LOG=mailroom::delivery=debug logs each claim and ledger group with
         // its duration (to /tmp/bench-worker.log).
         .env(
@@ -216,7 +393,7 @@ async fn main() -> anyhow::Result<()> {
         .stderr(Stdio::from(std::fs::File::create("/tmp/bench-worker.log")?))
         .spawn()?;
     let mut peak = 0;
-    loop {
+    let (worker_cpu, engine_pg_cpu) = loop {
         // Whether anything is left, not how much: counting 100k rows every 50 ms would take
         // a fifth of a core from the engine it measures.
         let open: bool = sqlx::query_scalar(
@@ -227,20 +404,20 @@ async fn main() -> anyhow::Result<()> {
         .await?;
         peak = peak.max(support::peak_rss_kib(worker.id()).unwrap_or(0));
         if !open {
-            let per = |cpu: f64| cpu * 1e6 / messages as f64;
+            let (worker_cpu, engine_pg_cpu) = (cpu_seconds(worker.id()), pg_cpu.stop());
             println!(
                 "  CPU per message: worker {:.0} us, PostgreSQL {:.0} us, smtp-sink {:.0} us",
-                per(cpu_seconds(worker.id())),
-                per(postgres_cpu_seconds() - pg_cpu),
-                per(cpu_seconds(sink.pid()) - sink_cpu)
+                per(worker_cpu),
+                per(engine_pg_cpu),
+                per(sink_cpu() - sink_before)
             );
-            break;
+            break (worker_cpu, engine_pg_cpu);
         }
         if let Some(status) = worker.try_wait()? {
             bail!("the worker exited early: {status}");
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    };
     let elapsed = started.elapsed().as_secs_f64();
     support::stop(&mut worker)?;
     let (delivered, other): (i64, i64) = sqlx::query_as(
@@ -253,8 +430,10 @@ async fn main() -> anyhow::Result<()> {
         "delivery engine (mailroom worker, embedded PostgreSQL): {delivered} delivered, {other} other, in {elapsed:.1}s = {engine_rate:.0} msg/s"
     );
     println!(
-        "engine / raw ceiling: {:.0}%",
-        100.0 * engine_rate / raw_rate
+        "engine / raw ceiling: {:.0}%; engine / smtp-source: {:.2}x; worker CPU / smtp-source CPU: {:.1}x",
+        100.0 * engine_rate / raw_rate,
+        engine_rate / source_rate,
+        worker_cpu / source_cpu.max(f64::EPSILON)
     );
     println!("worker peak RSS: {:.1} MiB", peak as f64 / 1024.0);
     if statements {
@@ -268,6 +447,23 @@ async fn main() -> anyhow::Result<()> {
         for (exec, plan, calls, rows, query) in top {
             println!("  {exec:8.0} {plan:6.0} {calls:7} {rows:7}  {query}");
         }
+    }
+    // BENCH_GRAPHILE=0 skips the queue peer (a quick look at the engine alone).
+    if std::env::var("BENCH_GRAPHILE").as_deref() != Ok("0") {
+        // Its best on this machine: concurrency 8 → ~4k jobs/s, 64 → 13k, 128 → 16k.
+        let concurrency: usize =
+            std::env::var("BENCH_GRAPHILE_CONCURRENCY").map_or(Ok(128), |c| c.parse())?;
+        let (rate, g_pg, g_node) = graphile(&pool, &pg, messages, concurrency).await?;
+        println!("peer: graphile-worker 0.17.3, {messages} no-op jobs, concurrency {concurrency} (local queue 10x), batched: {rate:.0} jobs/s");
+        println!(
+            "  CPU per job: node {:.0} us, PostgreSQL {:.0} us",
+            per(g_node),
+            per(g_pg)
+        );
+        println!(
+            "engine PostgreSQL CPU per message / graphile's per job: {:.1}x",
+            engine_pg_cpu / g_pg.max(f64::EPSILON)
+        );
     }
     pool.close().await;
     pg.shutdown().await?;

@@ -266,6 +266,15 @@ pub struct WorkerArgs {
     #[arg(long, env = "MAILROOM_SMTP_CONNECTIONS", default_value_t = 4)]
     pub smtp_connections: usize,
 
+    /// Messages one SMTP connection carries before it is closed and a new one opened (many
+    /// relays limit this; 0: no limit).
+    #[arg(
+        long,
+        env = "MAILROOM_SMTP_MAX_MESSAGES_PER_CONNECTION",
+        default_value_t = 1000
+    )]
+    pub smtp_max_messages_per_connection: u32,
+
     /// Seconds any one SMTP step may take.
     #[arg(long, env = "MAILROOM_SMTP_TIMEOUT_SECONDS", default_value_t = 30)]
     pub smtp_timeout_seconds: u64,
@@ -277,6 +286,15 @@ pub struct WorkerArgs {
     /// Deliveries claimed ahead of the SMTP connections: at most this many wait for one.
     #[arg(long, env = "MAILROOM_DELIVERY_BATCH", default_value_t = 50)]
     pub delivery_batch: i64,
+
+    /// Messages each SMTP connection marks as "body started" in one go. 1 (the default) marks
+    /// each message just before its body, so a killed process leaves only messages whose body
+    /// may really have left `unknown`. K > 1 writes one mark per K messages (less database work
+    /// per message): a killed process may leave up to K never-sent messages per connection
+    /// `unknown`, and a pause, cancel or opt-out may let up to K more messages per connection out.
+    #[arg(long, env = "MAILROOM_DELIVERY_MARKS_AHEAD", default_value_t = 1,
+          value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub delivery_marks_ahead: u16,
 
     /// Seconds a claim is held before another process may take it back (a crashed worker's
     /// unsent mail is retried after this; mail whose body had started becomes `unknown`).
@@ -378,6 +396,7 @@ impl WorkerArgs {
             }
             (None, None) => return Ok(crate::delivery::Transport::Capture(captured_dir)),
         };
+        target.max_messages = Some(self.smtp_max_messages_per_connection).filter(|max| *max > 0);
         if let Some(path) = &self.smtp_ca_file {
             let pem = std::fs::read(path).map_err(|e| {
                 anyhow::anyhow!("cannot read the SMTP CA file {} ({e}): fix --smtp-ca-file / MAILROOM_SMTP_CA_FILE", path.display())
@@ -429,6 +448,7 @@ impl WorkerArgs {
             },
             progress: crate::progress::Notifier::default(),
             held: Default::default(),
+            marks_ahead: usize::from(self.delivery_marks_ahead),
             breaker: app::domain::relay::BreakerPolicy {
                 failures: self.relay_failures,
                 pause_campaigns_after: std::time::Duration::from_secs(

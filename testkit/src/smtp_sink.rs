@@ -97,6 +97,11 @@ pub struct SinkOptions {
     /// While set, every body is read and the connection closed without a reply (a relay that
     /// misbehaves for everyone); flip it during a test.
     pub drop_after_body: Arc<std::sync::atomic::AtomicBool>,
+    /// `PIPELINING` is not offered, as on an old relay.
+    pub without_pipelining: bool,
+    /// Replies wait this long, once per burst: a client's pipelined commands are answered
+    /// together, as over a network with this round-trip time (a distant relay).
+    pub reply_delay: Option<std::time::Duration>,
 }
 
 #[derive(Default)]
@@ -107,6 +112,7 @@ struct Tally {
     without_id: AtomicU64,
     refused_rcpt: AtomicU64,
     connections: AtomicU64,
+    pipelined: AtomicU64,
 }
 
 #[derive(Clone)]
@@ -175,6 +181,11 @@ impl SmtpSink {
     pub fn connections(&self) -> u64 {
         self.tally.connections.load(Ordering::Relaxed)
     }
+
+    /// MAIL commands that arrived with the next command already behind them (pipelined).
+    pub fn pipelined(&self) -> u64 {
+        self.tally.pipelined.load(Ordering::Relaxed)
+    }
 }
 
 async fn serve(listener: std::net::TcpListener, options: Arc<SinkOptions>, tally: Arc<Tally>) {
@@ -240,7 +251,10 @@ fn path_of(line: &str) -> String {
 /// One SMTP session; `secure` once TLS is up.
 async fn session(stream: Box<dyn Io>, mut secure: bool, options: &SinkOptions, tally: &Tally) {
     let mut io = BufReader::new(stream);
-    if io.write_all(b"220 sink.test ESMTP\r\n").await.is_err() {
+    if answer(&mut io, options, b"220 sink.test ESMTP\r\n")
+        .await
+        .is_err()
+    {
         return;
     }
     let mut authed = options.auth.is_none();
@@ -272,7 +286,10 @@ async fn session(stream: Box<dyn Io>, mut secure: bool, options: &SinkOptions, t
                 if options.auth.is_some() {
                     r.push_str("250-AUTH PLAIN\r\n");
                 }
-                r.push_str("250 PIPELINING\r\n");
+                if !options.without_pipelining {
+                    r.push_str("250-PIPELINING\r\n");
+                }
+                r.push_str("250 ENHANCEDSTATUSCODES\r\n");
                 r
             }
             "HELO" => "250 sink.test\r\n".into(),
@@ -325,6 +342,9 @@ async fn session(stream: Box<dyn Io>, mut secure: bool, options: &SinkOptions, t
             },
             "MAIL" if !authed => "530 5.7.0 authentication required\r\n".into(),
             "MAIL" => {
+                if !io.buffer().is_empty() {
+                    tally.pipelined.fetch_add(1, Ordering::Relaxed);
+                }
                 let declared = parameters_of(&text);
                 let utf8 = declared
                     .split_whitespace()
@@ -363,8 +383,7 @@ async fn session(stream: Box<dyn Io>, mut secure: bool, options: &SinkOptions, t
             }
             "DATA" if to.is_empty() => "554 5.5.1 no valid recipients\r\n".into(),
             "DATA" => {
-                if io
-                    .write_all(b"354 end with <CRLF>.<CRLF>\r\n")
+                if answer(&mut io, options, b"354 end with <CRLF>.<CRLF>\r\n")
                     .await
                     .is_err()
                 {
@@ -408,10 +427,25 @@ async fn session(stream: Box<dyn Io>, mut secure: bool, options: &SinkOptions, t
             }
             _ => "502 5.5.2 command not recognised\r\n".into(),
         };
-        if io.write_all(reply.as_bytes()).await.is_err() {
+        if answer(&mut io, options, reply.as_bytes()).await.is_err() {
             return;
         }
     }
+}
+
+/// Writes a reply, after the configured delay unless more pipelined input is already waiting
+/// (its reply follows at once, as the server answered the burst together).
+async fn answer(
+    io: &mut BufReader<Box<dyn Io>>,
+    options: &SinkOptions,
+    text: &[u8],
+) -> std::io::Result<()> {
+    if let Some(delay) = options.reply_delay {
+        if io.buffer().is_empty() {
+            tokio::time::sleep(delay).await;
+        }
+    }
+    io.write_all(text).await
 }
 
 /// The body up to the lone `.` line, dot-stuffing undone; `None` if the peer went away.

@@ -31,8 +31,7 @@ pub async fn delivery(
     sqlx::query(
         "update deliveries
          set status = $3, attempt = $4, last_error = $5, smtp_reply = $6,
-             finished_at = now(), updated_at = now(),
-             body_started_at = case when $3 in ('delivered', 'failed', 'unknown') then now() end
+             finished_at = now(), updated_at = now()
          where org_id = $1 and job_id = $2",
     )
     .bind(org_id)

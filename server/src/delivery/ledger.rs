@@ -77,6 +77,12 @@ impl Ledger {
         rx.await.map_err(|_| STOPPED.to_string())?
     }
 
+    /// Marks several attempts at once (they join the same group commit). Answers per attempt,
+    /// in order, as [`Ledger::mark`] does.
+    pub async fn mark_all(&self, held: &[(&str, i32)]) -> Vec<std::result::Result<bool, String>> {
+        futures::future::join_all(held.iter().map(|(job, attempt)| self.mark(job, *attempt))).await
+    }
+
     /// Queues an outcome for the next group commit; await the receiver to know it is written.
     pub fn record(&self, result: Result) -> Recorded {
         let (tx, rx) = oneshot::channel();

@@ -38,7 +38,7 @@ use breaker::Breaker;
 pub use held::Held;
 use ledger::Ledger;
 pub use render::Links;
-use send::send_one;
+use send::{send_one, Mark};
 
 /// Where messages go.
 #[derive(Clone, Debug)]
@@ -73,6 +73,11 @@ pub struct Config {
     pub held: Held,
     /// When the relay counts as failing, and how its probes and campaign pauses go.
     pub breaker: app::domain::relay::BreakerPolicy,
+    /// Messages a connection marks "body started" in one go, before their envelopes. 1: each
+    /// is marked just before its body (exact). K > 1: one mark per K messages, and a connection
+    /// killed mid-way leaves at most K messages `unknown` that were never sent; a pause, a
+    /// cancel or an opt-out committed after the mark lets at most K more go out.
+    pub marks_ahead: usize,
 }
 
 impl Config {
@@ -222,7 +227,7 @@ async fn send_chunk(
     let mut recorded = Vec::with_capacity(chunk.len());
     for c in chunk {
         let cx = loaded.inputs(cfg, c);
-        let (outcome, signal) = send_one(cfg, ledger, breaker, &cx, c, conn).await;
+        let (outcome, signal) = send_one(cfg, ledger, breaker, &cx, c, conn, Mark::AtBody).await;
         breaker.observe(signal);
         recorded.push(ledger.record(ledger::Result::of(c, outcome)));
     }

@@ -22,8 +22,10 @@ use app::db::delivery::Claimed;
 use super::batch::{self, Loaded};
 use super::held::Guard;
 use super::ledger::{self, Recorded};
+use super::send::{not_marked, retry_or_fail, Mark};
 use super::{quit_all, send_one, Worker};
 use crate::shutdown::Shutdown;
+use app::domain::relay::Signal;
 
 /// Claims in flight at once: one is claimed while the other's messages are being sent.
 const FEEDERS: usize = 2;
@@ -145,24 +147,39 @@ async fn claim(w: &Worker, limit: usize) -> anyhow::Result<Vec<Job>> {
 }
 
 enum Next {
-    Job(Box<Job>),
+    /// The next messages for this connection (at least one).
+    Jobs(Vec<Job>),
     /// Nothing to send for a while.
     Idle,
     /// The feeders have stopped.
     Closed,
 }
 
-async fn next(waiting: &Jobs, idle: Duration) -> Next {
-    let take = async { waiting.lock().await.recv().await };
+/// Waits for the next message, then takes up to `up_to` in all of those already waiting.
+async fn next(waiting: &Jobs, idle: Duration, up_to: usize) -> Next {
+    let take = async {
+        let mut queue = waiting.lock().await;
+        let first = queue.recv().await?;
+        let mut jobs = vec![first];
+        while jobs.len() < up_to {
+            match queue.try_recv() {
+                Ok(job) => jobs.push(job),
+                Err(_) => break,
+            }
+        }
+        Some(jobs)
+    };
     match tokio::time::timeout(idle, take).await {
-        Ok(Some(job)) => Next::Job(Box::new(job)),
+        Ok(Some(jobs)) => Next::Jobs(jobs),
         Ok(None) => Next::Closed,
         Err(_) => Next::Idle,
     }
 }
 
-/// One SMTP connection: sends whatever is waiting, one message at a time, until shutdown (the
-/// message in hand is finished first). An idle connection is closed on the server's side too.
+/// One SMTP connection: sends whatever is waiting, until shutdown (the messages in hand are
+/// finished first). With `marks_ahead` K > 1 it takes up to K waiting messages at a time and
+/// marks them all before the first envelope; a message whose mark is refused is not sent. An
+/// idle connection is closed on the server's side too.
 async fn connection(
     w: Arc<Worker>,
     waiting: Jobs,
@@ -170,12 +187,13 @@ async fn connection(
     shutdown: Shutdown,
 ) {
     let mut conn = [None];
+    let ahead = w.cfg.marks_ahead.max(1);
     loop {
-        let job = tokio::select! {
+        let jobs = tokio::select! {
             biased;
             _ = shutdown.requested() => break,
-            next = next(&waiting, w.cfg.idle) => match next {
-                Next::Job(job) => *job,
+            next = next(&waiting, w.cfg.idle, ahead) => match next {
+                Next::Jobs(jobs) => jobs,
                 Next::Idle => {
                     quit_all(&mut conn).await;
                     continue;
@@ -183,18 +201,57 @@ async fn connection(
                 Next::Closed => break,
             },
         };
-        let c = &job.claimed;
-        let cx = job.loaded.inputs(&w.cfg, c);
-        let (outcome, signal) = send_one(&w.cfg, &w.ledger, &w.breaker, &cx, c, &mut conn[0]).await;
-        w.breaker.observe(signal);
-        let recorded = w.ledger.record(ledger::Result::of(c, outcome));
-        let campaign = c.content_campaign();
-        // The settler outlives every connection; if it is gone, so is the process.
-        let _ = settle.send(Settling {
-            recorded,
-            campaign,
-            held: job.held,
-        });
+        let marks = if ahead > 1 {
+            let held: Vec<(&str, i32)> = jobs
+                .iter()
+                .map(|j| (j.claimed.job_id.as_str(), j.claimed.attempt))
+                .collect();
+            Some(w.ledger.mark_all(&held).await)
+        } else {
+            None
+        };
+        for (i, job) in jobs.into_iter().enumerate() {
+            let c = &job.claimed;
+            let (outcome, signal) = match marks.as_ref().map(|m| &m[i]) {
+                None => {
+                    let cx = job.loaded.inputs(&w.cfg, c);
+                    send_one(
+                        &w.cfg,
+                        &w.ledger,
+                        &w.breaker,
+                        &cx,
+                        c,
+                        &mut conn[0],
+                        Mark::AtBody,
+                    )
+                    .await
+                }
+                Some(Ok(true)) => {
+                    let cx = job.loaded.inputs(&w.cfg, c);
+                    send_one(
+                        &w.cfg,
+                        &w.ledger,
+                        &w.breaker,
+                        &cx,
+                        c,
+                        &mut conn[0],
+                        Mark::Ahead,
+                    )
+                    .await
+                }
+                Some(Ok(false)) => (not_marked(&w.cfg, c.attempt), Signal::None),
+                Some(Err(e)) => (retry_or_fail(&w.cfg, c.attempt, e.clone()), Signal::None),
+            };
+            w.breaker.observe(signal);
+            let recorded = w.ledger.record(ledger::Result::of(c, outcome));
+            let campaign = c.content_campaign();
+            // The settler outlives every connection; if it is gone, so is the process.
+            let _ = settle.send(Settling {
+                recorded,
+                campaign,
+                held: job.held,
+            });
+        }
     }
     quit_all(&mut conn).await;
 }

@@ -17,6 +17,15 @@ use crate::smtp::{BodyOutcome, Connection, Needs, Refusal};
 /// Prefix of a failure reply that also suppresses the address.
 pub const HARD_BOUNCE: &str = "hard bounce: ";
 
+/// When a message's "body started" mark is written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mark {
+    /// Just before the body, once the server has opened DATA (exact).
+    AtBody,
+    /// Already committed, with the connection's next few messages (`Config::marks_ahead`).
+    Ahead,
+}
+
 /// Sends one message over `conn` (opened or re-opened as needed) or into the capture directory;
 /// says what the attempt showed of the relay's health. While the relay's circuit is open the
 /// message is not sent but given back to the queue.
@@ -28,6 +37,7 @@ pub async fn send_one(
     cx: &Inputs<'_>,
     c: &Claimed,
     conn: &mut Option<Connection>,
+    mark: Mark,
 ) -> (Outcome, Signal) {
     let rendered = match render(cx, c) {
         Ok(r) => r,
@@ -38,7 +48,10 @@ pub async fn send_one(
         }
     };
     match &cfg.transport {
-        Transport::Capture(dir) => (capture(cfg, marks, dir, c, &rendered).await, Signal::None),
+        Transport::Capture(dir) => (
+            capture(cfg, marks, dir, c, &rendered, mark).await,
+            Signal::None,
+        ),
         // Given back without counting against the message's attempts: the relay was not asked.
         Transport::Smtp(_) if breaker.is_open() => {
             *conn = None;
@@ -76,7 +89,7 @@ pub async fn send_one(
                 return refused_by(cfg, c.attempt, refusal);
             }
             let prepared = started.elapsed();
-            if let Err(outcome) = body_may_start(cfg, marks, c).await {
+            if let Err(outcome) = body_may_start(cfg, marks, c, mark).await {
                 *conn = None; // abandon the open transaction
                 return (outcome, Signal::Answered);
             }
@@ -116,25 +129,47 @@ fn refused_by(cfg: &Config, attempt: i32, r: Refusal) -> (Outcome, Signal) {
 }
 
 /// From here a crash must read as "may have been sent": the mark is committed before the body
-/// goes out. If it cannot be, the body is not sent and the message is retried.
-async fn body_may_start(cfg: &Config, marks: &Ledger, c: &Claimed) -> Result<(), Outcome> {
+/// goes out (now, or ahead with the connection's next messages). If it cannot be, the body is
+/// not sent and the message is retried.
+async fn body_may_start(
+    cfg: &Config,
+    marks: &Ledger,
+    c: &Claimed,
+    mark: Mark,
+) -> Result<(), Outcome> {
+    if mark == Mark::Ahead {
+        return Ok(());
+    }
     match marks.mark(&c.job_id, c.attempt).await {
         Ok(true) => Ok(()),
-        Ok(false) => Err(retry_or_fail(
-            cfg,
-            c.attempt,
-            "lease lost, campaign paused or address suppressed before the body".into(),
-        )),
+        Ok(false) => Err(not_marked(cfg, c.attempt)),
         Err(e) => Err(retry_or_fail(cfg, c.attempt, e)),
     }
+}
+
+/// The outcome of a message whose mark was refused: its claim was lost, its campaign paused or
+/// its address suppressed meanwhile (the mark statement has already settled which).
+pub fn not_marked(cfg: &Config, attempt: i32) -> Outcome {
+    retry_or_fail(
+        cfg,
+        attempt,
+        "lease lost, campaign paused or address suppressed before the body".into(),
+    )
 }
 
 /// The embedded default transport: the message is written as an `.eml` file under a temporary
 /// name, then renamed, so a reader never sees half a message and a failed write is simply "not
 /// delivered". The body-start mark is still taken first, so a crash mid-write reads as `unknown`
 /// exactly as with SMTP.
-async fn capture(cfg: &Config, marks: &Ledger, dir: &Path, c: &Claimed, r: &Rendered) -> Outcome {
-    if let Err(outcome) = body_may_start(cfg, marks, c).await {
+async fn capture(
+    cfg: &Config,
+    marks: &Ledger,
+    dir: &Path,
+    c: &Claimed,
+    r: &Rendered,
+    mark: Mark,
+) -> Outcome {
+    if let Err(outcome) = body_may_start(cfg, marks, c, mark).await {
         return outcome;
     }
     let path = app::capture::path_for(dir, c.org_id, &c.job_id);

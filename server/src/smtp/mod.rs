@@ -16,7 +16,7 @@ use std::time::Duration;
 use lettre::address::Address;
 use lettre::transport::smtp::authentication::{Credentials, Mechanism};
 use lettre::transport::smtp::client::{AsyncSmtpConnection, AsyncTokioStream};
-use lettre::transport::smtp::commands::{Data, Mail, Rcpt, Rset};
+use lettre::transport::smtp::commands::{Data, Ehlo, Mail, Rcpt, Rset};
 use lettre::transport::smtp::extension::{ClientId, Extension, MailBodyParameter, MailParameter};
 use lettre::transport::smtp::response::Severity;
 
@@ -147,6 +147,11 @@ impl Needs {
 /// One open SMTP connection.
 pub struct Connection {
     inner: AsyncSmtpConnection,
+    /// The server offers PIPELINING (RFC 2920): MAIL, RCPT and DATA go out in one write.
+    pipelining: bool,
+    /// Messages this connection has carried, and how many it may (`Target::max_messages`).
+    carried: u32,
+    max_messages: Option<u32>,
     timeout: Duration,
     last_used: std::time::Instant,
     /// A step failed without an SMTP reply (I/O error, timeout): the socket is not trusted again.
@@ -203,6 +208,13 @@ impl Connection {
                     .await
                     .map_err(|e| format!("STARTTLS: {e}"))?;
             }
+            // lettre keeps only the extensions it uses; PIPELINING is read from our own EHLO
+            // (before AUTH, which a new EHLO may reset), one round trip per connection.
+            let ehlo = inner
+                .command(Ehlo::new(hello.clone()))
+                .await
+                .map_err(|e| format!("EHLO: {e}"))?;
+            let pipelining = offers_pipelining(ehlo.message());
             if let Some((user, password)) = &target.credentials {
                 let credentials = Credentials::new(user.clone(), password.clone());
                 inner
@@ -210,14 +222,17 @@ impl Connection {
                     .await
                     .map_err(|e| format!("authentication as {user}: {e}"))?;
             }
-            Ok::<_, String>(inner)
+            Ok::<_, String>((inner, pipelining))
         };
-        let inner = tokio::time::timeout(target.timeout, setup)
+        let (inner, pipelining) = tokio::time::timeout(target.timeout, setup)
             .await
             .map_err(|_| not_reached("the server did not greet in time".into()))?
             .map_err(not_reached)?;
         Ok(Connection {
             inner,
+            pipelining,
+            carried: 0,
+            max_messages: target.max_messages,
             timeout: target.timeout,
             last_used: std::time::Instant::now(),
             lost: false,
@@ -238,10 +253,14 @@ impl Connection {
             r
         };
         let parameters = needs.parameters(self.inner.server_info())?;
-        self.step(Mail::new(Some(from.clone()), parameters))
-            .await
-            .map_err(not_the_recipient)?;
-        let rest = match self.step(Rcpt::new(to.clone(), vec![])).await {
+        let mail = Mail::new(Some(from.clone()), parameters);
+        let rcpt = Rcpt::new(to.clone(), vec![]);
+        self.carried += 1;
+        if self.pipelining {
+            return self.prepare_pipelined(mail, rcpt).await;
+        }
+        self.step(mail).await.map_err(not_the_recipient)?;
+        let rest = match self.step(rcpt).await {
             Ok(()) => self.step(Data).await.map_err(not_the_recipient),
             Err(e) => Err(e),
         };
@@ -252,9 +271,62 @@ impl Connection {
         rest
     }
 
+    /// MAIL, RCPT and DATA in one write, then their three replies in order (RFC 2920). The
+    /// first refusal is the message's; a server that still opens DATA after one is not trusted
+    /// with the connection again (it would take whatever came next as a body).
+    async fn prepare_pipelined(&mut self, mail: Mail, rcpt: Rcpt) -> Result<(), Refusal> {
+        self.last_used = std::time::Instant::now();
+        let burst = format!("{mail}{rcpt}{Data}");
+        let inner = &mut self.inner;
+        let replies = async {
+            let mail = inner.command(burst).await;
+            let rcpt = inner.read_response().await;
+            let data = inner.read_response().await;
+            (mail, rcpt, data)
+        };
+        let Ok((mail, rcpt, data)) = tokio::time::timeout(self.timeout, replies).await else {
+            self.lost = true;
+            return Err(Refusal {
+                permanent: false,
+                hard_bounce: false,
+                reply: "the server did not answer in time".into(),
+                answered: false,
+            });
+        };
+        let network = [&mail, &rcpt, &data]
+            .into_iter()
+            .find_map(|r| r.as_ref().err().filter(|e| e.status().is_none()));
+        if let Some(e) = network {
+            self.lost = true;
+            return Err(Refusal::from_error(e));
+        }
+        let opened = data_opened(&data);
+        let refusal = match (mail, rcpt, data) {
+            (Ok(_), Ok(_), Ok(_)) => return Ok(()),
+            (Err(e), _, _) => Refusal {
+                hard_bounce: false,
+                ..Refusal::from_error(&e)
+            },
+            (_, Err(e), _) => Refusal::from_error(&e),
+            (_, _, Err(e)) => Refusal {
+                hard_bounce: false,
+                ..Refusal::from_error(&e)
+            },
+        };
+        if opened {
+            self.lost = true;
+        } else if !self.inner.has_broken() {
+            let _ = self.step(Rset).await;
+        }
+        Err(refusal)
+    }
+
     /// Whether this (reused) connection can carry the next message.
     pub async fn ready(&mut self) -> bool {
         if self.lost || self.inner.has_broken() {
+            return false;
+        }
+        if self.max_messages.is_some_and(|max| self.carried >= max) {
             return false;
         }
         if self.last_used.elapsed() < PROBE_AFTER_IDLE {
@@ -307,9 +379,39 @@ impl Connection {
     }
 }
 
+/// Whether an EHLO reply's lines offer PIPELINING (a keyword line after the greeting, any case).
+fn offers_pipelining<'a>(lines: impl Iterator<Item = &'a str>) -> bool {
+    lines.skip(1).any(|l| {
+        l.split_whitespace()
+            .next()
+            .is_some_and(|k| k.eq_ignore_ascii_case("PIPELINING"))
+    })
+}
+
+/// Whether DATA's reply opened the body (354).
+fn data_opened(
+    reply: &Result<lettre::transport::smtp::response::Response, lettre::transport::smtp::Error>,
+) -> bool {
+    matches!(reply, Ok(r) if r.code().severity == Severity::PositiveIntermediate)
+}
+
 #[cfg(test)]
 mod tests {
-    use super::is_bad_mailbox;
+    use super::{is_bad_mailbox, offers_pipelining};
+
+    #[test]
+    fn pipelining_is_a_keyword_of_the_ehlo_reply() {
+        assert!(offers_pipelining(
+            ["sink.test", "8BITMIME", "PIPELINING"].into_iter()
+        ));
+        assert!(offers_pipelining(["mx", "pipelining"].into_iter()));
+        assert!(!offers_pipelining(
+            ["mx", "8BITMIME", "X-NOPIPELINING"].into_iter()
+        ));
+        assert!(!offers_pipelining(
+            ["PIPELINING.example greets you"].into_iter()
+        ));
+    }
 
     #[test]
     fn hard_bounces_are_bad_recipient_enhanced_codes_in_place() {

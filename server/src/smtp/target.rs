@@ -26,6 +26,8 @@ pub struct Target {
     pub credentials: Option<(String, String)>,
     /// Extra CA certificates (PEM) to trust besides the system's, for a private relay.
     pub ca_pem: Option<Vec<u8>>,
+    /// Messages one connection carries before it is replaced (None: no limit).
+    pub max_messages: Option<u32>,
 }
 
 impl std::fmt::Debug for Target {
@@ -51,6 +53,7 @@ impl Target {
             security: Security::Plain,
             credentials: None,
             ca_pem: None,
+            max_messages: None,
         }
     }
 
@@ -118,6 +121,7 @@ impl Target {
             security,
             credentials,
             ca_pem: None,
+            max_messages: None,
         })
     }
 }

@@ -66,7 +66,7 @@ fn reconcile(
     recipients: usize,
     sink: &SmtpSink,
     max_unknown: usize,
-) {
+) -> usize {
     let got = sink.messages();
     let ids: HashSet<String> = got.iter().map(|m| m.message_id()).collect();
     assert_eq!(
@@ -158,6 +158,7 @@ fn reconcile(
         rows.len(),
         got.len()
     );
+    unknown
 }
 
 /// Waits for the leader's reconcile of the finished campaign (workers still running) and
@@ -193,9 +194,10 @@ fn report(rt: &tokio::runtime::Runtime, pool: &PgPool, id: i64, procs: &[Proc]) 
             sqlx::query_as(
                 "select 'send', status, count(*) from sends where campaign_id = $1 group by status
                  union all
-                 select 'delivery', status || coalesce(' body_started=' || (body_started_at is not null)::text, '')
+                 select 'delivery', status || ' body_started=' || exists (
+                            select 1 from delivery_marks m where m.job_id = d.job_id and m.attempt = d.attempt)::text
                         || ' lease=' || coalesce((lease_until > now())::text, '-'), count(*)
-                 from deliveries where campaign_id = $1 group by 1, 2",
+                 from deliveries d where campaign_id = $1 group by 1, 2",
             )
             .bind(id)
             .fetch_all(pool),
@@ -246,10 +248,25 @@ fn sigkill_a_random_worker_every_few_seconds_and_nobody_gets_the_campaign_twice(
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(5000);
+    kill_again_and_again(recipients, &[], CONNECTIONS + BATCH);
+}
+
+/// The same with each connection marking 5 messages ahead: still nobody twice, and a killed
+/// worker leaves at most 5 messages per connection `unknown` (the documented window).
+#[test]
+fn sigkill_with_marks_ahead_leaves_at_most_k_unknown_per_connection_and_no_duplicate() {
+    const AHEAD: usize = 5;
+    kill_again_and_again(3000, &["--delivery-marks-ahead", "5"], CONNECTIONS * AHEAD);
+}
+
+/// Three workers (with `extra` arguments) send a campaign of `recipients`; a random one is
+/// SIGKILLed every 1.5 s and restarted until it is sent. Then everything is reconciled, with at
+/// most `unknown_per_kill` unknown deliveries per kill.
+fn kill_again_and_again(recipients: usize, extra: &[&str], unknown_per_kill: usize) {
     let (rt, pool, url, org, id, n) = setup(recipients);
     let sink = SmtpSink::start();
     let dir = crate::support::helpers::data_dir();
-    let args = worker_args(&sink, &[]);
+    let args = worker_args(&sink, extra);
     let mut procs: Vec<Proc> = (0..3)
         .map(|i| start(&format!("w{i}"), dir.path(), &args, &url))
         .collect();
@@ -272,12 +289,16 @@ fn sigkill_a_random_worker_every_few_seconds_and_nobody_gets_the_campaign_twice(
         p.signal(Signal::SIGTERM);
         p.wait_exit(60);
     }
-    eprintln!("{kills} kills over {recipients} recipients");
     assert!(
         kills >= 2,
         "the campaign finished before the workers were killed: make it bigger"
     );
-    reconcile(&rt, &pool, org, id, n, &sink, kills * (CONNECTIONS + BATCH));
+    let unknown = reconcile(&rt, &pool, org, id, n, &sink, kills * unknown_per_kill);
+    eprintln!(
+        "{kills} kills over {recipients} recipients ({CONNECTIONS} connections per worker, {extra:?}): \
+         {unknown} unknown, {:.1} per kill",
+        unknown as f64 / kills as f64
+    );
     close(rt, pool);
 }
 

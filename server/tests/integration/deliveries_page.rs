@@ -336,8 +336,9 @@ async fn retry_requeues_failed_and_unknown_with_an_audit_row_naming_the_actor() 
         assert_eq!(status, 200, "{body}");
         let row: (String, i32, bool, bool, bool, Option<String>, bool) = sqlx::query_as(
             "select status, attempt, finished_at is null, lease_until is null,
-                    body_started_at is null, last_error, next_attempt_at <= now()
-             from deliveries where job_id = $1",
+                    not exists (select 1 from delivery_marks m where m.job_id = d.job_id),
+                    last_error, next_attempt_at <= now()
+             from deliveries d where job_id = $1",
         )
         .bind(job)
         .fetch_one(&pool)

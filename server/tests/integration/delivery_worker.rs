@@ -400,7 +400,8 @@ fn sigterm_finishes_or_releases_the_batch_in_hand_within_the_timeout() {
     let started = || -> i64 {
         rt.block_on(
             sqlx::query_scalar(
-                "select count(*) from deliveries where recipient = 'hang@example.org' and body_started_at is not null",
+                "select count(*) from deliveries d join delivery_marks m on m.job_id = d.job_id and m.attempt = d.attempt
+                 where d.recipient = 'hang@example.org'",
             )
             .fetch_one(&pool),
         )

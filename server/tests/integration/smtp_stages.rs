@@ -39,7 +39,7 @@ mod staged {
     use lettre::Address;
     use mailroom::smtp::{BodyOutcome, Connection, Target};
 
-    use testkit::SmtpSink;
+    use testkit::{SinkOptions, SmtpSink};
 
     fn target(addr: std::net::SocketAddr) -> Target {
         Target::plain(
@@ -57,8 +57,42 @@ mod staged {
     const BODY: &[u8] = b"Subject: hi\r\nMessage-ID: <t.1@x.org>\r\n\r\nHello\r\n";
 
     #[tokio::test]
-    async fn every_stage_is_classified_exactly_on_one_reused_connection() {
+    async fn every_stage_is_classified_exactly_on_one_reused_connection_pipelined() {
         let sink = SmtpSink::start();
+        stages(&sink).await;
+        assert_eq!(sink.pipelined(), 5, "MAIL, RCPT and DATA in one write");
+    }
+
+    #[tokio::test]
+    async fn every_stage_is_classified_exactly_on_a_server_without_pipelining() {
+        let sink = SmtpSink::start_with(SinkOptions {
+            without_pipelining: true,
+            ..SinkOptions::default()
+        });
+        stages(&sink).await;
+        assert_eq!(sink.pipelined(), 0, "one command at a time");
+    }
+
+    #[tokio::test]
+    async fn a_connection_carries_at_most_its_maximum_of_messages() {
+        let sink = SmtpSink::start();
+        let mut t = target(sink.addr);
+        t.max_messages = Some(2);
+        let mut c = Connection::open(&t).await.unwrap();
+        let from = addr("news@acme.example");
+        for to in ["ann@example.org", "bob@example.org"] {
+            assert!(c.ready().await);
+            c.prepare(&from, &addr(to), mailroom::smtp::Needs::default())
+                .await
+                .unwrap();
+            assert!(matches!(c.body(BODY).await, BodyOutcome::Accepted(_)));
+        }
+        assert!(!c.ready().await, "two carried: replace it");
+    }
+
+    /// Five messages over one connection: delivered, hard bounce at RCPT, 4xx at RCPT, refused
+    /// body, delivered; each classified exactly, the connection reused throughout.
+    async fn stages(sink: &SmtpSink) {
         let mut c = Connection::open(&target(sink.addr)).await.unwrap();
         let from = addr("news@acme.example");
 

@@ -180,7 +180,7 @@ pub async fn retry(
          retried as (
              update deliveries d
              set status = 'queued', next_attempt_at = now(), finished_at = null,
-                 lease_until = null, body_started_at = null, last_error = $3, updated_at = now()
+                 lease_until = null, last_error = $3, updated_at = now()
              from target t
              where d.org_id = $1 and d.job_id = t.job_id and d.status in ('unknown', 'failed')
              returning t.status as before, d.campaign_id

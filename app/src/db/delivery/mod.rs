@@ -203,7 +203,7 @@ pub async fn claim(
          ),
          {bump}
          update deliveries d
-         set status = 'sending', attempt = d.attempt + 1, body_started_at = null, claimed_by = $3,
+         set status = 'sending', attempt = d.attempt + 1, claimed_by = $3,
              lease_until = now() + make_interval(secs => $2), updated_at = now()
          from due
          where d.job_id = due.job_id and due.job_id not in (select job_id from blocked)
@@ -227,9 +227,13 @@ pub async fn claim(
 /// crash makes the delivery `unknown`, never a silent resend. Returns the job ids marked: a
 /// missing one lost its claim (reaped) and must not be sent. A campaign message whose campaign
 /// was paused or cancelled since the claim is given back to the queue instead (attempt kept):
-/// after a pause commits, each connection sends at most the one message it had marked. A message
+/// after a pause commits, each connection sends at most the messages it had marked. A message
 /// whose address was suppressed since the claim (by the rule of [`claim`]) becomes `suppressed`
 /// here, counted in its campaign's progress: an opt-out that commits before the mark always wins.
+///
+/// A mark is a narrow row of `delivery_marks` keyed by (job, attempt), not a change of the wide,
+/// many-indexed `deliveries` row: the delivery row is only share-locked, which is what orders a
+/// mark against a reaper or a shutdown taking the claim back (see [`give_back`]).
 pub async fn mark_body_started(
     conn: &mut PgConnection,
     held: &[(String, i32)],
@@ -255,13 +259,20 @@ pub async fn mark_body_started(
                and exists ({blocks})
              returning d.job_id, d.org_id, d.campaign_id, d.status
          ),
-         {bump}
-         update deliveries d set body_started_at = now(), updated_at = now()
-         from held h
-         where d.job_id = h.job_id and d.status = 'sending' and d.attempt = h.attempt
-           and d.job_id not in (select job_id from stopped)
-           and d.job_id not in (select job_id from changed)
-         returning d.job_id",
+         {bump},
+         -- Still ours: locked against a concurrent give-back until this mark commits.
+         live as (
+             select d.job_id, d.attempt from deliveries d
+             join held h on d.job_id = h.job_id and d.attempt = h.attempt
+             where d.status = 'sending'
+               and d.job_id not in (select job_id from stopped)
+               and d.job_id not in (select job_id from changed)
+             for share of d
+         )
+         insert into delivery_marks (job_id, attempt)
+         select job_id, attempt from live
+         on conflict (job_id, attempt) do nothing
+         returning job_id",
         blocks = blocks!("d", "$3", "$4"),
         bump = bump_changed!(),
     );
@@ -341,6 +352,11 @@ pub async fn record(
              where d.job_id = r.job_id and d.status = 'sending' and d.attempt = r.attempt
              returning d.org_id, d.campaign_id, d.status
          ),
+         -- The attempts are over: their marks have done their work.
+         unmarked as (
+             delete from delivery_marks m using unnest($1::text[], $2::int[]) as r(job_id, attempt)
+             where m.job_id = r.job_id and m.attempt = r.attempt
+         ),
          {bump}
          select count(*) from changed",
         bump = bump_changed!()
@@ -362,12 +378,25 @@ pub async fn record(
 /// A leader job, fenced by its lease; idempotent, so an overlapping leader does no harm.
 /// Returns (requeued, unknown).
 pub async fn reap_expired(pool: &PgPool, lease: &Lease) -> sqlx::Result<(i64, i64)> {
-    let sql = give_back(
-        &format!("lease_until < now() and {}", leader::FENCE),
+    let mut tx = pool.begin().await?;
+    let sql = format!(
+        "select job_id from deliveries
+         where status = 'sending' and lease_until < now() and {}
+         order by job_id
+         for update",
+        leader::FENCE
+    );
+    let jobs: Vec<(String,)> = leader::fenced(&sql, lease).fetch_all(&mut *tx).await?;
+    let jobs: Vec<String> = jobs.into_iter().map(|(j,)| j).collect();
+    let counts = give_back(
+        &mut tx,
+        &jobs,
         "worker lost before sending; requeued",
         "worker lost while the body was in flight",
-    );
-    leader::fenced(&sql, lease).fetch_one(pool).await
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(counts)
 }
 
 /// A stopping process gives back what it holds: claims whose body had not started go back to
@@ -376,33 +405,64 @@ pub async fn reap_expired(pool: &PgPool, lease: &Lease) -> sqlx::Result<(i64, i6
 /// naming two claims, and a late write of this process must not match the next claim.
 /// Returns (requeued, unknown).
 pub async fn release_held(pool: &PgPool, holder: &str) -> sqlx::Result<(i64, i64)> {
-    let sql = give_back(
-        "claimed_by = $1",
+    let mut tx = pool.begin().await?;
+    let jobs: Vec<String> = sqlx::query_scalar(
+        "select job_id from deliveries where status = 'sending' and claimed_by = $1
+         order by job_id for update",
+    )
+    .bind(holder)
+    .fetch_all(&mut *tx)
+    .await?;
+    let counts = give_back(
+        &mut tx,
+        &jobs,
         "released at shutdown before sending",
         "shutdown while the body was in flight",
-    );
-    sqlx::query_as(&sql).bind(holder).fetch_one(pool).await
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(counts)
 }
 
-/// The one rule for taking claims back (reaper, shutdown): `sending` rows matching `filter`
-/// whose body had not started return to the queue, the others become `unknown`; counted in
-/// the campaigns' progress slots. Returns (requeued, unknown). The texts are
-/// constants of this module, never input.
-fn give_back(filter: &str, requeued: &str, in_flight: &str) -> String {
-    format!(
-        "with changed as (
-             update deliveries
-             set status = case when body_started_at is null then 'queued' else 'unknown' end,
-                 last_error = case when body_started_at is null then '{requeued}' else '{in_flight}' end,
-                 finished_at = case when body_started_at is null then null else now() end,
+/// The one rule for taking claims back (reaper, shutdown), for `jobs` the caller has just
+/// locked in this transaction: a `sending` row with no body-start mark for its attempt returns
+/// to the queue, a marked one becomes `unknown`; counted in the campaigns' progress slots.
+/// Returns (requeued, unknown). The texts are constants of this module, never input.
+///
+/// Why two statements: locking the rows first waits for any mark being written on them (it
+/// holds them share-locked until it commits), and this statement's fresh snapshot then sees
+/// every committed mark. A mark that comes later finds the row no longer `sending` and is
+/// refused, so its body is never sent.
+async fn give_back(
+    tx: &mut PgConnection,
+    jobs: &[String],
+    requeued: &str,
+    in_flight: &str,
+) -> sqlx::Result<(i64, i64)> {
+    if jobs.is_empty() {
+        return Ok((0, 0));
+    }
+    let sql = format!(
+        "with marked as (
+             delete from delivery_marks m using deliveries d
+             where d.job_id = any($1) and d.status = 'sending'
+               and m.job_id = d.job_id and m.attempt = d.attempt
+             returning m.job_id
+         ),
+         changed as (
+             update deliveries d
+             set status = case when d.job_id in (select job_id from marked) then 'unknown' else 'queued' end,
+                 last_error = case when d.job_id in (select job_id from marked) then '{in_flight}' else '{requeued}' end,
+                 finished_at = case when d.job_id in (select job_id from marked) then now() end,
                  lease_until = null, claimed_by = null, updated_at = now()
-             where status = 'sending' and {filter}
-             returning org_id, campaign_id, status
+             where d.job_id = any($1) and d.status = 'sending'
+             returning d.org_id, d.campaign_id, d.status
          ),
          {bump}
          select count(*) filter (where status = 'queued'), count(*) filter (where status = 'unknown') from changed",
         bump = bump_changed!()
-    )
+    );
+    sqlx::query_as(&sql).bind(jobs).fetch_one(tx).await
 }
 
 /// Extends the leases of the deliveries `holder` is still working on (`held`: job id and

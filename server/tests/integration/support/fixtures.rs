@@ -215,6 +215,7 @@ pub(crate) fn config_for_capture(dir: std::path::PathBuf) -> Config {
         progress: Default::default(),
         held: Default::default(),
         breaker: Default::default(),
+        marks_ahead: 1,
     }
 }
 
