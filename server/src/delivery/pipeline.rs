@@ -212,35 +212,19 @@ async fn connection(
         };
         for (i, job) in jobs.into_iter().enumerate() {
             let c = &job.claimed;
-            let (outcome, signal) = match marks.as_ref().map(|m| &m[i]) {
-                None => {
+            let mark = match marks.as_ref().map(|m| &m[i]) {
+                None => Ok(Mark::AtBody),
+                Some(Ok(true)) => Ok(Mark::Ahead),
+                Some(Ok(false)) => Err(not_marked(&w.cfg, c.attempt)),
+                Some(Err(e)) => Err(retry_or_fail(&w.cfg, c.attempt, e.clone())),
+            };
+            let (outcome, signal) = match mark {
+                Ok(mark) => {
                     let cx = job.loaded.inputs(&w.cfg, c);
-                    send_one(
-                        &w.cfg,
-                        &w.ledger,
-                        &w.breaker,
-                        &cx,
-                        c,
-                        &mut conn[0],
-                        Mark::AtBody,
-                    )
-                    .await
+                    let conn = &mut conn[0];
+                    send_one(&w.cfg, &w.ledger, &w.breaker, &cx, c, conn, mark).await
                 }
-                Some(Ok(true)) => {
-                    let cx = job.loaded.inputs(&w.cfg, c);
-                    send_one(
-                        &w.cfg,
-                        &w.ledger,
-                        &w.breaker,
-                        &cx,
-                        c,
-                        &mut conn[0],
-                        Mark::Ahead,
-                    )
-                    .await
-                }
-                Some(Ok(false)) => (not_marked(&w.cfg, c.attempt), Signal::None),
-                Some(Err(e)) => (retry_or_fail(&w.cfg, c.attempt, e.clone()), Signal::None),
+                Err(not_sent) => (not_sent, Signal::None),
             };
             w.breaker.observe(signal);
             let recorded = w.ledger.record(ledger::Result::of(c, outcome));

@@ -48,6 +48,24 @@ pub enum BodyOutcome {
 }
 
 impl Refusal {
+    /// A step that got no reply in time: the socket is not trusted again.
+    fn timed_out() -> Self {
+        Refusal {
+            permanent: false,
+            hard_bounce: false,
+            reply: "the server did not answer in time".into(),
+            answered: false,
+        }
+    }
+
+    /// A refusal of anything but the recipient (MAIL, DATA) says nothing about the address.
+    fn not_the_recipient(self) -> Self {
+        Refusal {
+            hard_bounce: false,
+            ..self
+        }
+    }
+
     fn from_error(e: &lettre::transport::smtp::Error) -> Self {
         let text = e.to_string();
         match e.status() {
@@ -247,11 +265,6 @@ impl Connection {
         to: &Address,
         needs: Needs,
     ) -> Result<(), Refusal> {
-        // Only a refusal of the recipient says the recipient's address is bad.
-        let not_the_recipient = |mut r: Refusal| {
-            r.hard_bounce = false;
-            r
-        };
         let parameters = needs.parameters(self.inner.server_info())?;
         let mail = Mail::new(Some(from.clone()), parameters);
         let rcpt = Rcpt::new(to.clone(), vec![]);
@@ -259,9 +272,9 @@ impl Connection {
         if self.pipelining {
             return self.prepare_pipelined(mail, rcpt).await;
         }
-        self.step(mail).await.map_err(not_the_recipient)?;
+        self.step(mail).await.map_err(Refusal::not_the_recipient)?;
         let rest = match self.step(rcpt).await {
-            Ok(()) => self.step(Data).await.map_err(not_the_recipient),
+            Ok(()) => self.step(Data).await.map_err(Refusal::not_the_recipient),
             Err(e) => Err(e),
         };
         if rest.is_err() && !self.lost && !self.inner.has_broken() {
@@ -286,12 +299,7 @@ impl Connection {
         };
         let Ok((mail, rcpt, data)) = tokio::time::timeout(self.timeout, replies).await else {
             self.lost = true;
-            return Err(Refusal {
-                permanent: false,
-                hard_bounce: false,
-                reply: "the server did not answer in time".into(),
-                answered: false,
-            });
+            return Err(Refusal::timed_out());
         };
         let network = [&mail, &rcpt, &data]
             .into_iter()
@@ -303,15 +311,9 @@ impl Connection {
         let opened = data_opened(&data);
         let refusal = match (mail, rcpt, data) {
             (Ok(_), Ok(_), Ok(_)) => return Ok(()),
-            (Err(e), _, _) => Refusal {
-                hard_bounce: false,
-                ..Refusal::from_error(&e)
-            },
+            (Err(e), _, _) => Refusal::from_error(&e).not_the_recipient(),
             (_, Err(e), _) => Refusal::from_error(&e),
-            (_, _, Err(e)) => Refusal {
-                hard_bounce: false,
-                ..Refusal::from_error(&e)
-            },
+            (_, _, Err(e)) => Refusal::from_error(&e).not_the_recipient(),
         };
         if opened {
             self.lost = true;
@@ -349,12 +351,7 @@ impl Connection {
             }
             Err(_) => {
                 self.lost = true;
-                Err(Refusal {
-                    permanent: false,
-                    hard_bounce: false,
-                    reply: "the server did not answer in time".into(),
-                    answered: false,
-                })
+                Err(Refusal::timed_out())
             }
         }
     }
