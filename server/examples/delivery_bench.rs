@@ -14,7 +14,9 @@
 //! BENCH_DKIM=1 signs every message the engine sends; BENCH_MARKS_AHEAD=K sets the worker's
 //! `--delivery-marks-ahead`; BENCH_GRAPHILE_CONCURRENCY (128) is graphile-worker's. BENCH_REPLY_DELAY_MS=20 replaces Postfix's
 //! sink by one that answers each burst of commands after that delay (a distant relay; the
-//! testkit sink, in this process, so no sink CPU is printed).
+//! testkit sink, in this process, so no sink CPU is printed). The worker inherits this
+//! process's environment, so any `MAILROOM_*` setting (`MAILROOM_DELIVERY_OUTCOME_GATHER_MS=5`)
+//! reaches it.
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -301,6 +303,13 @@ async fn main() -> anyhow::Result<()> {
         pg = EmbeddedPg::open(data.path(), embedded_pg::Options::default()).await?;
         pool = mailroom::database::connect(pg.connect_options(embedded_pg::DATABASE)).await?;
         sqlx::query("create extension if not exists pg_stat_statements")
+            .execute(&pool)
+            .await?;
+        // Planning too: a statement re-planned for every call would show here.
+        sqlx::query("alter system set pg_stat_statements.track_planning = on")
+            .execute(&pool)
+            .await?;
+        sqlx::query("select pg_reload_conf()")
             .execute(&pool)
             .await?;
     }

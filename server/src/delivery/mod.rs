@@ -78,6 +78,10 @@ pub struct Config {
     /// killed mid-way leaves at most K messages `unknown` that were never sent; a pause, a
     /// cancel or an opt-out committed after the mark lets at most K more go out.
     pub marks_ahead: usize,
+    /// How long the outcome committer waits for more outcomes after the first of a group
+    /// (outcomes are off the messages' path; a crash in this window leaves the messages
+    /// `unknown`, as one during the write itself does).
+    pub outcome_gather: Duration,
 }
 
 impl Config {
@@ -113,7 +117,10 @@ impl Drop for Worker {
 
 impl Worker {
     pub fn new(pool: PgPool, cfg: Config, holder: impl Into<String>) -> Self {
-        let ledger = Ledger::start(crate::database::generic_plans_pool(&pool, 4));
+        let ledger = Ledger::start(
+            crate::database::generic_plans_pool(&pool, 4),
+            cfg.outcome_gather,
+        );
         let connections = (0..cfg.connections.max(1)).map(|_| None).collect();
         let breaker = Breaker::new(cfg.breaker);
         // Captured mail has no relay to fail.

@@ -235,6 +235,7 @@ async fn a_reaped_and_reclaimed_delivery_ignores_the_slow_workers_late_result() 
                 reply: "550 late".into(),
             },
         )],
+        &[],
     )
     .await
     .unwrap();
@@ -248,6 +249,7 @@ async fn a_reaped_and_reclaimed_delivery_ignores_the_slow_workers_late_result() 
                 reply: "250 ok".into(),
             },
         )],
+        &[],
     )
     .await
     .unwrap();
@@ -269,6 +271,7 @@ async fn the_reaper_requeues_unstarted_mail_and_marks_started_mail_unknown() {
         )
         .await
         .unwrap()
+        .jobs
         .len(),
         1
     );
@@ -314,7 +317,8 @@ async fn a_retry_waits_for_its_backoff() {
     assert_eq!(
         app::db::delivery::record(
             &mut pool.acquire().await.unwrap(),
-            &[(job.clone(), c.attempt, retry)]
+            &[(job.clone(), c.attempt, retry)],
+            &[],
         )
         .await
         .unwrap(),
@@ -429,7 +433,7 @@ async fn progress_slots_move_in_the_same_statement_as_each_result() {
         ),
     ];
     assert_eq!(
-        app::db::delivery::record(&mut conn, &results)
+        app::db::delivery::record(&mut conn, &results, &[])
             .await
             .unwrap(),
         3
@@ -437,7 +441,7 @@ async fn progress_slots_move_in_the_same_statement_as_each_result() {
     assert_eq!(progress(&pool, cid).await, (1, 1, 1, 1));
     // A late duplicate write is fenced out and counts nothing.
     assert_eq!(
-        app::db::delivery::record(&mut conn, &results[..1])
+        app::db::delivery::record(&mut conn, &results[..1], &[])
             .await
             .unwrap(),
         0
@@ -720,6 +724,7 @@ async fn an_opt_out_committed_after_the_claim_wins_at_the_body_start_mark() {
     let marked: HashSet<String> = app::db::delivery::mark_body_started(&mut conn, &all)
         .await
         .unwrap()
+        .jobs
         .into_iter()
         .collect();
     let job_to = |c: &app::db::delivery::Claimed| (c.kind.as_str(), c.recipient.clone());
@@ -762,8 +767,86 @@ async fn an_opt_out_committed_after_the_claim_wins_at_the_body_start_mark() {
                 reply: "250 ok".into(),
             },
         )],
+        &[],
     )
     .await
     .unwrap();
     assert_eq!(late, 0);
+}
+
+async fn mark_groups(pool: &PgPool) -> Vec<(i64, i64)> {
+    sqlx::query_as("select id, cardinality(job_ids)::bigint from delivery_mark_groups order by id")
+        .fetch_all(pool)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_groups_marks_are_one_row_deleted_with_its_last_outcome_or_swept_once_none_is_in_flight()
+{
+    let pool = test_db().await;
+    let (org, _) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    enqueue_test_mail(&pool, org, 5).await;
+    let held = app::db::delivery::claim(&pool, 5, 60.0, "t").await.unwrap();
+    assert_eq!(held.len(), 5);
+    let attempt = |c: &app::db::delivery::Claimed| (c.job_id.clone(), c.attempt);
+    let delivered = |c: &app::db::delivery::Claimed| {
+        (
+            c.job_id.clone(),
+            c.attempt,
+            Outcome::Delivered {
+                reply: "250 ok".into(),
+            },
+        )
+    };
+    let mut conn = pool.acquire().await.unwrap();
+
+    // Three marks written together: one row holding all three.
+    let first: Vec<_> = held[..3].iter().map(attempt).collect();
+    let marked = app::db::delivery::mark_body_started(&mut conn, &first)
+        .await
+        .unwrap();
+    assert_eq!(marked.jobs.len(), 3);
+    let group = marked.group.expect("a group row");
+    assert_eq!(mark_groups(&pool).await, vec![(group, 3)]);
+    // A mark that holds nothing (its claim is gone) writes no row.
+    let none = app::db::delivery::mark_body_started(&mut conn, &[("no-such-job".into(), 1)])
+        .await
+        .unwrap();
+    assert_eq!((none.group, none.jobs.len()), (None, 0));
+
+    // The group outlives its first outcomes and goes with the last.
+    let written =
+        app::db::delivery::record(&mut conn, &[delivered(&held[0]), delivered(&held[1])], &[])
+            .await
+            .unwrap();
+    assert_eq!(written, 2);
+    assert_eq!(mark_groups(&pool).await, vec![(group, 3)]);
+    app::db::delivery::record(&mut conn, &[delivered(&held[2])], &[group])
+        .await
+        .unwrap();
+    assert_eq!(mark_groups(&pool).await, vec![]);
+
+    // A writer that died: its group stays while an attempt of it is in flight (the reaper
+    // needs the mark to call it unknown), and is swept once none is.
+    let second: Vec<_> = held[3..].iter().map(attempt).collect();
+    let orphan = app::db::delivery::mark_body_started(&mut conn, &second)
+        .await
+        .unwrap()
+        .group
+        .expect("a group row");
+    app::db::delivery::record(&mut conn, &[delivered(&held[3])], &[])
+        .await
+        .unwrap();
+    assert_eq!(app::db::delivery::sweep_marks(&pool).await.unwrap(), 0);
+    assert_eq!(mark_groups(&pool).await, vec![(orphan, 2)]);
+    expire_leases(&pool).await;
+    assert_eq!(
+        app::db::delivery::reap_expired(&pool, &lead(&pool).await)
+            .await
+            .unwrap(),
+        (0, 1)
+    );
+    assert_eq!(status_of(&pool, &held[4].job_id).await.0, "unknown");
+    assert_eq!(mark_groups(&pool).await, vec![], "swept by the reaper");
 }

@@ -163,8 +163,8 @@ pub enum Retry {
 /// Puts a failed or unknown delivery back in the queue, inside the caller's transaction, with
 /// its audit row. A compare-and-set: the row is locked, and changed only if it is still failed
 /// or unknown, so two admins retrying at once queue it once. The attempt count is kept (the
-/// worker's next claim increments it); the lease and body mark are cleared so the next attempt
-/// starts clean.
+/// worker's next claim increments it, so a body-start mark of an earlier attempt never counts
+/// for the next); the lease is cleared so the next attempt starts clean.
 pub async fn retry(
     conn: &mut PgConnection,
     org_id: i64,

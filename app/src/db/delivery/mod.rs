@@ -231,58 +231,95 @@ pub async fn claim(
 /// whose address was suppressed since the claim (by the rule of [`claim`]) becomes `suppressed`
 /// here, counted in its campaign's progress: an opt-out that commits before the mark always wins.
 ///
-/// A mark is a narrow row of `delivery_marks` keyed by (job, attempt), not a change of the wide,
-/// many-indexed `deliveries` row: the delivery row is only share-locked, which is what orders a
-/// mark against a reaper or a shutdown taking the claim back (see [`give_back`]).
+/// The group's marks are one row of `delivery_mark_groups` (the attempts as arrays), not a row
+/// per message and not a change of the wide, many-indexed `deliveries` row: the delivery rows
+/// are only share-locked, which is what orders a mark against a reaper or a shutdown taking the
+/// claim back (see [`give_back`]). The row is deleted with the last of its outcomes
+/// ([`record`]) or, when its writer is gone, by [`sweep_marks`].
 pub async fn mark_body_started(
     conn: &mut PgConnection,
     held: &[(String, i32)],
-) -> sqlx::Result<Vec<String>> {
+) -> sqlx::Result<Marked> {
     let (jobs, attempts): (Vec<&str>, Vec<i32>) =
         held.iter().map(|(j, a)| (j.as_str(), *a)).unzip();
     let sql = format!(
         "with held as (select * from unnest($1::text[], $2::int[]) as h(job_id, attempt)),
+         -- One pass over the rows still ours, share-locked against a concurrent give-back until
+         -- this mark commits, deciding for each whether its campaign stopped or its address
+         -- was suppressed since the claim.
+         live as (
+             select d.job_id, d.attempt,
+                    coalesce(c.status not in ('sending', 'sent'), false) as stopped,
+                    exists ({blocks}) as blocked
+             from deliveries d
+             join held h on d.job_id = h.job_id and d.attempt = h.attempt
+             left join campaigns c on c.id = d.campaign_id
+             where d.status = 'sending'
+             for share of d
+         ),
          stopped as (
              update deliveries d set status = 'queued', claimed_by = null, lease_until = null, updated_at = now()
-             from held h, campaigns c
-             where d.job_id = h.job_id and d.status = 'sending' and d.attempt = h.attempt
-               and c.id = d.campaign_id and c.status not in ('sending', 'sent')
-             returning d.job_id
+             from live l
+             where l.stopped and d.job_id = l.job_id and d.status = 'sending' and d.attempt = l.attempt
          ),
          changed as (
              update deliveries d
              set status = 'suppressed', finished_at = now(), updated_at = now(), claimed_by = null,
                  lease_until = null, last_error = 'suppressed before the body was sent'
-             from held h
-             where d.job_id = h.job_id and d.status = 'sending' and d.attempt = h.attempt
-               and d.job_id not in (select job_id from stopped)
-               and exists ({blocks})
+             from live l
+             where l.blocked and not l.stopped and d.job_id = l.job_id and d.status = 'sending'
+               and d.attempt = l.attempt
              returning d.job_id, d.org_id, d.campaign_id, d.status
          ),
          {bump},
-         -- Still ours: locked against a concurrent give-back until this mark commits.
-         live as (
-             select d.job_id, d.attempt from deliveries d
-             join held h on d.job_id = h.job_id and d.attempt = h.attempt
-             where d.status = 'sending'
-               and d.job_id not in (select job_id from stopped)
-               and d.job_id not in (select job_id from changed)
-             for share of d
+         grouped as (
+             insert into delivery_mark_groups (job_ids, attempts)
+             select array_agg(job_id), array_agg(attempt) from live
+             where not stopped and not blocked
+             having count(*) > 0
+             returning id, job_ids
          )
-         insert into delivery_marks (job_id, attempt)
-         select job_id, attempt from live
-         on conflict (job_id, attempt) do nothing
-         returning job_id",
+         select g.id, x.job_id from grouped g cross join lateral unnest(g.job_ids) as x(job_id)",
         blocks = blocks!("d", "$3", "$4"),
         bump = bump_changed!(),
     );
-    sqlx::query_scalar(&sql)
+    let rows: Vec<(i64, String)> = sqlx::query_as(&sql)
         .bind(&jobs)
         .bind(&attempts)
         .bind(crate::domain::DeliveryKind::stopped_by_any_suppression_names())
         .bind(crate::domain::SuppressionReason::stopping_all_mail())
         .fetch_all(conn)
-        .await
+        .await?;
+    Ok(Marked {
+        group: rows.first().map(|(id, _)| *id),
+        jobs: rows.into_iter().map(|(_, job)| job).collect(),
+    })
+}
+
+/// The marks one statement wrote: the group's row, and the jobs it holds (the ones whose claim
+/// still held).
+#[derive(Debug, Default)]
+pub struct Marked {
+    pub group: Option<i64>,
+    pub jobs: Vec<String>,
+}
+
+/// Deletes the mark groups none of whose attempts is still `sending` (a writer that died or
+/// stopped before recording them all). An attempt number is never reused, so a finished
+/// attempt's mark can never count again. Rows a writer is deleting right now are skipped.
+pub async fn sweep_marks(pool: &PgPool) -> sqlx::Result<u64> {
+    Ok(sqlx::query(
+        "delete from delivery_mark_groups where id in (
+             select m.id from delivery_mark_groups m
+             where not exists (
+                 select 1 from unnest(m.job_ids, m.attempts) as x(job_id, attempt)
+                 join deliveries d on d.job_id = x.job_id and d.attempt = x.attempt
+                 where d.status = 'sending')
+             for update skip locked)",
+    )
+    .execute(pool)
+    .await?
+    .rows_affected())
 }
 
 /// The outcome of one attempt.
@@ -307,10 +344,13 @@ pub enum Outcome {
 }
 
 /// Writes a batch of outcomes in one statement, fenced: a row reaped and re-claimed meanwhile
-/// (other attempt, or no longer `sending`) is left alone. Returns the rows written.
+/// (other attempt, or no longer `sending`) is left alone. Deletes the mark groups in
+/// `finished_marks`, whose every other attempt has its outcome already committed. Returns the
+/// rows written.
 pub async fn record(
     conn: &mut PgConnection,
     results: &[(String, i32, Outcome)],
+    finished_marks: &[i64],
 ) -> sqlx::Result<u64> {
     let mut jobs = Vec::new();
     let mut attempts = Vec::new();
@@ -352,11 +392,8 @@ pub async fn record(
              where d.job_id = r.job_id and d.status = 'sending' and d.attempt = r.attempt
              returning d.org_id, d.campaign_id, d.status
          ),
-         -- The attempts are over: their marks have done their work.
-         unmarked as (
-             delete from delivery_marks m using unnest($1::text[], $2::int[]) as r(job_id, attempt)
-             where m.job_id = r.job_id and m.attempt = r.attempt
-         ),
+         -- Every attempt of these groups is over: their marks have done their work.
+         unmarked as (delete from delivery_mark_groups where id = any($7::bigint[])),
          {bump}
          select count(*) from changed",
         bump = bump_changed!()
@@ -368,6 +405,7 @@ pub async fn record(
         .bind(&texts)
         .bind(&delays)
         .bind(&relay_ids)
+        .bind(finished_marks)
         .fetch_one(conn)
         .await?;
     Ok(written as u64)
@@ -375,6 +413,7 @@ pub async fn record(
 
 /// Reaps deliveries whose lease ran out (their worker died or hung): one that had not started
 /// its body goes back to the queue; one that had becomes `unknown`, never retried by itself.
+/// Then deletes the marks no attempt in flight needs any more ([`sweep_marks`]).
 /// A leader job, fenced by its lease; idempotent, so an overlapping leader does no harm.
 /// Returns (requeued, unknown).
 pub async fn reap_expired(pool: &PgPool, lease: &Lease) -> sqlx::Result<(i64, i64)> {
@@ -396,6 +435,7 @@ pub async fn reap_expired(pool: &PgPool, lease: &Lease) -> sqlx::Result<(i64, i6
     )
     .await?;
     tx.commit().await?;
+    sweep_marks(pool).await?;
     Ok(counts)
 }
 
@@ -432,7 +472,8 @@ pub async fn release_held(pool: &PgPool, holder: &str) -> sqlx::Result<(i64, i64
 /// Why two statements: locking the rows first waits for any mark being written on them (it
 /// holds them share-locked until it commits), and this statement's fresh snapshot then sees
 /// every committed mark. A mark that comes later finds the row no longer `sending` and is
-/// refused, so its body is never sent.
+/// refused, so its body is never sent. The marks stay: their groups may hold attempts still in
+/// flight, and [`sweep_marks`] deletes a group once none is.
 async fn give_back(
     tx: &mut PgConnection,
     jobs: &[String],
@@ -444,10 +485,9 @@ async fn give_back(
     }
     let sql = format!(
         "with marked as (
-             delete from delivery_marks m using deliveries d
-             where d.job_id = any($1) and d.status = 'sending'
-               and m.job_id = d.job_id and m.attempt = d.attempt
-             returning m.job_id
+             select m.job_id from delivery_marks m
+             join deliveries d on d.job_id = m.job_id and d.attempt = m.attempt
+             where m.job_id = any($1) and d.status = 'sending'
          ),
          changed as (
              update deliveries d

@@ -216,6 +216,7 @@ pub(crate) fn config_for_capture(dir: std::path::PathBuf) -> Config {
         held: Default::default(),
         breaker: Default::default(),
         marks_ahead: 1,
+        outcome_gather: std::time::Duration::ZERO,
     }
 }
 
