@@ -293,7 +293,7 @@ async fn main() -> anyhow::Result<()> {
     let mut pg = EmbeddedPg::open(data.path(), embedded_pg::Options::default()).await?;
     let mut pool = mailroom::database::connect(pg.connect_options(embedded_pg::DATABASE)).await?;
     // BENCH_PG_STATEMENTS=1: where PostgreSQL's time goes, statement by statement, at the end.
-    let statements = std::env::var("BENCH_PG_STATEMENTS").is_ok();
+    let statements = flag("BENCH_PG_STATEMENTS");
     if statements {
         sqlx::query("alter system set shared_preload_libraries = 'pg_stat_statements'")
             .execute(&pool)
@@ -316,7 +316,7 @@ async fn main() -> anyhow::Result<()> {
     app::db::migrate::run(&pool, true).await?;
     // BENCH_WITHOUT_DELIVERY_COUNTS=1: the engine without the triggers that keep /metrics'
     // counts, to price them (the same run's other figures are the comparison).
-    if std::env::var("BENCH_WITHOUT_DELIVERY_COUNTS").is_ok() {
+    if flag("BENCH_WITHOUT_DELIVERY_COUNTS") {
         for t in ["insert", "update", "delete"] {
             sqlx::query(&format!(
                 "drop trigger deliveries_counted_{t} on deliveries"
@@ -341,7 +341,7 @@ async fn main() -> anyhow::Result<()> {
     }
     // BENCH_DKIM=1: every org signs with a fresh RSA-2048 key (the engine's cost of signing is
     // this run's rate against an unsigned run's).
-    if std::env::var("BENCH_DKIM").is_ok() {
+    if flag("BENCH_DKIM") {
         let key = app::dkim_key::DkimKey::generate()?;
         let (pem, public) = (key.to_pkcs1_pem()?, key.public_key_base64()?);
         let mut conn = pool.acquire().await?;
@@ -480,4 +480,9 @@ async fn main() -> anyhow::Result<()> {
         bail!("{other} deliveries did not end delivered");
     }
     Ok(())
+}
+
+/// A switch of the environment: set, and neither empty nor "0".
+fn flag(name: &str) -> bool {
+    std::env::var(name).is_ok_and(|v| !v.is_empty() && v != "0")
 }

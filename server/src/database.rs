@@ -100,9 +100,10 @@ pub async fn connect(options: PgConnectOptions) -> anyhow::Result<PgPool> {
 }
 
 /// A small pool beside `pool`, to the same database, for statements run thousands of times a
-/// second with only their arrays changing (the delivery ledger's marks and outcomes). PostgreSQL
-/// would otherwise plan each execution again: with an array parameter, every custom plan looks
-/// cheaper than the generic one, and planning cost more CPU than executing (docs/benchmarks.md).
+/// second with only their arrays changing (the delivery ledger's marks and outcomes, the
+/// feeders' claims and lookups). PostgreSQL would otherwise plan each execution again: with an
+/// array parameter, every custom plan looks cheaper than the generic one, and planning cost
+/// more CPU than executing (docs/benchmarks.md).
 pub fn generic_plans_pool(pool: &PgPool, max_connections: u32) -> PgPool {
     let options = (*pool.connect_options())
         .clone()

@@ -98,6 +98,9 @@ impl Config {
 /// connections stay open from one round to the next while there is mail to send.
 pub struct Worker {
     pool: PgPool,
+    /// The feeders' claims and lookups: the same few statements many times a second, planned
+    /// once (a custom plan per claim cost more than a claim's share of any row).
+    feed: PgPool,
     cfg: Config,
     holder: String,
     ledger: Ledger,
@@ -134,6 +137,7 @@ impl Worker {
             Transport::Capture(_) => None,
         };
         Worker {
+            feed: crate::database::generic_plans_pool(&pool, 4),
             pool,
             cfg,
             holder: holder.into(),

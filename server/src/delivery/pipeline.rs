@@ -126,7 +126,7 @@ async fn feed(w: Arc<Worker>, to_send: mpsc::Sender<Job>, share: usize, shutdown
 /// One claim and its lookups. Each message is held (its lease extended) from here until its
 /// outcome is committed; if the lookups fail, the claims are let go and their leases run out.
 async fn claim(w: &Worker, limit: usize) -> anyhow::Result<Vec<Job>> {
-    let claimed = batch::claim(&w.pool, &w.cfg, &w.holder, limit as i64).await?;
+    let claimed = batch::claim(&w.feed, &w.cfg, &w.holder, limit as i64).await?;
     let held: Vec<Guard> = claimed
         .iter()
         .map(|c| w.cfg.held.hold(std::slice::from_ref(c)))
@@ -134,7 +134,7 @@ async fn claim(w: &Worker, limit: usize) -> anyhow::Result<Vec<Job>> {
     if claimed.is_empty() {
         return Ok(Vec::new());
     }
-    let loaded = Arc::new(Loaded::load(&w.pool, &claimed).await?);
+    let loaded = Arc::new(Loaded::load(&w.feed, &claimed).await?);
     Ok(claimed
         .into_iter()
         .zip(held)
