@@ -256,15 +256,16 @@ async fn write_marks(
     let written = app::db::delivery::mark_body_started(&mut conn, &held)
         .await
         .context("marking bodies as started")?;
-    let marked: HashSet<String> = written.jobs.into_iter().collect();
+    // By attempt: an expired attempt of a job and its re-claimed successor may both be here.
+    let marked: HashSet<(String, i32)> = written.attempts.into_iter().collect();
     if let Some(group) = written.group {
         let mut g = lock(&groups);
-        for (job, attempt) in held.iter().filter(|(job, _)| marked.contains(job)) {
-            g.of.insert((job.clone(), *attempt), group);
+        for attempt in &marked {
+            g.of.insert(attempt.clone(), group);
         }
         g.open.insert(group, marked.len());
     }
-    Ok(held.iter().map(|(job, _)| marked.contains(job)).collect())
+    Ok(held.iter().map(|held| marked.contains(held)).collect())
 }
 
 /// Outcomes (fenced, one statement, progress slots in the same statement) and the

@@ -271,7 +271,7 @@ async fn the_reaper_requeues_unstarted_mail_and_marks_started_mail_unknown() {
         )
         .await
         .unwrap()
-        .jobs
+        .attempts
         .len(),
         1
     );
@@ -724,8 +724,9 @@ async fn an_opt_out_committed_after_the_claim_wins_at_the_body_start_mark() {
     let marked: HashSet<String> = app::db::delivery::mark_body_started(&mut conn, &all)
         .await
         .unwrap()
-        .jobs
+        .attempts
         .into_iter()
+        .map(|(job, _)| job)
         .collect();
     let job_to = |c: &app::db::delivery::Claimed| (c.kind.as_str(), c.recipient.clone());
     let mut suppressed = Vec::new();
@@ -806,14 +807,14 @@ async fn a_groups_marks_are_one_row_deleted_with_its_last_outcome_or_swept_once_
     let marked = app::db::delivery::mark_body_started(&mut conn, &first)
         .await
         .unwrap();
-    assert_eq!(marked.jobs.len(), 3);
+    assert_eq!(marked.attempts.len(), 3);
     let group = marked.group.expect("a group row");
     assert_eq!(mark_groups(&pool).await, vec![(group, 3)]);
     // A mark that holds nothing (its claim is gone) writes no row.
     let none = app::db::delivery::mark_body_started(&mut conn, &[("no-such-job".into(), 1)])
         .await
         .unwrap();
-    assert_eq!((none.group, none.jobs.len()), (None, 0));
+    assert_eq!((none.group, none.attempts.len()), (None, 0));
 
     // The group outlives its first outcomes and goes with the last.
     let written =
@@ -849,4 +850,35 @@ async fn a_groups_marks_are_one_row_deleted_with_its_last_outcome_or_swept_once_
     );
     assert_eq!(status_of(&pool, &held[4].job_id).await.0, "unknown");
     assert_eq!(mark_groups(&pool).await, vec![], "swept by the reaper");
+}
+
+/// A process may hold an attempt whose lease ran out (reaped and re-claimed meanwhile) beside
+/// its successor, and mark both in one group commit: only the attempt the row is at is marked,
+/// so the body goes out once.
+#[tokio::test]
+async fn of_an_expired_attempt_and_its_successor_marked_together_only_the_current_one_is_marked() {
+    let pool = test_db().await;
+    let (org, _) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    enqueue_test_mail(&pool, org, 1).await;
+    let first = app::db::delivery::claim(&pool, 1, 60.0, "t").await.unwrap();
+    expire_leases(&pool).await;
+    assert_eq!(
+        app::db::delivery::reap_expired(&pool, &lead(&pool).await)
+            .await
+            .unwrap(),
+        (1, 0)
+    );
+    let second = app::db::delivery::claim(&pool, 1, 60.0, "t").await.unwrap();
+    let (old, new) = (&first[0], &second[0]);
+    assert_eq!((&old.job_id, old.attempt + 1), (&new.job_id, new.attempt));
+
+    let both = [
+        (old.job_id.clone(), old.attempt),
+        (new.job_id.clone(), new.attempt),
+    ];
+    let marked = app::db::delivery::mark_body_started(&mut pool.acquire().await.unwrap(), &both)
+        .await
+        .unwrap();
+    assert_eq!(marked.attempts, vec![(new.job_id.clone(), new.attempt)]);
+    assert_eq!(mark_groups(&pool).await.len(), 1);
 }

@@ -224,7 +224,7 @@ pub async fn claim(
 
 /// Records, for every message of a group, that its body is about to be written (one statement
 /// for the group: the caller group-commits the marks of all its connections). From then on a
-/// crash makes the delivery `unknown`, never a silent resend. Returns the job ids marked: a
+/// crash makes the delivery `unknown`, never a silent resend. Returns the attempts marked: a
 /// missing one lost its claim (reaped) and must not be sent. A campaign message whose campaign
 /// was paused or cancelled since the claim is given back to the queue instead (attempt kept):
 /// after a pause commits, each connection sends at most the messages it had marked. A message
@@ -277,13 +277,14 @@ pub async fn mark_body_started(
              select array_agg(job_id), array_agg(attempt) from live
              where not stopped and not blocked
              having count(*) > 0
-             returning id, job_ids
+             returning id, job_ids, attempts
          )
-         select g.id, x.job_id from grouped g cross join lateral unnest(g.job_ids) as x(job_id)",
+         select g.id, x.job_id, x.attempt
+         from grouped g cross join lateral unnest(g.job_ids, g.attempts) as x(job_id, attempt)",
         blocks = blocks!("d", "$3", "$4"),
         bump = bump_changed!(),
     );
-    let rows: Vec<(i64, String)> = sqlx::query_as(&sql)
+    let rows: Vec<(i64, String, i32)> = sqlx::query_as(&sql)
         .bind(&jobs)
         .bind(&attempts)
         .bind(crate::domain::DeliveryKind::stopped_by_any_suppression_names())
@@ -291,17 +292,21 @@ pub async fn mark_body_started(
         .fetch_all(conn)
         .await?;
     Ok(Marked {
-        group: rows.first().map(|(id, _)| *id),
-        jobs: rows.into_iter().map(|(_, job)| job).collect(),
+        group: rows.first().map(|(id, _, _)| *id),
+        attempts: rows
+            .into_iter()
+            .map(|(_, job, attempt)| (job, attempt))
+            .collect(),
     })
 }
 
-/// The marks one statement wrote: the group's row, and the jobs it holds (the ones whose claim
-/// still held).
+/// The marks one statement wrote: the group's row, and the attempts it holds (the ones whose
+/// claim still held). Attempts, not jobs: one process may hold an expired attempt of a job and
+/// its re-claimed successor at once, and only the one the row is at may be sent.
 #[derive(Debug, Default)]
 pub struct Marked {
     pub group: Option<i64>,
-    pub jobs: Vec<String>,
+    pub attempts: Vec<(String, i32)>,
 }
 
 /// Deletes the mark groups none of whose attempts is still `sending` (a writer that died or
