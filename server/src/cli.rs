@@ -289,10 +289,9 @@ pub struct WorkerArgs {
 
     /// Messages each SMTP connection marks as "body started" in one go. 1 (the default) marks
     /// each message just before its body, so a killed process leaves only messages whose body
-    /// may really have left `unknown`. K > 1 marks chunks of K / 2 messages, the next chunk
-    /// while the current one is sent (fewer marks, none waited for on the way): a killed process
-    /// may leave up to K never-sent messages per connection `unknown`, and a pause, cancel or
-    /// opt-out may let up to K more messages per connection out.
+    /// may really have left `unknown`. K > 1 writes one mark per K messages (less database work
+    /// per message): a killed process may leave up to K never-sent messages per connection
+    /// `unknown`, and a pause, cancel or opt-out may let up to K more messages per connection out.
     #[arg(long, env = "MAILROOM_DELIVERY_MARKS_AHEAD", default_value_t = 1,
           value_parser = clap::value_parser!(u16).range(1..=256))]
     pub delivery_marks_ahead: u16,

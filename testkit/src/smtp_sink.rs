@@ -102,9 +102,6 @@ pub struct SinkOptions {
     /// Replies wait this long, once per burst: a client's pipelined commands are answered
     /// together, as over a network with this round-trip time (a distant relay).
     pub reply_delay: Option<std::time::Duration>,
-    /// When set, the reply to each body waits for one permit: the relay answers when the test
-    /// says so.
-    pub reply_gate: Option<Arc<tokio::sync::Semaphore>>,
 }
 
 #[derive(Default)]
@@ -116,7 +113,6 @@ struct Tally {
     refused_rcpt: AtomicU64,
     connections: AtomicU64,
     pipelined: AtomicU64,
-    bodies: AtomicU64,
 }
 
 #[derive(Clone)]
@@ -180,11 +176,6 @@ impl SmtpSink {
     /// Recipients refused at RCPT by the script.
     pub fn refused_rcpt(&self) -> u64 {
         self.tally.refused_rcpt.load(Ordering::Relaxed)
-    }
-
-    /// Bodies read to the end, answered or not.
-    pub fn bodies_read(&self) -> u64 {
-        self.tally.bodies.load(Ordering::SeqCst)
     }
 
     pub fn connections(&self) -> u64 {
@@ -401,15 +392,8 @@ async fn session(stream: Box<dyn Io>, mut secure: bool, options: &SinkOptions, t
                 let Some(data) = read_body(&mut io).await else {
                     return;
                 };
-                tally.bodies.fetch_add(1, Ordering::SeqCst);
                 if options.drop_after_body.load(Ordering::SeqCst) {
                     return;
-                }
-                if let Some(gate) = &options.reply_gate {
-                    match gate.acquire().await {
-                        Ok(permit) => permit.forget(),
-                        Err(_) => return,
-                    }
                 }
                 let worst = to
                     .iter()

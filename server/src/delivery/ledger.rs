@@ -164,21 +164,10 @@ impl Ledger {
         rx.await.map_err(|_| STOPPED.to_string())?
     }
 
-    /// Queues marks for several attempts at once (they join the same group commit) and returns
-    /// without waiting, so the caller can work meanwhile; [`Marking::wait`] answers per
-    /// attempt, in order, as [`Ledger::mark`] does.
-    pub fn mark_all(&self, held: &[(&str, i32)]) -> Marking {
-        Marking(
-            held.iter()
-                .map(|(job, attempt)| {
-                    let (tx, rx) = oneshot::channel();
-                    match self.marks.send(((job.to_string(), *attempt), tx)) {
-                        Ok(()) => Some(rx),
-                        Err(_) => None,
-                    }
-                })
-                .collect(),
-        )
+    /// Marks several attempts at once (they join the same group commit). Answers per attempt,
+    /// in order, as [`Ledger::mark`] does.
+    pub async fn mark_all(&self, held: &[(&str, i32)]) -> Vec<std::result::Result<bool, String>> {
+        futures::future::join_all(held.iter().map(|(job, attempt)| self.mark(job, *attempt))).await
     }
 
     /// Queues an outcome for the next group commit; await the receiver to know it is written.
@@ -188,21 +177,6 @@ impl Ledger {
             let _ = tx.send(Err(STOPPED.to_string()));
         }
         rx
-    }
-}
-
-/// Marks queued by [`Ledger::mark_all`], not yet answered.
-pub struct Marking(Vec<Option<oneshot::Receiver<std::result::Result<bool, String>>>>);
-
-impl Marking {
-    pub async fn wait(self) -> Vec<std::result::Result<bool, String>> {
-        futures::future::join_all(self.0.into_iter().map(|rx| async move {
-            match rx {
-                Some(rx) => rx.await.map_err(|_| STOPPED.to_string())?,
-                None => Err(STOPPED.to_string()),
-            }
-        }))
-        .await
     }
 }
 

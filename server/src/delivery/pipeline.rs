@@ -21,7 +21,7 @@ use app::db::delivery::Claimed;
 
 use super::batch::{self, Loaded};
 use super::held::Guard;
-use super::ledger::{self, Marking, Recorded};
+use super::ledger::{self, Recorded};
 use super::send::{not_marked, retry_or_fail, Mark};
 use super::{quit_all, send_one, Worker};
 use crate::shutdown::Shutdown;
@@ -176,48 +176,10 @@ async fn next(waiting: &Jobs, idle: Duration, up_to: usize) -> Next {
     }
 }
 
-/// Takes up to `up_to` messages already waiting, without waiting for any (nor for another
-/// connection that is waiting for the next message).
-fn take_waiting(waiting: &Jobs, up_to: usize) -> Vec<Job> {
-    let mut jobs = Vec::new();
-    if let Ok(mut queue) = waiting.try_lock() {
-        while jobs.len() < up_to {
-            match queue.try_recv() {
-                Ok(job) => jobs.push(job),
-                Err(_) => break,
-            }
-        }
-    }
-    jobs
-}
-
-/// Messages a connection has taken, and their body-start marks if they are marked ahead.
-struct Chunk {
-    jobs: Vec<Job>,
-    marking: Option<Marking>,
-}
-
-impl Chunk {
-    fn new(w: &Worker, jobs: Vec<Job>, ahead: bool) -> Self {
-        let marking = ahead.then(|| {
-            let held: Vec<(&str, i32)> = jobs
-                .iter()
-                .map(|j| (j.claimed.job_id.as_str(), j.claimed.attempt))
-                .collect();
-            w.ledger.mark_all(&held)
-        });
-        Chunk { jobs, marking }
-    }
-}
-
 /// One SMTP connection: sends whatever is waiting, until shutdown (the messages in hand are
-/// finished first). An idle connection is closed on the server's side too.
-///
-/// With `marks_ahead` K = 1 each message is marked just before its body. With K > 1 the
-/// connection takes messages in chunks of K / 2, and once a chunk's marks are committed it
-/// queues the marks of the next chunk before sending the current one: the mark's round trip
-/// overlaps the sending instead of stalling it, and at most K marked messages are ever unsent
-/// (the rest of the current chunk and the next). A message whose mark is refused is not sent.
+/// finished first). With `marks_ahead` K > 1 it takes up to K waiting messages at a time and
+/// marks them all before the first envelope; a message whose mark is refused is not sent. An
+/// idle connection is closed on the server's side too.
 async fn connection(
     w: Arc<Worker>,
     waiting: Jobs,
@@ -225,39 +187,30 @@ async fn connection(
     shutdown: Shutdown,
 ) {
     let mut conn = [None];
-    let ahead = w.cfg.marks_ahead.max(1) > 1;
-    let chunk = (w.cfg.marks_ahead / 2).max(1);
-    let mut next_chunk: Option<Chunk> = None;
+    let ahead = w.cfg.marks_ahead.max(1);
     loop {
-        let current = match next_chunk.take() {
-            Some(marked) => marked,
-            None => {
-                let jobs = tokio::select! {
-                    biased;
-                    _ = shutdown.requested() => break,
-                    next = next(&waiting, w.cfg.idle, chunk) => match next {
-                        Next::Jobs(jobs) => jobs,
-                        Next::Idle => {
-                            quit_all(&mut conn).await;
-                            continue;
-                        }
-                        Next::Closed => break,
-                    },
-                };
-                Chunk::new(&w, jobs, ahead)
-            }
+        let jobs = tokio::select! {
+            biased;
+            _ = shutdown.requested() => break,
+            next = next(&waiting, w.cfg.idle, ahead) => match next {
+                Next::Jobs(jobs) => jobs,
+                Next::Idle => {
+                    quit_all(&mut conn).await;
+                    continue;
+                }
+                Next::Closed => break,
+            },
         };
-        let marks = match current.marking {
-            Some(marking) => Some(marking.wait().await),
-            None => None,
+        let marks = if ahead > 1 {
+            let held: Vec<(&str, i32)> = jobs
+                .iter()
+                .map(|j| (j.claimed.job_id.as_str(), j.claimed.attempt))
+                .collect();
+            Some(w.ledger.mark_all(&held).await)
+        } else {
+            None
         };
-        if ahead && !shutdown.is_requested() {
-            let jobs = take_waiting(&waiting, chunk);
-            if !jobs.is_empty() {
-                next_chunk = Some(Chunk::new(&w, jobs, true));
-            }
-        }
-        for (i, job) in current.jobs.into_iter().enumerate() {
+        for (i, job) in jobs.into_iter().enumerate() {
             let c = &job.claimed;
             let mark = match marks.as_ref().map(|m| &m[i]) {
                 None => Ok(Mark::AtBody),

@@ -10,8 +10,7 @@ use mailroom::smtp::Target;
 use crate::support::fixtures::{config, config_for_capture};
 use crate::support::helpers::{enqueue_test_mail_to, org_with_users, test_db};
 use crate::support::procs::wait_until;
-use mailroom::shutdown::Shutdown;
-use testkit::{SinkOptions, SmtpSink};
+use testkit::SmtpSink;
 
 #[tokio::test]
 async fn racing_workers_deliver_each_message_exactly_once_and_classify_refusals() {
@@ -518,87 +517,4 @@ fn two_worker_processes_share_one_rate_limit_measured_at_the_sink() {
         span >= (TOTAL as f64 - 2.0 * RATE) / RATE,
         "the limit was actually applied"
     );
-}
-
-/// Marks ahead (K = 4) on one connection to a relay that answers each body only when the test
-/// lets it: the connection marks its messages two at a time and, while it sends one pair,
-/// already holds the marks of the next, so its mark round trips never stall it. At every
-/// message, the marked attempts still `sending` are exactly the one being answered, the rest
-/// of its pair and the next pair: never more than K.
-#[tokio::test]
-async fn marks_ahead_mark_the_next_chunk_while_the_current_one_is_sent_and_never_exceed_k() {
-    const N: u64 = 12;
-    const K: usize = 4;
-    let pool = test_db().await;
-    let (org, _) = org_with_users(&pool, "acme", &[Role::Owner]).await;
-    let addresses: Vec<String> = (0..N).map(|i| format!("r{i}@example.org")).collect();
-    enqueue_test_mail_to(&pool, org, "ahead", &addresses).await;
-    let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
-    let sink = SmtpSink::start_with(SinkOptions {
-        reply_gate: Some(gate.clone()),
-        ..Default::default()
-    });
-    let mut cfg = config(&sink);
-    cfg.connections = 1;
-    cfg.batch = N as i64;
-    cfg.marks_ahead = K;
-    let (stop, shutdown) = Shutdown::manual();
-    let worker = tokio::spawn(Worker::new(pool.clone(), cfg, "ahead").run(shutdown));
-
-    let count = |sql: &'static str| {
-        let pool = pool.clone();
-        async move {
-            sqlx::query_scalar::<_, i64>(sql)
-                .fetch_one(&pool)
-                .await
-                .unwrap()
-        }
-    };
-    let marked_sending = "select count(*) from delivery_marks m join deliveries d
-                          on d.job_id = m.job_id and d.attempt = m.attempt and d.status = 'sending'";
-    let chunk = (K / 2) as u64;
-    for n in 1..=N {
-        // The relay holds message n's reply; every earlier outcome is committed.
-        let mut settled = false;
-        for _ in 0..1000 {
-            let delivered =
-                count("select count(*) from deliveries where status = 'delivered'").await;
-            if sink.bodies_read() == n && delivered == (n - 1) as i64 {
-                settled = true;
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        assert!(settled, "message {n} never reached the relay");
-        // n is in a pair ending at `end`; the next pair (if any) is marked too.
-        let end = n + (chunk - 1 - (n - 1) % chunk);
-        let expected = (end - n + 1 + chunk.min(N - end)) as i64;
-        assert!(expected <= K as i64);
-        let mut seen = -1;
-        for _ in 0..1000 {
-            seen = count(marked_sending).await;
-            if seen == expected {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        assert_eq!(
-            seen, expected,
-            "while message {n}'s reply was held, {seen} marked attempts were sending"
-        );
-        gate.add_permits(1);
-    }
-    let mut done = 0;
-    for _ in 0..1000 {
-        done = count("select count(*) from deliveries where status = 'delivered'").await;
-        if done == N as i64 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert_eq!(done, N as i64, "every message delivered");
-    assert_eq!(sink.ids().len() as u64, N, "each arrived once");
-    assert!(sink.ids().values().all(|&n| n == 1), "none arrived twice");
-    stop.send(true).unwrap();
-    worker.await.unwrap();
 }
