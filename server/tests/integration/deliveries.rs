@@ -37,6 +37,13 @@ async fn lead(pool: &PgPool) -> app::db::leader::Lease {
         .expect("nobody else leads in this database")
 }
 
+/// One reaper pass as the leader: (requeued, made unknown).
+async fn reap(pool: &PgPool) -> (i64, i64) {
+    app::db::delivery::reap_expired(pool, &lead(pool).await)
+        .await
+        .unwrap()
+}
+
 async fn status_of(pool: &PgPool, job: &str) -> (String, i32) {
     sqlx::query_as("select status, attempt from deliveries where job_id = $1")
         .bind(job)
@@ -215,12 +222,7 @@ async fn a_reaped_and_reclaimed_delivery_ignores_the_slow_workers_late_result() 
         .unwrap()
         .remove(0);
     expire_leases(&pool).await;
-    assert_eq!(
-        app::db::delivery::reap_expired(&pool, &lead(&pool).await)
-            .await
-            .unwrap(),
-        (1, 0)
-    );
+    assert_eq!(reap(&pool).await, (1, 0));
     let fresh = app::db::delivery::claim(&pool, 1, 60.0, "t")
         .await
         .unwrap()
@@ -275,20 +277,9 @@ async fn the_reaper_requeues_unstarted_mail_and_marks_started_mail_unknown() {
         .len(),
         1
     );
-    assert_eq!(
-        app::db::delivery::reap_expired(&pool, &lead(&pool).await)
-            .await
-            .unwrap(),
-        (0, 0),
-        "live leases are left alone"
-    );
+    assert_eq!(reap(&pool).await, (0, 0), "live leases are left alone");
     expire_leases(&pool).await;
-    assert_eq!(
-        app::db::delivery::reap_expired(&pool, &lead(&pool).await)
-            .await
-            .unwrap(),
-        (1, 1)
-    );
+    assert_eq!(reap(&pool).await, (1, 1));
     assert_eq!(status_of(&pool, &started.job_id).await.0, "unknown");
     assert_eq!(status_of(&pool, &held[1].job_id).await.0, "queued");
     // Unknown is never retried by itself: only the requeued one comes back.
@@ -454,12 +445,7 @@ async fn progress_slots_move_in_the_same_statement_as_each_result() {
     .await
     .unwrap();
     expire_leases(&pool).await;
-    assert_eq!(
-        app::db::delivery::reap_expired(&pool, &lead(&pool).await)
-            .await
-            .unwrap(),
-        (0, 1)
-    );
+    assert_eq!(reap(&pool).await, (0, 1));
     assert_eq!(progress(&pool, cid).await, (1, 1, 2, 1));
     let (terminal,): (i64,) = sqlx::query_as(
         "select count(*) from deliveries where campaign_id = $1 and status in ('delivered', 'failed', 'unknown', 'suppressed')",
@@ -563,9 +549,7 @@ async fn a_live_process_extends_only_the_leases_of_claims_it_is_still_working_on
         "another holder cannot extend my claim"
     );
     assert_eq!(
-        app::db::delivery::reap_expired(&pool, &lead(&pool).await)
-            .await
-            .unwrap(),
+        reap(&pool).await,
         (2, 0),
         "the abandoned claim and the silent process's claim are reaped"
     );
@@ -842,12 +826,7 @@ async fn a_groups_marks_are_one_row_deleted_with_its_last_outcome_or_swept_once_
     assert_eq!(app::db::delivery::sweep_marks(&pool).await.unwrap(), 0);
     assert_eq!(mark_groups(&pool).await, vec![(orphan, 2)]);
     expire_leases(&pool).await;
-    assert_eq!(
-        app::db::delivery::reap_expired(&pool, &lead(&pool).await)
-            .await
-            .unwrap(),
-        (0, 1)
-    );
+    assert_eq!(reap(&pool).await, (0, 1));
     assert_eq!(status_of(&pool, &held[4].job_id).await.0, "unknown");
     assert_eq!(mark_groups(&pool).await, vec![], "swept by the reaper");
 }
@@ -862,12 +841,7 @@ async fn of_an_expired_attempt_and_its_successor_marked_together_only_the_curren
     enqueue_test_mail(&pool, org, 1).await;
     let first = app::db::delivery::claim(&pool, 1, 60.0, "t").await.unwrap();
     expire_leases(&pool).await;
-    assert_eq!(
-        app::db::delivery::reap_expired(&pool, &lead(&pool).await)
-            .await
-            .unwrap(),
-        (1, 0)
-    );
+    assert_eq!(reap(&pool).await, (1, 0));
     let second = app::db::delivery::claim(&pool, 1, 60.0, "t").await.unwrap();
     let (old, new) = (&first[0], &second[0]);
     assert_eq!((&old.job_id, old.attempt + 1), (&new.job_id, new.attempt));
