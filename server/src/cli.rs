@@ -296,9 +296,9 @@ pub struct WorkerArgs {
           value_parser = clap::value_parser!(u16).range(1..=256))]
     pub delivery_marks_ahead: u16,
 
-    /// Milliseconds the worker waits for more delivery outcomes before writing a group of them
-    /// (they are written in one statement, whose fixed cost more rows share). Outcomes are off
-    /// the messages' path, so this costs no throughput; a process killed within it leaves those
+    /// Milliseconds delivery outcomes that find no body-start mark waiting may wait for one, to
+    /// be written in its statement (whose fixed cost more rows then share). Outcomes are off the
+    /// messages' path, so this costs no throughput; a process killed within it leaves those
     /// already-sent messages `unknown`, as one killed during the write does.
     #[arg(long, env = "MAILROOM_DELIVERY_OUTCOME_GATHER_MS", default_value_t = 0,
           value_parser = clap::value_parser!(u64).range(0..=1000))]

@@ -6,18 +6,17 @@
 //! all connections queue here and are written together: while one write is in flight, the next
 //! group gathers.
 //!
-//! Marks and outcomes have a committer each. A mark is on every message's critical path (the
-//! body waits for it), so it is one autocommitted statement that never queues behind an outcome
-//! transaction; outcomes are off the critical path, so their committer may also wait a few
-//! milliseconds for more (`outcome_gather`): a statement's fixed cost (opening the table's
-//! indexes, the count trigger, the commit) is then shared by more rows.
+//! One committer writes both, in one statement: the marks waiting and every outcome waiting
+//! with them. A mark is on its message's critical path (the body waits for it), so it is written
+//! as soon as the previous write ends; outcomes are not, so when no mark is waiting they wait up
+//! to `outcome_gather` for one to ride with, and are written alone after that. A busy worker
+//! thus pays one statement and one commit for both, instead of one each.
 //!
 //! A group's marks are one database row. The ledger remembers which group each marked attempt
 //! belongs to and deletes the row with the outcome that completes it, once every other outcome
 //! of the group is committed; a row whose writer dies first is swept by the leader.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -67,16 +66,6 @@ struct Groups {
     of: HashMap<(String, i32), i64>,
     /// How many attempts of each group have no committed outcome.
     open: HashMap<i64, usize>,
-}
-
-type Shared = Arc<Mutex<Groups>>;
-
-fn lock(groups: &Shared) -> std::sync::MutexGuard<'_, Groups> {
-    // The maps stay consistent whatever a panicking holder did: each update is one insert or
-    // one removal.
-    groups
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl Groups {
@@ -133,23 +122,17 @@ pub type Recorded = oneshot::Receiver<std::result::Result<(), String>>;
 const STOPPED: &str = "the delivery ledger committer stopped";
 
 impl Ledger {
-    /// Starts the committers; they end when every handle is dropped.
+    /// Starts the committer; it ends when every handle is dropped, after writing what is queued.
     pub fn start(pool: PgPool, outcome_gather: Duration) -> Self {
         let (marks, mark_rx) = mpsc::unbounded_channel();
         let (results, result_rx) = mpsc::unbounded_channel();
-        let groups = Shared::default();
-        let marking = groups.clone();
-        tokio::spawn(group_commit(
-            pool.clone(),
-            mark_rx,
-            Duration::ZERO,
-            move |pool, held| write_marks(pool, held, marking.clone()),
-        ));
-        tokio::spawn(group_commit(
+        tokio::spawn(commit(
             pool,
-            result_rx,
+            Queues {
+                marks: mark_rx,
+                results: result_rx,
+            },
             outcome_gather,
-            move |pool, batch| write_results(pool, batch, groups.clone()),
         ));
         Ledger { marks, results }
     }
@@ -188,57 +171,114 @@ const RETRY_AFTER: [Duration; 3] = [
     Duration::from_secs(2),
 ];
 
-/// Most items one write takes.
+/// Most marks, and most outcomes, one write takes.
 const MAX_GROUP: usize = 2048;
 
-/// Takes whatever is queued, and whatever else arrives within `gather` of the first item,
-/// writes it with one call of `write` (which answers per item), and repeats; a write that still
-/// fails after the retries fails every item of its group.
-async fn group_commit<I, T, F, Fut>(
-    pool: PgPool,
-    mut rx: mpsc::UnboundedReceiver<(I, Reply<T>)>,
-    gather: Duration,
-    write: F,
-) where
-    I: Clone,
-    T: Clone,
-    F: Fn(PgPool, Vec<I>) -> Fut,
-    Fut: std::future::Future<Output = anyhow::Result<Vec<T>>>,
-{
-    while let Some(first) = rx.recv().await {
-        let until = tokio::time::Instant::now() + gather;
-        let mut group = vec![first];
-        while group.len() < MAX_GROUP {
-            match rx.try_recv() {
-                Ok(next) => group.push(next),
-                Err(_) if gather.is_zero() => break,
-                Err(_) => match tokio::time::timeout_at(until, rx.recv()).await {
-                    Ok(Some(next)) => group.push(next),
-                    // Closed (the last group is written now) or gathered long enough.
-                    Ok(None) | Err(_) => break,
-                },
+type MarkRequest = ((String, i32), Reply<bool>);
+type ResultRequest = (Result, Reply<()>);
+
+/// What the connections have asked for; a queue closes once every handle is dropped.
+struct Queues {
+    marks: mpsc::UnboundedReceiver<MarkRequest>,
+    results: mpsc::UnboundedReceiver<ResultRequest>,
+}
+
+/// One write's worth of requests.
+#[derive(Default)]
+struct Group {
+    marks: Vec<MarkRequest>,
+    results: Vec<ResultRequest>,
+}
+
+impl Group {
+    /// Takes whatever is queued now, up to the group's limits.
+    fn take_queued(&mut self, q: &mut Queues) {
+        while self.marks.len() < MAX_GROUP {
+            match q.marks.try_recv() {
+                Ok(m) => self.marks.push(m),
+                Err(_) => break,
             }
         }
-        let (items, replies): (Vec<I>, Vec<Reply<T>>) = group.into_iter().unzip();
+        while self.results.len() < MAX_GROUP {
+            match q.results.try_recv() {
+                Ok(r) => self.results.push(r),
+                Err(_) => break,
+            }
+        }
+    }
+}
+
+/// Waits for the next request, then gathers a group: every mark and outcome queued, and, when
+/// there is no mark, whatever arrives within `gather` (a mark ends the wait at once). `None`
+/// once both queues are closed and empty.
+async fn gather_group(q: &mut Queues, gather: Duration) -> Option<Group> {
+    let mut group = Group::default();
+    tokio::select! {
+        biased;
+        Some(m) = q.marks.recv() => group.marks.push(m),
+        Some(r) = q.results.recv() => group.results.push(r),
+        else => return None,
+    }
+    group.take_queued(q);
+    if group.marks.is_empty() && !gather.is_zero() {
+        let until = tokio::time::Instant::now() + gather;
+        while group.results.len() < MAX_GROUP {
+            tokio::select! {
+                biased;
+                Some(m) = q.marks.recv() => {
+                    group.marks.push(m);
+                    break;
+                }
+                Some(r) = q.results.recv() => group.results.push(r),
+                _ = tokio::time::sleep_until(until) => break,
+                // Both closed: write the last group now.
+                else => break,
+            }
+        }
+        group.take_queued(q);
+    }
+    Some(group)
+}
+
+/// The committer: gathers a group, writes it with one statement (retrying a failed write),
+/// answers every request of it, and repeats; a write that still fails after the retries fails
+/// every request of its group.
+async fn commit(pool: PgPool, mut q: Queues, gather: Duration) {
+    let mut groups = Groups::default();
+    while let Some(group) = gather_group(&mut q, gather).await {
+        let (marks, mark_replies): (Vec<(String, i32)>, Vec<Reply<bool>>) =
+            group.marks.into_iter().unzip();
+        let (results, result_replies): (Vec<Result>, Vec<Reply<()>>) =
+            group.results.into_iter().unzip();
         let t = std::time::Instant::now();
-        let n = items.len();
-        let mut written = write(pool.clone(), items.clone()).await;
+        let mut written = write(&pool, &marks, &results, &mut groups).await;
         for pause in RETRY_AFTER {
             let Err(e) = &written else { break };
             tracing::warn!(error = %format!("{e:#}"), "delivery ledger write failed; retrying");
             tokio::time::sleep(pause).await;
-            written = write(pool.clone(), items.clone()).await;
+            written = write(&pool, &marks, &results, &mut groups).await;
         }
-        tracing::debug!(n, us = t.elapsed().as_micros() as u64, "ledger group");
+        tracing::debug!(
+            marks = marks.len(),
+            outcomes = results.len(),
+            us = t.elapsed().as_micros() as u64,
+            "ledger group"
+        );
         match written {
             Ok(answers) => {
-                for (reply, answer) in replies.into_iter().zip(answers) {
+                for (reply, answer) in mark_replies.into_iter().zip(answers) {
                     let _ = reply.send(Ok(answer));
+                }
+                for reply in result_replies {
+                    let _ = reply.send(Ok(()));
                 }
             }
             Err(e) => {
                 let error = format!("could not write to the delivery ledger: {e:#}");
-                for reply in replies {
+                for reply in mark_replies {
+                    let _ = reply.send(Err(error.clone()));
+                }
+                for reply in result_replies {
                     let _ = reply.send(Err(error.clone()));
                 }
             }
@@ -246,74 +286,78 @@ async fn group_commit<I, T, F, Fut>(
     }
 }
 
-/// One statement for the group; answers, per mark, whether the claim still held.
-async fn write_marks(
-    pool: PgPool,
-    held: Vec<(String, i32)>,
-    groups: Shared,
+/// One statement for the group (in a transaction with the suppressions of hard bounces, when
+/// there are any); answers, per mark, whether the claim still held.
+async fn write(
+    pool: &PgPool,
+    held: &[(String, i32)],
+    batch: &[Result],
+    groups: &mut Groups,
 ) -> anyhow::Result<Vec<bool>> {
-    let mut conn = pool.acquire().await?;
-    let written = app::db::delivery::mark_body_started(&mut conn, &held)
-        .await
-        .context("marking bodies as started")?;
-    // By attempt: an expired attempt of a job and its re-claimed successor may both be here.
-    let marked: HashSet<(String, i32)> = written.attempts.into_iter().collect();
-    if let Some(group) = written.group {
-        let mut g = lock(&groups);
-        for attempt in &marked {
-            g.of.insert(attempt.clone(), group);
+    let finished_marks = groups.completed_by(batch);
+    let written = write_group(pool, held, batch, &finished_marks).await;
+    match &written {
+        Ok(marked) => {
+            let g = groups;
+            g.committed(batch);
+            if let Some(group) = marked.group {
+                // By attempt: an expired attempt of a job and its re-claimed successor may
+                // both be here.
+                for attempt in &marked.attempts {
+                    g.of.insert(attempt.clone(), group);
+                }
+                g.open.insert(group, marked.attempts.len());
+            }
         }
-        g.open.insert(group, marked.len());
+        Err(_) => groups.abandoned(batch),
     }
+    let marked: HashSet<(String, i32)> = written?.attempts.into_iter().collect();
     Ok(held.iter().map(|held| marked.contains(held)).collect())
 }
 
-/// Outcomes (fenced, one statement, progress slots in the same statement) and the
-/// suppressions of hard bounces, in one transaction.
-async fn write_results(
-    pool: PgPool,
-    batch: Vec<Result>,
-    groups: Shared,
-) -> anyhow::Result<Vec<()>> {
-    let finished_marks = lock(&groups).completed_by(&batch);
-    let written = write_outcomes(&pool, &batch, &finished_marks).await;
-    match &written {
-        Ok(()) => lock(&groups).committed(&batch),
-        Err(_) => lock(&groups).abandoned(&batch),
-    }
-    written.map(|()| vec![(); batch.len()])
-}
-
-async fn write_outcomes(
+async fn write_group(
     pool: &PgPool,
+    held: &[(String, i32)],
     batch: &[Result],
     finished_marks: &[i64],
-) -> anyhow::Result<()> {
-    let mut tx = pool.begin().await?;
-    for r in batch {
-        let hard_bounce =
-            matches!(&r.outcome, Outcome::Failed { reply } if reply.starts_with(HARD_BOUNCE));
-        if let (true, Ok(email)) = (hard_bounce, EmailAddress::parse(&r.recipient)) {
-            let source = format!("delivery {}", r.job_id);
-            app::db::audience::suppress(
-                &mut tx,
-                r.org_id,
-                &email,
-                app::domain::SuppressionReason::HardBounce,
-                &source,
-            )
-            .await
-            .context("suppressing a hard bounce")?;
-        }
-    }
+) -> anyhow::Result<app::db::delivery::Marked> {
     let rows: Vec<(String, i32, Outcome)> = batch
         .iter()
         .map(|r| (r.job_id.clone(), r.attempt, r.outcome.clone()))
         .collect();
-    app::db::delivery::record(&mut tx, &rows, finished_marks)
+    let bounced: Vec<(&Result, EmailAddress)> = batch
+        .iter()
+        .filter(
+            |r| matches!(&r.outcome, Outcome::Failed { reply } if reply.starts_with(HARD_BOUNCE)),
+        )
+        .filter_map(|r| Some((r, EmailAddress::parse(&r.recipient).ok()?)))
+        .collect();
+    if bounced.is_empty() {
+        let mut conn = pool.acquire().await?;
+        let (marked, _) =
+            app::db::delivery::mark_and_record(&mut conn, held, &rows, finished_marks)
+                .await
+                .context("writing body-start marks and delivery outcomes")?;
+        return Ok(marked);
+    }
+    let mut tx = pool.begin().await?;
+    for (r, email) in bounced {
+        let source = format!("delivery {}", r.job_id);
+        app::db::audience::suppress(
+            &mut tx,
+            r.org_id,
+            &email,
+            app::domain::SuppressionReason::HardBounce,
+            &source,
+        )
         .await
-        .context("writing delivery outcomes")?;
-    tx.commit().await.context("recording delivery outcomes")
+        .context("suppressing a hard bounce")?;
+    }
+    let (marked, _) = app::db::delivery::mark_and_record(&mut tx, held, &rows, finished_marks)
+        .await
+        .context("writing body-start marks and delivery outcomes")?;
+    tx.commit().await.context("recording delivery outcomes")?;
+    Ok(marked)
 }
 
 #[cfg(test)]

@@ -359,7 +359,13 @@ impl Connection {
     /// Writes the body and reads the final reply. Call it only after recording that the body
     /// started: from here on a lost reply is `Unknown`.
     pub async fn body(&mut self, message: &[u8]) -> BodyOutcome {
-        match tokio::time::timeout(self.timeout, self.inner.message(message)).await {
+        // One write for the body and its end marker (lettre writes them apart: a second send,
+        // and a second wake-up of the server, per message). lettre writes only whole strings.
+        let sent = match String::from_utf8(data_stuffed(message)) {
+            Ok(stuffed) => tokio::time::timeout(self.timeout, self.inner.command(stuffed)).await,
+            Err(_) => tokio::time::timeout(self.timeout, self.inner.message(message)).await,
+        };
+        match sent {
             Ok(Ok(response)) => BodyOutcome::Accepted(format!(
                 "{} {}",
                 response.code(),
@@ -374,6 +380,25 @@ impl Connection {
     pub async fn quit(mut self) {
         let _ = tokio::time::timeout(self.timeout, self.inner.quit()).await;
     }
+}
+
+/// The body as DATA carries it (RFC 5321 4.5.2): a line starting with a dot gets a second
+/// one, and the end marker follows (after a line break the message may lack).
+fn data_stuffed(message: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(message.len() + message.len() / 64 + 5);
+    let mut line_start = true;
+    for &b in message {
+        if line_start && b == b'.' {
+            out.push(b'.');
+        }
+        out.push(b);
+        line_start = b == b'\n';
+    }
+    if !message.ends_with(b"\r\n") {
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b".\r\n");
+    out
 }
 
 /// Whether an EHLO reply's lines offer PIPELINING (a keyword line after the greeting, any case).
@@ -394,7 +419,17 @@ fn data_opened(
 
 #[cfg(test)]
 mod tests {
-    use super::{is_bad_mailbox, offers_pipelining};
+    use super::{data_stuffed, is_bad_mailbox, offers_pipelining};
+
+    #[test]
+    fn a_body_is_dot_stuffed_and_ends_with_one_marker() {
+        assert_eq!(
+            data_stuffed(b".top\r\nmid.dle\r\n..two\r\n.\r\nend\r\n"),
+            b"..top\r\nmid.dle\r\n...two\r\n..\r\nend\r\n.\r\n"
+        );
+        assert_eq!(data_stuffed(b"no final break"), b"no final break\r\n.\r\n");
+        assert_eq!(data_stuffed(b""), b"\r\n.\r\n");
+    }
 
     #[test]
     fn pipelining_is_a_keyword_of_the_ehlo_reply() {

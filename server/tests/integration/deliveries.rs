@@ -767,6 +767,88 @@ async fn mark_groups(pool: &PgPool) -> Vec<(i64, i64)> {
 }
 
 #[tokio::test]
+async fn one_statement_records_outcomes_and_marks_other_attempts_and_both_are_counted() {
+    let pool = test_db().await;
+    let (org, _) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    enqueue_test_mail(&pool, org, 4).await;
+    let held = app::db::delivery::claim(&pool, 4, 60.0, "t").await.unwrap();
+    assert_eq!(held.len(), 4);
+    let attempt = |c: &app::db::delivery::Claimed| (c.job_id.clone(), c.attempt);
+    let delivered = |c: &app::db::delivery::Claimed| {
+        (
+            c.job_id.clone(),
+            c.attempt,
+            Outcome::Delivered {
+                reply: "250 ok".into(),
+            },
+        )
+    };
+    let mut conn = pool.acquire().await.unwrap();
+    let first: Vec<_> = held[..2].iter().map(attempt).collect();
+    let group = app::db::delivery::mark_body_started(&mut conn, &first)
+        .await
+        .unwrap()
+        .group
+        .expect("a group row");
+    // The fourth address opts out after its claim, before its mark.
+    sqlx::query(
+        "insert into suppressions (org_id, email_lower, reason) values ($1, $2, 'unsubscribed')",
+    )
+    .bind(org)
+    .bind(held[3].recipient.to_lowercase())
+    .execute(&pool)
+    .await
+    .unwrap();
+
+    // The first two bodies were accepted; the next two are about to be written.
+    let next: Vec<_> = held[2..].iter().map(attempt).collect();
+    let (marked, written) = app::db::delivery::mark_and_record(
+        &mut conn,
+        &next,
+        &[delivered(&held[0]), delivered(&held[1])],
+        &[group],
+    )
+    .await
+    .unwrap();
+    assert_eq!(written, 2);
+    assert_eq!(
+        marked.attempts,
+        vec![attempt(&held[2])],
+        "the opted-out one is not marked"
+    );
+    let new_group = marked.group.expect("a group row for the new mark");
+    assert_eq!(
+        mark_groups(&pool).await,
+        vec![(new_group, 1)],
+        "the finished group went with its last outcomes"
+    );
+    let mut statuses = Vec::new();
+    for c in &held {
+        statuses.push(status_of(&pool, &c.job_id).await.0);
+    }
+    assert_eq!(
+        statuses,
+        ["delivered", "delivered", "sending", "suppressed"]
+    );
+    // The counts behind /metrics saw both kinds of change made by the one statement.
+    let counts: Vec<(String, i64)> = sqlx::query_as(
+        "select status, sum(n)::bigint from delivery_counts where kind = 'test'
+         group by status having sum(n) <> 0 order by status",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        counts,
+        vec![
+            ("delivered".to_string(), 2),
+            ("sending".to_string(), 1),
+            ("suppressed".to_string(), 1)
+        ]
+    );
+}
+
+#[tokio::test]
 async fn a_groups_marks_are_one_row_deleted_with_its_last_outcome_or_swept_once_none_is_in_flight()
 {
     let pool = test_db().await;

@@ -240,64 +240,7 @@ pub async fn mark_body_started(
     conn: &mut PgConnection,
     held: &[(String, i32)],
 ) -> sqlx::Result<Marked> {
-    let (jobs, attempts): (Vec<&str>, Vec<i32>) =
-        held.iter().map(|(j, a)| (j.as_str(), *a)).unzip();
-    let sql = format!(
-        "with held as (select * from unnest($1::text[], $2::int[]) as h(job_id, attempt)),
-         -- One pass over the rows still ours, share-locked against a concurrent give-back until
-         -- this mark commits, deciding for each whether its campaign stopped or its address
-         -- was suppressed since the claim.
-         live as (
-             select d.job_id, d.attempt,
-                    coalesce(c.status not in ('sending', 'sent'), false) as stopped,
-                    exists ({blocks}) as blocked
-             from deliveries d
-             join held h on d.job_id = h.job_id and d.attempt = h.attempt
-             left join campaigns c on c.id = d.campaign_id
-             where d.status = 'sending'
-             for share of d
-         ),
-         stopped as (
-             update deliveries d set status = 'queued', claimed_by = null, lease_until = null, updated_at = now()
-             from live l
-             where l.stopped and d.job_id = l.job_id and d.status = 'sending' and d.attempt = l.attempt
-         ),
-         changed as (
-             update deliveries d
-             set status = 'suppressed', finished_at = now(), updated_at = now(), claimed_by = null,
-                 lease_until = null, last_error = 'suppressed before the body was sent'
-             from live l
-             where l.blocked and not l.stopped and d.job_id = l.job_id and d.status = 'sending'
-               and d.attempt = l.attempt
-             returning d.job_id, d.org_id, d.campaign_id, d.status
-         ),
-         {bump},
-         grouped as (
-             insert into delivery_mark_groups (job_ids, attempts)
-             select array_agg(job_id), array_agg(attempt) from live
-             where not stopped and not blocked
-             having count(*) > 0
-             returning id, job_ids, attempts
-         )
-         select g.id, x.job_id, x.attempt
-         from grouped g cross join lateral unnest(g.job_ids, g.attempts) as x(job_id, attempt)",
-        blocks = blocks!("d", "$3", "$4"),
-        bump = bump_changed!(),
-    );
-    let rows: Vec<(i64, String, i32)> = sqlx::query_as(&sql)
-        .bind(&jobs)
-        .bind(&attempts)
-        .bind(crate::domain::DeliveryKind::stopped_by_any_suppression_names())
-        .bind(crate::domain::SuppressionReason::stopping_all_mail())
-        .fetch_all(conn)
-        .await?;
-    Ok(Marked {
-        group: rows.first().map(|(id, _, _)| *id),
-        attempts: rows
-            .into_iter()
-            .map(|(_, job, attempt)| (job, attempt))
-            .collect(),
-    })
+    Ok(mark_and_record(conn, held, &[], &[]).await?.0)
 }
 
 /// The marks one statement wrote: the group's row, and the attempts it holds (the ones whose
@@ -357,6 +300,25 @@ pub async fn record(
     results: &[(String, i32, Outcome)],
     finished_marks: &[i64],
 ) -> sqlx::Result<u64> {
+    Ok(mark_and_record(conn, &[], results, finished_marks).await?.1)
+}
+
+/// A row of [`mark_and_record`]: the outcomes written, and one marked attempt with its group
+/// (none when nothing was marked).
+type WrittenRow = (i64, Option<i64>, Option<String>, Option<i32>);
+
+/// [`mark_body_started`] for `held` and [`record`] for `results` in one statement: one
+/// statement's fixed cost and one commit where a busy worker would pay two. The rows are
+/// disjoint: an attempt's outcome is only known after its mark was answered. Returns the marks
+/// and the number of outcomes written.
+pub async fn mark_and_record(
+    conn: &mut PgConnection,
+    held: &[(String, i32)],
+    results: &[(String, i32, Outcome)],
+    finished_marks: &[i64],
+) -> sqlx::Result<(Marked, u64)> {
+    let (held_jobs, held_attempts): (Vec<&str>, Vec<i32>) =
+        held.iter().map(|(j, a)| (j.as_str(), *a)).unzip();
     let mut jobs = Vec::new();
     let mut attempts = Vec::new();
     let mut statuses = Vec::new();
@@ -384,7 +346,7 @@ pub async fn record(
         });
     }
     let sql = format!(
-        "with changed as (
+        "with finished as (
              update deliveries d
              set status = r.status, lease_until = null, claimed_by = null, updated_at = now(),
                  smtp_reply = case when r.status in ('delivered', 'failed') then r.text else d.smtp_reply end,
@@ -392,18 +354,64 @@ pub async fn record(
                  next_attempt_at = case when r.status = 'queued' then now() + make_interval(secs => r.delay) else d.next_attempt_at end,
                  finished_at = case when r.status = 'queued' then null else now() end,
                  relay_id = coalesce(r.relay_id, d.relay_id)
-             from unnest($1::text[], $2::int[], $3::text[], $4::text[], $5::float8[], $6::text[])
+             from unnest($5::text[], $6::int[], $7::text[], $8::text[], $9::float8[], $10::text[])
                   as r(job_id, attempt, status, text, delay, relay_id)
              where d.job_id = r.job_id and d.status = 'sending' and d.attempt = r.attempt
              returning d.org_id, d.campaign_id, d.status
          ),
          -- Every attempt of these groups is over: their marks have done their work.
-         unmarked as (delete from delivery_mark_groups where id = any($7::bigint[])),
-         {bump}
-         select count(*) from changed",
-        bump = bump_changed!()
+         unmarked as (delete from delivery_mark_groups where id = any($11::bigint[])),
+         held as (select * from unnest($1::text[], $2::int[]) as h(job_id, attempt)),
+         -- One pass over the rows still ours, share-locked against a concurrent give-back until
+         -- this mark commits, deciding for each whether its campaign stopped or its address
+         -- was suppressed since the claim.
+         live as (
+             select d.job_id, d.attempt,
+                    coalesce(c.status not in ('sending', 'sent'), false) as stopped,
+                    exists ({blocks}) as blocked
+             from deliveries d
+             join held h on d.job_id = h.job_id and d.attempt = h.attempt
+             left join campaigns c on c.id = d.campaign_id
+             where d.status = 'sending'
+             for share of d
+         ),
+         stopped as (
+             update deliveries d set status = 'queued', claimed_by = null, lease_until = null, updated_at = now()
+             from live l
+             where l.stopped and d.job_id = l.job_id and d.status = 'sending' and d.attempt = l.attempt
+         ),
+         suppressed as (
+             update deliveries d
+             set status = 'suppressed', finished_at = now(), updated_at = now(), claimed_by = null,
+                 lease_until = null, last_error = 'suppressed before the body was sent'
+             from live l
+             where l.blocked and not l.stopped and d.job_id = l.job_id and d.status = 'sending'
+               and d.attempt = l.attempt
+             returning d.org_id, d.campaign_id, d.status
+         ),
+         changed as (select * from finished union all select * from suppressed),
+         {bump},
+         grouped as (
+             insert into delivery_mark_groups (job_ids, attempts)
+             select array_agg(job_id), array_agg(attempt) from live
+             where not stopped and not blocked
+             having count(*) > 0
+             returning id, job_ids, attempts
+         )
+         -- One row even when nothing was marked, for the count of outcomes written.
+         select (select count(*) from finished), m.id, m.job_id, m.attempt
+         from (values (1)) as one
+         left join (select g.id, x.job_id, x.attempt
+                    from grouped g cross join lateral unnest(g.job_ids, g.attempts) as x(job_id, attempt)) m
+           on true",
+        blocks = blocks!("d", "$3", "$4"),
+        bump = bump_changed!(),
     );
-    let written: i64 = sqlx::query_scalar(&sql)
+    let rows: Vec<WrittenRow> = sqlx::query_as(&sql)
+        .bind(&held_jobs)
+        .bind(&held_attempts)
+        .bind(crate::domain::DeliveryKind::stopped_by_any_suppression_names())
+        .bind(crate::domain::SuppressionReason::stopping_all_mail())
         .bind(&jobs)
         .bind(&attempts)
         .bind(&statuses)
@@ -411,9 +419,17 @@ pub async fn record(
         .bind(&delays)
         .bind(&relay_ids)
         .bind(finished_marks)
-        .fetch_one(conn)
+        .fetch_all(conn)
         .await?;
-    Ok(written as u64)
+    let written = rows.first().map_or(0, |(n, ..)| *n as u64);
+    let marked = Marked {
+        group: rows.iter().find_map(|(_, id, ..)| *id),
+        attempts: rows
+            .into_iter()
+            .filter_map(|(_, _, job, attempt)| Some((job?, attempt?)))
+            .collect(),
+    };
+    Ok((marked, written))
 }
 
 /// Reaps deliveries whose lease ran out (their worker died or hung): one that had not started
