@@ -16,7 +16,9 @@
 //! sink by one that answers each burst of commands after that delay (a distant relay; the
 //! testkit sink, in this process, so no sink CPU is printed). The worker inherits this
 //! process's environment, so any `MAILROOM_*` setting (`MAILROOM_DELIVERY_OUTCOME_GATHER_MS=5`)
-//! reaches it.
+//! reaches it. BENCH_SUPPRESSIONS=N gives every org N suppressed addresses (none of them queued),
+//! as an org with a long opt-out list has: the claim and the body-start mark re-check each
+//! message's address against that list.
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -358,6 +360,21 @@ async fn main() -> anyhow::Result<()> {
             app::db::settings::set_dkim_enabled(&mut conn, *org, true).await?;
         }
         println!("DKIM: every message signed (rsa-sha256, 2048-bit key)");
+    }
+    let suppressions: i64 = std::env::var("BENCH_SUPPRESSIONS").map_or(Ok(0), |n| n.parse())?;
+    if suppressions > 0 {
+        for org in &org_ids {
+            sqlx::query(
+                "insert into suppressions (org_id, email_lower, reason)
+                 select $1, 'gone' || i || '@example.net', 'unsubscribed' from generate_series(1, $2) i",
+            )
+            .bind(org)
+            .bind(suppressions)
+            .execute(&pool)
+            .await?;
+        }
+        sqlx::query("analyze suppressions").execute(&pool).await?;
+        println!("{suppressions} suppressed addresses per org");
     }
     let t0 = Instant::now();
     let mut tx = pool.begin().await?;

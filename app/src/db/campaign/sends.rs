@@ -144,8 +144,10 @@ async fn hand_off_in(
          checked as (
              select p.*, sub.email,
                     (sub.status <> 'confirmed' or sub.erased_at is not null
-                     or exists (select 1 from suppressions x where x.org_id = p.org_id and x.email_lower = p.email_lower)) as blocked
-             -- One index lookup per row (offset 0 keeps the planner from a whole-table join).
+                     or exists (select 1 from suppressions x where x.org_id = p.org_id and x.email_lower = p.email_lower
+                                offset 0)) as blocked
+             -- One index lookup per row, here and above (offset 0 keeps the planner from a
+             -- whole-table join: a long suppression list would be read for every batch).
              from picked p cross join lateral (
                  select x.email, x.status, x.erased_at from subscribers x
                  where x.org_id = p.org_id and x.id = p.subscriber_id offset 0) sub

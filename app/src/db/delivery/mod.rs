@@ -105,6 +105,11 @@ impl Claimed {
 /// by any suppression of the address, the other kinds only by a hard bounce or complaint. `$kinds`
 /// binds `DeliveryKind::stopped_by_any_suppression_names()`, `$reasons`
 /// `SuppressionReason::stopping_all_mail()`.
+///
+/// `offset 0` keeps it a per-row probe of the suppressions' primary key: without it PostgreSQL
+/// may turn the `exists` into a hash join that reads the org's whole suppression list for every
+/// claim (with a generic plan it expects thousands of rows; 53 ms a claim against 200,000
+/// suppressions, 0.4 ms with the probe).
 macro_rules! blocks {
     ($row:literal, $kinds:literal, $reasons:literal) => {
         concat!(
@@ -118,7 +123,7 @@ macro_rules! blocks {
             $kinds,
             ") or s.reason = any(",
             $reasons,
-            "))"
+            ")) offset 0"
         )
     };
 }
@@ -599,6 +604,9 @@ pub struct Sender {
     pub dkim_domain: Option<String>,
     pub dkim_selector: Option<String>,
     pub dkim_private_key_pem: Option<String>,
+    /// The Ed25519 key that signs beside the RSA one (RFC 8463), when the org has one.
+    pub dkim_ed25519_selector: Option<String>,
+    pub dkim_ed25519_private_key_pem: Option<String>,
 }
 
 /// The sender identities of every org of a batch, in one query.
@@ -606,7 +614,9 @@ pub async fn senders(pool: &PgPool, org_ids: &[i64]) -> sqlx::Result<Vec<Sender>
     sqlx::query_as(
         "select o.id as org_id, o.from_name, o.from_address, o.reply_to, o.return_path, o.bounce_domain,
                 k.domain as dkim_domain, k.selector as dkim_selector,
-                k.private_key_pem as dkim_private_key_pem
+                k.private_key_pem as dkim_private_key_pem,
+                k.ed25519_selector as dkim_ed25519_selector,
+                k.ed25519_private_key_pem as dkim_ed25519_private_key_pem
          from orgs o left join org_dkim k on k.org_id = o.id and k.enabled
          where o.id = any($1)",
     )
