@@ -31,6 +31,16 @@ pub struct DkimView {
     pub record_value: String,
     /// The From address is in the signing domain (or below it), so DMARC counts the signature.
     pub aligned: bool,
+    /// The Ed25519 key signing beside the RSA key (RFC 8463), when there is one.
+    pub ed25519: Option<Ed25519View>,
+}
+
+/// The org's Ed25519 DKIM key: its selector and the DNS record to publish for it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Ed25519View {
+    pub selector: String,
+    pub record_name: String,
+    pub record_value: String,
 }
 
 #[server(endpoint = "sender_auth")]
@@ -46,7 +56,19 @@ pub async fn sender_auth_view() -> Result<SenderAuthData, AppError> {
             // Stored values were parsed when saved; a failure here is a corrupt row.
             let domain = DkimDomain::parse(&k.domain).map_err(|_| AppError::Internal)?;
             let selector = DkimSelector::parse(&k.selector).map_err(|_| AppError::Internal)?;
+            let ed25519 = match (k.ed25519_selector, k.ed25519_public_key) {
+                (Some(s), Some(public_key)) => {
+                    let s = DkimSelector::parse(&s).map_err(|_| AppError::Internal)?;
+                    Some(Ed25519View {
+                        record_name: s.record_name(&domain),
+                        record_value: crate::dkim_key::ed25519_dns_value(&public_key),
+                        selector: s.as_str().to_owned(),
+                    })
+                }
+                _ => None,
+            };
             Some(DkimView {
+                ed25519,
                 record_name: selector.record_name(&domain),
                 record_value: crate::dkim_key::dns_value(&k.public_key),
                 aligned: domain.aligns_with(&sender.from_address),
@@ -109,6 +131,12 @@ pub async fn save_dkim_key(
     let public_key = key.public_key_base64().map_err(encode_failed)?;
     let mut tx = pool.begin().await?;
     let old = settings::lock_dkim(&mut tx, me.org_id).await?;
+    if old.as_ref().and_then(|o| o.ed25519_selector.as_deref()) == Some(selector.as_str()) {
+        return Err(AppError::Invalid(format!(
+            "DKIM selector: “{}” is the Ed25519 key's selector; one DNS name holds one key, so choose another.",
+            selector.as_str()
+        )));
+    }
     settings::replace_dkim_key(
         &mut tx,
         me.org_id,
@@ -142,6 +170,105 @@ pub async fn save_dkim_key(
         if generated { "A new" } else { "The pasted" },
         selector.record_name(&domain)
     ))
+}
+
+/// Adds a freshly generated Ed25519 key under `selector` (owner only): from then on, while
+/// signing is on, every message carries an Ed25519 signature beside the RSA one (RFC 8463).
+/// Receivers that do not know Ed25519 ignore it, so it can be added before its DNS record is
+/// published. It signs for the RSA key's domain, so that key comes first.
+#[server(endpoint = "add_dkim_ed25519_key")]
+pub async fn add_dkim_ed25519_key(selector: String) -> Result<String, AppError> {
+    use crate::db::settings;
+    use crate::dkim_key::{fingerprint, Ed25519DkimKey};
+    use crate::domain::{DkimDomain, DkimSelector};
+    let (me, pool) = super::signed_in().await?;
+    if !me.role.manages_org() {
+        return Err(AppError::Forbidden);
+    }
+    let selector = DkimSelector::parse(&selector)
+        .map_err(|e| AppError::Invalid(format!("Ed25519 selector: {e}.")))?;
+    let key = Ed25519DkimKey::generate().map_err(|e| {
+        tracing::error!(error = %e, "cannot generate an Ed25519 DKIM key");
+        AppError::Internal
+    })?;
+    let mut tx = pool.begin().await?;
+    let Some(old) = settings::lock_dkim(&mut tx, me.org_id).await? else {
+        return Err(AppError::Invalid(
+            "Ed25519: generate or paste the RSA key first (the Ed25519 key signs for its domain)."
+                .into(),
+        ));
+    };
+    if old.selector == selector.as_str() {
+        return Err(AppError::Invalid(format!(
+            "Ed25519 selector: “{}” is the RSA key's selector; one DNS name holds one key, so choose another.",
+            selector.as_str()
+        )));
+    }
+    let domain = DkimDomain::parse(&old.domain).map_err(|_| AppError::Internal)?;
+    settings::set_dkim_ed25519_key(
+        &mut tx,
+        me.org_id,
+        Some((
+            selector.as_str(),
+            &key.private_key_pem,
+            &key.public_key_base64,
+        )),
+    )
+    .await?;
+    audit::org_setting(
+        &mut tx,
+        &me,
+        "settings.dkim_ed25519_key",
+        old.ed25519_selector.as_ref().map(|s| {
+            serde_json::json!({
+                "selector": s,
+                "public_key_sha256": old.ed25519_public_key.as_deref().map(fingerprint),
+            })
+        }),
+        serde_json::json!({
+            "selector": selector.as_str(),
+            "public_key_sha256": fingerprint(&key.public_key_base64),
+        }),
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(format!(
+        "A new Ed25519 key signs beside the RSA key while signing is on. Publish its record at {}.",
+        selector.record_name(&domain)
+    ))
+}
+
+/// Removes the Ed25519 key (owner only): messages carry the RSA signature alone again.
+#[server(endpoint = "remove_dkim_ed25519_key")]
+pub async fn remove_dkim_ed25519_key() -> Result<String, AppError> {
+    use crate::db::settings;
+    use crate::dkim_key::fingerprint;
+    let (me, pool) = super::signed_in().await?;
+    if !me.role.manages_org() {
+        return Err(AppError::Forbidden);
+    }
+    let mut tx = pool.begin().await?;
+    let old = settings::lock_dkim(&mut tx, me.org_id).await?;
+    let Some((selector, public_key)) =
+        old.and_then(|o| Some((o.ed25519_selector?, o.ed25519_public_key?)))
+    else {
+        return Err(AppError::Invalid(
+            "Ed25519: there is no Ed25519 key.".into(),
+        ));
+    };
+    settings::set_dkim_ed25519_key(&mut tx, me.org_id, None).await?;
+    audit::org_setting(
+        &mut tx,
+        &me,
+        "settings.dkim_ed25519_key",
+        Some(serde_json::json!({
+            "selector": selector, "public_key_sha256": fingerprint(&public_key),
+        })),
+        None::<serde_json::Value>,
+    )
+    .await?;
+    tx.commit().await?;
+    Ok("The Ed25519 key is removed: messages carry the RSA signature alone.".into())
 }
 
 /// Turns DKIM signing on or off (owner only).

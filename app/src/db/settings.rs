@@ -111,12 +111,19 @@ pub struct DkimPublic {
     pub public_key: String,
     pub enabled: bool,
     pub updated_at: chrono::DateTime<chrono::Utc>,
+    /// The Ed25519 key signing beside the RSA one, when the org has one.
+    pub ed25519_selector: Option<String>,
+    pub ed25519_public_key: Option<String>,
 }
 
+/// The columns of [`DkimPublic`].
+const DKIM_PUBLIC: &str =
+    "domain, selector, public_key, enabled, updated_at, ed25519_selector, ed25519_public_key";
+
 pub async fn dkim(conn: &mut PgConnection, org_id: i64) -> sqlx::Result<Option<DkimPublic>> {
-    sqlx::query_as(
-        "select domain, selector, public_key, enabled, updated_at from org_dkim where org_id = $1",
-    )
+    sqlx::query_as(&format!(
+        "select {DKIM_PUBLIC} from org_dkim where org_id = $1"
+    ))
     .bind(org_id)
     .fetch_optional(conn)
     .await
@@ -125,10 +132,9 @@ pub async fn dkim(conn: &mut PgConnection, org_id: i64) -> sqlx::Result<Option<D
 /// The current key under a row lock (None: the org has none yet), for the audit row's "before"
 /// of a change made in the same transaction.
 pub async fn lock_dkim(conn: &mut PgConnection, org_id: i64) -> sqlx::Result<Option<DkimPublic>> {
-    sqlx::query_as(
-        "select domain, selector, public_key, enabled, updated_at from org_dkim
-         where org_id = $1 for update",
-    )
+    sqlx::query_as(&format!(
+        "select {DKIM_PUBLIC} from org_dkim where org_id = $1 for update"
+    ))
     .bind(org_id)
     .fetch_optional(conn)
     .await
@@ -155,6 +161,30 @@ pub async fn replace_dkim_key(
     .bind(domain)
     .bind(selector)
     .bind(private_key_pem)
+    .bind(public_key)
+    .execute(conn)
+    .await
+    .map(drop)
+}
+
+/// Sets (or, with None, removes) the Ed25519 key that signs beside the RSA key: (selector,
+/// PKCS#8 PEM, public key). The caller holds the row's lock ([`lock_dkim`]) and has checked
+/// that the org has an RSA key under another selector.
+pub async fn set_dkim_ed25519_key(
+    conn: &mut PgConnection,
+    org_id: i64,
+    key: Option<(&str, &str, &str)>,
+) -> sqlx::Result<()> {
+    let (selector, pem, public_key) =
+        key.map_or((None, None, None), |(s, p, k)| (Some(s), Some(p), Some(k)));
+    sqlx::query(
+        "update org_dkim set ed25519_selector = $2, ed25519_private_key_pem = $3,
+             ed25519_public_key = $4, updated_at = now()
+         where org_id = $1",
+    )
+    .bind(org_id)
+    .bind(selector)
+    .bind(pem)
     .bind(public_key)
     .execute(conn)
     .await

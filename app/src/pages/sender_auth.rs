@@ -6,7 +6,8 @@ use leptos::prelude::*;
 use super::action_outcome as outcome;
 use super::settings::{BUTTON, INPUT, SMALL_BUTTON};
 use crate::api::sender_auth::{
-    DkimView, SaveDkimKey, SaveReturnPath, SenderAuthData, SetDkimEnabled,
+    AddDkimEd25519Key, DkimView, RemoveDkimEd25519Key, SaveDkimKey, SaveReturnPath, SenderAuthData,
+    SetDkimEnabled,
 };
 
 /// The section's actions, created at the page's top level with the resource they refresh.
@@ -15,6 +16,8 @@ pub struct SenderAuthActions {
     pub return_path: ServerAction<SaveReturnPath>,
     pub key: ServerAction<SaveDkimKey>,
     pub enable: ServerAction<SetDkimEnabled>,
+    pub ed25519_add: ServerAction<AddDkimEd25519Key>,
+    pub ed25519_remove: ServerAction<RemoveDkimEd25519Key>,
 }
 
 impl SenderAuthActions {
@@ -23,16 +26,20 @@ impl SenderAuthActions {
             return_path: ServerAction::new(),
             key: ServerAction::new(),
             enable: ServerAction::new(),
+            ed25519_add: ServerAction::new(),
+            ed25519_remove: ServerAction::new(),
         }
     }
 
     /// Changes whenever one of them completes (the resource's source).
-    pub fn versions(&self) -> (usize, usize, usize) {
-        (
+    pub fn versions(&self) -> [usize; 5] {
+        [
             self.return_path.version().get(),
             self.key.version().get(),
             self.enable.version().get(),
-        )
+            self.ed25519_add.version().get(),
+            self.ed25519_remove.version().get(),
+        ]
     }
 }
 
@@ -112,6 +119,7 @@ fn Dkim(dkim: Option<DkimView>, can_manage: bool, actions: SenderAuthActions) ->
         {move || outcome(enable.value().get(), "dkim-enable-result")}
         {record}
         {toggle}
+        {dkim.as_ref().map(|k| view! { <Ed25519 dkim=k.clone() can_manage actions/> })}
         {can_manage.then(|| view! {
             <ActionForm action=key attr:id="dkim-key-form" attr:class="mt-4 grid gap-3 text-sm md:grid-cols-2">
                 <label class="block">
@@ -133,6 +141,54 @@ fn Dkim(dkim: Option<DkimView>, can_manage: bool, actions: SenderAuthActions) ->
                     </button>
                     <p class="mt-1 text-slate-500 dark:text-slate-400">"A new key turns signing off until you enable it again; a new selector lets the old record stay published meanwhile."</p>
                 </div>
+            </ActionForm>
+        })}
+    }
+    .into_any()
+}
+
+/// The optional second key: Ed25519 signatures beside the RSA ones (RFC 8463).
+#[component]
+fn Ed25519(dkim: DkimView, can_manage: bool, actions: SenderAuthActions) -> impl IntoView {
+    let (add, remove) = (actions.ed25519_add, actions.ed25519_remove);
+    let state = match &dkim.ed25519 {
+        None => "None: messages carry the RSA signature alone.".to_string(),
+        Some(e) => format!(
+            "Selector {}: while signing is on, every message also carries an Ed25519 signature.",
+            e.selector
+        ),
+    };
+    let record = dkim.ed25519.clone().map(|e| view! {
+        <dl class="mt-2 grid gap-1 text-sm" data-test="dkim-ed25519-record">
+            <dt class="text-slate-600 dark:text-slate-300">"DNS TXT record name"</dt>
+            <dd><code data-test="dkim-ed25519-record-name" class="break-all">{e.record_name}</code></dd>
+            <dt class="text-slate-600 dark:text-slate-300">"Value"</dt>
+            <dd><code data-test="dkim-ed25519-record-value" class="block break-all rounded bg-slate-100 p-2 dark:bg-slate-800">{e.record_value}</code></dd>
+        </dl>
+    });
+    let has_key = dkim.ed25519.is_some();
+    view! {
+        <h4 class="mt-4 text-sm font-semibold">"Ed25519 key (dual signing)"</h4>
+        <p class="text-sm text-slate-600 dark:text-slate-300" data-test="dkim-ed25519-state">{state}</p>
+        {move || outcome(add.value().get(), "dkim-ed25519-result")}
+        {move || outcome(remove.value().get(), "dkim-ed25519-remove-result")}
+        {record}
+        {can_manage.then(|| view! {
+            <ActionForm action=add attr:id="dkim-ed25519-form" attr:class="mt-2 flex flex-wrap items-end gap-3 text-sm">
+                <label class="block">
+                    <span class="text-slate-600 dark:text-slate-300">"Ed25519 selector"</span>
+                    <input name="selector" required placeholder="mailroom1e" class=INPUT/>
+                </label>
+                <button type="submit" id="add-dkim-ed25519" disabled=move || add.pending().get() class=SMALL_BUTTON>
+                    {if has_key { "Replace Ed25519 key" } else { "Generate Ed25519 key" }}
+                </button>
+            </ActionForm>
+        })}
+        {(can_manage && has_key).then(|| view! {
+            <ActionForm action=remove attr:class="mt-2">
+                <button type="submit" id="remove-dkim-ed25519" disabled=move || remove.pending().get() class=SMALL_BUTTON>
+                    "Remove Ed25519 key"
+                </button>
             </ActionForm>
         })}
     }

@@ -12,7 +12,7 @@ use mail_auth::common::crypto::{Algorithm, CryptoError, Sha256, SigningKey};
 use mail_auth::common::headers::{HeaderWriter, Writable};
 use mail_auth::dkim::{Canonicalization, DkimSigner, Done};
 use openssl::hash::MessageDigest;
-use openssl::pkey::{PKey, Private};
+use openssl::pkey::{Id, PKey, Private};
 
 use app::db::delivery::Sender;
 
@@ -40,17 +40,23 @@ const SIGNED_HEADERS: [&str; 14] = [
     "List-Unsubscribe-Post",
 ];
 
-/// An org's signer: its domain, selector and key, with the headers and canonicalization above.
-pub struct Signer(DkimSigner<OpensslRsa, Done>);
+/// An org's signer: its domain, selector and RSA key, with the headers and canonicalization
+/// above, and its Ed25519 key under a second selector when it has one (dual signing, RFC 8463).
+pub struct Signer {
+    rsa: DkimSigner<OpensslRsa, Done>,
+    ed25519: Option<DkimSigner<OpensslEd25519, Done>>,
+}
 
 impl Signer {
-    /// The `DKIM-Signature` header line (CRLF-terminated) for `message`, to be put in front of it.
+    /// The `DKIM-Signature` header lines (each CRLF-terminated) for `message`, to be put in
+    /// front of it: the RSA signature first, for verifiers that read only the first one.
     pub fn header_for(&self, message: &[u8]) -> Result<String, String> {
-        let signature = self
-            .0
-            .sign(message)
-            .map_err(|e| format!("DKIM signing failed: {e}"))?;
-        Ok(signature.to_header())
+        let failed = |e: mail_auth::Error| format!("DKIM signing failed: {e}");
+        let mut headers = self.rsa.sign(message).map_err(failed)?.to_header();
+        if let Some(ed25519) = &self.ed25519 {
+            headers.push_str(&ed25519.sign(message).map_err(failed)?.to_header());
+        }
+        Ok(headers)
     }
 }
 
@@ -75,6 +81,30 @@ impl SigningKey for OpensslRsa {
 
     fn algorithm(&self) -> Algorithm {
         Algorithm::RsaSha256
+    }
+}
+
+/// An Ed25519 private key whose signatures OpenSSL computes. RFC 8463 §3: ed25519-sha256 signs
+/// the SHA-256 digest of the canonicalized headers with PureEdDSA.
+pub struct OpensslEd25519(PKey<Private>);
+
+impl SigningKey for OpensslEd25519 {
+    type Hasher = Sha256;
+
+    fn sign(&self, input: impl Writable) -> mail_auth::Result<Vec<u8>> {
+        let mut canonical = Vec::with_capacity(1024);
+        input.write(&mut canonical);
+        let digest = openssl::sha::sha256(&canonical);
+        let library = |e: openssl::error::ErrorStack| {
+            mail_auth::Error::Crypto(CryptoError::Library(e.to_string()))
+        };
+        openssl::sign::Signer::new_without_digest(&self.0)
+            .and_then(|mut signer| signer.sign_oneshot_to_vec(&digest))
+            .map_err(library)
+    }
+
+    fn algorithm(&self) -> Algorithm {
+        Algorithm::Ed25519Sha256
     }
 }
 
@@ -119,13 +149,35 @@ fn signer(s: &Sender) -> Option<Result<Signer, String>> {
         Ok(_) => return Some(Err("the DKIM private key is not an RSA key".into())),
         Err(_) => return Some(Err("the DKIM private key does not parse".into())),
     };
-    // Relaxed for both: it survives the whitespace and header folding changes that relays make
-    // (simple header canonicalization breaks on any refolding).
-    let signer = DkimSigner::from_key(OpensslRsa(key))
-        .domain(domain.clone())
-        .selector(selector.clone())
+    let ed25519 = match (&s.dkim_ed25519_selector, &s.dkim_ed25519_private_key_pem) {
+        (Some(selector), Some(pem)) => match PKey::private_key_from_pem(pem.trim().as_bytes()) {
+            Ok(key) if key.id() == Id::ED25519 => Some(configure(
+                DkimSigner::from_key(OpensslEd25519(key)),
+                domain,
+                selector,
+            )),
+            _ => return Some(Err("the Ed25519 DKIM private key does not parse".into())),
+        },
+        _ => None,
+    };
+    Some(Ok(Signer {
+        rsa: configure(DkimSigner::from_key(OpensslRsa(key)), domain, selector),
+        ed25519,
+    }))
+}
+
+/// Both keys sign the same headers the same way. Relaxed canonicalization for both headers and
+/// body: it survives the whitespace and header folding changes that relays make (simple header
+/// canonicalization breaks on any refolding).
+fn configure<K: SigningKey>(
+    signer: DkimSigner<K, mail_auth::dkim::NeedDomain>,
+    domain: &str,
+    selector: &str,
+) -> DkimSigner<K, Done> {
+    signer
+        .domain(domain)
+        .selector(selector)
         .headers(SIGNED_HEADERS)
         .header_canonicalization(Canonicalization::Relaxed)
-        .body_canonicalization(Canonicalization::Relaxed);
-    Some(Ok(Signer(signer)))
+        .body_canonicalization(Canonicalization::Relaxed)
 }

@@ -5,7 +5,10 @@
 //! from a cache this test fills (no network DNS).
 
 use app::api::campaign::test_send::SendTest;
-use app::api::sender_auth::{SaveDkimKey, SaveReturnPath, SenderAuthView, SetDkimEnabled};
+use app::api::sender_auth::{
+    AddDkimEd25519Key, RemoveDkimEd25519Key, SaveDkimKey, SaveReturnPath, SenderAuthView,
+    SetDkimEnabled,
+};
 use std::borrow::Borrow;
 use std::collections::HashMap;
 use std::hash::Hash;
@@ -26,7 +29,7 @@ use sqlx::PgPool;
 
 use crate::support::fixtures::{config, config_for_capture};
 use crate::support::helpers::{enqueue_test_mail_to, org_with_users, test_db};
-use crate::support::test_app::{json, signed_in, spawn_app, TestApp};
+use crate::support::test_app::{json, marked, signed_in, spawn_app, TestApp};
 use testkit::SmtpSink;
 
 /// DNS as published: TXT records by name, nothing else (a miss is an error, never a query).
@@ -54,9 +57,16 @@ impl ResolverCache<Box<str>, Txt> for PublishedDns {
 
 /// The verifier's verdicts on every DKIM-Signature of `message`, with `name` publishing `value`.
 async fn verify(message: &str, name: &str, value: &str) -> Vec<DkimResult> {
-    let key = DomainKey::parse(value.as_bytes()).expect("the published record parses");
+    verify_with(message, &[(name, value)]).await
+}
+
+/// [`verify`] with several records published: (name, value) pairs.
+async fn verify_with(message: &str, records: &[(&str, &str)]) -> Vec<DkimResult> {
     let dns = PublishedDns(Mutex::new(HashMap::new()));
-    dns.insert(name.to_fqdn(), Txt::from(key), Instant::now());
+    for (name, value) in records {
+        let key = DomainKey::parse(value.as_bytes()).expect("the published record parses");
+        dns.insert(name.to_fqdn(), Txt::from(key), Instant::now());
+    }
     // No name servers: anything not in `dns` fails instead of leaving the machine.
     let verifier = MessageAuthenticator::new(
         ResolverConfig::from_name_servers(vec![]),
@@ -85,6 +95,38 @@ fn dkimpy_verifies(message: &str, value: &str) -> bool {
         .stdin(std::process::Stdio::piped())
         .spawn()
         .expect("/usr/bin/python3 with python3-dkim (scripts/setup installs it)");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(message.as_bytes())
+        .unwrap();
+    child.wait().unwrap().success()
+}
+
+/// dkimpy's verdict on the `index`th DKIM-Signature of `message` (0: the topmost), with each
+/// (name, value) of `records` published. Its Ed25519 support is PyNaCl (Debian's python3-nacl).
+fn dkimpy_verifies_signature(message: &str, index: usize, records: &[(&str, &str)]) -> bool {
+    use std::io::Write;
+    let script = "import sys, dkim\n\
+                  recs = dict(zip(sys.argv[2::2], sys.argv[3::2]))\n\
+                  def dns(name, timeout=5):\n\
+                  \x20   name = name.decode() if isinstance(name, bytes) else name\n\
+                  \x20   return recs.get(name.rstrip('.'), '').encode() or None\n\
+                  msg = sys.stdin.buffer.read()\n\
+                  sys.exit(0 if dkim.DKIM(msg).verify(idx=int(sys.argv[1]), dnsfunc=dns) else 1)\n";
+    let mut args = vec![index.to_string()];
+    for (name, value) in records {
+        args.extend([name.to_string(), value.to_string()]);
+    }
+    let mut child = std::process::Command::new("/usr/bin/python3")
+        .args(["-c", script])
+        .args(&args)
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .expect(
+            "/usr/bin/python3 with python3-dkim and python3-nacl (scripts/setup installs them)",
+        );
     child
         .stdin
         .take()
@@ -239,6 +281,151 @@ async fn dkim_signed_mail_verifies_against_the_published_record_and_fails_once_a
         .find(|m| m.to == ["off@example.com"])
         .unwrap();
     assert!(!off.data.contains("DKIM-Signature"), "{}", off.data);
+}
+
+#[tokio::test]
+async fn an_ed25519_key_signs_beside_the_rsa_key_and_each_signature_verifies_against_its_record() {
+    let pool = test_db().await;
+    let (org, u) = org_with_users(&pool, "acme", &[Role::Owner, Role::Admin]).await;
+    let app = spawn_app(pool.clone()).await;
+    let owner = signed_in(&app, &u[0].1, &u[0].2).await;
+    let admin = signed_in(&app, &u[1].1, &u[1].2).await;
+    let add = |selector: &str| AddDkimEd25519Key {
+        selector: selector.into(),
+    };
+
+    // It signs for the RSA key's domain, so it needs that key first.
+    let (status, body) = app.call_fn(&owner, add("mr2026e")).await;
+    assert_eq!(status, 422, "{body}");
+    assert!(body.contains("RSA key first"), "{body}");
+    let (rsa_name, rsa_value) = enable_dkim(&app, &owner).await;
+    // One DNS name holds one key: the selectors differ, whichever key is saved second.
+    let (status, body) = app.call_fn(&owner, add("mr2026")).await;
+    assert_eq!(status, 422, "{body}");
+    assert!(body.contains("the RSA key's selector"), "{body}");
+    let (status, _) = app.call_fn(&admin, add("mr2026e")).await;
+    assert_eq!(status, 403, "owners only");
+    let (status, body) = app.call_fn(&owner, add("mr2026e")).await;
+    assert_eq!(status, 200, "{body}");
+    let rsa_again = SaveDkimKey {
+        domain: "example.org".into(),
+        selector: "mr2026e".into(),
+        private_key: String::new(),
+    };
+    let (status, body) = app.call_fn(&owner, rsa_again).await;
+    assert_eq!(status, 422, "{body}");
+    assert!(body.contains("the Ed25519 key's selector"), "{body}");
+
+    let view = json(&app.call_fn(&owner, SenderAuthView {}).await.1);
+    let ed = &view["dkim"]["ed25519"];
+    let (ed_name, ed_value) = (
+        ed["record_name"].as_str().unwrap().to_owned(),
+        ed["record_value"].as_str().unwrap().to_owned(),
+    );
+    assert_eq!(ed_name, "mr2026e._domainkey.example.org");
+    assert!(ed_value.starts_with("v=DKIM1; k=ed25519; p="), "{ed_value}");
+    assert!(!view.to_string().contains("PRIVATE KEY"), "{view}");
+    // The settings page shows the record to publish.
+    let page = app.get_html(&owner, "/settings").await;
+    assert_eq!(
+        marked(&page, "dkim-ed25519-record-name").as_deref(),
+        Some(ed_name.as_str())
+    );
+    assert_eq!(
+        marked(&page, "dkim-ed25519-record-value").as_deref(),
+        Some(ed_value.as_str())
+    );
+    let both = [
+        (rsa_name.as_str(), rsa_value.as_str()),
+        (ed_name.as_str(), ed_value.as_str()),
+    ];
+
+    let sink = SmtpSink::start();
+    let mut worker = Worker::new(pool.clone(), config(&sink), "ed25519");
+    queue_campaign_test(&app, &admin, "dual@example.com").await;
+    while worker.round().await.unwrap() > 0 {}
+    let got = sink.messages();
+    assert_eq!(got.len(), 1);
+    let data = &got[0].data;
+    let rsa_at = data.find("DKIM-Signature: v=1; a=rsa-sha256; s=mr2026; d=example.org;");
+    let ed_at = data.find("DKIM-Signature: v=1; a=ed25519-sha256; s=mr2026e; d=example.org;");
+    assert!(rsa_at.is_some() && ed_at.is_some(), "{data}");
+    assert!(rsa_at < ed_at, "the RSA signature comes first: {data}");
+    assert_eq!(
+        verify_with(data, &both).await,
+        vec![DkimResult::Pass, DkimResult::Pass],
+        "{data}"
+    );
+    assert!(
+        dkimpy_verifies_signature(data, 0, &both),
+        "dkimpy, RSA: {data}"
+    );
+    assert!(
+        dkimpy_verifies_signature(data, 1, &both),
+        "dkimpy, Ed25519: {data}"
+    );
+    // Each signature stands on its own record: with only the RSA one published, the Ed25519
+    // signature cannot verify and the RSA one still does.
+    let rsa_only = verify_with(data, &both[..1]).await;
+    assert_eq!(rsa_only[0], DkimResult::Pass);
+    assert_ne!(rsa_only[1], DkimResult::Pass);
+    // Another Ed25519 key under the name: refused.
+    let other = app::dkim_key::ed25519_dns_value(
+        &app::dkim_key::Ed25519DkimKey::generate()
+            .unwrap()
+            .public_key_base64,
+    );
+    let swapped = [both[0], (ed_name.as_str(), other.as_str())];
+    assert!(!dkimpy_verifies_signature(data, 1, &swapped));
+    assert!(matches!(
+        verify_with(data, &swapped).await.as_slice(),
+        [DkimResult::Pass, DkimResult::Fail(_)]
+    ));
+    // A signed header changed: both fail.
+    let tampered = altered(data, "To: ", "To: x");
+    assert!(matches!(
+        verify_with(&tampered, &both).await.as_slice(),
+        [DkimResult::Fail(_), DkimResult::Fail(_)]
+    ));
+    assert!(!dkimpy_verifies_signature(&tampered, 1, &both));
+
+    // Removed: the RSA signature alone again.
+    let (status, body) = app.call_fn(&owner, RemoveDkimEd25519Key {}).await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = app.call_fn(&owner, RemoveDkimEd25519Key {}).await;
+    assert_eq!(status, 422, "{body}");
+    queue_campaign_test(&app, &admin, "single@example.com").await;
+    while worker.round().await.unwrap() > 0 {}
+    worker.close().await;
+    let single = sink
+        .messages()
+        .into_iter()
+        .find(|m| m.to == ["single@example.com"])
+        .unwrap();
+    assert_eq!(
+        single.data.matches("DKIM-Signature:").count(),
+        1,
+        "{}",
+        single.data
+    );
+    assert_eq!(
+        verify(&single.data, &rsa_name, &rsa_value).await,
+        vec![DkimResult::Pass]
+    );
+
+    let audited: Vec<(Option<Value>, Option<Value>)> = sqlx::query_as(
+        "select before, after from audit_log where org_id = $1 and action = 'settings.dkim_ed25519_key' order by id",
+    )
+    .bind(org)
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(audited.len(), 2, "{audited:?}");
+    assert_eq!(audited[0].0, None);
+    assert_eq!(audited[0].1.as_ref().unwrap()["selector"], "mr2026e");
+    assert_eq!(audited[1].0, audited[0].1);
+    assert_eq!(audited[1].1, None);
+    assert!(!format!("{audited:?}").contains("PRIVATE"));
 }
 
 #[tokio::test]
