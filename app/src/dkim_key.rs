@@ -150,9 +150,33 @@ mod tests {
         let raw = STANDARD.decode(&key.public_key_base64).unwrap();
         assert_eq!(raw, parsed.raw_public_key().unwrap());
         assert_eq!(raw.len(), 32);
-        assert_eq!(
-            ed25519_dns_value(&key.public_key_base64),
-            format!("v=DKIM1; k=ed25519; p={}", key.public_key_base64)
+        // What a receiver does with the record's p=: a signature by the stored key verifies
+        // against the published bytes, and not against another key's.
+        let published =
+            openssl::pkey::PKey::public_key_from_raw_bytes(&raw, openssl::pkey::Id::ED25519)
+                .unwrap();
+        let message = b"digest of the canonical headers";
+        let signature = openssl::sign::Signer::new_without_digest(&parsed)
+            .unwrap()
+            .sign_oneshot_to_vec(message)
+            .unwrap();
+        let verifies = |public: &openssl::pkey::PKey<openssl::pkey::Public>| {
+            openssl::sign::Verifier::new_without_digest(public)
+                .unwrap()
+                .verify_oneshot(&signature, message)
+                .unwrap()
+        };
+        assert!(verifies(&published));
+        let other = Ed25519DkimKey::generate().unwrap();
+        let other = openssl::pkey::PKey::public_key_from_raw_bytes(
+            &STANDARD.decode(&other.public_key_base64).unwrap(),
+            openssl::pkey::Id::ED25519,
+        )
+        .unwrap();
+        assert!(!verifies(&other));
+        let value = ed25519_dns_value(&key.public_key_base64);
+        assert!(
+            value.starts_with("v=DKIM1; k=ed25519; p=") && value.ends_with(&key.public_key_base64)
         );
     }
 

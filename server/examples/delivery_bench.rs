@@ -11,7 +11,7 @@
 //!
 //! Run through `bench/delivery.sh` (builds release, installs graphile-worker, then runs this).
 //! Usage: delivery_bench <mailroom binary> [messages=100000] [connections=8] [batch=200] [orgs=1]
-//! BENCH_DKIM=1 signs every message the engine sends; BENCH_MARKS_AHEAD=K sets the worker's
+//! BENCH_DKIM=1 signs every message the engine sends (BENCH_DKIM=ed25519: RSA and Ed25519); BENCH_MARKS_AHEAD=K sets the worker's
 //! `--delivery-marks-ahead`; BENCH_GRAPHILE_CONCURRENCY (128) is graphile-worker's. BENCH_REPLY_DELAY_MS=20 replaces Postfix's
 //! sink by one that answers each burst of commands after that delay (a distant relay; the
 //! testkit sink, in this process, so no sink CPU is printed). The worker inherits this
@@ -359,7 +359,21 @@ async fn main() -> anyhow::Result<()> {
             .await?;
             app::db::settings::set_dkim_enabled(&mut conn, *org, true).await?;
         }
-        println!("DKIM: every message signed (rsa-sha256, 2048-bit key)");
+        // BENCH_DKIM=ed25519: an Ed25519 signature beside the RSA one (dual signing).
+        if std::env::var("BENCH_DKIM").as_deref() == Ok("ed25519") {
+            let ed = app::dkim_key::Ed25519DkimKey::generate()?;
+            for org in &org_ids {
+                let key = (
+                    "mre",
+                    ed.private_key_pem.as_str(),
+                    ed.public_key_base64.as_str(),
+                );
+                app::db::settings::set_dkim_ed25519_key(&mut conn, *org, Some(key)).await?;
+            }
+            println!("DKIM: every message dual-signed (rsa-sha256 2048-bit and ed25519-sha256)");
+        } else {
+            println!("DKIM: every message signed (rsa-sha256, 2048-bit key)");
+        }
     }
     let suppressions: i64 = std::env::var("BENCH_SUPPRESSIONS").map_or(Ok(0), |n| n.parse())?;
     if suppressions > 0 {

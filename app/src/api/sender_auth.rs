@@ -146,6 +146,28 @@ pub async fn save_dkim_key(
         &public_key,
     )
     .await?;
+    // The Ed25519 key signs for the RSA key's domain; under a new domain its record would be
+    // at a name nobody published, so it goes (and says so) rather than signing for nothing.
+    let ed25519_dropped = match &old {
+        Some(o) if o.domain != domain.as_str() => {
+            match (&o.ed25519_selector, &o.ed25519_public_key) {
+                (Some(s), Some(k)) => {
+                    settings::set_dkim_ed25519_key(&mut tx, me.org_id, None).await?;
+                    audit::org_setting(
+                    &mut tx,
+                    &me,
+                    "settings.dkim_ed25519_key",
+                    Some(serde_json::json!({ "selector": s, "public_key_sha256": fingerprint(k) })),
+                    None::<serde_json::Value>,
+                )
+                .await?;
+                    true
+                }
+                _ => false,
+            }
+        }
+        _ => false,
+    };
     // Keys are told apart by their public key's fingerprint; neither half is recorded.
     audit::org_setting(
         &mut tx,
@@ -166,9 +188,14 @@ pub async fn save_dkim_key(
     .await?;
     tx.commit().await?;
     Ok(format!(
-        "{} key saved for {}. Publish the DNS record below, then enable signing.",
+        "{} key saved for {}. Publish the DNS record below, then enable signing.{}",
         if generated { "A new" } else { "The pasted" },
-        selector.record_name(&domain)
+        selector.record_name(&domain),
+        if ed25519_dropped {
+            " The Ed25519 key is removed: it signed for the previous domain."
+        } else {
+            ""
+        }
     ))
 }
 
@@ -201,6 +228,14 @@ pub async fn add_dkim_ed25519_key(selector: String) -> Result<String, AppError> 
     if old.selector == selector.as_str() {
         return Err(AppError::Invalid(format!(
             "Ed25519 selector: “{}” is the RSA key's selector; one DNS name holds one key, so choose another.",
+            selector.as_str()
+        )));
+    }
+    // A new key under the name that publishes the current one would fail every receiver's
+    // check until DNS caught up; rotation goes through a second name.
+    if old.ed25519_selector.as_deref() == Some(selector.as_str()) {
+        return Err(AppError::Invalid(format!(
+            "Ed25519 selector: “{}” publishes the current Ed25519 key; a new key needs a new selector (publish its record, then retire the old one).",
             selector.as_str()
         )));
     }

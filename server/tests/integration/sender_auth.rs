@@ -307,6 +307,10 @@ async fn an_ed25519_key_signs_beside_the_rsa_key_and_each_signature_verifies_aga
     assert_eq!(status, 403, "owners only");
     let (status, body) = app.call_fn(&owner, add("mr2026e")).await;
     assert_eq!(status, 200, "{body}");
+    // Rotation needs a second name: the first one publishes the key in use.
+    let (status, body) = app.call_fn(&owner, add("mr2026e")).await;
+    assert_eq!(status, 422, "{body}");
+    assert!(body.contains("needs a new selector"), "{body}");
     let rsa_again = SaveDkimKey {
         domain: "example.org".into(),
         selector: "mr2026e".into(),
@@ -426,6 +430,39 @@ async fn an_ed25519_key_signs_beside_the_rsa_key_and_each_signature_verifies_aga
     assert_eq!(audited[1].0, audited[0].1);
     assert_eq!(audited[1].1, None);
     assert!(!format!("{audited:?}").contains("PRIVATE"));
+
+    // An RSA key for another domain takes the Ed25519 key with it (it signed for the old one).
+    let (status, body) = app.call_fn(&owner, add("mr2027e")).await;
+    assert_eq!(status, 200, "{body}");
+    let same_domain = SaveDkimKey {
+        domain: "example.org".into(),
+        selector: "mr2027".into(),
+        private_key: String::new(),
+    };
+    let (status, body) = app.call_fn(&owner, same_domain).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(!body.contains("Ed25519"), "{body}");
+    let view = json(&app.call_fn(&owner, SenderAuthView {}).await.1);
+    assert_eq!(view["dkim"]["ed25519"]["selector"], "mr2027e", "{view}");
+    let other_domain = SaveDkimKey {
+        domain: "example.net".into(),
+        selector: "mr2028".into(),
+        private_key: String::new(),
+    };
+    let (status, body) = app.call_fn(&owner, other_domain).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("The Ed25519 key is removed"), "{body}");
+    let view = json(&app.call_fn(&owner, SenderAuthView {}).await.1);
+    assert!(view["dkim"]["ed25519"].is_null(), "{view}");
+    let last: (Option<Value>, Option<Value>) = sqlx::query_as(
+        "select before, after from audit_log where org_id = $1 and action = 'settings.dkim_ed25519_key' order by id desc limit 1",
+    )
+    .bind(org)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(last.0.unwrap()["selector"], "mr2027e");
+    assert_eq!(last.1, None);
 }
 
 #[tokio::test]

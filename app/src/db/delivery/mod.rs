@@ -589,8 +589,8 @@ pub async fn trim_details(
 }
 
 /// The sender identity of an organisation (From, Reply-To, envelope sender and, when signing
-/// is on, its DKIM key), for rendering.
-#[derive(sqlx::FromRow, Clone, Debug)]
+/// is on, its DKIM key), for rendering. Its `Debug` leaves the private keys out.
+#[derive(sqlx::FromRow, Clone)]
 pub struct Sender {
     pub org_id: i64,
     pub from_name: String,
@@ -607,6 +607,22 @@ pub struct Sender {
     /// The Ed25519 key that signs beside the RSA one (RFC 8463), when the org has one.
     pub dkim_ed25519_selector: Option<String>,
     pub dkim_ed25519_private_key_pem: Option<String>,
+}
+
+impl std::fmt::Debug for Sender {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sender")
+            .field("org_id", &self.org_id)
+            .field("from_name", &self.from_name)
+            .field("from_address", &self.from_address)
+            .field("reply_to", &self.reply_to)
+            .field("return_path", &self.return_path)
+            .field("bounce_domain", &self.bounce_domain)
+            .field("dkim_domain", &self.dkim_domain)
+            .field("dkim_selector", &self.dkim_selector)
+            .field("dkim_ed25519_selector", &self.dkim_ed25519_selector)
+            .finish_non_exhaustive()
+    }
 }
 
 /// The sender identities of every org of a batch, in one query.
