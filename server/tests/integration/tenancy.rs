@@ -127,6 +127,8 @@ fn case(endpoint: &str) -> Option<Case> {
             ("private_key", "".into()),
         ]),
         "set_dkim_enabled" => Case::ActsOnOwnOrg(vec![("enabled", "true".into())]),
+        "add_dkim_ed25519_key" => Case::ActsOnOwnOrg(vec![("selector", "taken2".into())]),
+        "remove_dkim_ed25519_key" => Case::ActsOnOwnOrg(vec![]),
         "save_return_path" => Case::ActsOnOwnOrg(vec![("return_path", "x@example.org".into())]),
         "save_approval_policy" => Case::ActsOnOwnOrg(vec![("allow_self_approval", "on".into())]),
         "invite_user" => Case::ActsOnOwnOrg(vec![
