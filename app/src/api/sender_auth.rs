@@ -148,26 +148,14 @@ pub async fn save_dkim_key(
     .await?;
     // The Ed25519 key signs for the RSA key's domain; under a new domain its record would be
     // at a name nobody published, so it goes (and says so) rather than signing for nothing.
-    let ed25519_dropped = match &old {
-        Some(o) if o.domain != domain.as_str() => {
-            match (&o.ed25519_selector, &o.ed25519_public_key) {
-                (Some(s), Some(k)) => {
-                    settings::set_dkim_ed25519_key(&mut tx, me.org_id, None).await?;
-                    audit::org_setting(
-                    &mut tx,
-                    &me,
-                    "settings.dkim_ed25519_key",
-                    Some(serde_json::json!({ "selector": s, "public_key_sha256": fingerprint(k) })),
-                    None::<serde_json::Value>,
-                )
-                .await?;
-                    true
-                }
-                _ => false,
-            }
-        }
-        _ => false,
-    };
+    let dropped = old
+        .as_ref()
+        .filter(|o| o.domain != domain.as_str())
+        .and_then(settings::DkimPublic::ed25519_key);
+    if let Some(key) = dropped {
+        remove_ed25519(&mut tx, &me, key).await?;
+    }
+    let ed25519_dropped = dropped.is_some();
     // Keys are told apart by their public key's fingerprint; neither half is recorded.
     audit::org_setting(
         &mut tx,
@@ -206,7 +194,7 @@ pub async fn save_dkim_key(
 #[server(endpoint = "add_dkim_ed25519_key")]
 pub async fn add_dkim_ed25519_key(selector: String) -> Result<String, AppError> {
     use crate::db::settings;
-    use crate::dkim_key::{fingerprint, Ed25519DkimKey};
+    use crate::dkim_key::Ed25519DkimKey;
     use crate::domain::{DkimDomain, DkimSelector};
     let (me, pool) = super::signed_in().await?;
     if !me.role.manages_org() {
@@ -254,16 +242,8 @@ pub async fn add_dkim_ed25519_key(selector: String) -> Result<String, AppError> 
         &mut tx,
         &me,
         "settings.dkim_ed25519_key",
-        old.ed25519_selector.as_ref().map(|s| {
-            serde_json::json!({
-                "selector": s,
-                "public_key_sha256": old.ed25519_public_key.as_deref().map(fingerprint),
-            })
-        }),
-        serde_json::json!({
-            "selector": selector.as_str(),
-            "public_key_sha256": fingerprint(&key.public_key_base64),
-        }),
+        old.ed25519_key().map(ed25519_audited),
+        ed25519_audited((selector.as_str(), key.public_key_base64.as_str())),
     )
     .await?;
     tx.commit().await?;
@@ -277,33 +257,49 @@ pub async fn add_dkim_ed25519_key(selector: String) -> Result<String, AppError> 
 #[server(endpoint = "remove_dkim_ed25519_key")]
 pub async fn remove_dkim_ed25519_key() -> Result<String, AppError> {
     use crate::db::settings;
-    use crate::dkim_key::fingerprint;
     let (me, pool) = super::signed_in().await?;
     if !me.role.manages_org() {
         return Err(AppError::Forbidden);
     }
     let mut tx = pool.begin().await?;
     let old = settings::lock_dkim(&mut tx, me.org_id).await?;
-    let Some((selector, public_key)) =
-        old.and_then(|o| Some((o.ed25519_selector?, o.ed25519_public_key?)))
-    else {
+    let Some(key) = old.as_ref().and_then(settings::DkimPublic::ed25519_key) else {
         return Err(AppError::Invalid(
             "Ed25519: there is no Ed25519 key.".into(),
         ));
     };
-    settings::set_dkim_ed25519_key(&mut tx, me.org_id, None).await?;
+    remove_ed25519(&mut tx, &me, key).await?;
+    tx.commit().await?;
+    Ok("The Ed25519 key is removed: messages carry the RSA signature alone.".into())
+}
+
+/// The Ed25519 key as its audit rows show it: the selector and the public key's fingerprint.
+#[cfg(feature = "ssr")]
+fn ed25519_audited((selector, public_key): (&str, &str)) -> serde_json::Value {
+    serde_json::json!({
+        "selector": selector,
+        "public_key_sha256": crate::dkim_key::fingerprint(public_key),
+    })
+}
+
+/// Removes the Ed25519 key, (selector, public key), under the row lock the caller holds, and
+/// audits it.
+#[cfg(feature = "ssr")]
+async fn remove_ed25519(
+    tx: &mut sqlx::PgConnection,
+    me: &super::CurrentUser,
+    key: (&str, &str),
+) -> Result<(), AppError> {
+    crate::db::settings::set_dkim_ed25519_key(tx, me.org_id, None).await?;
     audit::org_setting(
-        &mut tx,
-        &me,
+        tx,
+        me,
         "settings.dkim_ed25519_key",
-        Some(serde_json::json!({
-            "selector": selector, "public_key_sha256": fingerprint(&public_key),
-        })),
+        ed25519_audited(key),
         None::<serde_json::Value>,
     )
     .await?;
-    tx.commit().await?;
-    Ok("The Ed25519 key is removed: messages carry the RSA signature alone.".into())
+    Ok(())
 }
 
 /// Turns DKIM signing on or off (owner only).

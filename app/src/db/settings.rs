@@ -116,6 +116,16 @@ pub struct DkimPublic {
     pub ed25519_public_key: Option<String>,
 }
 
+impl DkimPublic {
+    /// The Ed25519 key's (selector, public key), when the org has one.
+    pub fn ed25519_key(&self) -> Option<(&str, &str)> {
+        Some((
+            self.ed25519_selector.as_deref()?,
+            self.ed25519_public_key.as_deref()?,
+        ))
+    }
+}
+
 /// The columns of [`DkimPublic`].
 const DKIM_PUBLIC: &str =
     "domain, selector, public_key, enabled, updated_at, ed25519_selector, ed25519_public_key";

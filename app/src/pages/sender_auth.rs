@@ -82,12 +82,7 @@ fn Dkim(dkim: Option<DkimView>, can_manage: bool, actions: SenderAuthActions) ->
         Some(_) => "Signing is off: publish the record below, then enable it.".to_string(),
     };
     let record = dkim.clone().map(|k| view! {
-        <dl class="mt-2 grid gap-1 text-sm" data-test="dkim-record">
-            <dt class="text-slate-600 dark:text-slate-300">"DNS TXT record name"</dt>
-            <dd><code data-test="dkim-record-name" class="break-all">{k.record_name.clone()}</code></dd>
-            <dt class="text-slate-600 dark:text-slate-300">"Value"</dt>
-            <dd><code data-test="dkim-record-value" class="block break-all rounded bg-slate-100 p-2 dark:bg-slate-800">{k.record_value.clone()}</code></dd>
-        </dl>
+        <DnsRecord name=k.record_name.clone() value=k.record_value.clone() test="dkim-record"/>
         {(!k.aligned).then(|| view! {
             <p class="mt-2 text-sm text-amber-800 dark:text-amber-300" data-test="dkim-unaligned">
                 {format!("The From address is not in {}: DMARC will not count this signature.", k.domain)}
@@ -158,13 +153,10 @@ fn Ed25519(dkim: DkimView, can_manage: bool, actions: SenderAuthActions) -> impl
             e.selector
         ),
     };
-    let record = dkim.ed25519.clone().map(|e| view! {
-        <dl class="mt-2 grid gap-1 text-sm" data-test="dkim-ed25519-record">
-            <dt class="text-slate-600 dark:text-slate-300">"DNS TXT record name"</dt>
-            <dd><code data-test="dkim-ed25519-record-name" class="break-all">{e.record_name}</code></dd>
-            <dt class="text-slate-600 dark:text-slate-300">"Value"</dt>
-            <dd><code data-test="dkim-ed25519-record-value" class="block break-all rounded bg-slate-100 p-2 dark:bg-slate-800">{e.record_value}</code></dd>
-        </dl>
+    let record = dkim.ed25519.clone().map(|e| {
+        view! {
+            <DnsRecord name=e.record_name value=e.record_value test="dkim-ed25519-record"/>
+        }
     });
     let has_key = dkim.ed25519.is_some();
     view! {
@@ -193,4 +185,17 @@ fn Ed25519(dkim: DkimView, can_manage: bool, actions: SenderAuthActions) -> impl
         })}
     }
     .into_any()
+}
+
+/// A DNS TXT record to publish; `test` marks it, and `{test}-name` and `{test}-value` its parts.
+#[component]
+fn DnsRecord(name: String, value: String, test: &'static str) -> impl IntoView {
+    view! {
+        <dl class="mt-2 grid gap-1 text-sm" data-test=test>
+            <dt class="text-slate-600 dark:text-slate-300">"DNS TXT record name"</dt>
+            <dd><code data-test=format!("{test}-name") class="break-all">{name}</code></dd>
+            <dt class="text-slate-600 dark:text-slate-300">"Value"</dt>
+            <dd><code data-test=format!("{test}-value") class="block break-all rounded bg-slate-100 p-2 dark:bg-slate-800">{value}</code></dd>
+        </dl>
+    }
 }

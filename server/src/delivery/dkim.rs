@@ -68,14 +68,9 @@ impl SigningKey for OpensslRsa {
     type Hasher = Sha256;
 
     fn sign(&self, input: impl Writable) -> mail_auth::Result<Vec<u8>> {
-        let mut canonical = Vec::with_capacity(1024);
-        input.write(&mut canonical);
-        let library = |e: openssl::error::ErrorStack| {
-            mail_auth::Error::Crypto(CryptoError::Library(e.to_string()))
-        };
         let mut signer =
             openssl::sign::Signer::new(MessageDigest::sha256(), &self.0).map_err(library)?;
-        signer.update(&canonical).map_err(library)?;
+        signer.update(&canonical(input)).map_err(library)?;
         signer.sign_to_vec().map_err(library)
     }
 
@@ -92,12 +87,7 @@ impl SigningKey for OpensslEd25519 {
     type Hasher = Sha256;
 
     fn sign(&self, input: impl Writable) -> mail_auth::Result<Vec<u8>> {
-        let mut canonical = Vec::with_capacity(1024);
-        input.write(&mut canonical);
-        let digest = openssl::sha::sha256(&canonical);
-        let library = |e: openssl::error::ErrorStack| {
-            mail_auth::Error::Crypto(CryptoError::Library(e.to_string()))
-        };
+        let digest = openssl::sha::sha256(&canonical(input));
         openssl::sign::Signer::new_without_digest(&self.0)
             .and_then(|mut signer| signer.sign_oneshot_to_vec(&digest))
             .map_err(library)
@@ -106,6 +96,17 @@ impl SigningKey for OpensslEd25519 {
     fn algorithm(&self) -> Algorithm {
         Algorithm::Ed25519Sha256
     }
+}
+
+/// The canonicalized headers mail-auth hands a key to sign.
+fn canonical(input: impl Writable) -> Vec<u8> {
+    let mut canonical = Vec::with_capacity(1024);
+    input.write(&mut canonical);
+    canonical
+}
+
+fn library(e: openssl::error::ErrorStack) -> mail_auth::Error {
+    mail_auth::Error::Crypto(CryptoError::Library(e.to_string()))
 }
 
 /// The signer of each org of a batch that has signing enabled, or why its key cannot be used

@@ -298,15 +298,14 @@ async fn write(
     let written = write_group(pool, held, batch, &finished_marks).await;
     match &written {
         Ok(marked) => {
-            let g = groups;
-            g.committed(batch);
+            groups.committed(batch);
             if let Some(group) = marked.group {
                 // By attempt: an expired attempt of a job and its re-claimed successor may
                 // both be here.
                 for attempt in &marked.attempts {
-                    g.of.insert(attempt.clone(), group);
+                    groups.of.insert(attempt.clone(), group);
                 }
-                g.open.insert(group, marked.attempts.len());
+                groups.open.insert(group, marked.attempts.len());
             }
         }
         Err(_) => groups.abandoned(batch),

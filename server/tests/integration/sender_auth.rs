@@ -293,6 +293,11 @@ async fn an_ed25519_key_signs_beside_the_rsa_key_and_each_signature_verifies_aga
     let add = |selector: &str| AddDkimEd25519Key {
         selector: selector.into(),
     };
+    let rsa_key = |domain: &str, selector: &str| SaveDkimKey {
+        domain: domain.into(),
+        selector: selector.into(),
+        private_key: String::new(),
+    };
 
     // It signs for the RSA key's domain, so it needs that key first.
     let (status, body) = app.call_fn(&owner, add("mr2026e")).await;
@@ -311,12 +316,7 @@ async fn an_ed25519_key_signs_beside_the_rsa_key_and_each_signature_verifies_aga
     let (status, body) = app.call_fn(&owner, add("mr2026e")).await;
     assert_eq!(status, 422, "{body}");
     assert!(body.contains("needs a new selector"), "{body}");
-    let rsa_again = SaveDkimKey {
-        domain: "example.org".into(),
-        selector: "mr2026e".into(),
-        private_key: String::new(),
-    };
-    let (status, body) = app.call_fn(&owner, rsa_again).await;
+    let (status, body) = app.call_fn(&owner, rsa_key("example.org", "mr2026e")).await;
     assert_eq!(status, 422, "{body}");
     assert!(body.contains("the Ed25519 key's selector"), "{body}");
 
@@ -434,22 +434,12 @@ async fn an_ed25519_key_signs_beside_the_rsa_key_and_each_signature_verifies_aga
     // An RSA key for another domain takes the Ed25519 key with it (it signed for the old one).
     let (status, body) = app.call_fn(&owner, add("mr2027e")).await;
     assert_eq!(status, 200, "{body}");
-    let same_domain = SaveDkimKey {
-        domain: "example.org".into(),
-        selector: "mr2027".into(),
-        private_key: String::new(),
-    };
-    let (status, body) = app.call_fn(&owner, same_domain).await;
+    let (status, body) = app.call_fn(&owner, rsa_key("example.org", "mr2027")).await;
     assert_eq!(status, 200, "{body}");
     assert!(!body.contains("Ed25519"), "{body}");
     let view = json(&app.call_fn(&owner, SenderAuthView {}).await.1);
     assert_eq!(view["dkim"]["ed25519"]["selector"], "mr2027e", "{view}");
-    let other_domain = SaveDkimKey {
-        domain: "example.net".into(),
-        selector: "mr2028".into(),
-        private_key: String::new(),
-    };
-    let (status, body) = app.call_fn(&owner, other_domain).await;
+    let (status, body) = app.call_fn(&owner, rsa_key("example.net", "mr2028")).await;
     assert_eq!(status, 200, "{body}");
     assert!(body.contains("The Ed25519 key is removed"), "{body}");
     let view = json(&app.call_fn(&owner, SenderAuthView {}).await.1);
