@@ -938,3 +938,123 @@ async fn of_an_expired_attempt_and_its_successor_marked_together_only_the_curren
     assert_eq!(marked.attempts, vec![(new.job_id.clone(), new.attempt)]);
     assert_eq!(mark_groups(&pool).await.len(), 1);
 }
+
+/// What the plan of `statement`, executed as a generic plan (as a prepared statement is after
+/// its first executions), did with `suppressions`: the rows its nodes on the table returned and
+/// the times they ran, each summed, and the plan.
+async fn suppression_reads(
+    conn: &mut sqlx::PgConnection,
+    types: &str,
+    statement: &str,
+    args: &str,
+) -> (f64, f64, String) {
+    sqlx::query("set plan_cache_mode = force_generic_plan")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    sqlx::query("begin").execute(&mut *conn).await.unwrap();
+    sqlx::query(&format!("prepare pinned ({types}) as {statement}"))
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    let (plan,): (serde_json::Value,) = sqlx::query_as(&format!(
+        "explain (analyze, format json) execute pinned({args})"
+    ))
+    .fetch_one(&mut *conn)
+    .await
+    .unwrap();
+    sqlx::query("rollback").execute(&mut *conn).await.unwrap();
+    sqlx::query("deallocate pinned")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    fn walk(node: &serde_json::Value, read: &mut f64, runs: &mut f64) {
+        if node["Relation Name"] == "suppressions" {
+            let loops = node["Actual Loops"].as_f64().unwrap();
+            *read += node["Actual Rows"].as_f64().unwrap() * loops;
+            *runs += loops;
+        }
+        for child in node["Plans"].as_array().into_iter().flatten() {
+            walk(child, read, runs);
+        }
+    }
+    let (mut read, mut runs) = (0.0, 0.0);
+    walk(&plan[0]["Plan"], &mut read, &mut runs);
+    (read, runs, serde_json::to_string_pretty(&plan).unwrap())
+}
+
+/// The claim and the body-start mark re-check each message against the org's suppressions.
+/// That must stay a probe per message: a plan that reads the whole list costs every claim in
+/// proportion to the org's opt-outs. (On this data PostgreSQL 15 chooses the probe even without
+/// the statements' `offset 0` fence, so this pins the outcome rather than the fence.)
+#[tokio::test]
+async fn a_long_suppression_list_is_probed_per_message_not_read_per_claim_or_mark() {
+    let pool = test_db().await;
+    let (org, _) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let due = enqueue_test_mail(&pool, org, 300).await;
+    // A long queue too: with it, the generic plan's estimates favour reading the whole list
+    // once and hash-joining it.
+    sqlx::query(
+        "insert into deliveries (job_id, org_id, kind, priority, recipient, email_lower)
+         select 'bulk:' || g, $1, 'test', 0, 'bulk' || g || '@example.org', 'bulk' || g || '@example.org'
+         from generate_series(1, 50000) g",
+    )
+    .bind(org)
+    .execute(&pool)
+    .await
+    .unwrap();
+    // Opt-outs of other addresses: none of them is queued, so no probe finds a row.
+    sqlx::query(
+        "insert into suppressions (org_id, email_lower, reason)
+         select $1, 'gone' || g || '@example.org', 'unsubscribed' from generate_series(1, 200000) g",
+    )
+    .bind(org)
+    .execute(&pool)
+    .await
+    .unwrap();
+    sqlx::query("analyze suppressions")
+        .execute(&pool)
+        .await
+        .unwrap();
+    sqlx::query("analyze deliveries")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let rule = "array['test', 'campaign'], array['hard_bounce', 'complaint']";
+    let mut conn = pool.acquire().await.unwrap();
+    let (read, probes, plan) = suppression_reads(
+        &mut conn,
+        "bigint, float8, text, text[], text[]",
+        &app::db::delivery::CLAIM,
+        &format!("100, 60, 'plan', {rule}"),
+    )
+    .await;
+    assert_eq!(read, 0.0, "the claim read the suppression list:\n{plan}");
+    assert_eq!(probes, 100.0, "one probe a claimed message:\n{plan}");
+    assert_eq!(
+        status_of(&pool, &due[0]).await.0,
+        "queued",
+        "the plan's claim was rolled back"
+    );
+
+    // The body-start mark of 100 claimed messages.
+    let claimed = app::db::delivery::claim(&pool, 100, 60.0, "t")
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 100);
+    let jobs: Vec<String> = claimed.iter().map(|c| format!("'{}'", c.job_id)).collect();
+    let attempts: Vec<String> = claimed.iter().map(|c| c.attempt.to_string()).collect();
+    let (read, probes, plan) = suppression_reads(
+        &mut conn,
+        "text[], int[], text[], text[], text[], int[], text[], text[], float8[], text[], bigint[]",
+        &app::db::delivery::MARK_AND_RECORD,
+        &format!(
+            "array[{}], array[{}], {rule}, '{{}}', '{{}}', '{{}}', '{{}}', '{{}}', '{{}}', '{{}}'",
+            jobs.join(", "),
+            attempts.join(", ")
+        ),
+    )
+    .await;
+    assert_eq!(read, 0.0, "the mark read the suppression list:\n{plan}");
+    assert_eq!(probes, 100.0, "one probe a marked message:\n{plan}");
+}

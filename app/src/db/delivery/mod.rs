@@ -5,6 +5,8 @@
 /// The dashboard's view of the queue: counts, list, retry.
 pub mod admin;
 
+use std::sync::LazyLock;
+
 use sqlx::{PgConnection, PgPool};
 
 use crate::db::campaign::slots::bump_changed;
@@ -147,7 +149,21 @@ pub async fn claim(
     lease_seconds: f64,
     holder: &str,
 ) -> sqlx::Result<Vec<Claimed>> {
-    let sql = format!(
+    sqlx::query_as(&CLAIM)
+        .bind(limit)
+        .bind(lease_seconds)
+        .bind(holder)
+        .bind(crate::domain::DeliveryKind::stopped_by_any_suppression_names())
+        .bind(crate::domain::SuppressionReason::stopping_all_mail())
+        .fetch_all(pool)
+        .await
+}
+
+/// [`claim`]'s statement. Parameters: `$1` the batch (bigint), `$2` the lease in seconds
+/// (float8), `$3` the holder, `$4` and `$5` the suppression rule's kinds and reasons (text[]).
+/// Public so that a test can pin its plan.
+pub static CLAIM: LazyLock<String> = LazyLock::new(|| {
+    format!(
         "with recursive walk (priority, org_id, campaign_key) as (
              (select priority, org_id, coalesce(campaign_id, 0) from deliveries
               where status = 'queued' and next_attempt_at <= now()
@@ -216,16 +232,8 @@ pub async fn claim(
                    d.content_version, d.subscriber_id, d.digest_send_id, d.user_id, d.tx_message_id, d.signup_id",
         bump = bump_changed!(),
         blocks = blocks!("due", "$4", "$5"),
-    );
-    sqlx::query_as(&sql)
-        .bind(limit)
-        .bind(lease_seconds)
-        .bind(holder)
-        .bind(crate::domain::DeliveryKind::stopped_by_any_suppression_names())
-        .bind(crate::domain::SuppressionReason::stopping_all_mail())
-        .fetch_all(pool)
-        .await
-}
+    )
+});
 
 /// Records, for every message of a group, that its body is about to be written (one statement
 /// for the group: the caller group-commits the marks of all its connections). From then on a
@@ -350,7 +358,38 @@ pub async fn mark_and_record(
             _ => None,
         });
     }
-    let sql = format!(
+    let rows: Vec<WrittenRow> = sqlx::query_as(&MARK_AND_RECORD)
+        .bind(&held_jobs)
+        .bind(&held_attempts)
+        .bind(crate::domain::DeliveryKind::stopped_by_any_suppression_names())
+        .bind(crate::domain::SuppressionReason::stopping_all_mail())
+        .bind(&jobs)
+        .bind(&attempts)
+        .bind(&statuses)
+        .bind(&texts)
+        .bind(&delays)
+        .bind(&relay_ids)
+        .bind(finished_marks)
+        .fetch_all(conn)
+        .await?;
+    let written = rows.first().map_or(0, |(n, ..)| *n as u64);
+    let marked = Marked {
+        group: rows.iter().find_map(|(_, id, ..)| *id),
+        attempts: rows
+            .into_iter()
+            .filter_map(|(_, _, job, attempt)| Some((job?, attempt?)))
+            .collect(),
+    };
+    Ok((marked, written))
+}
+
+/// [`mark_and_record`]'s statement. Parameters: `$1`, `$2` the attempts to mark (text[],
+/// int[]), `$3`, `$4` the suppression rule's kinds and reasons (text[]), `$5`…`$10` the
+/// outcomes (job ids, attempts, statuses, texts as text[]/int[]/text[]/text[], delays float8[],
+/// relay ids text[]), `$11` the finished mark groups (bigint[]). Public so that a test can pin
+/// its plan.
+pub static MARK_AND_RECORD: LazyLock<String> = LazyLock::new(|| {
+    format!(
         "with finished as (
              update deliveries d
              set status = r.status, lease_until = null, claimed_by = null, updated_at = now(),
@@ -411,31 +450,8 @@ pub async fn mark_and_record(
            on true",
         blocks = blocks!("d", "$3", "$4"),
         bump = bump_changed!(),
-    );
-    let rows: Vec<WrittenRow> = sqlx::query_as(&sql)
-        .bind(&held_jobs)
-        .bind(&held_attempts)
-        .bind(crate::domain::DeliveryKind::stopped_by_any_suppression_names())
-        .bind(crate::domain::SuppressionReason::stopping_all_mail())
-        .bind(&jobs)
-        .bind(&attempts)
-        .bind(&statuses)
-        .bind(&texts)
-        .bind(&delays)
-        .bind(&relay_ids)
-        .bind(finished_marks)
-        .fetch_all(conn)
-        .await?;
-    let written = rows.first().map_or(0, |(n, ..)| *n as u64);
-    let marked = Marked {
-        group: rows.iter().find_map(|(_, id, ..)| *id),
-        attempts: rows
-            .into_iter()
-            .filter_map(|(_, _, job, attempt)| Some((job?, attempt?)))
-            .collect(),
-    };
-    Ok((marked, written))
-}
+    )
+});
 
 /// Reaps deliveries whose lease ran out (their worker died or hung): one that had not started
 /// its body goes back to the queue; one that had becomes `unknown`, never retried by itself.
