@@ -20,7 +20,8 @@ use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use anyhow::Context;
-use sqlx::PgPool;
+use sqlx::pool::PoolConnection;
+use sqlx::{Connection, PgConnection, PgPool, Postgres};
 use tokio::sync::{mpsc, oneshot};
 
 use app::db::delivery::Outcome;
@@ -245,18 +246,19 @@ async fn gather_group(q: &mut Queues, gather: Duration) -> Option<Group> {
 /// every request of its group.
 async fn commit(pool: PgPool, mut q: Queues, gather: Duration) {
     let mut groups = Groups::default();
+    let mut kept = None;
     while let Some(group) = gather_group(&mut q, gather).await {
         let (marks, mark_replies): (Vec<(String, i32)>, Vec<Reply<bool>>) =
             group.marks.into_iter().unzip();
         let (results, result_replies): (Vec<Result>, Vec<Reply<()>>) =
             group.results.into_iter().unzip();
         let t = std::time::Instant::now();
-        let mut written = write(&pool, &marks, &results, &mut groups).await;
+        let mut written = write(&pool, &mut kept, &marks, &results, &mut groups).await;
         for pause in RETRY_AFTER {
             let Err(e) = &written else { break };
             tracing::warn!(error = %format!("{e:#}"), "delivery ledger write failed; retrying");
             tokio::time::sleep(pause).await;
-            written = write(&pool, &marks, &results, &mut groups).await;
+            written = write(&pool, &mut kept, &marks, &results, &mut groups).await;
         }
         tracing::debug!(
             marks = marks.len(),
@@ -288,14 +290,33 @@ async fn commit(pool: PgPool, mut q: Queues, gather: Duration) {
 
 /// One statement for the group (in a transaction with the suppressions of hard bounces, when
 /// there are any); answers, per mark, whether the claim still held.
+///
+/// The committer keeps one connection (`kept`) from write to write: sqlx pings a connection
+/// when the pool hands it out and again when it is given back, two round trips for a one-
+/// statement write. After a failed write the connection goes back to the pool, whose ping on
+/// return closes it if it is broken, and the next write takes another.
 async fn write(
     pool: &PgPool,
+    kept: &mut Option<PoolConnection<Postgres>>,
     held: &[(String, i32)],
     batch: &[Result],
     groups: &mut Groups,
 ) -> anyhow::Result<Vec<bool>> {
     let finished_marks = groups.completed_by(batch);
-    let written = write_group(pool, held, batch, &finished_marks).await;
+    let written = match kept.take() {
+        Some(conn) => Ok(conn),
+        None => pool.acquire().await,
+    };
+    let written = match written {
+        Ok(conn) => {
+            let conn = kept.insert(conn);
+            write_group(conn, held, batch, &finished_marks).await
+        }
+        Err(e) => Err(e.into()),
+    };
+    if written.is_err() {
+        *kept = None;
+    }
     match &written {
         Ok(marked) => {
             groups.committed(batch);
@@ -315,7 +336,7 @@ async fn write(
 }
 
 async fn write_group(
-    pool: &PgPool,
+    conn: &mut PgConnection,
     held: &[(String, i32)],
     batch: &[Result],
     finished_marks: &[i64],
@@ -332,14 +353,12 @@ async fn write_group(
         .filter_map(|r| Some((r, EmailAddress::parse(&r.recipient).ok()?)))
         .collect();
     if bounced.is_empty() {
-        let mut conn = pool.acquire().await?;
-        let (marked, _) =
-            app::db::delivery::mark_and_record(&mut conn, held, &rows, finished_marks)
-                .await
-                .context("writing body-start marks and delivery outcomes")?;
+        let (marked, _) = app::db::delivery::mark_and_record(conn, held, &rows, finished_marks)
+            .await
+            .context("writing body-start marks and delivery outcomes")?;
         return Ok(marked);
     }
-    let mut tx = pool.begin().await?;
+    let mut tx = conn.begin().await?;
     for (r, email) in bounced {
         let source = format!("delivery {}", r.job_id);
         app::db::audience::suppress(
