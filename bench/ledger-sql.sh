@@ -16,7 +16,8 @@
 #         the outcome;
 #   lean  base without the seven secondary indexes the queue does not read (a bound);
 #   narrow-lean  both (the floor the two would reach together);
-#   unlocked  base with a mark that share-locks nothing (a bound: what the lock costs).
+#   unlocked  base with a mark that share-locks nothing (a bound: what the lock costs);
+#   brin  base with retention's partial B-tree replaced by a BRIN index on finished_at.
 # Prints messages/s, CPU per message of the whole machine less pgbench's own (PostgreSQL and
 # the kernel's work for it: run on a quiet machine), heap-only updates, and each statement's
 # mean latency.
