@@ -15,11 +15,4 @@ create index deliveries_delivered_to on deliveries (org_id, email_lower, finishe
 create index deliveries_needing_attention on deliveries (org_id, finished_at)
     where outcome in ('failed', 'unknown');
 alter table deliveries set (fillfactor = 50);
-create table delivery_claims (
-    id bigint generated always as identity primary key,
-    holder text not null,
-    lease_until timestamptz not null,
-    job_ids text[] not null,
-    attempts int[] not null
-);
-create index delivery_claims_lease on delivery_claims (lease_until);
+\ir claims.sql

@@ -11,13 +11,6 @@ create table delivery_queue (
 );
 create index delivery_queue_groups on delivery_queue (priority, org_id, campaign_key, next_attempt_at);
 create index delivery_queue_due on delivery_queue (next_attempt_at);
-create table delivery_claims (
-    id bigint generated always as identity primary key,
-    holder text not null,
-    lease_until timestamptz not null,
-    job_ids text[] not null,
-    attempts int[] not null
-);
-create index delivery_claims_lease on delivery_claims (lease_until);
+\ir claims.sql
 -- The queue's own indexes replace these.
 drop index deliveries_groups, deliveries_due, deliveries_lease;

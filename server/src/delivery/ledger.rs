@@ -303,17 +303,14 @@ async fn write(
     groups: &mut Groups,
 ) -> anyhow::Result<Vec<bool>> {
     let finished_marks = groups.completed_by(batch);
-    let written = match kept.take() {
-        Some(conn) => Ok(conn),
-        None => pool.acquire().await,
-    };
-    let written = match written {
-        Ok(conn) => {
-            let conn = kept.insert(conn);
-            write_group(conn, held, batch, &finished_marks).await
-        }
-        Err(e) => Err(e.into()),
-    };
+    let written = async {
+        let conn = match kept.take() {
+            Some(conn) => conn,
+            None => pool.acquire().await?,
+        };
+        write_group(kept.insert(conn), held, batch, &finished_marks).await
+    }
+    .await;
     if written.is_err() {
         *kept = None;
     }

@@ -948,22 +948,22 @@ async fn suppression_reads(
     statement: &str,
     args: &str,
 ) -> (f64, f64, String) {
-    sqlx::query("set plan_cache_mode = force_generic_plan")
-        .execute(&mut *conn)
-        .await
-        .unwrap();
-    sqlx::query("begin").execute(&mut *conn).await.unwrap();
-    sqlx::query(&format!("prepare pinned ({types}) as {statement}"))
-        .execute(&mut *conn)
-        .await
-        .unwrap();
+    use sqlx::Connection;
+    let mut tx = conn.begin().await.unwrap();
+    for sql in [
+        "set local plan_cache_mode = force_generic_plan".to_string(),
+        format!("prepare pinned ({types}) as {statement}"),
+    ] {
+        sqlx::query(&sql).execute(&mut *tx).await.unwrap();
+    }
     let (plan,): (serde_json::Value,) = sqlx::query_as(&format!(
         "explain (analyze, format json) execute pinned({args})"
     ))
-    .fetch_one(&mut *conn)
+    .fetch_one(&mut *tx)
     .await
     .unwrap();
-    sqlx::query("rollback").execute(&mut *conn).await.unwrap();
+    tx.rollback().await.unwrap();
+    // A prepared statement outlives the transaction.
     sqlx::query("deallocate pinned")
         .execute(&mut *conn)
         .await
@@ -1020,7 +1020,13 @@ async fn a_long_suppression_list_is_probed_per_message_not_read_per_claim_or_mar
         .execute(&pool)
         .await
         .unwrap();
-    let rule = "array['test', 'campaign'], array['hard_bounce', 'complaint']";
+    // The suppression rule's parameters, as the statements' callers bind them.
+    let literal = |names: Vec<&str>| format!("array['{}']", names.join("', '"));
+    let rule = format!(
+        "{}, {}",
+        literal(app::domain::DeliveryKind::stopped_by_any_suppression_names()),
+        literal(app::domain::SuppressionReason::stopping_all_mail())
+    );
     let mut conn = pool.acquire().await.unwrap();
     let (read, probes, plan) = suppression_reads(
         &mut conn,
