@@ -95,6 +95,10 @@ impl Claimed {
     /// test message tries out (kept out of `campaign_id` so a test never counts in, or waits
     /// for, the campaign's sending).
     pub fn content_campaign(&self) -> Option<i64> {
+        // Only a test message's job id names another campaign: the others skip the parse.
+        if self.kind != crate::domain::DeliveryKind::Test {
+            return self.campaign_id;
+        }
         match self.job_id.parse::<JobId>() {
             Ok(JobId::Test { campaign_id, .. }) => Some(campaign_id),
             _ => self.campaign_id,
