@@ -417,8 +417,10 @@ fn median(mut xs: Vec<u64>) -> f64 {
 
 async fn queue(pool: &PgPool) -> (i64, i64) {
     sqlx::query_as(
-        "select count(*) filter (where status = 'queued'), count(*) filter (where status = 'sending')
-         from deliveries where status in ('queued', 'sending')",
+        // In the queue, and in flight: `queued` rows a claim took off the queue (one snapshot).
+        "with q as (select count(*) as n from delivery_queue)
+         select q.n, (select coalesce(sum(n), 0)::bigint from delivery_counts where status = 'queued') - q.n
+         from q",
     )
     .fetch_one(pool)
     .await
@@ -431,7 +433,7 @@ async fn all_done(pool: &PgPool, campaign: i64, orgs: i64) -> anyhow::Result<boo
     let (status, claimed, open): (String, i64, i64) = sqlx::query_as(
         "select (select status from campaigns where id = $1),
                 (select count(*) from digest_sends),
-                (select count(*) from deliveries where status in ('queued', 'sending'))",
+                (select coalesce(sum(n), 0)::bigint from delivery_counts where status = 'queued')",
     )
     .bind(campaign)
     .fetch_one(pool)

@@ -29,7 +29,8 @@ pub async fn delivery(
         return Ok(());
     }
     sqlx::query(
-        "update deliveries
+        "with off_queue as (delete from delivery_queue where job_id = $2)
+         update deliveries
          set status = $3, attempt = $4, last_error = $5, smtp_reply = $6,
              finished_at = now(), updated_at = now()
          where org_id = $1 and job_id = $2",

@@ -20,10 +20,10 @@ pub struct Snapshot {
 pub const COUNTS: &str =
     "select kind, status, sum(n)::bigint from delivery_counts group by kind, status";
 
-/// The oldest due queued delivery: the first entry of `deliveries_due`.
+/// The oldest due queued delivery: the first entry of `delivery_queue_due`.
 pub const OLDEST_AND_EPOCH: &str =
-    "select coalesce(extract(epoch from now() - (select min(next_attempt_at) from deliveries
-                                                 where status = 'queued' and next_attempt_at <= now())), 0)::float8,
+    "select coalesce(extract(epoch from now() - (select min(next_attempt_at) from delivery_queue
+                                                 where next_attempt_at <= now())), 0)::float8,
             coalesce((select epoch from leader_lease where name = 'leader'), 0)";
 
 pub async fn snapshot(pool: &PgPool) -> sqlx::Result<Snapshot> {

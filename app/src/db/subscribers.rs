@@ -254,13 +254,21 @@ pub async fn erase(
              update delivery_events set email_lower = (select h from hashed), diagnostic = null
              where org_id = $1 and email_lower = $2
          ),
-         -- Transactional mail keeps no content for them; what is still queued is not sent.
+         -- Transactional mail keeps no content for them; what is still in the queue is not
+         -- sent (taken off it under its lock: a message a claim took is in flight, and its
+         -- mark or outcome decides).
+         unsent as (
+             delete from delivery_queue q using deliveries d
+             where q.job_id = d.job_id and d.org_id = $1 and d.email_lower = $2
+               and d.kind = 'transactional' and d.status = 'queued'
+             returning q.job_id
+         ),
          mailed as (
              update deliveries set recipient = (select h from hashed), email_lower = (select h from hashed),
                                    smtp_reply = null, last_error = null,
-                                   status = case when kind = 'transactional' and status = 'queued'
+                                   status = case when job_id in (select job_id from unsent)
                                                  then 'cancelled' else status end,
-                                   finished_at = case when kind = 'transactional' and status = 'queued'
+                                   finished_at = case when job_id in (select job_id from unsent)
                                                       then now() else finished_at end
              where org_id = $1 and email_lower = $2
          ),

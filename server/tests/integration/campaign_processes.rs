@@ -216,8 +216,9 @@ fn report(rt: &tokio::runtime::Runtime, pool: &PgPool, id: i64, procs: &[Proc]) 
                 "select 'send', status, count(*) from sends where campaign_id = $1 group by status
                  union all
                  select 'delivery', status || ' body_started=' || exists (
-                            select 1 from delivery_marks m where m.job_id = d.job_id and m.attempt = d.attempt)::text
-                        || ' lease=' || coalesce((lease_until > now())::text, '-'), count(*)
+                            select 1 from delivery_marks m where m.job_id = d.job_id and m.attempt >= d.attempt)::text
+                        || ' in_queue=' || exists (
+                            select 1 from delivery_queue q where q.job_id = d.job_id)::text, count(*)
                  from deliveries d where campaign_id = $1 group by 1, 2",
             )
             .bind(id)

@@ -44,21 +44,27 @@ async fn reap(pool: &PgPool) -> (i64, i64) {
         .unwrap()
 }
 
+/// The state a delivery shows and the attempt it is at: one in flight (`queued` in the table,
+/// off the queue) shows `sending` at the attempt its claim holds.
 async fn status_of(pool: &PgPool, job: &str) -> (String, i32) {
-    sqlx::query_as("select status, attempt from deliveries where job_id = $1")
-        .bind(job)
-        .fetch_one(pool)
-        .await
-        .unwrap()
+    sqlx::query_as(
+        "select case when sending then 'sending' else status end, attempt + sending::int
+         from (select d.status, d.attempt,
+                      d.status = 'queued'
+                        and not exists (select 1 from delivery_queue q where q.job_id = d.job_id) as sending
+               from deliveries d where d.job_id = $1) d",
+    )
+    .bind(job)
+    .fetch_one(pool)
+    .await
+    .unwrap()
 }
 
 async fn expire_leases(pool: &PgPool) {
-    sqlx::query(
-        "update deliveries set lease_until = now() - interval '1 second' where status = 'sending'",
-    )
-    .execute(pool)
-    .await
-    .unwrap();
+    sqlx::query("update delivery_claims set lease_until = now() - interval '1 second'")
+        .execute(pool)
+        .await
+        .unwrap();
 }
 
 #[tokio::test]
@@ -533,8 +539,9 @@ async fn a_live_process_extends_only_the_leases_of_claims_it_is_still_working_on
         .await
         .unwrap();
     expire_leases(&pool).await;
-    // mine[1] was abandoned by a failed round: no longer in flight, so not extended.
-    let in_flight = vec![(mine[0].job_id.clone(), mine[0].attempt)];
+    // mine[1] was abandoned (its outcome could not be written): no longer held. A lease is
+    // one per claim, so it lives as long as its claim holds another message in flight.
+    let in_flight = vec![mine[0].claim_id];
     assert_eq!(
         app::db::delivery::extend_leases(&pool, "me", &in_flight, 60.0)
             .await
@@ -550,31 +557,73 @@ async fn a_live_process_extends_only_the_leases_of_claims_it_is_still_working_on
     );
     assert_eq!(
         reap(&pool).await,
-        (2, 0),
-        "the abandoned claim and the silent process's claim are reaped"
+        (1, 0),
+        "the silent process's claim is reaped"
     );
     assert_eq!(status_of(&pool, &mine[0].job_id).await.0, "sending");
-    assert_eq!(status_of(&pool, &mine[1].job_id).await.0, "queued");
-    assert_eq!(status_of(&pool, &theirs[0].job_id).await.0, "queued");
+    assert_eq!(status_of(&pool, &mine[1].job_id).await.0, "sending");
+    assert_eq!(
+        status_of(&pool, &theirs[0].job_id).await,
+        ("queued".into(), 1)
+    );
+    // mine[0] finishes; nothing of the claim is held any more, so it is neither extended nor
+    // deleted (mine[1] is still in flight), runs out, and the reaper takes mine[1] back.
+    let mut conn = pool.acquire().await.unwrap();
+    let done = Outcome::Delivered {
+        reply: "250 ok".into(),
+    };
+    app::db::delivery::record(
+        &mut conn,
+        &[(mine[0].job_id.clone(), mine[0].attempt, done)],
+        &[],
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        app::db::delivery::extend_leases(&pool, "me", &[], 60.0)
+            .await
+            .unwrap(),
+        0
+    );
+    assert_eq!(claims(&pool).await, 1, "the claim still holds mine[1]");
+    expire_leases(&pool).await;
+    assert_eq!(reap(&pool).await, (1, 0));
+    assert_eq!(status_of(&pool, &mine[0].job_id).await.0, "delivered");
+    assert_eq!(
+        status_of(&pool, &mine[1].job_id).await,
+        ("queued".into(), 1)
+    );
+    assert_eq!(claims(&pool).await, 0);
 }
 
-/// The lease renewal never waits for a row lock: waiting, it would take its locks in another
-/// order than the ledger finishing the same rows, and the two would deadlock.
+async fn claims(pool: &PgPool) -> i64 {
+    sqlx::query_scalar("select count(*) from delivery_claims")
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+/// The lease renewal never waits for a lock on a claim: a reaper taking the claim back holds
+/// it, and the renewal must not wait behind it (nor take locks in another order than it).
 #[tokio::test]
-async fn extending_leases_skips_rows_being_finished_instead_of_waiting_for_them() {
+async fn extending_leases_skips_claims_another_transaction_holds_instead_of_waiting() {
     let pool = test_db().await;
     let (org, _) = org_with_users(&pool, "acme", &[Role::Owner]).await;
     enqueue_test_mail(&pool, org, 2).await;
-    let mine = app::db::delivery::claim(&pool, 2, 60.0, "me")
+    let mut mine = app::db::delivery::claim(&pool, 1, 60.0, "me")
         .await
         .unwrap();
+    mine.extend(
+        app::db::delivery::claim(&pool, 1, 60.0, "me")
+            .await
+            .unwrap(),
+    );
     expire_leases(&pool).await;
-    let in_flight: Vec<(String, i32)> =
-        mine.iter().map(|c| (c.job_id.clone(), c.attempt)).collect();
-    // Another transaction (the ledger writing an outcome) holds the first row.
+    let in_flight: Vec<i64> = mine.iter().map(|c| c.claim_id).collect();
+    // Another transaction (a reaper) holds the first claim's row.
     let mut finishing = pool.begin().await.unwrap();
-    sqlx::query("select 1 from deliveries where job_id = $1 for update")
-        .bind(&mine[0].job_id)
+    sqlx::query("select 1 from delivery_claims where id = $1 for update")
+        .bind(mine[0].claim_id)
         .execute(&mut *finishing)
         .await
         .unwrap();
@@ -583,16 +632,15 @@ async fn extending_leases_skips_rows_being_finished_instead_of_waiting_for_them(
         app::db::delivery::extend_leases(&pool, "me", &in_flight, 60.0),
     )
     .await
-    .expect("the renewal waited for a locked row")
+    .expect("the renewal waited for a locked claim")
     .unwrap();
-    assert_eq!(extended, 1, "only the row nobody holds");
+    assert_eq!(extended, 1, "only the claim nobody holds");
     finishing.rollback().await.unwrap();
-    let expired: i64 = sqlx::query_scalar(
-        "select count(*) from deliveries where status = 'sending' and lease_until < now()",
-    )
-    .fetch_one(&pool)
-    .await
-    .unwrap();
+    let expired: i64 =
+        sqlx::query_scalar("select count(*) from delivery_claims where lease_until < now()")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
     assert_eq!(
         expired, 1,
         "the skipped row is extended at the next renewal, not now"
@@ -842,7 +890,8 @@ async fn one_statement_records_outcomes_and_marks_other_attempts_and_both_are_co
         counts,
         vec![
             ("delivered".to_string(), 2),
-            ("sending".to_string(), 1),
+            // In flight is still `queued` in the table: a claim does not write the row.
+            ("queued".to_string(), 1),
             ("suppressed".to_string(), 1)
         ]
     );
@@ -1016,7 +1065,7 @@ async fn a_long_suppression_list_is_probed_per_message_not_read_per_claim_or_mar
         .execute(&pool)
         .await
         .unwrap();
-    sqlx::query("analyze deliveries")
+    sqlx::query("analyze deliveries, delivery_queue")
         .execute(&pool)
         .await
         .unwrap();
@@ -1063,4 +1112,69 @@ async fn a_long_suppression_list_is_probed_per_message_not_read_per_claim_or_mar
     .await;
     assert_eq!(read, 0.0, "the mark read the suppression list:\n{plan}");
     assert_eq!(probes, 100.0, "one probe a marked message:\n{plan}");
+}
+
+/// A claim leaves the delivery row `queued` (in flight, off the queue), so cancelling its
+/// campaign must not finish it under its body: the sweep cancels only what is still in the
+/// queue. The message marked before the cancel keeps its outcome; the one claimed but not yet
+/// marked is given back by its mark (the campaign stopped) and cancelled by the next sweep.
+#[tokio::test]
+async fn cancelling_a_campaign_never_cancels_a_message_in_flight() {
+    let pool = test_db().await;
+    let (org, users) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let emails: Vec<String> = (0..3).map(|i| format!("c{i}@example.org")).collect();
+    let (cid, jobs) = campaign_deliveries(&pool, org, users[0].0, "sending", &emails).await;
+    let held = app::db::delivery::claim(&pool, 2, 60.0, "me")
+        .await
+        .unwrap();
+    assert_eq!(held.len(), 2);
+    let mut conn = pool.acquire().await.unwrap();
+    let first = vec![(held[0].job_id.clone(), held[0].attempt)];
+    let marked = app::db::delivery::mark_body_started(&mut conn, &first)
+        .await
+        .unwrap();
+    assert_eq!(marked.attempts, first);
+    sqlx::query("update campaigns set status = 'cancelled' where id = $1")
+        .bind(cid)
+        .execute(&pool)
+        .await
+        .unwrap();
+    let sweep = || app::db::campaign::sends::sweep_cancelled(&pool, 100);
+    assert_eq!(sweep().await.unwrap(), 1, "only the one still in the queue");
+    assert_eq!(sweep().await.unwrap(), 0);
+    let done = Outcome::Delivered {
+        reply: "250 ok".into(),
+    };
+    let written = app::db::delivery::record(
+        &mut conn,
+        &[(held[0].job_id.clone(), held[0].attempt, done)],
+        &[],
+    )
+    .await
+    .unwrap();
+    assert_eq!(written, 1, "the body that went out keeps its outcome");
+    let second = vec![(held[1].job_id.clone(), held[1].attempt)];
+    let refused = app::db::delivery::mark_body_started(&mut conn, &second)
+        .await
+        .unwrap();
+    assert!(
+        refused.attempts.is_empty(),
+        "a stopped campaign's message is not sent"
+    );
+    assert_eq!(
+        status_of(&pool, &held[1].job_id).await,
+        ("queued".into(), 1)
+    );
+    assert_eq!(sweep().await.unwrap(), 1, "given back, then cancelled");
+    let mut statuses = Vec::new();
+    for job in &jobs {
+        statuses.push(status_of(&pool, job).await.0);
+    }
+    statuses.sort();
+    assert_eq!(statuses, ["cancelled", "cancelled", "delivered"]);
+    let queued: i64 = sqlx::query_scalar("select count(*) from delivery_queue")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(queued, 0);
 }

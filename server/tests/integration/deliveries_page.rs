@@ -318,7 +318,7 @@ async fn retry_requeues_failed_and_unknown_with_an_audit_row_naming_the_actor() 
     let pool = test_db().await;
     let (org, users) = org_with_users(&pool, "alpha", &[Role::Admin]).await;
     let jobs = seed_failed_and_unknown(&pool, org).await;
-    sqlx::query("update deliveries set attempt = 3, lease_until = now()")
+    sqlx::query("update deliveries set attempt = 3")
         .execute(&pool)
         .await
         .unwrap();
@@ -335,7 +335,8 @@ async fn retry_requeues_failed_and_unknown_with_an_audit_row_naming_the_actor() 
             .await;
         assert_eq!(status, 200, "{body}");
         let row: (String, i32, bool, bool, bool, Option<String>, bool) = sqlx::query_as(
-            "select status, attempt, finished_at is null, lease_until is null,
+            "select status, attempt, finished_at is null,
+                    exists (select 1 from delivery_queue q where q.job_id = d.job_id),
                     not exists (select 1 from delivery_marks m where m.job_id = d.job_id),
                     last_error, next_attempt_at <= now()
              from deliveries d where job_id = $1",

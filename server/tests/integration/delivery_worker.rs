@@ -400,8 +400,9 @@ fn sigterm_finishes_or_releases_the_batch_in_hand_within_the_timeout() {
     let started = || -> i64 {
         rt.block_on(
             sqlx::query_scalar(
-                "select count(*) from deliveries d join delivery_marks m on m.job_id = d.job_id and m.attempt = d.attempt
-                 where d.recipient = 'hang@example.org'",
+                // In flight: the row is still at the previous attempt, the mark at the claim's.
+                "select count(*) from deliveries d join delivery_marks m on m.job_id = d.job_id and m.attempt = d.attempt + 1
+                 where d.recipient = 'hang@example.org' and d.status = 'queued'",
             )
             .fetch_one(&pool),
         )

@@ -69,7 +69,7 @@ async fn one_elector_of_three_leads_and_a_stale_epoch_is_fenced_out() {
     .await
     .unwrap();
     app::db::delivery::claim(&pool, 1, 60.0, "w").await.unwrap();
-    sqlx::query("update deliveries set lease_until = now() - interval '1 second'")
+    sqlx::query("update delivery_claims set lease_until = now() - interval '1 second'")
         .execute(&pool)
         .await
         .unwrap();

@@ -66,3 +66,84 @@ async fn with_database_url_the_binary_uses_that_database_and_starts_no_cluster()
         "no embedded cluster was made"
     );
 }
+
+/// The migration that moved claims off the delivery row takes back every attempt in flight as
+/// the reaper would (marked: `unknown`; not marked: back in the queue, its attempt number
+/// burned), queues what was queued, and from then on refuses `sending` in the table, so an
+/// older binary left running can no longer claim.
+#[tokio::test]
+async fn the_queue_migration_takes_back_attempts_in_flight_as_a_reaper_would() {
+    use sqlx::migrate::Migrate;
+    const QUEUE: i64 = 20261212000100;
+    let (pool, _) = empty_db_with_url().await;
+    let migrator = app::db::migrate::migrator();
+    let mut conn = pool.acquire().await.unwrap();
+    conn.ensure_migrations_table().await.unwrap();
+    for m in migrator.iter().filter(|m| m.version < QUEUE) {
+        conn.apply(m).await.unwrap();
+    }
+    sqlx::query(
+        "insert into orgs (id, name, slug, from_name, from_address)
+         overriding system value values (1, 'Acme', 'acme', 'Acme', 'news@acme.example')",
+    )
+    .execute(&mut *conn)
+    .await
+    .unwrap();
+    sqlx::query(
+        "insert into deliveries (job_id, org_id, kind, priority, recipient, email_lower, status,
+                                 attempt, claimed_by, lease_until)
+         values ('waiting', 1, 'test', 0, 'a@example.org', 'a@example.org', 'queued', 0, null, null),
+                ('marked', 1, 'test', 0, 'b@example.org', 'b@example.org', 'sending', 1, 'old', now()),
+                ('unmarked', 1, 'test', 0, 'c@example.org', 'c@example.org', 'sending', 2, 'old', now())",
+    )
+    .execute(&mut *conn)
+    .await
+    .unwrap();
+    sqlx::query(
+        "insert into delivery_mark_groups (job_ids, attempts) values (array['marked'], array[1])",
+    )
+    .execute(&mut *conn)
+    .await
+    .unwrap();
+    drop(conn);
+    app::db::migrate::run(&pool, true).await.unwrap();
+
+    let rows: Vec<(String, String, i32, bool)> = sqlx::query_as(
+        "select job_id, status, attempt,
+                exists (select 1 from delivery_queue q where q.job_id = d.job_id)
+         from deliveries d order by job_id",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        rows,
+        vec![
+            ("marked".into(), "unknown".into(), 1, false),
+            ("unmarked".into(), "queued".into(), 2, true),
+            ("waiting".into(), "queued".into(), 0, true),
+        ]
+    );
+    let refused = sqlx::query("update deliveries set status = 'sending' where job_id = 'waiting'")
+        .execute(&pool)
+        .await
+        .unwrap_err();
+    assert!(
+        refused
+            .to_string()
+            .contains("deliveries_never_written_sending"),
+        "{refused}"
+    );
+    let mut claimed: Vec<(String, i32)> = app::db::delivery::claim(&pool, 10, 60.0, "new")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|c| (c.job_id, c.attempt))
+        .collect();
+    claimed.sort();
+    assert_eq!(
+        claimed,
+        vec![("unmarked".into(), 3), ("waiting".into(), 1)],
+        "a new attempt number each"
+    );
+}

@@ -204,14 +204,21 @@ pub async fn sweep_cancelled(pool: &PgPool, batch: i64) -> sqlx::Result<i64> {
              from s_ids where s.id = s_ids.id
              returning s.org_id, s.campaign_id, 1 as from_queue
          ),
+         -- Only what is still in the queue: a message in flight is given back by its mark
+         -- (the campaign stopped) and swept by a later pass, or finishes with its outcome.
          d_ids as (
-             select d.job_id from deliveries d join campaigns c on c.id = d.campaign_id
-             where c.status = 'cancelled' and d.status = 'queued'
-             limit $1 for update of d skip locked
+             select q.job_id from delivery_queue q
+             where q.job_id in (
+                 select d.job_id from deliveries d join campaigns c on c.id = d.campaign_id
+                 where c.status = 'cancelled' and d.status = 'queued'
+                   and exists (select 1 from delivery_queue x where x.job_id = d.job_id)
+                 limit $1)
+             for update of q skip locked
          ),
+         d_taken as (delete from delivery_queue q using d_ids where q.job_id = d_ids.job_id),
          d_done as (
              update deliveries d set status = 'cancelled', finished_at = now(), updated_at = now()
-             from d_ids where d.job_id = d_ids.job_id
+             from d_ids where d.job_id = d_ids.job_id and d.status = 'queued'
              returning d.org_id, d.campaign_id, 0 as from_queue
          ),
          done as (select * from s_done union all select * from d_done),

@@ -9,16 +9,30 @@ use sqlx::{PgConnection, Postgres, QueryBuilder};
 use crate::db::{audit, campaign};
 use crate::domain::{DeliveryCursor, DeliveryKind, DeliveryStatus};
 
+/// The state a delivery `d` shows: `sending` is not stored (a claim does not write the row), it
+/// is a `queued` row that a claim has taken off the queue.
+const SHOWN_STATUS: &str = "case when d.status = 'queued'
+                                  and not exists (select 1 from delivery_queue q where q.job_id = d.job_id)
+                             then 'sending' else d.status end";
+
 /// How many deliveries of the org are in each state, every state listed (zeros included).
 pub async fn counts(
     conn: &mut PgConnection,
     org_id: i64,
 ) -> sqlx::Result<Vec<(DeliveryStatus, i64)>> {
-    let rows: Vec<(DeliveryStatus, i64)> =
-        sqlx::query_as("select status, count(*) from deliveries where org_id = $1 group by status")
-            .bind(org_id)
-            .fetch_all(conn)
-            .await?;
+    // In flight: the org's `queued` rows less those still in the queue (one snapshot).
+    let rows: Vec<(DeliveryStatus, i64)> = sqlx::query_as(
+        "with queue as (select count(*) as n from delivery_queue where org_id = $1)
+         select status, count(*) from deliveries where org_id = $1 and status <> 'queued' group by status
+         union all
+         select 'queued', n from queue
+         union all
+         select 'sending', (select count(*) from deliveries where org_id = $1 and status = 'queued') - n
+         from queue",
+    )
+    .bind(org_id)
+    .fetch_all(conn)
+    .await?;
     let mut out: Vec<(DeliveryStatus, i64)> =
         DeliveryStatus::ALL.into_iter().map(|s| (s, 0)).collect();
     for (status, n) in rows {
@@ -75,9 +89,9 @@ pub async fn list(
     f: &Filter<'_>,
     page_size: i64,
 ) -> sqlx::Result<crate::db::Page<ListRow, DeliveryCursor>> {
-    let mut q: QueryBuilder<Postgres> = QueryBuilder::new(
-        "select d.job_id, d.kind, d.recipient, d.status, d.attempt, d.last_error, d.smtp_reply,
-                d.created_at,
+    let mut q: QueryBuilder<Postgres> = QueryBuilder::new(format!(
+        "select d.job_id, d.kind, d.recipient, {SHOWN_STATUS} as status, d.attempt, d.last_error,
+                d.smtp_reply, d.created_at,
                 to_char(d.updated_at at time zone o.timezone, 'YYYY-MM-DD HH24:MI') as updated,
                 ev.kind as event_kind, ev.status as event_status, ev.source as event_source,
                 to_char(ev.received_at at time zone o.timezone, 'YYYY-MM-DD HH24:MI') as event_at,
@@ -87,11 +101,21 @@ pub async fn list(
              select e.kind, e.status, e.source, e.received_at, e.diagnostic from delivery_events e
              where e.job_id = d.job_id order by e.received_at desc, e.id desc limit 1
          ) ev on true
-         where d.org_id = ",
-    );
+         where d.org_id = "
+    ));
     q.push_bind(org_id);
-    if let Some(s) = f.status {
-        q.push(" and d.status = ").push_bind(s.as_str());
+    match f.status {
+        // Both are stored as `queued`: the queue tells them apart.
+        Some(DeliveryStatus::Queued) => {
+            q.push(" and d.status = 'queued' and exists (select 1 from delivery_queue q where q.job_id = d.job_id)");
+        }
+        Some(DeliveryStatus::Sending) => {
+            q.push(" and d.status = 'queued' and not exists (select 1 from delivery_queue q where q.job_id = d.job_id)");
+        }
+        Some(s) => {
+            q.push(" and d.status = ").push_bind(s.as_str());
+        }
+        None => {}
     }
     if let Some(k) = f.kind {
         q.push(" and d.kind = ").push_bind(k.as_str());
@@ -134,10 +158,10 @@ pub async fn find(
     org_id: i64,
     job_id: &str,
 ) -> sqlx::Result<Option<Found>> {
-    sqlx::query_as(
-        "select job_id, kind, recipient, status, smtp_reply from deliveries
-         where org_id = $1 and job_id = $2",
-    )
+    sqlx::query_as(&format!(
+        "select d.job_id, d.kind, d.recipient, {SHOWN_STATUS} as status, d.smtp_reply from deliveries d
+         where d.org_id = $1 and d.job_id = $2"
+    ))
     .bind(org_id)
     .bind(job_id)
     .fetch_optional(conn)
@@ -163,8 +187,8 @@ pub enum Retry {
 /// Puts a failed or unknown delivery back in the queue, inside the caller's transaction, with
 /// its audit row. A compare-and-set: the row is locked, and changed only if it is still failed
 /// or unknown, so two admins retrying at once queue it once. The attempt count is kept (the
-/// worker's next claim increments it, so a body-start mark of an earlier attempt never counts
-/// for the next); the lease is cleared so the next attempt starts clean.
+/// worker's next claim takes the next number, so a body-start mark of an earlier attempt never
+/// counts for the next); the row re-enters the queue by the table's trigger.
 pub async fn retry(
     conn: &mut PgConnection,
     org_id: i64,
@@ -180,7 +204,7 @@ pub async fn retry(
          retried as (
              update deliveries d
              set status = 'queued', next_attempt_at = now(), finished_at = null,
-                 lease_until = null, last_error = $3, updated_at = now()
+                 last_error = $3, updated_at = now()
              from target t
              where d.org_id = $1 and d.job_id = t.job_id and d.status in ('unknown', 'failed')
              returning t.status as before, d.campaign_id

@@ -1,6 +1,14 @@
 //! The delivery queue (DESIGN "Who owns what", guarantees 7–9): one row per message keyed by
-//! its deterministic job id. Every state change here is a compare-and-set on the expected state,
-//! and every result write is fenced by `(status = 'sending', attempt)`.
+//! its deterministic job id. Every state change here is a compare-and-set on the expected state.
+//!
+//! A claim does not write that wide, many-indexed row: it takes the message off the narrow
+//! `delivery_queue` and records its next attempt number in a `delivery_claims` row, which is
+//! also the lease. The delivery row stays `queued` at the previous attempt until the attempt's
+//! outcome, so every write for an attempt `a` (mark, outcome, give-back) is fenced by
+//! `(status = 'queued', attempt = a - 1)` and moves the row to `a`. An attempt taken back
+//! unsent burns its number (the row moves to `a` and re-enters the queue), so a number never
+//! names two claims and a straggler's late write never matches the next one. In flight means
+//! `queued` and not in the queue; the Deliveries page shows that as `sending`.
 
 /// The dashboard's view of the queue: counts, list, retry.
 pub mod admin;
@@ -73,9 +81,11 @@ pub async fn enqueue(conn: &mut PgConnection, d: NewDelivery<'_>) -> sqlx::Resul
     Ok(r.rows_affected() == 1)
 }
 
-/// A delivery this worker now holds: send it before `lease_until`, report with `attempt`.
+/// A delivery this worker now holds: send it while its claim's lease holds, report with `attempt`.
 #[derive(sqlx::FromRow, Debug, Clone)]
 pub struct Claimed {
+    /// The claim row (its lease) this message came with.
+    pub claim_id: i64,
     pub job_id: String,
     pub org_id: i64,
     pub kind: crate::domain::DeliveryKind,
@@ -134,14 +144,15 @@ macro_rules! blocks {
     };
 }
 
-/// Claims up to `limit` due deliveries in one short statement (its own transaction), marking
-/// them `sending` for `holder` with a lease and the next attempt number.
+/// Claims up to `limit` due deliveries in one short statement (its own transaction): they
+/// leave the queue, and one claim row records `holder`, the lease and each one's next attempt
+/// number (the delivery rows are not written).
 ///
 /// Fairness: the distinct (priority, org, campaign) groups of due mail are found by a loose index
 /// scan, campaign groups only while their campaign is `sending` (or `sent`, for a retry an admin
 /// asked for). Priority is strict (test > digest > campaign); campaign groups each get an equal
 /// share and the batch is filled round-robin, so one big campaign cannot starve another org or
-/// another campaign. Rows other workers hold are skipped, never waited for.
+/// another campaign. Queue rows other workers hold are skipped, never waited for.
 ///
 /// Suppression is re-checked here, before any network call: campaign and test mail are blocked
 /// by any suppression, the other kinds only by a hard bounce or complaint
@@ -169,16 +180,16 @@ pub async fn claim(
 pub static CLAIM: LazyLock<String> = LazyLock::new(|| {
     format!(
         "with recursive walk (priority, org_id, campaign_key) as (
-             (select priority, org_id, coalesce(campaign_id, 0) from deliveries
-              where status = 'queued' and next_attempt_at <= now()
-              order by priority, org_id, coalesce(campaign_id, 0) limit 1)
+             (select priority, org_id, campaign_key from delivery_queue
+              where next_attempt_at <= now()
+              order by priority, org_id, campaign_key limit 1)
              union all
              select n.priority, n.org_id, n.campaign_key from walk w
              cross join lateral (
-                 select priority, org_id, coalesce(campaign_id, 0) as campaign_key from deliveries
-                 where status = 'queued' and next_attempt_at <= now()
-                   and (priority, org_id, coalesce(campaign_id, 0)) > (w.priority, w.org_id, w.campaign_key)
-                 order by priority, org_id, coalesce(campaign_id, 0) limit 1) n
+                 select priority, org_id, campaign_key from delivery_queue
+                 where next_attempt_at <= now()
+                   and (priority, org_id, campaign_key) > (w.priority, w.org_id, w.campaign_key)
+                 order by priority, org_id, campaign_key limit 1) n
          ),
          eligible as (
              select w.* from walk w
@@ -199,14 +210,13 @@ pub static CLAIM: LazyLock<String> = LazyLock::new(|| {
              select p.*, g.org_id as g_org, g.campaign_key as g_campaign
              from chosen g join share on share.priority = g.priority
              cross join lateral (
-                 select d.job_id, d.org_id, d.kind, d.email_lower, d.campaign_id, d.priority, d.next_attempt_at
-                 from deliveries d
-                 where d.status = 'queued' and d.next_attempt_at <= now()
-                   and d.priority = g.priority and d.org_id = g.org_id
-                   and coalesce(d.campaign_id, 0) = g.campaign_key
-                 order by d.next_attempt_at
+                 select q.job_id, q.priority, q.next_attempt_at
+                 from delivery_queue q
+                 where q.next_attempt_at <= now()
+                   and q.priority = g.priority and q.org_id = g.org_id and q.campaign_key = g.campaign_key
+                 order by q.next_attempt_at
                  limit share.n
-                 for update of d skip locked) p
+                 for update of q skip locked) p
          ),
          -- Round-robin: each group's first row, then each group's second, …
          due as (
@@ -216,26 +226,38 @@ pub static CLAIM: LazyLock<String> = LazyLock::new(|| {
              order by priority, turn
              limit $1
          ),
+         -- Off the queue: from here the claim row below holds them. An entry whose delivery is
+         -- no longer `queued` (its campaign was cancelled) is dropped with them.
+         taken as (delete from delivery_queue q using due where q.job_id = due.job_id),
+         found as (
+             select d.* from deliveries d join due on d.job_id = due.job_id
+             where d.status = 'queued'
+         ),
          blocked as (
-             select due.job_id from due
+             select r.job_id from found r
              where exists ({blocks})
          ),
          changed as (
              update deliveries d
-             set status = 'suppressed', finished_at = now(), updated_at = now(), last_error = 'suppressed when claimed'
+             set status = 'suppressed', attempt = d.attempt + 1, finished_at = now(), updated_at = now(),
+                 last_error = 'suppressed when claimed'
              from blocked b where d.job_id = b.job_id
              returning d.org_id, d.campaign_id, d.status
          ),
-         {bump}
-         update deliveries d
-         set status = 'sending', attempt = d.attempt + 1, claimed_by = $3,
-             lease_until = now() + make_interval(secs => $2), updated_at = now()
-         from due
-         where d.job_id = due.job_id and due.job_id not in (select job_id from blocked)
-         returning d.job_id, d.org_id, d.kind, d.recipient, d.attempt, d.campaign_id,
-                   d.content_version, d.subscriber_id, d.digest_send_id, d.user_id, d.tx_message_id, d.signup_id",
+         {bump},
+         claimed as (select * from found where job_id not in (select job_id from blocked)),
+         held as (
+             insert into delivery_claims (holder, lease_until, job_ids, attempts)
+             select $3, now() + make_interval(secs => $2), array_agg(job_id), array_agg(attempt + 1)
+             from claimed having count(*) > 0
+             returning id
+         )
+         select (select id from held) as claim_id, job_id, org_id, kind, recipient,
+                attempt + 1 as attempt, campaign_id, content_version, subscriber_id,
+                digest_send_id, user_id, tx_message_id, signup_id
+         from claimed",
         bump = bump_changed!(),
-        blocks = blocks!("due", "$4", "$5"),
+        blocks = blocks!("r", "$4", "$5"),
     )
 });
 
@@ -243,7 +265,7 @@ pub static CLAIM: LazyLock<String> = LazyLock::new(|| {
 /// for the group: the caller group-commits the marks of all its connections). From then on a
 /// crash makes the delivery `unknown`, never a silent resend. Returns the attempts marked: a
 /// missing one lost its claim (reaped) and must not be sent. A campaign message whose campaign
-/// was paused or cancelled since the claim is given back to the queue instead (attempt kept):
+/// was paused or cancelled since the claim is given back to the queue instead (attempt burned):
 /// after a pause commits, each connection sends at most the messages it had marked. A message
 /// whose address was suppressed since the claim (by the rule of [`claim`]) becomes `suppressed`
 /// here, counted in its campaign's progress: an opt-out that commits before the mark always wins.
@@ -269,7 +291,7 @@ pub struct Marked {
     pub attempts: Vec<(String, i32)>,
 }
 
-/// Deletes the mark groups none of whose attempts is still `sending` (a writer that died or
+/// Deletes the mark groups none of whose attempts is still in flight (a writer that died or
 /// stopped before recording them all). An attempt number is never reused, so a finished
 /// attempt's mark can never count again. Rows a writer is deleting right now are skipped.
 pub async fn sweep_marks(pool: &PgPool) -> sqlx::Result<u64> {
@@ -278,8 +300,8 @@ pub async fn sweep_marks(pool: &PgPool) -> sqlx::Result<u64> {
              select m.id from delivery_mark_groups m
              where not exists (
                  select 1 from unnest(m.job_ids, m.attempts) as x(job_id, attempt)
-                 join deliveries d on d.job_id = x.job_id and d.attempt = x.attempt
-                 where d.status = 'sending')
+                 join deliveries d on d.job_id = x.job_id and d.attempt = x.attempt - 1
+                 where d.status = 'queued')
              for update skip locked)",
     )
     .execute(pool)
@@ -308,8 +330,8 @@ pub enum Outcome {
     },
 }
 
-/// Writes a batch of outcomes in one statement, fenced: a row reaped and re-claimed meanwhile
-/// (other attempt, or no longer `sending`) is left alone. Deletes the mark groups in
+/// Writes a batch of outcomes in one statement, fenced: a row taken back meanwhile (its attempt
+/// burned, or `unknown`) is left alone. Deletes the mark groups in
 /// `finished_marks`, whose every other attempt has its outcome already committed. Returns the
 /// rows written.
 pub async fn record(
@@ -396,7 +418,7 @@ pub static MARK_AND_RECORD: LazyLock<String> = LazyLock::new(|| {
     format!(
         "with finished as (
              update deliveries d
-             set status = r.status, lease_until = null, claimed_by = null, updated_at = now(),
+             set status = r.status, attempt = r.attempt, updated_at = now(),
                  smtp_reply = case when r.status in ('delivered', 'failed') then r.text else d.smtp_reply end,
                  last_error = case when r.status in ('queued', 'unknown') then r.text else d.last_error end,
                  next_attempt_at = case when r.status = 'queued' then now() + make_interval(secs => r.delay) else d.next_attempt_at end,
@@ -404,7 +426,7 @@ pub static MARK_AND_RECORD: LazyLock<String> = LazyLock::new(|| {
                  relay_id = coalesce(r.relay_id, d.relay_id)
              from unnest($5::text[], $6::int[], $7::text[], $8::text[], $9::float8[], $10::text[])
                   as r(job_id, attempt, status, text, delay, relay_id)
-             where d.job_id = r.job_id and d.status = 'sending' and d.attempt = r.attempt
+             where d.job_id = r.job_id and d.status = 'queued' and d.attempt = r.attempt - 1
              returning d.org_id, d.campaign_id, d.status
          ),
          -- Every attempt of these groups is over: their marks have done their work.
@@ -414,27 +436,27 @@ pub static MARK_AND_RECORD: LazyLock<String> = LazyLock::new(|| {
          -- this mark commits, deciding for each whether its campaign stopped or its address
          -- was suppressed since the claim.
          live as (
-             select d.job_id, d.attempt,
+             select d.job_id, h.attempt,
                     coalesce(c.status not in ('sending', 'sent'), false) as stopped,
                     exists ({blocks}) as blocked
              from deliveries d
-             join held h on d.job_id = h.job_id and d.attempt = h.attempt
+             join held h on d.job_id = h.job_id and d.attempt = h.attempt - 1
              left join campaigns c on c.id = d.campaign_id
-             where d.status = 'sending'
+             where d.status = 'queued'
              for share of d
          ),
          stopped as (
-             update deliveries d set status = 'queued', claimed_by = null, lease_until = null, updated_at = now()
+             update deliveries d set attempt = l.attempt, updated_at = now()
              from live l
-             where l.stopped and d.job_id = l.job_id and d.status = 'sending' and d.attempt = l.attempt
+             where l.stopped and d.job_id = l.job_id and d.status = 'queued' and d.attempt = l.attempt - 1
          ),
          suppressed as (
              update deliveries d
-             set status = 'suppressed', finished_at = now(), updated_at = now(), claimed_by = null,
-                 lease_until = null, last_error = 'suppressed before the body was sent'
+             set status = 'suppressed', attempt = l.attempt, finished_at = now(), updated_at = now(),
+                 last_error = 'suppressed before the body was sent'
              from live l
-             where l.blocked and not l.stopped and d.job_id = l.job_id and d.status = 'sending'
-               and d.attempt = l.attempt
+             where l.blocked and not l.stopped and d.job_id = l.job_id and d.status = 'queued'
+               and d.attempt = l.attempt - 1
              returning d.org_id, d.campaign_id, d.status
          ),
          changed as (select * from finished union all select * from suppressed),
@@ -457,51 +479,64 @@ pub static MARK_AND_RECORD: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
-/// Reaps deliveries whose lease ran out (their worker died or hung): one that had not started
-/// its body goes back to the queue; one that had becomes `unknown`, never retried by itself.
-/// Then deletes the marks no attempt in flight needs any more ([`sweep_marks`]).
+/// Reaps claims whose lease ran out (their worker died or hung): an attempt that had not
+/// started its body goes back to the queue (its attempt number burned, so a straggler's late
+/// write can never match the next claim); one that had becomes `unknown`, never retried by
+/// itself. Then deletes the marks and claims no attempt in flight needs any more.
 /// A leader job, fenced by its lease; idempotent, so an overlapping leader does no harm.
 /// Returns (requeued, unknown).
 pub async fn reap_expired(pool: &PgPool, lease: &Lease) -> sqlx::Result<(i64, i64)> {
     let mut tx = pool.begin().await?;
     let sql = format!(
-        "select job_id from deliveries
-         where status = 'sending' and lease_until < now() and {}
-         order by job_id
-         for update",
+        "select id from delivery_claims where lease_until < now() and {}
+         order by id for update skip locked",
         leader::FENCE
     );
-    let jobs: Vec<(String,)> = leader::fenced(&sql, lease).fetch_all(&mut *tx).await?;
-    let jobs: Vec<String> = jobs.into_iter().map(|(j,)| j).collect();
+    let claims: Vec<(i64,)> = leader::fenced(&sql, lease).fetch_all(&mut *tx).await?;
+    let claims: Vec<i64> = claims.into_iter().map(|(c,)| c).collect();
     let counts = give_back(
         &mut tx,
-        &jobs,
+        &claims,
         "worker lost before sending; requeued",
         "worker lost while the body was in flight",
     )
     .await?;
     tx.commit().await?;
     sweep_marks(pool).await?;
+    sweep_claims(pool).await?;
     Ok(counts)
+}
+
+/// Deletes the claims none of whose attempts is still in flight.
+async fn sweep_claims(pool: &PgPool) -> sqlx::Result<u64> {
+    Ok(sqlx::query(
+        "delete from delivery_claims where id in (
+             select c.id from delivery_claims c
+             where not exists (
+                 select 1 from unnest(c.job_ids, c.attempts) as x(job_id, attempt)
+                 join deliveries d on d.job_id = x.job_id and d.attempt = x.attempt - 1
+                 where d.status = 'queued')
+             for update skip locked)",
+    )
+    .execute(pool)
+    .await?
+    .rows_affected())
 }
 
 /// A stopping process gives back what it holds: claims whose body had not started go back to
 /// the queue at once; ones in flight become `unknown`, since their reply will never be read.
-/// The attempt number is kept, never taken back: the fence relies on an attempt number never
-/// naming two claims, and a late write of this process must not match the next claim.
 /// Returns (requeued, unknown).
 pub async fn release_held(pool: &PgPool, holder: &str) -> sqlx::Result<(i64, i64)> {
     let mut tx = pool.begin().await?;
-    let jobs: Vec<String> = sqlx::query_scalar(
-        "select job_id from deliveries where status = 'sending' and claimed_by = $1
-         order by job_id for update",
+    let claims: Vec<i64> = sqlx::query_scalar(
+        "select id from delivery_claims where holder = $1 order by id for update",
     )
     .bind(holder)
     .fetch_all(&mut *tx)
     .await?;
     let counts = give_back(
         &mut tx,
-        &jobs,
+        &claims,
         "released at shutdown before sending",
         "shutdown while the body was in flight",
     )
@@ -510,74 +545,101 @@ pub async fn release_held(pool: &PgPool, holder: &str) -> sqlx::Result<(i64, i64
     Ok(counts)
 }
 
-/// The one rule for taking claims back (reaper, shutdown), for `jobs` the caller has just
-/// locked in this transaction: a `sending` row with no body-start mark for its attempt returns
-/// to the queue, a marked one becomes `unknown`; counted in the campaigns' progress slots.
-/// Returns (requeued, unknown). The texts are constants of this module, never input.
+/// The one rule for taking claims back (reaper, shutdown), for the claim rows the caller has
+/// just deleted in this transaction: each of their attempts still in flight with no body-start
+/// mark returns to the queue (attempt burned), a marked one becomes `unknown`; counted in the
+/// campaigns' progress slots. Returns (requeued, unknown). The texts are constants of this
+/// module, never input.
 ///
 /// Why two statements: locking the rows first waits for any mark being written on them (it
 /// holds them share-locked until it commits), and this statement's fresh snapshot then sees
-/// every committed mark. A mark that comes later finds the row no longer `sending` and is
-/// refused, so its body is never sent. The marks stay: their groups may hold attempts still in
-/// flight, and [`sweep_marks`] deletes a group once none is.
+/// every committed mark. A mark that comes later finds the attempt burned and is refused.
 async fn give_back(
     tx: &mut PgConnection,
-    jobs: &[String],
+    claims: &[i64],
     requeued: &str,
     in_flight: &str,
 ) -> sqlx::Result<(i64, i64)> {
-    if jobs.is_empty() {
+    if claims.is_empty() {
         return Ok((0, 0));
     }
+    let held: Vec<(String, i32)> = sqlx::query_as(
+        "select d.job_id, x.attempt from delivery_claims c
+         cross join lateral unnest(c.job_ids, c.attempts) as x(job_id, attempt)
+         join deliveries d on d.job_id = x.job_id and d.attempt = x.attempt - 1
+         where c.id = any($1) and d.status = 'queued'
+         order by d.job_id
+         for update of d",
+    )
+    .bind(claims)
+    .fetch_all(&mut *tx)
+    .await?;
+    let (jobs, attempts): (Vec<String>, Vec<i32>) = held.into_iter().unzip();
     let sql = format!(
-        "with marked as (
+        "with h as (select * from unnest($1::text[], $2::int[]) as h(job_id, attempt)),
+         marked as (
              select m.job_id from delivery_marks m
-             join deliveries d on d.job_id = m.job_id and d.attempt = m.attempt
-             where m.job_id = any($1) and d.status = 'sending'
+             join h on m.job_id = h.job_id and m.attempt = h.attempt
          ),
          changed as (
              update deliveries d
              set status = case when d.job_id in (select job_id from marked) then 'unknown' else 'queued' end,
+                 attempt = h.attempt,
                  last_error = case when d.job_id in (select job_id from marked) then '{in_flight}' else '{requeued}' end,
                  finished_at = case when d.job_id in (select job_id from marked) then now() end,
-                 lease_until = null, claimed_by = null, updated_at = now()
-             where d.job_id = any($1) and d.status = 'sending'
+                 updated_at = now()
+             from h
+             where d.job_id = h.job_id and d.status = 'queued' and d.attempt = h.attempt - 1
              returning d.org_id, d.campaign_id, d.status
          ),
+         gone as (delete from delivery_claims where id = any($3)),
          {bump}
          select count(*) filter (where status = 'queued'), count(*) filter (where status = 'unknown') from changed",
         bump = bump_changed!()
     );
-    sqlx::query_as(&sql).bind(jobs).fetch_one(tx).await
+    sqlx::query_as(&sql)
+        .bind(&jobs)
+        .bind(&attempts)
+        .bind(claims)
+        .fetch_one(tx)
+        .await
 }
 
-/// Extends the leases of the deliveries `holder` is still working on (`held`: job id and
-/// attempt): a live process keeps those claims however slow its SMTP server (each step is
-/// bounded by the SMTP timeout). A claim it abandoned, and a dead or stopped process's, runs
-/// out. Rows another transaction holds right now (this process's own ledger finishing them) are
-/// skipped, not waited for: waiting would take their locks in another order and deadlock. A
-/// skipped row that is still in flight is extended at the next renewal. Returns the rows extended.
+/// Extends the leases of the claims `holder` still works on (`held`: their ids), one row per
+/// claim: a live process keeps its claims however slow its SMTP server. A claim it no longer
+/// works on, and a dead or stopped process's, runs out. First deletes the holder's other claims
+/// that have nothing left in flight (checked row by row: a message whose outcome could not be
+/// written keeps its claim until the reaper takes it back). Claim rows another transaction holds
+/// right now (a reaper) are skipped, not waited for. Returns the claims extended.
 pub async fn extend_leases(
     pool: &PgPool,
     holder: &str,
-    held: &[(String, i32)],
+    held: &[i64],
     lease_seconds: f64,
 ) -> sqlx::Result<u64> {
-    let (jobs, attempts): (Vec<&str>, Vec<i32>) =
-        held.iter().map(|(j, a)| (j.as_str(), *a)).unzip();
+    sqlx::query(
+        "delete from delivery_claims where id in (
+             select c.id from delivery_claims c
+             where c.holder = $1 and c.id <> all($2)
+               and not exists (
+                   select 1 from unnest(c.job_ids, c.attempts) as x(job_id, attempt)
+                   join deliveries d on d.job_id = x.job_id and d.attempt = x.attempt - 1
+                   where d.status = 'queued')
+             for update skip locked)",
+    )
+    .bind(holder)
+    .bind(held)
+    .execute(pool)
+    .await?;
     Ok(sqlx::query(
-        "update deliveries d set lease_until = now() + make_interval(secs => $2)
-         from (select l.job_id from deliveries l
-               join unnest($3::text[], $4::int[]) as h(job_id, attempt)
-                 on l.job_id = h.job_id and l.attempt = h.attempt
-               where l.claimed_by = $1 and l.status = 'sending'
-               for update of l skip locked) free
-         where d.job_id = free.job_id",
+        "update delivery_claims set lease_until = now() + make_interval(secs => $2)
+         where id in (select id from delivery_claims
+                      where holder = $1 and id = any($3)
+                      for update skip locked)",
     )
     .bind(holder)
     .bind(lease_seconds)
-    .bind(&jobs)
-    .bind(&attempts)
+    .bind(held)
     .execute(pool)
     .await?
     .rows_affected())
