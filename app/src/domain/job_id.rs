@@ -90,6 +90,9 @@ impl JobId {
         })
     }
 
+    /// Every value [`JobId::priority`] takes.
+    pub const PRIORITIES: [i16; 4] = [0, 1, 2, 3];
+
     /// Priority of its kind for the delivery worker, lower first: test and account mail,
     /// then digests, then transactional mail, then campaigns.
     pub fn priority(&self) -> i16 {
@@ -445,6 +448,9 @@ mod tests {
             (t.kind(), d.kind(), x.kind(), c.kind()),
             ("test", "digest", "transactional", "campaign")
         );
+        for j in [&t, &d, &x, &c] {
+            assert!(JobId::PRIORITIES.contains(&j.priority()), "{j}");
+        }
     }
 
     #[test]

@@ -103,11 +103,26 @@ pub async fn purge(pool: &PgPool, lease: &Lease, days: f64, batch: i64) -> sqlx:
          select (select count(*) from d) + (select count(*) from s) + (select count(*) from c)",
         fence = leader::FENCE
     );
+    let mut tx = pool.begin().await?;
+    // Their queue rows first, under their lock: every statement that finishes a queued row
+    // locks the queue row before the delivery row, so no two of them wait on each other in a
+    // circle (the delete below would otherwise lock the delivery, then its trigger the queue).
+    let off_queue = format!(
+        "delete from delivery_queue q using deliveries d, campaigns c
+         where q.job_id = d.job_id and d.campaign_id = c.id
+           and c.deleted_at < now() - make_interval(secs => $4 * 86400) and {fence}",
+        fence = leader::FENCE
+    );
+    leader::fenced_rows(&off_queue, lease)
+        .bind(days)
+        .execute(&mut *tx)
+        .await?;
     let n: i64 = leader::fenced::<(i64,)>(&sql, lease)
         .bind(days)
         .bind(batch)
-        .fetch_one(pool)
+        .fetch_one(&mut *tx)
         .await?
         .0;
+    tx.commit().await?;
     Ok(n as u64)
 }

@@ -20,9 +20,13 @@ pub async fn counts(
     conn: &mut PgConnection,
     org_id: i64,
 ) -> sqlx::Result<Vec<(DeliveryStatus, i64)>> {
-    // In flight: the org's `queued` rows less those still in the queue (one snapshot).
+    // In flight: the org's `queued` rows less those still in the queue (one snapshot). The
+    // queue's index leads with the priority: naming each one lets it seek to the org.
     let rows: Vec<(DeliveryStatus, i64)> = sqlx::query_as(
-        "with queue as (select count(*) as n from delivery_queue where org_id = $1)
+        "with queue as (
+             select count(*) as n from delivery_queue
+             where priority = any($2) and org_id = $1
+         )
          select status, count(*) from deliveries where org_id = $1 and status <> 'queued' group by status
          union all
          select 'queued', n from queue
@@ -31,6 +35,7 @@ pub async fn counts(
          from queue",
     )
     .bind(org_id)
+    .bind(crate::domain::JobId::PRIORITIES)
     .fetch_all(conn)
     .await?;
     let mut out: Vec<(DeliveryStatus, i64)> =
