@@ -9,11 +9,20 @@ use sqlx::{PgConnection, Postgres, QueryBuilder};
 use crate::db::{audit, campaign};
 use crate::domain::{DeliveryCursor, DeliveryKind, DeliveryStatus};
 
-/// The state a delivery `d` shows: `sending` is not stored (a claim does not write the row), it
-/// is a `queued` row that a claim has taken off the queue.
-const SHOWN_STATUS: &str = "case when d.status = 'queued'
-                                  and not exists (select 1 from delivery_queue q where q.job_id = d.job_id)
-                             then 'sending' else d.status end";
+/// Whether the delivery `d` is still in the queue: a `queued` row that is not was taken off it
+/// by a claim, and is in flight.
+macro_rules! in_queue {
+    () => {
+        "exists (select 1 from delivery_queue q where q.job_id = d.job_id)"
+    };
+}
+
+/// The state a delivery `d` shows: `sending` is not stored (a claim does not write the row).
+const SHOWN_STATUS: &str = concat!(
+    "case when d.status = 'queued' and not ",
+    in_queue!(),
+    " then 'sending' else d.status end"
+);
 
 /// How many deliveries of the org are in each state, every state listed (zeros included).
 pub async fn counts(
@@ -112,10 +121,10 @@ pub async fn list(
     match f.status {
         // Both are stored as `queued`: the queue tells them apart.
         Some(DeliveryStatus::Queued) => {
-            q.push(" and d.status = 'queued' and exists (select 1 from delivery_queue q where q.job_id = d.job_id)");
+            q.push(concat!(" and d.status = 'queued' and ", in_queue!()));
         }
         Some(DeliveryStatus::Sending) => {
-            q.push(" and d.status = 'queued' and not exists (select 1 from delivery_queue q where q.job_id = d.job_id)");
+            q.push(concat!(" and d.status = 'queued' and not ", in_queue!()));
         }
         Some(s) => {
             q.push(" and d.status = ").push_bind(s.as_str());

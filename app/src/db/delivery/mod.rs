@@ -291,19 +291,33 @@ pub struct Marked {
     pub attempts: Vec<(String, i32)>,
 }
 
+/// The one rule of "in flight", as a condition on a row `$row` holding attempts as arrays
+/// (`job_ids`, `attempts`: a mark group or a claim): none of its attempts is still in flight,
+/// i.e. no delivery is still `queued` at the attempt before it.
+macro_rules! none_in_flight {
+    ($row:literal) => {
+        concat!(
+            "not exists (select 1 from unnest(",
+            $row,
+            ".job_ids, ",
+            $row,
+            ".attempts) as x(job_id, attempt)
+                         join deliveries d on d.job_id = x.job_id and d.attempt = x.attempt - 1
+                         where d.status = 'queued')"
+        )
+    };
+}
+
 /// Deletes the mark groups none of whose attempts is still in flight (a writer that died or
 /// stopped before recording them all). An attempt number is never reused, so a finished
 /// attempt's mark can never count again. Rows a writer is deleting right now are skipped.
 pub async fn sweep_marks(pool: &PgPool) -> sqlx::Result<u64> {
-    Ok(sqlx::query(
+    Ok(sqlx::query(concat!(
         "delete from delivery_mark_groups where id in (
-             select m.id from delivery_mark_groups m
-             where not exists (
-                 select 1 from unnest(m.job_ids, m.attempts) as x(job_id, attempt)
-                 join deliveries d on d.job_id = x.job_id and d.attempt = x.attempt - 1
-                 where d.status = 'queued')
-             for update skip locked)",
-    )
+             select m.id from delivery_mark_groups m where ",
+        none_in_flight!("m"),
+        " for update skip locked)"
+    ))
     .execute(pool)
     .await?
     .rows_affected())
@@ -509,15 +523,12 @@ pub async fn reap_expired(pool: &PgPool, lease: &Lease) -> sqlx::Result<(i64, i6
 
 /// Deletes the claims none of whose attempts is still in flight.
 async fn sweep_claims(pool: &PgPool) -> sqlx::Result<u64> {
-    Ok(sqlx::query(
+    Ok(sqlx::query(concat!(
         "delete from delivery_claims where id in (
-             select c.id from delivery_claims c
-             where not exists (
-                 select 1 from unnest(c.job_ids, c.attempts) as x(job_id, attempt)
-                 join deliveries d on d.job_id = x.job_id and d.attempt = x.attempt - 1
-                 where d.status = 'queued')
-             for update skip locked)",
-    )
+             select c.id from delivery_claims c where ",
+        none_in_flight!("c"),
+        " for update skip locked)"
+    ))
     .execute(pool)
     .await?
     .rows_affected())
@@ -617,16 +628,13 @@ pub async fn extend_leases(
     held: &[i64],
     lease_seconds: f64,
 ) -> sqlx::Result<u64> {
-    sqlx::query(
+    sqlx::query(concat!(
         "delete from delivery_claims where id in (
              select c.id from delivery_claims c
-             where c.holder = $1 and c.id <> all($2)
-               and not exists (
-                   select 1 from unnest(c.job_ids, c.attempts) as x(job_id, attempt)
-                   join deliveries d on d.job_id = x.job_id and d.attempt = x.attempt - 1
-                   where d.status = 'queued')
-             for update skip locked)",
-    )
+             where c.holder = $1 and c.id <> all($2) and ",
+        none_in_flight!("c"),
+        " for update skip locked)"
+    ))
     .bind(holder)
     .bind(held)
     .execute(pool)
