@@ -287,11 +287,12 @@ pub struct WorkerArgs {
     #[arg(long, env = "MAILROOM_DELIVERY_BATCH", default_value_t = 50)]
     pub delivery_batch: i64,
 
-    /// Messages each SMTP connection marks as "body started" in one go. 1 (the default) marks
-    /// each message just before its body, so a killed process leaves only messages whose body
-    /// may really have left `unknown`. K > 1 writes one mark per K messages (less database work
-    /// per message): a killed process may leave up to K never-sent messages per connection
-    /// `unknown`, and a pause, cancel or opt-out may let up to K more messages per connection out.
+    /// Messages each SMTP connection marks as "body started" ahead of their bodies. 1 (the
+    /// default) marks each message just before its body, so a killed process leaves only
+    /// messages whose body may really have left `unknown`. K > 1 keeps the marks of the next K
+    /// messages written while the current one is sent (no wait for the database per message): a
+    /// killed process may leave up to K never-sent messages per connection `unknown`, and a
+    /// pause, cancel or opt-out may let up to K more messages per connection out.
     #[arg(long, env = "MAILROOM_DELIVERY_MARKS_AHEAD", default_value_t = 1,
           value_parser = clap::value_parser!(u16).range(1..=256))]
     pub delivery_marks_ahead: u16,

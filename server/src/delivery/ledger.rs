@@ -117,6 +117,16 @@ impl Groups {
     }
 }
 
+/// A mark on its way to the database ([`Ledger::request_mark`]).
+pub struct Marking(oneshot::Receiver<std::result::Result<bool, String>>);
+
+impl Marking {
+    /// As [`Ledger::mark`] answers.
+    pub async fn answer(self) -> std::result::Result<bool, String> {
+        self.0.await.map_err(|_| STOPPED.to_string())?
+    }
+}
+
 /// Resolves when an outcome is committed.
 pub type Recorded = oneshot::Receiver<std::result::Result<(), String>>;
 
@@ -141,17 +151,19 @@ impl Ledger {
     /// Records that this attempt's body is about to be written. `Ok(false)`: the claim was lost
     /// (reaped meanwhile) and the body must not be sent; `Err`: the mark could not be written.
     pub async fn mark(&self, job_id: &str, attempt: i32) -> std::result::Result<bool, String> {
-        let (tx, rx) = oneshot::channel();
-        self.marks
-            .send(((job_id.to_string(), attempt), tx))
-            .map_err(|_| STOPPED.to_string())?;
-        rx.await.map_err(|_| STOPPED.to_string())?
+        self.request_mark(job_id, attempt).answer().await
     }
 
-    /// Marks several attempts at once (they join the same group commit). Answers per attempt,
-    /// in order, as [`Ledger::mark`] does.
-    pub async fn mark_all(&self, held: &[(&str, i32)]) -> Vec<std::result::Result<bool, String>> {
-        futures::future::join_all(held.iter().map(|(job, attempt)| self.mark(job, *attempt))).await
+    /// Queues a mark for the next group commit at once (not when first awaited, as an `async`
+    /// call would), so that a connection can ask for its next messages' marks while it sends.
+    pub fn request_mark(&self, job_id: &str, attempt: i32) -> Marking {
+        let (tx, rx) = oneshot::channel();
+        if let Err(mpsc::error::SendError((_, tx))) =
+            self.marks.send(((job_id.to_string(), attempt), tx))
+        {
+            let _ = tx.send(Err(STOPPED.to_string()));
+        }
+        Marking(rx)
     }
 
     /// Queues an outcome for the next group commit; await the receiver to know it is written.

@@ -73,10 +73,11 @@ pub struct Config {
     pub held: Held,
     /// When the relay counts as failing, and how its probes and campaign pauses go.
     pub breaker: app::domain::relay::BreakerPolicy,
-    /// Messages a connection marks "body started" in one go, before their envelopes. 1: each
-    /// is marked just before its body (exact). K > 1: one mark per K messages, and a connection
-    /// killed mid-way leaves at most K messages `unknown` that were never sent; a pause, a
-    /// cancel or an opt-out committed after the mark lets at most K more go out.
+    /// Messages a connection marks "body started" ahead of their bodies. 1: each is marked just
+    /// before its body (exact). K > 1: a window of K messages per connection whose marks are
+    /// written while the ones before them are sent; a connection killed mid-way leaves at most
+    /// K messages `unknown` that were never sent, and a pause, a cancel or an opt-out committed
+    /// after the mark lets at most K more go out.
     pub marks_ahead: usize,
     /// How long the outcome committer waits for more outcomes after the first of a group
     /// (outcomes are off the messages' path; a crash in this window leaves the messages

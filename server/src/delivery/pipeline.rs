@@ -11,6 +11,7 @@
 //! Only the body-start mark stays on a message's path: the body is never written before the
 //! mark is committed (guarantee 9).
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,7 +22,7 @@ use app::db::delivery::Claimed;
 
 use super::batch::{self, Loaded};
 use super::held::Guard;
-use super::ledger::{self, Recorded};
+use super::ledger::{self, Marking, Recorded};
 use super::send::{not_marked, retry_or_fail, Mark};
 use super::{quit_all, send_one, Worker};
 use crate::shutdown::Shutdown;
@@ -177,9 +178,14 @@ async fn next(waiting: &Jobs, idle: Duration, up_to: usize) -> Next {
 }
 
 /// One SMTP connection: sends whatever is waiting, until shutdown (the messages in hand are
-/// finished first). With `marks_ahead` K > 1 it takes up to K waiting messages at a time and
-/// marks them all before the first envelope; a message whose mark is refused is not sent. An
-/// idle connection is closed on the server's side too.
+/// finished first). An idle connection is closed on the server's side too.
+///
+/// With `marks_ahead` K > 1 the connection keeps a window of up to K messages taken and not yet
+/// sent, each with its body-start mark asked for as it entered the window: while one message is
+/// sent, the marks of the next ones are being written, and each message sent makes room for
+/// one more. A message whose mark is refused is not sent. So a connection killed at any point
+/// leaves at most K never-sent messages marked (`unknown`), and it waits for a mark only when
+/// the database is slower than K messages' worth of SMTP.
 async fn connection(
     w: Arc<Worker>,
     waiting: Jobs,
@@ -188,56 +194,75 @@ async fn connection(
 ) {
     let mut conn = [None];
     let ahead = w.cfg.marks_ahead.max(1);
+    let mut window: VecDeque<(Job, Option<Marking>)> = VecDeque::with_capacity(ahead);
     loop {
-        let jobs = tokio::select! {
-            biased;
-            _ = shutdown.requested() => break,
-            next = next(&waiting, w.cfg.idle, ahead) => match next {
-                Next::Jobs(jobs) => jobs,
-                Next::Idle => {
-                    quit_all(&mut conn).await;
-                    continue;
-                }
-                Next::Closed => break,
+        if window.is_empty() {
+            let jobs = tokio::select! {
+                biased;
+                _ = shutdown.requested() => break,
+                next = next(&waiting, w.cfg.idle, ahead) => match next {
+                    Next::Jobs(jobs) => jobs,
+                    Next::Idle => {
+                        quit_all(&mut conn).await;
+                        continue;
+                    }
+                    Next::Closed => break,
+                },
+            };
+            window.extend(jobs.into_iter().map(|job| enter(&w, ahead, job)));
+        }
+        let Some((job, marking)) = window.pop_front() else {
+            continue;
+        };
+        let c = &job.claimed;
+        let mark = match marking {
+            None => Ok(Mark::AtBody),
+            Some(marking) => match marking.answer().await {
+                Ok(true) => Ok(Mark::Ahead),
+                Ok(false) => Err(not_marked(&w.cfg, c.attempt)),
+                Err(e) => Err(retry_or_fail(&w.cfg, c.attempt, e)),
             },
         };
-        let marks = if ahead > 1 {
-            let held: Vec<(&str, i32)> = jobs
-                .iter()
-                .map(|j| (j.claimed.job_id.as_str(), j.claimed.attempt))
-                .collect();
-            Some(w.ledger.mark_all(&held).await)
-        } else {
-            None
+        let (outcome, signal) = match mark {
+            Ok(mark) => {
+                let cx = job.loaded.inputs(&w.cfg, c);
+                let conn = &mut conn[0];
+                send_one(&w.cfg, &w.ledger, &w.breaker, &cx, c, conn, mark).await
+            }
+            Err(not_sent) => (not_sent, Signal::None),
         };
-        for (i, job) in jobs.into_iter().enumerate() {
-            let c = &job.claimed;
-            let mark = match marks.as_ref().map(|m| &m[i]) {
-                None => Ok(Mark::AtBody),
-                Some(Ok(true)) => Ok(Mark::Ahead),
-                Some(Ok(false)) => Err(not_marked(&w.cfg, c.attempt)),
-                Some(Err(e)) => Err(retry_or_fail(&w.cfg, c.attempt, e.clone())),
-            };
-            let (outcome, signal) = match mark {
-                Ok(mark) => {
-                    let cx = job.loaded.inputs(&w.cfg, c);
-                    let conn = &mut conn[0];
-                    send_one(&w.cfg, &w.ledger, &w.breaker, &cx, c, conn, mark).await
+        w.breaker.observe(signal);
+        let recorded = w.ledger.record(ledger::Result::of(c, outcome));
+        let campaign = c.content_campaign();
+        // The settler outlives every connection; if it is gone, so is the process.
+        let _ = settle.send(Settling {
+            recorded,
+            campaign,
+            held: job.held,
+        });
+        // That message is done: its place in the window goes to the next one waiting, if any
+        // (never waited for: an empty window waits above). A stopping process takes no more.
+        if ahead > 1 && !shutdown.is_requested() {
+            if let Ok(mut queue) = waiting.try_lock() {
+                while window.len() < ahead {
+                    match queue.try_recv() {
+                        Ok(job) => window.push_back(enter(&w, ahead, job)),
+                        Err(_) => break,
+                    }
                 }
-                Err(not_sent) => (not_sent, Signal::None),
-            };
-            w.breaker.observe(signal);
-            let recorded = w.ledger.record(ledger::Result::of(c, outcome));
-            let campaign = c.content_campaign();
-            // The settler outlives every connection; if it is gone, so is the process.
-            let _ = settle.send(Settling {
-                recorded,
-                campaign,
-                held: job.held,
-            });
+            }
         }
     }
     quit_all(&mut conn).await;
+}
+
+/// A message entering a connection's window: its mark is asked for now when marks go ahead.
+fn enter(w: &Worker, ahead: usize, job: Job) -> (Job, Option<Marking>) {
+    let marking = (ahead > 1).then(|| {
+        w.ledger
+            .request_mark(&job.claimed.job_id, job.claimed.attempt)
+    });
+    (job, marking)
 }
 
 /// Waits for outcomes to commit, in the order they were handed over; then the claim is let go
