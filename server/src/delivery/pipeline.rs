@@ -185,7 +185,9 @@ async fn next(waiting: &Jobs, idle: Duration, up_to: usize) -> Next {
 /// sent, the marks of the next ones are being written, and each message sent makes room for
 /// one more. A message whose mark is refused is not sent. So a connection killed at any point
 /// leaves at most K never-sent messages marked (`unknown`), and it waits for a mark only when
-/// the database is slower than K messages' worth of SMTP.
+/// the database is slower than K − 1 messages' worth of SMTP. While the relay's circuit is
+/// open the window is not refilled: what it holds is given back unsent, and marking more would
+/// only burn their attempts.
 async fn connection(
     w: Arc<Worker>,
     waiting: Jobs,
@@ -242,7 +244,7 @@ async fn connection(
         });
         // That message is done: its place in the window goes to the next one waiting, if any
         // (never waited for: an empty window waits above). A stopping process takes no more.
-        if ahead > 1 && !shutdown.is_requested() {
+        if ahead > 1 && !shutdown.is_requested() && !w.breaker.is_open() {
             if let Ok(mut queue) = waiting.try_lock() {
                 while window.len() < ahead {
                     match queue.try_recv() {

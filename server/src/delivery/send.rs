@@ -22,7 +22,8 @@ pub const HARD_BOUNCE: &str = "hard bounce: ";
 pub enum Mark {
     /// Just before the body, once the server has opened DATA (exact).
     AtBody,
-    /// Already committed, with the connection's next few messages (`Config::marks_ahead`).
+    /// Already committed, asked for as the message entered its connection's window
+    /// (`Config::marks_ahead`).
     Ahead,
 }
 
