@@ -291,8 +291,9 @@ pub struct WorkerArgs {
     /// default) marks each message just before its body, so a killed process leaves only
     /// messages whose body may really have left `unknown`. K > 1 keeps a window of K messages
     /// per connection whose marks are written while the earlier ones are sent (no wait for the
-    /// database per message): a killed process may leave up to K never-sent messages per connection `unknown`, and a
-    /// pause, cancel or opt-out may let up to K more messages per connection out.
+    /// database per message): a killed process may leave up to K never-sent messages per
+    /// connection `unknown`, and a pause, cancel or opt-out may let up to K more messages per
+    /// connection out.
     #[arg(long, env = "MAILROOM_DELIVERY_MARKS_AHEAD", default_value_t = 1,
           value_parser = clap::value_parser!(u16).range(1..=256))]
     pub delivery_marks_ahead: u16,

@@ -162,12 +162,7 @@ async fn next(waiting: &Jobs, idle: Duration, up_to: usize) -> Next {
         let mut queue = waiting.lock().await;
         let first = queue.recv().await?;
         let mut jobs = vec![first];
-        while jobs.len() < up_to {
-            match queue.try_recv() {
-                Ok(job) => jobs.push(job),
-                Err(_) => break,
-            }
-        }
+        jobs.extend(waiting_now(&mut queue, up_to.saturating_sub(1)));
         Some(jobs)
     };
     match tokio::time::timeout(idle, take).await {
@@ -246,16 +241,17 @@ async fn connection(
         // (never waited for: an empty window waits above). A stopping process takes no more.
         if ahead > 1 && !shutdown.is_requested() && !w.breaker.is_open() {
             if let Ok(mut queue) = waiting.try_lock() {
-                while window.len() < ahead {
-                    match queue.try_recv() {
-                        Ok(job) => window.push_back(enter(&w, ahead, job)),
-                        Err(_) => break,
-                    }
-                }
+                let room = ahead.saturating_sub(window.len());
+                window.extend(waiting_now(&mut queue, room).map(|job| enter(&w, ahead, job)));
             }
         }
     }
     quit_all(&mut conn).await;
+}
+
+/// Up to `n` of the messages waiting right now, never waiting for one.
+fn waiting_now(queue: &mut mpsc::Receiver<Job>, n: usize) -> impl Iterator<Item = Job> + '_ {
+    std::iter::from_fn(|| queue.try_recv().ok()).take(n)
 }
 
 /// A message entering a connection's window: its mark is asked for now when marks go ahead.
