@@ -17,8 +17,14 @@ use crate::support::procs::{run, wait_postmaster_gone, Proc};
 fn fingerprint(dir: &Path) -> Vec<String> {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let out = rt.block_on(async {
-        let pg = EmbeddedPg::open(dir, Options::default()).await.unwrap();
-        let mut c = pg.connect_options("mailroom").connect().await.unwrap();
+        let pg = EmbeddedPg::open(dir, Options::default())
+            .await
+            .unwrap_or_else(|e| panic!("fingerprint: opening {}: {e}", dir.display()));
+        let mut c = pg
+            .connect_options("mailroom")
+            .connect()
+            .await
+            .unwrap_or_else(|e| panic!("fingerprint: connecting: {e}"));
         let tables: Vec<String> = sqlx::query_scalar(
             "select tablename::text from pg_tables where schemaname = 'public' order by 1",
         )
@@ -50,7 +56,9 @@ fn fingerprint(dir: &Path) -> Vec<String> {
         .unwrap();
         out.push(format!("databases {}", dbs.join(",")));
         c.close().await.unwrap();
-        pg.shutdown().await.unwrap();
+        pg.shutdown()
+            .await
+            .unwrap_or_else(|e| panic!("fingerprint: stopping the cluster: {e}"));
         out
     });
     wait_postmaster_gone(dir, 30);
