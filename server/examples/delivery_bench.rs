@@ -18,7 +18,8 @@
 //! process's environment, so any `MAILROOM_*` setting (`MAILROOM_DELIVERY_OUTCOME_GATHER_MS=5`)
 //! reaches it. BENCH_SUPPRESSIONS=N gives every org N suppressed addresses (none of them queued),
 //! as an org with a long opt-out list has: the claim and the body-start mark re-check each
-//! message's address against that list.
+//! message's address against that list. BENCH_PG_SET=name=value sets one PostgreSQL setting for
+//! the run (`synchronous_commit=off` prices the commit's flush; a diagnostic, never production).
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -327,6 +328,19 @@ async fn main() -> anyhow::Result<()> {
             .await?;
         }
         println!("delivery_counts triggers dropped");
+    }
+    // BENCH_PG_SET="name=value": a PostgreSQL setting for the run, to take a cost apart (for
+    // example synchronous_commit=off prices the commit's WAL flush; never a production setting:
+    // a body-start mark must be durable before the body leaves).
+    if let Some(setting) = std::env::var("BENCH_PG_SET").ok().filter(|s| !s.is_empty()) {
+        let (name, value) = setting
+            .split_once('=')
+            .context("BENCH_PG_SET takes name=value")?;
+        sqlx::query(&format!("alter system set {name} = '{value}'"))
+            .execute(&pool)
+            .await?;
+        sqlx::query("select pg_reload_conf()").execute(&pool).await?;
+        println!("PostgreSQL setting for this run: {name} = {value}");
     }
     // The queue is spread over `orgs` organisations (one claim group each).
     let mut org_ids = Vec::new();
