@@ -339,7 +339,9 @@ async fn main() -> anyhow::Result<()> {
         sqlx::query(&format!("alter system set {name} = '{value}'"))
             .execute(&pool)
             .await?;
-        sqlx::query("select pg_reload_conf()").execute(&pool).await?;
+        sqlx::query("select pg_reload_conf()")
+            .execute(&pool)
+            .await?;
         println!("PostgreSQL setting for this run: {name} = {value}");
     }
     // The queue is spread over `orgs` organisations (one claim group each).
