@@ -122,6 +122,9 @@ async fn jobs(pool: &PgPool, cfg: &Config, h: &Held, captured_dir: &Path, retent
             )
             .await;
         }
+        Err(e) if app::db::delivery::is_lock_timeout(&e) => tracing::info!(
+            "lease reaper yielded to a delivery ledger write on the same rows; retrying next pass"
+        ),
         Err(e) => tracing::warn!(error = %e, "lease reaper failed"),
     }
     if still() {

@@ -298,6 +298,102 @@ async fn the_reaper_requeues_unstarted_mail_and_marks_started_mail_unknown() {
     assert_eq!(again, vec![held[1].job_id.clone()]);
 }
 
+/// Sessions of this test's database waiting for a lock.
+async fn lock_waiters(pool: &PgPool) -> i64 {
+    sqlx::query_scalar(
+        "select count(*) from pg_stat_activity
+         where datname = current_database() and wait_event_type = 'Lock'",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+async fn wait_for_lock_waiters(pool: &PgPool, n: i64) {
+    for _ in 0..500 {
+        if lock_waiters(pool).await >= n {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("never saw {n} sessions waiting for a lock");
+}
+
+/// The reaper locks in job-id order; a ledger write locks its marks' rows, then its outcomes'
+/// rows. When a live but slow process's lease runs out while it writes, the two can wait on
+/// each other. The reaper must be the one that gives way, or the write fails and its delivered
+/// mail reads `unknown`.
+#[tokio::test]
+async fn the_reaper_gives_way_to_a_ledger_write_that_waits_on_it() {
+    let pool = test_db().await;
+    let (org, _) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    enqueue_test_mail(&pool, org, 2).await;
+    let mut held = app::db::delivery::claim(&pool, 2, 60.0, "slow")
+        .await
+        .unwrap();
+    held.sort_by(|x, y| x.job_id.cmp(&y.job_id));
+    let (sent, next) = (&held[0], &held[1]);
+    let marked = app::db::delivery::mark_body_started(
+        &mut pool.acquire().await.unwrap(),
+        &[(sent.job_id.clone(), sent.attempt)],
+    )
+    .await
+    .unwrap();
+    assert_eq!(marked.attempts.len(), 1);
+    expire_leases(&pool).await;
+
+    // Something else holds the first row, so that the reaper, which locks it first, waits.
+    let mut other = pool.begin().await.unwrap();
+    sqlx::query("select 1 from deliveries where job_id = $1 for update")
+        .bind(&sent.job_id)
+        .execute(&mut *other)
+        .await
+        .unwrap();
+    let reaper = tokio::spawn({
+        let pool = pool.clone();
+        async move { app::db::delivery::reap_expired(&pool, &lead(&pool).await).await }
+    });
+    wait_for_lock_waiters(&pool, 1).await;
+    // The slow process writes the first message's outcome and the next one's mark: it locks
+    // the second row for the mark and waits for the first behind the reaper.
+    let outcome = vec![(
+        sent.job_id.clone(),
+        sent.attempt,
+        Outcome::Delivered {
+            reply: "250 2.0.0 Ok: queued as 1".into(),
+        },
+    )];
+    let mark = vec![(next.job_id.clone(), next.attempt)];
+    let ledger = tokio::spawn({
+        let pool = pool.clone();
+        async move {
+            let mut conn = pool.acquire().await.unwrap();
+            app::db::delivery::mark_and_record(&mut conn, &mark, &outcome, &[]).await
+        }
+    });
+    wait_for_lock_waiters(&pool, 2).await;
+    // The first row comes free: the reaper takes it and waits for the second, which the
+    // ledger holds while it waits for the first.
+    other.commit().await.unwrap();
+
+    let (marked, written) = ledger
+        .await
+        .unwrap()
+        .expect("the ledger write is never the one aborted");
+    assert_eq!((marked.attempts.len(), written), (1, 1));
+    let reaped = reaper.await.unwrap();
+    assert!(
+        reaped
+            .as_ref()
+            .is_err_and(app::db::delivery::is_lock_timeout),
+        "the reaper gave up waiting: {reaped:?}"
+    );
+    assert_eq!(status_of(&pool, &sent.job_id).await.0, "delivered");
+    // The next pass takes back what is still in flight: the marked one, as `unknown`.
+    assert_eq!(reap(&pool).await, (0, 1));
+    assert_eq!(status_of(&pool, &next.job_id).await.0, "unknown");
+}
+
 #[tokio::test]
 async fn a_retry_waits_for_its_backoff() {
     let pool = test_db().await;

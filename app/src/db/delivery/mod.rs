@@ -498,7 +498,8 @@ pub static MARK_AND_RECORD: LazyLock<String> = LazyLock::new(|| {
 /// write can never match the next claim); one that had becomes `unknown`, never retried by
 /// itself. Then deletes the marks and claims no attempt in flight needs any more.
 /// A leader job, fenced by its lease; idempotent, so an overlapping leader does no harm.
-/// Returns (requeued, unknown).
+/// Returns (requeued, unknown); a pass that yielded to a ledger write ([`give_back`]) fails
+/// with [`is_lock_timeout`] and is retried at the next one.
 pub async fn reap_expired(pool: &PgPool, lease: &Lease) -> sqlx::Result<(i64, i64)> {
     let mut tx = pool.begin().await?;
     let sql = format!(
@@ -519,6 +520,14 @@ pub async fn reap_expired(pool: &PgPool, lease: &Lease) -> sqlx::Result<(i64, i6
     sweep_marks(pool).await?;
     sweep_claims(pool).await?;
     Ok(counts)
+}
+
+/// Whether `e` is a statement that gave up waiting for a lock (`lock_timeout`): the reaper
+/// yielding to a ledger write, to be retried, not a failure.
+pub fn is_lock_timeout(e: &sqlx::Error) -> bool {
+    e.as_database_error()
+        .and_then(|d| d.code())
+        .is_some_and(|code| code == "55P03")
 }
 
 /// Deletes the claims none of whose attempts is still in flight.
@@ -565,6 +574,13 @@ pub async fn release_held(pool: &PgPool, holder: &str) -> sqlx::Result<(i64, i64
 /// Why two statements: locking the rows first waits for any mark being written on them (it
 /// holds them share-locked until it commits), and this statement's fresh snapshot then sees
 /// every committed mark. A mark that comes later finds the attempt burned and is refused.
+///
+/// Rows are locked in job-id order, but a ledger write locks its marks and outcomes in
+/// whatever order its plan meets them, so the two can wait on each other (a live but slow
+/// process whose lease ran out, or a shutdown's last write). The give-back therefore waits for
+/// a row at most half of PostgreSQL's `deadlock_timeout` and gives up before the deadlock
+/// check would pick a victim: the write, whose outcomes would otherwise be lost to `unknown`,
+/// goes on, and the caller tries again later.
 async fn give_back(
     tx: &mut PgConnection,
     claims: &[i64],
@@ -574,6 +590,13 @@ async fn give_back(
     if claims.is_empty() {
         return Ok((0, 0));
     }
+    sqlx::query(
+        "select set_config('lock_timeout',
+             greatest(1, extract(epoch from current_setting('deadlock_timeout')::interval) * 500)::int || 'ms',
+             true)",
+    )
+    .execute(&mut *tx)
+    .await?;
     let held: Vec<(String, i32)> = sqlx::query_as(
         "select d.job_id, x.attempt from delivery_claims c
          cross join lateral unnest(c.job_ids, c.attempts) as x(job_id, attempt)
