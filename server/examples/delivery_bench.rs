@@ -20,6 +20,9 @@
 //! as an org with a long opt-out list has: the claim and the body-start mark re-check each
 //! message's address against that list. BENCH_PG_SET=name=value sets one PostgreSQL setting for
 //! the run (`synchronous_commit=off` prices the commit's flush; a diagnostic, never production).
+//! BENCH_PROBE=1 times, on a connection of its own, a bare round trip (`select 1`) and a one-row
+//! autocommit insert, every 5 ms, for a second before the engine starts and throughout its run:
+//! the floor under each ledger write, on an idle machine and beside the engine.
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -230,6 +233,46 @@ impl PgCpu {
     }
 }
 
+/// Round trips timed by [`probe`]: (bare, one-row commit), in microseconds.
+type Probed = (Vec<u64>, Vec<u64>);
+
+/// Times a bare round trip and a one-row autocommit insert on `conn`, every 5 ms, until `stop`.
+async fn probe(
+    mut conn: sqlx::PgConnection,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> anyhow::Result<(sqlx::PgConnection, Probed)> {
+    let (mut bare, mut commit) = (Vec::new(), Vec::new());
+    while !*stop.borrow() {
+        let t = Instant::now();
+        sqlx::query("select 1").execute(&mut conn).await?;
+        bare.push(t.elapsed().as_micros() as u64);
+        let t = Instant::now();
+        sqlx::query("insert into bench_probe default values")
+            .execute(&mut conn)
+            .await?;
+        commit.push(t.elapsed().as_micros() as u64);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    Ok((conn, (bare, commit)))
+}
+
+fn print_probed(when: &str, (bare, commit): &mut Probed) {
+    let pct = |v: &mut Vec<u64>, p: usize| {
+        v.sort_unstable();
+        v.get(v.len().saturating_sub(1) * p / 100)
+            .copied()
+            .unwrap_or(0)
+    };
+    println!(
+        "  probe {when}: select 1 median {} us p90 {} us; one-row commit median {} us p90 {} us ({} samples)",
+        pct(bare, 50),
+        pct(bare, 90),
+        pct(commit, 50),
+        pct(commit, 90),
+        commit.len()
+    );
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().collect();
@@ -425,6 +468,23 @@ async fn main() -> anyhow::Result<()> {
             .execute(&pool)
             .await?;
     }
+    // BENCH_PROBE=1: the round trips' floor, idle for a second, then beside the engine.
+    let probing = if flag("BENCH_PROBE") {
+        sqlx::query("create table if not exists bench_probe (id bigserial primary key)")
+            .execute(&pool)
+            .await?;
+        let conn = pool.acquire().await?.detach();
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let idle = tokio::spawn(probe(conn, stopped));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        stop.send(true)?;
+        let (conn, mut idle) = idle.await??;
+        print_probed("idle", &mut idle);
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        Some((stop, tokio::spawn(probe(conn, stopped))))
+    } else {
+        None
+    };
     let (sink_before, pg_cpu) = (sink_cpu(), PgCpu::start());
     let started = Instant::now();
     let mut worker = Command::new(bin)
@@ -482,6 +542,11 @@ async fn main() -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     let elapsed = started.elapsed().as_secs_f64();
+    if let Some((stop, beside)) = probing {
+        stop.send(true)?;
+        let (_, mut beside) = beside.await??;
+        print_probed("beside the engine", &mut beside);
+    }
     support::stop(&mut worker)?;
     let (delivered, other): (i64, i64) = sqlx::query_as(
         "select count(*) filter (where status = 'delivered'), count(*) filter (where status <> 'delivered') from deliveries",
