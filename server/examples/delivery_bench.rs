@@ -18,8 +18,12 @@
 //! process's environment, so any `MAILROOM_*` setting (`MAILROOM_DELIVERY_OUTCOME_GATHER_MS=5`)
 //! reaches it. BENCH_SUPPRESSIONS=N gives every org N suppressed addresses (none of them queued),
 //! as an org with a long opt-out list has: the claim and the body-start mark re-check each
-//! message's address against that list. BENCH_PG_SET=name=value sets one PostgreSQL setting for
-//! the run (`synchronous_commit=off` prices the commit's flush; a diagnostic, never production).
+//! message's address against that list. BENCH_PG_SET=name=value[;name=value…] sets PostgreSQL
+//! settings for the run (`synchronous_commit=off` prices the commit's flush; a diagnostic, never
+//! production). With `session_preload_libraries=auto_explain;auto_explain.log_min_duration=0;
+//! auto_explain.log_analyze=on;auto_explain.log_triggers=on;auto_explain.sample_rate=0.01` a
+//! sample of the statements' plans, with the time of each statement trigger, is kept in
+//! /tmp/bench-postgres.log.
 //! BENCH_PROBE=1 times, on a connection of its own, a bare round trip (`select 1`) and a one-row
 //! autocommit insert, every 5 ms, for a second before the engine starts and throughout its run:
 //! the floor under each ledger write, on an idle machine and beside the engine.
@@ -372,21 +376,33 @@ async fn main() -> anyhow::Result<()> {
         }
         println!("delivery_counts triggers dropped");
     }
-    // BENCH_PG_SET="name=value": a PostgreSQL setting for the run, to take a cost apart (for
-    // example synchronous_commit=off prices the commit's WAL flush; never a production setting:
-    // a body-start mark must be durable before the body leaves).
-    if let Some(setting) = std::env::var("BENCH_PG_SET").ok().filter(|s| !s.is_empty()) {
-        let (name, value) = setting
-            .split_once('=')
-            .context("BENCH_PG_SET takes name=value")?;
-        sqlx::query(&format!("alter system set {name} = '{value}'"))
-            .execute(&pool)
+    // BENCH_PG_SET="name=value[;name=value…]": PostgreSQL settings for the run, to take a cost
+    // apart (for example synchronous_commit=off prices the commit's WAL flush; never a
+    // production setting: a body-start mark must be durable before the body leaves). auto_explain's
+    // settings need its module loaded in the session that sets them.
+    let settings = std::env::var("BENCH_PG_SET").unwrap_or_default();
+    let mut admin = pool.acquire().await?;
+    if settings.contains("auto_explain.") {
+        sqlx::query("load 'auto_explain'")
+            .execute(&mut *admin)
             .await?;
-        sqlx::query("select pg_reload_conf()")
-            .execute(&pool)
+    }
+    for setting in settings.split(';').filter(|s| !s.trim().is_empty()) {
+        let (name, value) = setting
+            .trim()
+            .split_once('=')
+            .context("BENCH_PG_SET takes name=value[;name=value…]")?;
+        sqlx::query(&format!("alter system set {name} = '{value}'"))
+            .execute(&mut *admin)
             .await?;
         println!("PostgreSQL setting for this run: {name} = {value}");
     }
+    if !settings.is_empty() {
+        sqlx::query("select pg_reload_conf()")
+            .execute(&mut *admin)
+            .await?;
+    }
+    drop(admin);
     // The queue is spread over `orgs` organisations (one claim group each).
     let mut org_ids = Vec::new();
     for i in 0..orgs {
@@ -594,7 +610,13 @@ async fn main() -> anyhow::Result<()> {
         );
     }
     pool.close().await;
+    let log = pg.cluster_dir().join("server.log");
     pg.shutdown().await?;
+    // The cluster goes with its temporary directory; its log (auto_explain's plans) stays.
+    if settings.contains("auto_explain.") {
+        std::fs::copy(log, "/tmp/bench-postgres.log")?;
+        println!("PostgreSQL's log (auto_explain's plans): /tmp/bench-postgres.log");
+    }
     if other > 0 {
         bail!("{other} deliveries did not end delivered");
     }
