@@ -5,9 +5,9 @@ use sqlx::PgPool;
 
 #[derive(Debug, Default)]
 pub struct Snapshot {
-    /// Deliveries by status, every org.
+    /// Deliveries by status, every org; `sending`: in flight (claimed, outcome not yet written).
     pub by_status: Vec<(String, i64)>,
-    /// Queued deliveries by kind (test, digest, campaign, invite).
+    /// Queued deliveries by kind (test, digest, campaign, invite), not counting those in flight.
     pub queued_by_kind: Vec<(String, i64)>,
     /// Age of the oldest delivery that is due and still queued (0 when none).
     pub oldest_queued_seconds: f64,
@@ -16,9 +16,21 @@ pub struct Snapshot {
 }
 
 /// The figures, summed from `delivery_counts` (a few rows per kind and status between two
-/// leader passes).
-pub const COUNTS: &str =
-    "select kind, status, sum(n)::bigint from delivery_counts group by kind, status";
+/// leader passes), with the messages in flight told apart: a claim does not write its rows, so
+/// the counts hold them as `queued`; here they are `sending`, counted from the claims (one
+/// probe per message held, never a scan). One statement, so both parts are of one snapshot.
+pub const COUNTS: &str = concat!(
+    "with counted as (select kind, status, sum(n)::bigint as n from delivery_counts group by kind, status),
+          flying as (select d.kind, count(*)::bigint as n from delivery_claims c cross join lateral ",
+    crate::db::delivery::in_flight_of!("c"),
+    " group by d.kind)
+     select c.kind, c.status,
+            c.n - case when c.status = 'queued'
+                       then coalesce((select f.n from flying f where f.kind = c.kind), 0) else 0 end
+     from counted c
+     union all
+     select kind, 'sending', n from flying"
+);
 
 /// The oldest due queued delivery: the first entry of `delivery_queue_due`.
 pub const OLDEST_AND_EPOCH: &str =
@@ -30,7 +42,8 @@ pub async fn snapshot(pool: &PgPool) -> sqlx::Result<Snapshot> {
     let counts: Vec<(String, String, i64)> = sqlx::query_as(COUNTS).fetch_all(pool).await?;
     let (oldest_queued_seconds, leader_epoch): (f64, i64) =
         sqlx::query_as(OLDEST_AND_EPOCH).fetch_one(pool).await?;
-    let mut by_status: Vec<(String, i64)> = Vec::new();
+    // Present even when nothing is in flight, so that an alert's series never vanishes.
+    let mut by_status: Vec<(String, i64)> = vec![("sending".to_string(), 0)];
     let mut queued_by_kind = Vec::new();
     for (kind, status, n) in counts {
         if status == "queued" {

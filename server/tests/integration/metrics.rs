@@ -47,8 +47,33 @@ async fn metrics_report_deliveries_queue_depth_age_latency_and_leader_epoch() {
         value(&before, r#"mailroom_delivery_queue_depth{kind="campaign"}"#),
         0.0
     );
+    assert_eq!(
+        value(&before, r#"mailroom_deliveries{status="sending"}"#),
+        0.0
+    );
     assert!(value(&before, "mailroom_delivery_oldest_queued_seconds") >= 89.0);
     assert_eq!(value(&before, "mailroom_leader_epoch"), 0.0);
+
+    // Two taken by a worker and not yet sent: in flight, no longer queued.
+    app::db::delivery::claim(&pool, 2, 60.0, "elsewhere")
+        .await
+        .unwrap();
+    let flying = scrape().await;
+    assert_eq!(
+        value(&flying, r#"mailroom_deliveries{status="sending"}"#),
+        2.0
+    );
+    assert_eq!(
+        value(&flying, r#"mailroom_deliveries{status="queued"}"#),
+        3.0
+    );
+    assert_eq!(
+        value(&flying, r#"mailroom_delivery_queue_depth{kind="test"}"#),
+        3.0
+    );
+    app::db::delivery::release_held(&pool, "elsewhere")
+        .await
+        .unwrap();
 
     app::db::leader::acquire(&pool, "leader", "me", 30.0)
         .await
@@ -61,6 +86,10 @@ async fn metrics_report_deliveries_queue_depth_age_latency_and_leader_epoch() {
     assert_eq!(
         value(&after, r#"mailroom_deliveries{status="delivered"}"#),
         5.0
+    );
+    assert_eq!(
+        value(&after, r#"mailroom_deliveries{status="sending"}"#),
+        0.0
     );
     assert_eq!(
         value(&after, r#"mailroom_delivery_queue_depth{kind="test"}"#),
@@ -222,6 +251,7 @@ async fn delivery_counts_stay_exact_under_racing_writers_and_folds() {
             ("delivered".to_string(), 60),
             ("failed".to_string(), 60),
             ("queued".to_string(), 420),
+            ("sending".to_string(), 0),
         ]
     );
 }
@@ -243,10 +273,18 @@ async fn a_scrape_does_not_scan_the_deliveries_table() {
     .execute(&pool)
     .await
     .unwrap();
-    sqlx::query("analyze deliveries")
-        .execute(&pool)
-        .await
-        .unwrap();
+    // A worker holds some (in flight: counted from the claims, one probe each).
+    for _ in 0..4 {
+        app::db::delivery::claim(&pool, 50, 60.0, "w")
+            .await
+            .unwrap();
+    }
+    for table in ["deliveries", "delivery_claims"] {
+        sqlx::query(&format!("analyze {table}"))
+            .execute(&pool)
+            .await
+            .unwrap();
+    }
     for sql in [app::db::metrics::COUNTS, app::db::metrics::OLDEST_AND_EPOCH] {
         let plan: Vec<(String,)> = sqlx::query_as(&format!("explain analyze {sql}"))
             .fetch_all(&pool)
@@ -271,5 +309,6 @@ async fn a_scrape_does_not_scan_the_deliveries_table() {
         }
     }
     let s = app::db::metrics::snapshot(&pool).await.unwrap();
-    assert_eq!(s.queued_by_kind, vec![("test".to_string(), 10000)]);
+    assert_eq!(s.queued_by_kind, vec![("test".to_string(), 9800)]);
+    assert!(s.by_status.contains(&("sending".to_string(), 200)));
 }

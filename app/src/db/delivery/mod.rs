@@ -291,20 +291,28 @@ pub struct Marked {
     pub attempts: Vec<(String, i32)>,
 }
 
-/// The one rule of "in flight", as a condition on a row `$row` holding attempts as arrays
-/// (`job_ids`, `attempts`: a mark group or a claim): none of its attempts is still in flight,
-/// i.e. no delivery is still `queued` at the attempt before it.
-macro_rules! none_in_flight {
+/// The one rule of "in flight", as the rows of a row `$row` holding attempts as arrays
+/// (`job_ids`, `attempts`: a mark group or a claim) that are still in flight: `x(job_id,
+/// attempt)` joined to their delivery `d`, still `queued` at the attempt before.
+macro_rules! in_flight_of {
     ($row:literal) => {
         concat!(
-            "not exists (select 1 from unnest(",
+            "unnest(",
             $row,
             ".job_ids, ",
             $row,
             ".attempts) as x(job_id, attempt)
-                         join deliveries d on d.job_id = x.job_id and d.attempt = x.attempt - 1
-                         where d.status = 'queued')"
+             join deliveries d on d.job_id = x.job_id and d.attempt = x.attempt - 1
+             where d.status = 'queued'"
         )
+    };
+}
+pub(crate) use in_flight_of;
+
+/// A condition on `$row` ([`in_flight_of`]): none of its attempts is still in flight.
+macro_rules! none_in_flight {
+    ($row:literal) => {
+        concat!("not exists (select 1 from ", in_flight_of!($row), ")")
     };
 }
 
