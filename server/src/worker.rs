@@ -156,7 +156,17 @@ pub async fn run(pool: PgPool, plan: Plan, mode: Mode, shutdown: Shutdown) {
         delivery.abort();
         let _ = delivery.await; // wait until it is really gone before releasing its rows
     }
-    match app::db::delivery::release_held(&pool, &id).await {
+    // A release that gave way to a ledger write still finishing is tried again, briefly.
+    let mut released = app::db::delivery::release_held(&pool, &id).await;
+    for _ in 0..2 {
+        match &released {
+            Err(e) if app::db::delivery::is_lock_timeout(e) => {
+                released = app::db::delivery::release_held(&pool, &id).await;
+            }
+            _ => break,
+        }
+    }
+    match released {
         Ok((0, 0)) => {}
         Ok((requeued, unknown)) => tracing::info!(requeued, unknown, "released held deliveries"),
         Err(e) => {

@@ -325,7 +325,21 @@ async fn wait_for_lock_waiters(pool: &PgPool, n: i64) {
 /// mail reads `unknown`.
 #[tokio::test]
 async fn the_reaper_gives_way_to_a_ledger_write_that_waits_on_it() {
-    let pool = test_db().await;
+    // The reaper waits at most half of `deadlock_timeout` for a row, and the interleaving below
+    // must be in place within that: a longer timeout, so that a busy machine is never too slow.
+    let pool = {
+        let pool = test_db().await;
+        sqlx::query(
+            "do $$ begin execute format('alter database %I set deadlock_timeout = %L',
+                                        current_database(), '8s'); end $$",
+        )
+        .execute(&pool)
+        .await
+        .unwrap();
+        let options = (*pool.connect_options()).clone();
+        pool.close().await;
+        sqlx::PgPool::connect_with(options).await.unwrap()
+    };
     let (org, _) = org_with_users(&pool, "acme", &[Role::Owner]).await;
     enqueue_test_mail(&pool, org, 2).await;
     let mut held = app::db::delivery::claim(&pool, 2, 60.0, "slow")

@@ -586,9 +586,11 @@ pub async fn release_held(pool: &PgPool, holder: &str) -> sqlx::Result<(i64, i64
 /// Rows are locked in job-id order, but a ledger write locks its marks and outcomes in
 /// whatever order its plan meets them, so the two can wait on each other (a live but slow
 /// process whose lease ran out, or a shutdown's last write). The give-back therefore waits for
-/// a row at most half of PostgreSQL's `deadlock_timeout` and gives up before the deadlock
-/// check would pick a victim: the write, whose outcomes would otherwise be lost to `unknown`,
-/// goes on, and the caller tries again later.
+/// each row at most half of PostgreSQL's `deadlock_timeout` and gives up, in the usual case
+/// before the deadlock check would pick a victim: the write, whose outcomes would otherwise be
+/// lost to `unknown`, goes on, and the caller tries again later. (The limit is per wait: a
+/// give-back that first waited long on other rows may still close a cycle late.) Runs in the
+/// caller's transaction, which the local setting needs.
 async fn give_back(
     tx: &mut PgConnection,
     claims: &[i64],
