@@ -607,14 +607,11 @@ async fn give_back(
     )
     .execute(&mut *tx)
     .await?;
-    let held: Vec<(String, i32)> = sqlx::query_as(
-        "select d.job_id, x.attempt from delivery_claims c
-         cross join lateral unnest(c.job_ids, c.attempts) as x(job_id, attempt)
-         join deliveries d on d.job_id = x.job_id and d.attempt = x.attempt - 1
-         where c.id = any($1) and d.status = 'queued'
-         order by d.job_id
-         for update of d",
-    )
+    let held: Vec<(String, i32)> = sqlx::query_as(concat!(
+        "select d.job_id, x.attempt from delivery_claims c cross join lateral ",
+        in_flight_of!("c"),
+        " and c.id = any($1) order by d.job_id for update of d"
+    ))
     .bind(claims)
     .fetch_all(&mut *tx)
     .await?;
