@@ -27,6 +27,24 @@ fn file_stem(job_id: &str) -> String {
     out
 }
 
+/// Removes the captured copies of these jobs of `org_id` (an erasure's, once committed): a job
+/// with no copy is passed over, a copy that cannot be removed is logged with its path. Answers
+/// how many files were removed.
+pub async fn remove(dir: &Path, org_id: i64, job_ids: &[String]) -> usize {
+    let mut removed = 0;
+    for job_id in job_ids {
+        let path = path_for(dir, org_id, job_id);
+        match tokio::fs::remove_file(&path).await {
+            Ok(()) => removed += 1,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                tracing::error!(error = %e, path = %path.display(), "cannot remove an erased person's captured message")
+            }
+        }
+    }
+    removed
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -15,24 +15,40 @@ pub enum AppError {
     /// Another organisation's object looks exactly like a missing one.
     #[error("Not found.")]
     NotFound,
+    /// The caller's input, refused: the text names the field (and quotes at most an excerpt).
     #[error("{0}")]
-    Invalid(String),
+    Invalid(#[serde(serialize_with = "capped")] String),
     #[error("{0}")]
-    Conflict(String),
+    Conflict(#[serde(serialize_with = "capped")] String),
     /// It was good once and is no more (an expired confirmation).
     #[error("{0}")]
-    Expired(String),
+    Expired(#[serde(serialize_with = "capped")] String),
     /// The request's body is over the limit (a chunked body found out while it was read).
     #[error("The request is too large.")]
     TooLarge,
     /// Too many attempts (sign-in throttling): the text says when to try again.
     #[error("{0}")]
-    Throttled(String),
+    Throttled(#[serde(serialize_with = "capped")] String),
     #[error("Something went wrong on our side; it has been logged. Please try again.")]
     Internal,
     /// Transport problems seen by the client (network down, server restarting).
     #[error("The server could not be reached: {0}")]
-    Transport(String),
+    Transport(#[serde(serialize_with = "capped")] String),
+}
+
+/// A message as it is sent: at most `input::MESSAGE_MAX_CHARS` characters, whatever it quotes,
+/// so an answer never carries a whole input back (and stays far below what the server's
+/// error-status layer reads).
+#[allow(clippy::ptr_arg)]
+fn capped<S: serde::Serializer>(message: &String, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&crate::domain::input::capped(message))
+}
+
+/// A value refused at the edge is the caller's mistake: 422, the field named.
+impl From<crate::domain::input::InputError> for AppError {
+    fn from(e: crate::domain::input::InputError) -> Self {
+        AppError::Invalid(format!("{e}."))
+    }
 }
 
 impl AppError {
@@ -106,6 +122,20 @@ mod tests {
             "error reading body: length limit exceeded".into(),
         ));
         assert_eq!((e.clone(), e.status()), (AppError::TooLarge, 413));
+    }
+
+    #[test]
+    fn a_message_is_sent_cut_short_however_much_input_it_quotes() {
+        let long = AppError::Invalid(format!("Status: {} is not one.", "x".repeat(100_000)));
+        let sent = serde_json::to_string(&long).unwrap();
+        assert!(sent.len() < 2_100, "{} bytes", sent.len());
+        let back: AppError = serde_json::from_str(&sent).unwrap();
+        assert!(back.to_string().starts_with("Status: xxx"));
+        let short = AppError::Conflict("Taken.".into());
+        assert_eq!(
+            serde_json::to_string(&short).unwrap(),
+            r#"{"Conflict":"Taken."}"#
+        );
     }
 
     #[test]

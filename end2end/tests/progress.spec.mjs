@@ -35,6 +35,9 @@ test('campaign page: progress moves live, without a reload, as the workers send'
   expect(total).toBeGreaterThan(0);
   const delivered = Number(sql(`select count(*) from deliveries where campaign_id = ${id} and kind = 'campaign' and status = 'delivered'`));
   await expect(page.locator('[data-test=count-delivered]')).toHaveText(String(delivered));
+  // The relay-reports card above follows the same reading: one delivered figure, not the 0 read
+  // when the page opened.
+  await expect(page.locator('[data-test=reports-delivered]')).toHaveText(String(delivered));
   await expect(page.locator('[data-test=progress-summary]')).toHaveText(`${total} of ${total} recipients done`);
   await expect(page.locator('[data-test=count-queued]')).toHaveText('0');
   expect(await page.evaluate(() => window.__noReload)).toBe('still here');

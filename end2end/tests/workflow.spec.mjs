@@ -111,6 +111,12 @@ test('four eyes: the owner writes, tests and submits, cannot approve; an editing
   await expect(page.locator('[data-test=campaign-status]')).toHaveText('sent', { timeout: 40_000 });
   await expect(page.locator('[data-test=progress-summary]')).toHaveText(`${estimate} of ${estimate} recipients done`);
   expect(await page.evaluate(() => window.__noReload)).toBe('still here');
+  // What this page said before (submitted, then refused to approve) is gone now that it is
+  // sent; the relay-reports card shows the live panel's delivered figure.
+  await expect(page.locator('[data-test=action-result]')).toHaveCount(0);
+  await expect(adam.locator('[data-test=action-result]')).toHaveCount(0);
+  const deliveredNow = await page.locator('[data-test=count-delivered]').textContent();
+  await expect(page.locator('[data-test=reports-delivered]')).toHaveText(deliveredNow);
   // A sent campaign offers no action any more, on the open page too.
   await expect(page.locator('[data-test=open-cancel]')).toHaveCount(0);
   await page.screenshot({ path: 'end2end/test-results/campaign-sent.png', fullPage: true });

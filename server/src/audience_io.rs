@@ -105,7 +105,15 @@ async fn spool(mut multipart: Multipart, path: &FsPath) -> Result<String, Refusa
         if field.name() != Some("file") {
             continue;
         }
-        let name: String = field.file_name().unwrap_or("").chars().take(200).collect();
+        // Only shown back (the import's row): control characters, which a NUL among could not
+        // even be stored, are dropped rather than refused.
+        let name: String = field
+            .file_name()
+            .unwrap_or("")
+            .chars()
+            .filter(|c| !c.is_control())
+            .take(200)
+            .collect();
         let mut out = tokio::fs::File::create(path).await?;
         let mut size = 0usize;
         while let Some(chunk) = field.chunk().await.map_err(unreadable)? {

@@ -6,6 +6,11 @@
 //! one transaction, and the answer is 250 only after that commits: a crash before it leaves the
 //! sending MTA to retry, and the retry dedupes on the event ids. Any number of replicas may
 //! listen behind one MX. The SMTP syntax is `smtp-proto`'s (sans-IO); the loop is ours.
+//!
+//! No client can hold the listener: one client address (an IPv6 client by its /64, counted as
+//! the HTTP listener counts them) holds at most `per_client` of its `max_connections`
+//! sessions, and a connection over either limit is answered `421` at once and closed instead
+//! of waiting for a place (a sending MTA retries later, or tries another MX).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -21,16 +26,37 @@ use tokio::sync::Semaphore;
 use app::bounce::mailed::MAX_REPORT_BYTES;
 
 use crate::bounce_mail::{BounceMail, Recipient};
+use crate::listen::Counts;
 use crate::shutdown::Shutdown;
+
+/// [`Config::max_connections`]'s default (`--bounce-max-connections`).
+pub const MAX_CONNECTIONS: usize = 256;
+/// [`Config::per_client`]'s default (`--bounce-max-connections-per-client`): well below
+/// [`MAX_CONNECTIONS`], so that it takes many addresses to fill the listener.
+pub const PER_CLIENT: usize = 32;
+/// [`Config::idle`]'s default in seconds (`--bounce-idle-seconds`): RFC 5321 §4.5.3.2.7's
+/// five minutes a server waits for the next command.
+pub const IDLE_SECONDS: u64 = 300;
+
+/// The answer to a connection over its client's cap.
+const TOO_MANY_FROM_CLIENT: &str = "421 4.7.0 Too many connections from your address\r\n";
+/// The answer to a connection when every place is taken.
+const TOO_BUSY: &str = "421 4.3.2 Too busy, try again later\r\n";
+/// How long a refused connection may take to accept its `421`.
+const REFUSAL_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How the listener runs.
 #[derive(Clone, Debug)]
 pub struct Config {
     /// The name in the greeting and EHLO reply.
     pub hostname: String,
-    /// Connections served at once; more wait in the kernel's backlog.
+    /// Connections served at once; more are answered `421` and closed.
     pub max_connections: usize,
-    /// A connection silent this long is closed.
+    /// Connections one client address (an IPv6 client: its /64) may hold at once; more are
+    /// answered `421` and closed. 0: no cap (every connection from one relay in front).
+    pub per_client: usize,
+    /// A connection silent this long (for its first command, between commands, within a
+    /// message) is closed.
     pub idle: Duration,
     /// The largest message taken.
     pub max_size: usize,
@@ -40,45 +66,84 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             hostname: "mailroom".into(),
-            max_connections: 256,
-            idle: Duration::from_secs(300),
+            max_connections: MAX_CONNECTIONS,
+            per_client: PER_CLIENT,
+            idle: Duration::from_secs(IDLE_SECONDS),
             max_size: MAX_REPORT_BYTES,
         }
     }
 }
 
-/// Accepts connections until shutdown; each is served on its own task.
+/// Accepts connections until shutdown; each is served on its own task. A connection over its
+/// client's cap, or over the listener's, is answered `421` and closed; it never waits for a
+/// place, so the accept loop always runs and no one client's idle connections keep another
+/// sender from its greeting.
 pub async fn serve(listener: TcpListener, pool: PgPool, cfg: Config, shutdown: Shutdown) {
-    let slots = Arc::new(Semaphore::new(cfg.max_connections.max(1)));
+    let slots = Arc::new(Semaphore::new(
+        cfg.max_connections.clamp(1, Semaphore::MAX_PERMITS),
+    ));
+    let counts = Counts::default();
     let cfg = Arc::new(cfg);
+    // Warned once per run of refusals, not once per connection.
+    let (mut capped_logged, mut busy_logged) = (false, false);
     loop {
-        let permit = tokio::select! {
+        let (stream, peer) = tokio::select! {
             _ = shutdown.requested() => break,
-            p = slots.clone().acquire_owned() => match p {
-                Ok(p) => p,
-                Err(_) => break,
+            a = listener.accept() => match a {
+                Ok(a) => a,
+                Err(e) => {
+                    // Out of file descriptors (or a transient error): wait instead of spinning.
+                    tracing::warn!(error = %e, "bounce intake cannot accept");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
             },
         };
-        let accepted = tokio::select! {
-            _ = shutdown.requested() => break,
-            a = listener.accept() => a,
+        let Some(slot) = counts.take(peer.ip(), cfg.per_client) else {
+            if !capped_logged {
+                tracing::warn!(client = %peer.ip(), cap = cfg.per_client,
+                    "a client holds the most bounce intake connections allowed; refusing its new ones");
+                capped_logged = true;
+            }
+            refuse(stream, TOO_MANY_FROM_CLIENT);
+            continue;
         };
-        match accepted {
-            Ok((stream, peer)) => {
-                let (pool, cfg) = (pool.clone(), cfg.clone());
-                tokio::spawn(async move {
-                    if let Err(e) = Session::new(pool, &cfg, peer).run(stream).await {
-                        tracing::debug!(%peer, error = %e, "bounce intake connection ended");
-                    }
-                    drop(permit);
-                });
+        capped_logged = false;
+        let Ok(permit) = slots.clone().try_acquire_owned() else {
+            drop(slot);
+            if !busy_logged {
+                tracing::warn!(
+                    max = cfg.max_connections,
+                    "bounce intake serves the most connections allowed; refusing new ones"
+                );
+                busy_logged = true;
             }
-            Err(e) => {
-                tracing::warn!(error = %e, "bounce intake cannot accept");
-                tokio::time::sleep(Duration::from_millis(100)).await;
+            refuse(stream, TOO_BUSY);
+            continue;
+        };
+        busy_logged = false;
+        let (pool, cfg) = (pool.clone(), cfg.clone());
+        tokio::spawn(async move {
+            if let Err(e) = Session::new(pool, &cfg, peer).run(stream).await {
+                tracing::debug!(%peer, error = %e, "bounce intake connection ended");
             }
-        }
+            drop(permit);
+            drop(slot);
+        });
     }
+}
+
+/// Answers `reply` and closes, on a task of its own: a peer slow to take the line holds neither
+/// the accept loop nor a place, and is dropped after [`REFUSAL_TIMEOUT`].
+fn refuse(mut stream: TcpStream, reply: &'static str) {
+    tokio::spawn(async move {
+        let _ = tokio::time::timeout(REFUSAL_TIMEOUT, async {
+            if stream.write_all(reply.as_bytes()).await.is_ok() {
+                let _ = stream.shutdown().await;
+            }
+        })
+        .await;
+    });
 }
 
 struct Session<'a> {

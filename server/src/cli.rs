@@ -192,8 +192,9 @@ pub struct ServeArgs {
     pub metrics_token: Option<Secret>,
 
     /// Requests per second one API token may make to /api/v1, shared by all replicas (429 with
-    /// Retry-After past it).
-    #[arg(long, env = "MAILROOM_API_RATE_PER_SECOND", default_value_t = 20.0)]
+    /// Retry-After past it). At least 0.01 (one request every 100 seconds).
+    #[arg(long, env = "MAILROOM_API_RATE_PER_SECOND", default_value_t = 20.0,
+          value_parser = api_rate)]
     pub api_rate_per_second: f64,
 
     /// Requests one API token may make at once before --api-rate-per-second applies.
@@ -217,6 +218,27 @@ pub struct ServeArgs {
     /// The largest mailed report the bounce listener takes, in bytes.
     #[arg(long, env = "MAILROOM_BOUNCE_MAX_SIZE", default_value_t = app::bounce::mailed::MAX_REPORT_BYTES)]
     pub bounce_max_size: usize,
+
+    /// Connections the bounce listener serves at once; more are answered 421 and closed.
+    #[arg(long, env = "MAILROOM_BOUNCE_MAX_CONNECTIONS",
+          default_value_t = crate::bounce_intake::MAX_CONNECTIONS as u64,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub bounce_max_connections: u64,
+
+    /// Connections one client address (an IPv6 client: its /64) may hold on the bounce
+    /// listener at once; more are answered 421 and closed. Keep it well below
+    /// --bounce-max-connections, or a few clients can take every place. 0: no cap (for a relay
+    /// in front that forwards every bounce).
+    #[arg(long, env = "MAILROOM_BOUNCE_MAX_CONNECTIONS_PER_CLIENT",
+          default_value_t = crate::bounce_intake::PER_CLIENT)]
+    pub bounce_max_connections_per_client: usize,
+
+    /// Seconds a bounce listener connection may stay silent (for its first command, between
+    /// commands, within a message) before it is closed.
+    #[arg(long, env = "MAILROOM_BOUNCE_IDLE_SECONDS",
+          default_value_t = crate::bounce_intake::IDLE_SECONDS,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub bounce_idle_seconds: u64,
 
     #[command(flatten)]
     pub worker: WorkerArgs,
@@ -579,11 +601,50 @@ pub struct UserAddArgs {
     pub password: Option<Secret>,
 }
 
+/// The slowest rate `--api-rate-per-second` takes: one request every 100 seconds.
+pub const MIN_API_RATE_PER_SECOND: f64 = 0.01;
+
+/// `--api-rate-per-second`: a number of at least [`MIN_API_RATE_PER_SECOND`]. A smaller one is
+/// refused at start-up rather than quietly raised (clap names the flag and the value).
+fn api_rate(s: &str) -> Result<f64, String> {
+    let rate: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("not a number of requests a second: {s:?}"))?;
+    if rate.is_finite() && rate >= MIN_API_RATE_PER_SECOND {
+        Ok(rate)
+    } else {
+        Err(format!(
+            "the API rate must be a number of requests a second of at least \
+             {MIN_API_RATE_PER_SECOND} (one every 100 seconds)"
+        ))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use clap::Parser;
 
     use super::{Cli, Command};
+
+    #[test]
+    fn an_api_rate_below_the_slowest_is_refused_naming_the_flag() {
+        for bad in ["0.001", "0", "-5", "NaN", "inf", "fast"] {
+            let flag = format!("--api-rate-per-second={bad}");
+            let e = Cli::try_parse_from(["mailroom", "serve", flag.as_str()])
+                .expect_err(bad)
+                .to_string();
+            assert!(e.contains("--api-rate-per-second"), "{bad}: {e}");
+        }
+        for (given, rate) in [("0.01", 0.01), ("20", 20.0)] {
+            let cli =
+                Cli::try_parse_from(["mailroom", "serve", "--api-rate-per-second", given]).unwrap();
+            let Command::Serve(args) = &cli.command else {
+                panic!("not serve: {cli:?}");
+            };
+            assert_eq!(args.api_rate_per_second, rate);
+        }
+    }
 
     /// Every secret flag set to a recognisable value: none may show in the configuration's
     /// `Debug`, nor in the delivery worker's configuration built from it.

@@ -142,7 +142,8 @@ async fn serve(cli: &Cli, args: &ServeArgs) -> anyhow::Result<()> {
         allowed_hosts: allowed_hosts(args),
         metrics_token: args.metrics_token.clone(),
         api_limits: crate::rest::Limits {
-            per_second: args.api_rate_per_second.max(0.01),
+            // At least 0.01: a smaller rate is refused when the flag is parsed.
+            per_second: args.api_rate_per_second,
             burst: args.api_burst.max(1.0),
         },
         signup_limits: crate::signup::Limits {
@@ -178,8 +179,19 @@ async fn serve(cli: &Cli, args: &ServeArgs) -> anyhow::Result<()> {
                         .and_then(|u| u.host_str().map(str::to_owned))
                         .unwrap_or_else(|| "mailroom".into()),
                     max_size: args.bounce_max_size,
-                    ..Default::default()
+                    max_connections: usize::try_from(args.bounce_max_connections)
+                        .unwrap_or(usize::MAX),
+                    per_client: args.bounce_max_connections_per_client,
+                    idle: std::time::Duration::from_secs(args.bounce_idle_seconds),
                 };
+                if cfg.per_client.saturating_mul(2) > cfg.max_connections {
+                    tracing::warn!(
+                        per_client = cfg.per_client,
+                        max = cfg.max_connections,
+                        "one client may hold half or more of the bounce listener's connections: \
+                         lower --bounce-max-connections-per-client"
+                    );
+                }
                 tracing::info!(addr = %l.local_addr()?, "bounce intake listening");
                 Some(tokio::spawn(crate::bounce_intake::serve(
                     l,

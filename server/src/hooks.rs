@@ -149,7 +149,7 @@ async fn handle(
     }
     .map_err(refused)?;
     if let Some(n) = &nonce {
-        match events::take_nonce(&mut tx, source, &n.value, &n.body_sha256).await? {
+        match events::take_nonce(&mut tx, ep.org_id, source, &n.value, &n.body_sha256).await? {
             NonceTaken::Fresh => {}
             NonceTaken::Retry => {
                 tx.commit().await?;

@@ -30,12 +30,15 @@ pub fn bounded<S: Clone + Send + Sync + 'static>(
     max_bytes: usize,
     timeout: Duration,
 ) -> Router<S> {
-    router
-        .layer(RequestBodyLimitLayer::new(max_bytes))
-        .layer(TimeoutLayer::with_status_code(
-            StatusCode::REQUEST_TIMEOUT,
-            timeout,
-        ))
+    timed(router.layer(RequestBodyLimitLayer::new(max_bytes)), timeout)
+}
+
+/// A timeout (408) on every route of `router`, for a router that sets its own body limits.
+pub fn timed<S: Clone + Send + Sync + 'static>(router: Router<S>, timeout: Duration) -> Router<S> {
+    router.layer(TimeoutLayer::with_status_code(
+        StatusCode::REQUEST_TIMEOUT,
+        timeout,
+    ))
 }
 
 /// What one replica's HTTP side is made of. [`build`] wires it, the same way for
@@ -95,10 +98,12 @@ fn router(state: AppState, api: ApiConfig) -> Router {
         crate::unsubscribe::routes(state.pool.clone(), state.unsubscribe_keys.clone());
     let hooks = crate::hooks::routes(state.pool.clone());
     let signup = crate::signup::routes(state.pool.clone(), edge.signup_limits);
+    // The API's erasure removes captured copies, as the dashboard's does: it needs the settings.
     let rest = crate::rest::routes(crate::rest::RestState {
         pool: state.pool.clone(),
         limits: edge.api_limits,
-    });
+    })
+    .layer(axum::Extension(api.clone()));
     let routes = route_list();
     let context = {
         let pool = state.pool.clone();
@@ -173,13 +178,18 @@ fn router(state: AppState, api: ApiConfig) -> Router {
             crate::hooks::MAX_BODY_BYTES,
             edge.request_timeout,
         ))
-        .merge(bounded(rest, MAX_REQUEST_BYTES, edge.request_timeout))
+        // The API limits each route's body itself (the bulk upsert takes more than the rest):
+        // a limit here would be met first and override it.
+        .merge(timed(rest, edge.request_timeout))
         .merge(bounded(signup, MAX_REQUEST_BYTES, edge.request_timeout))
         .layer(middleware::from_fn_with_state(
             edge.trust_proxy,
             crate::client_addr::layer,
         ))
         .layer(middleware::from_fn_with_state(edge.clone(), known_host))
+        // Every error under /api/v1 is a problem document, whichever layer answered it (the
+        // method router's 405, a body limit's 413, the timeout's 408, the host check's 421).
+        .layer(middleware::from_fn(crate::rest::problem_answers))
         // Outermost, so what it logs is the answer the client got (a server function's refusal
         // is a 4xx by then, not the 500 leptos first gives it) and a timeout names its route.
         // A span per request, named by its route (never the raw path: invitation and
@@ -255,9 +265,18 @@ async fn refusal_status(req: Request<Body>, next: Next) -> Response {
         return res;
     }
     let (mut parts, body) = res.into_parts();
-    // An error body is one short JSON value; anything longer is not one of ours.
+    // An error body is one short JSON value (its message is cut to
+    // `app::domain::input::MESSAGE_MAX_CHARS`); anything longer is not one of ours, and is
+    // answered as the unexpected, not as an empty 500.
     let Ok(bytes) = axum::body::to_bytes(body, 64 * 1024).await else {
-        return StatusCode::INTERNAL_SERVER_ERROR.into_response();
+        tracing::error!("a server function's error answer is over 64 KiB");
+        let internal = serde_json::to_vec(&app::error::AppError::Internal).unwrap_or_default();
+        return (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            [(header::CONTENT_TYPE, "application/json")],
+            internal,
+        )
+            .into_response();
     };
     if let Ok(e) = serde_json::from_slice::<app::error::AppError>(&bytes) {
         parts.status = StatusCode::from_u16(e.status()).unwrap_or(parts.status);

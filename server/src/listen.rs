@@ -1,6 +1,7 @@
 //! Accepting HTTP connections so that no client can hold the server: a request head must
 //! arrive within a time limit (a connection that never finishes its head is closed), and one
-//! client address holds at most so many connections (more are closed at once). Each connection
+//! client address (an IPv6 client by its /64) holds at most so many connections (more are
+//! closed at once; the bounce listener counts its clients with the same `Counts`). Each connection
 //! is served by hyper's HTTP/1.1 (browsers speak HTTP/2 only over TLS, which a reverse proxy
 //! in front ends; detecting HTTP/2 first would wait for a silent client's first byte with no
 //! timeout), without upgrades (nothing here uses them), the client's address in `ConnectInfo`. On shutdown no new
@@ -28,8 +29,8 @@ pub struct Limits {
     /// Time from a connection's start (or the end of its previous request) to the end of the
     /// request head.
     pub header_read_timeout: Duration,
-    /// Connections one client address may hold at once; 0: no cap (behind a reverse proxy,
-    /// every connection comes from the proxy).
+    /// Connections one client address (an IPv6 client: its /64) may hold at once; 0: no cap
+    /// (behind a reverse proxy, every connection comes from the proxy).
     pub per_client: usize,
 }
 
@@ -42,26 +43,34 @@ impl Default for Limits {
     }
 }
 
-/// Open connections per client address; a [`Slot`] gives its place back when dropped.
+/// Open connections per client, the one rule for every listener (HTTP here, SMTP in
+/// `bounce_intake`): a client is its address, an IPv6 client its /64 and an IPv4-mapped one its
+/// IPv4 address (`login_throttle::ip_key`, as sign-in throttling counts them), so one host
+/// cannot get around its cap by rotating through its network. A [`Slot`] gives its place back
+/// when dropped.
 #[derive(Clone, Default)]
-struct Counts(Arc<Mutex<HashMap<IpAddr, usize>>>);
+pub(crate) struct Counts(Arc<Mutex<HashMap<String, usize>>>);
 
-struct Slot {
+/// One connection's place in [`Counts`].
+pub(crate) struct Slot {
     counts: Counts,
-    ip: IpAddr,
+    client: String,
 }
 
 impl Counts {
-    fn take(&self, ip: IpAddr, cap: usize) -> Option<Slot> {
+    /// A place for one more connection from `ip`, or `None` when its client already holds
+    /// `cap` (0: no cap).
+    pub(crate) fn take(&self, ip: IpAddr, cap: usize) -> Option<Slot> {
+        let client = app::domain::login_throttle::ip_key(ip);
         let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        let n = map.entry(ip).or_insert(0);
+        let n = map.entry(client.clone()).or_insert(0);
         if cap > 0 && *n >= cap {
             return None;
         }
         *n += 1;
         Some(Slot {
             counts: self.clone(),
-            ip,
+            client,
         })
     }
 }
@@ -69,10 +78,10 @@ impl Counts {
 impl Drop for Slot {
     fn drop(&mut self) {
         let mut map = self.counts.0.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(n) = map.get_mut(&self.ip) {
+        if let Some(n) = map.get_mut(&self.client) {
             *n -= 1;
             if *n == 0 {
-                map.remove(&self.ip);
+                map.remove(&self.client);
             }
         }
     }
@@ -146,8 +155,33 @@ mod tests {
         );
         drop(held);
         assert!(counts.take(a, 3).is_some());
-        assert!(counts.0.lock().unwrap().get(&b).is_none(), "no entry kept");
+        assert!(counts.0.lock().unwrap().is_empty(), "no entry kept");
         let unlimited: Vec<Slot> = (0..1000).map(|_| counts.take(a, 0).unwrap()).collect();
         assert_eq!(unlimited.len(), 1000);
+    }
+
+    #[test]
+    fn an_ipv6_client_is_its_slash_64_and_a_mapped_ipv4_one_its_ipv4_address() {
+        let counts = Counts::default();
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let held = [
+            counts.take(ip("2001:db8:1:2::1"), 2).unwrap(),
+            counts.take(ip("2001:db8:1:2:ffff::7"), 2).unwrap(),
+        ];
+        assert!(
+            counts.take(ip("2001:db8:1:2:abcd::9"), 2).is_none(),
+            "the same /64"
+        );
+        assert!(
+            counts.take(ip("2001:db8:1:3::1"), 2).is_some(),
+            "another /64"
+        );
+        let v4 = [
+            counts.take(ip("10.1.2.3"), 2).unwrap(),
+            counts.take(ip("10.1.2.3"), 2).unwrap(),
+        ];
+        assert!(counts.take(ip("::ffff:10.1.2.3"), 2).is_none());
+        drop((held, v4));
+        assert!(counts.0.lock().unwrap().is_empty());
     }
 }

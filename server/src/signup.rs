@@ -165,11 +165,14 @@ async fn fresh_challenge(s: &Signup, list_key: &str) -> sqlx::Result<String> {
 
 async fn form_page(State(s): State<Signup>, Path(key): Path<String>) -> Response {
     let shown = async {
+        // The challenge first: its key may need a connection of its own the first time, and a
+        // request holding one connection while it waits for another exhausts the pool under
+        // a burst of visitors.
+        let challenge = fresh_challenge(&s, &key).await?;
         let mut conn = s.pool.acquire().await?;
         let Some(list) = signup::list_by_key(&mut conn, &key).await? else {
             return Ok(None);
         };
-        let challenge = fresh_challenge(&s, &key).await?;
         Ok::<_, sqlx::Error>(Some((list, challenge)))
     };
     match shown.await {
@@ -225,6 +228,9 @@ async fn submit(
     let f = Submission::parse(&body);
     let ip = client.and_then(|c| c.0.ip).map(|ip| ip.to_string());
     let outcome = async {
+        // One connection at a time (see `form_page`): the key before it, the rate limit and
+        // the transaction after it is given back.
+        let secret = s.key().await?;
         let mut conn = s.pool.acquire().await?;
         let Some(list) = signup::list_by_key(&mut conn, &key).await? else {
             return Ok(no_such_list());
@@ -238,10 +244,10 @@ async fn submit(
         if !f.honeypot.is_empty() {
             return Ok(done);
         }
-        let secret = s.key().await?;
         let solved = app::signup::verify_pow(secret, &key, &f.challenge, &f.answer, now_seconds())
             .is_ok()
             && signup::spend_challenge(&mut conn, &f.challenge).await?;
+        drop(conn);
         if !solved {
             // No work shown (an embedded form, a bot, a stale page): a page that does it.
             let challenge = fresh_challenge(&s, &key).await?;

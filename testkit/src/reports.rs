@@ -36,6 +36,29 @@ pub fn dsn(
     )
 }
 
+/// A DSN mailed to `to` with one failed recipient group per address of `recipients` (a real
+/// MTA writes several when one message to several recipients failed).
+pub fn dsn_naming(report_id: &str, to: &str, recipients: &[&str], status: &str) -> String {
+    let groups: String = recipients
+        .iter()
+        .map(|r| {
+            format!(
+                "Final-Recipient: rfc822; {r}\r\nAction: failed\r\nStatus: {status}\r\n\
+                 Diagnostic-Code: smtp; 550 {status} <{r}>: user unknown\r\n\r\n"
+            )
+        })
+        .collect();
+    format!(
+        "Return-Path: <>\r\nFrom: Mail Delivery System <MAILER-DAEMON@mx.remote.test>\r\n\
+         To: <{to}>\r\nSubject: Undelivered Mail Returned to Sender\r\nMessage-ID: <{report_id}@mx.remote.test>\r\n\
+         Auto-Submitted: auto-replied\r\nMIME-Version: 1.0\r\n\
+         Content-Type: multipart/report; report-type=delivery-status; boundary=\"B\"\r\n\r\n\
+         --B\r\nContent-Type: text/plain\r\n\r\nDelivery failed.\r\n\r\n\
+         --B\r\nContent-Type: message/delivery-status\r\n\r\n\
+         Reporting-MTA: dns; mx.remote.test\r\n\r\n{groups}--B--\r\n"
+    )
+}
+
 /// An ARF abuse report about the message `recipient` got from `envelope_from`.
 pub fn arf(report_id: &str, to: &str, envelope_from: &str, recipient: &str) -> String {
     format!(

@@ -37,8 +37,12 @@ pub async fn audit_log_page(
     let id = |s: Option<String>, what: &str| {
         super::filter(what, s)?
             .map(|s| {
-                s.parse::<i64>()
-                    .map_err(|_| AppError::Invalid(format!("“{s}” is not a valid {what}.")))
+                s.parse::<i64>().map_err(|_| {
+                    AppError::Invalid(format!(
+                        "“{}” is not a valid {what}.",
+                        crate::domain::input::excerpt(&s)
+                    ))
+                })
             })
             .transpose()
     };

@@ -13,6 +13,8 @@ use crate::error::AppError;
 pub const PAGE_SIZE: i64 = 50;
 /// The most of a captured message the dashboard shows; the rest is cut, and said so.
 pub const CAPTURED_SHOW_BYTES: u64 = 2 * 1024 * 1024;
+/// The longest job id a retry or a captured message is looked up by (longer than any real one).
+pub const JOB_ID_MAX: usize = 1000;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct StatusCount {
@@ -189,6 +191,7 @@ fn row(r: delivery::admin::ListRow) -> DeliveryRow {
 pub async fn retry_delivery(job_id: String) -> Result<String, AppError> {
     use crate::db::delivery::admin::{Actor, Retry};
     let (me, pool) = super::signed_in_to_act().await?;
+    crate::domain::input::line_input("Job id", &job_id, JOB_ID_MAX)?;
     let mut tx = pool.begin().await?;
     let actor = Actor {
         user_id: me.user_id,
@@ -214,6 +217,7 @@ pub async fn captured_message(job_id: String) -> Result<CapturedText, AppError> 
     use tokio::io::AsyncReadExt;
     let captured_dir = super::api_config().captured_dir;
     let (me, pool) = super::signed_in().await?;
+    crate::domain::input::line_input("Job id", &job_id, JOB_ID_MAX)?;
     let mut conn = pool.acquire().await?;
     let found = delivery::admin::find(&mut conn, me.org_id, &job_id)
         .await?

@@ -159,10 +159,13 @@ pub async fn save_digest_schedule(
             "The hour must be 0 to 23, not {hour}."
         )));
     }
-    let timezone = timezone.trim().to_owned();
+    let timezone =
+        crate::domain::input::line_input("Time zone", timezone.trim(), super::TIMEZONE_MAX)?
+            .to_owned();
     if !orgs::is_valid_timezone(&pool, &timezone).await? {
         return Err(AppError::Invalid(format!(
-            "“{timezone}” is not a time zone PostgreSQL knows; use a name such as Europe/Paris or America/New_York."
+            "Time zone: “{}” is not a time zone PostgreSQL knows; use a name such as Europe/Paris or America/New_York.",
+            crate::domain::input::excerpt(&timezone)
         )));
     }
     let new = digest::admin::Schedule {

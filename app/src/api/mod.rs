@@ -74,23 +74,19 @@ mod server_side {
         pub https: bool,
     }
 
-    /// A list filter as a GET form sends it: trimmed, empty meaning "no filter". A control
-    /// character (a NUL) or a value longer than any address or name is refused naming the
-    /// filter, before it reaches a statement (PostgreSQL refuses NUL in text as an error).
+    /// The longest list filter (longer than any address or name).
+    pub const FILTER_MAX: usize = 500;
+    /// The longest time zone name accepted (the longest of PostgreSQL's is 32).
+    pub const TIMEZONE_MAX: usize = 100;
+
+    /// A list filter as a GET form sends it: trimmed, empty meaning "no filter"; otherwise one
+    /// line by the edge's rule ([`crate::domain::input::line_input`]), refused naming the
+    /// filter before it reaches a statement.
     pub fn filter(field: &str, value: Option<String>) -> Result<Option<String>, AppError> {
         let Some(v) = value.map(|s| s.trim().to_owned()).filter(|s| !s.is_empty()) else {
             return Ok(None);
         };
-        if v.chars().any(char::is_control) {
-            return Err(AppError::Invalid(format!(
-                "{field}: the filter contains a control character (such as NUL)."
-            )));
-        }
-        if v.chars().count() > 500 {
-            return Err(AppError::Invalid(format!(
-                "{field}: the filter is too long (at most 500 characters)."
-            )));
-        }
+        crate::domain::input::line_input(field, &v, FILTER_MAX)?;
         Ok(Some(v))
     }
 

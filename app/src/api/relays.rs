@@ -69,7 +69,8 @@ pub async fn create_webhook_endpoint(
     let id = URL_SAFE_NO_PAD.encode(rand::random::<[u8; 18]>());
     let (secret, shown) = match source {
         EventSource::Mailgun => {
-            let key = signing_key.trim();
+            let key =
+                crate::domain::input::line_input("Mailgun signing key", signing_key.trim(), 200)?;
             if key.len() < 16 || key.len() > 200 || key.chars().any(char::is_whitespace) {
                 return Err(AppError::Invalid(
                     "Mailgun signing key: paste the HTTP webhook signing key from Mailgun's dashboard (16 to 200 characters, no spaces)."
@@ -79,6 +80,7 @@ pub async fn create_webhook_endpoint(
             (key.to_owned(), None)
         }
         EventSource::Ses => {
+            crate::domain::input::line_input("SNS topic ARN", topic_arn.trim(), 256)?;
             let pinned = crate::bounce::ses::Pinned::new(&topic_arn, &certificate)
                 .map_err(AppError::Invalid)?;
             (
@@ -130,6 +132,8 @@ pub async fn revoke_webhook_endpoint(id: String) -> Result<String, AppError> {
     if !me.role.manages_org() {
         return Err(AppError::Forbidden);
     }
+    // Ids are 24 characters of base64; anything far longer names none.
+    crate::domain::input::line_input("Endpoint", id.trim(), 100)?;
     let mut tx = pool.begin().await?;
     let source = events::revoke_endpoint(&mut tx, me.org_id, id.trim())
         .await?
@@ -200,7 +204,7 @@ pub async fn save_bounce_domain(domain: String) -> Result<String, AppError> {
     if !me.role.manages_org() {
         return Err(AppError::Forbidden);
     }
-    let domain = match domain.trim() {
+    let domain = match crate::domain::input::line_input("Bounce domain", domain.trim(), 253)? {
         "" => None,
         d => Some(
             DkimDomain::parse(d).map_err(|e| AppError::Invalid(format!("Bounce domain: {e}.")))?,

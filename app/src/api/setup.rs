@@ -45,6 +45,7 @@ pub async fn first_run_setup(
     let owner_name = super::users::valid_name(&owner_name)?.ok_or_else(|| {
         AppError::Invalid("Your name: enter the name the dashboard shows for you.".into())
     })?;
+    crate::domain::input::line_input("Time zone", timezone.trim(), super::TIMEZONE_MAX)?;
     let hash = super::invites::new_password_hash(password).await?;
     let mut tx = pool.begin().await?;
     if !crate::db::secrets::take(&mut tx, SETUP_SECRET, token.trim().as_bytes()).await? {

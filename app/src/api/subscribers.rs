@@ -234,7 +234,8 @@ pub async fn remove_subscriber(id: i64) -> Result<String, AppError> {
 
 /// Erases a subscriber's personal data (and that of every other spelling of the same address);
 /// the address stays suppressed so it is never mailed again. The audit entry does not repeat
-/// the address.
+/// the address (and the earlier entries about them are scrubbed). Once committed, the captured
+/// copies of the messages to them are removed.
 #[server(endpoint = "erase_subscriber")]
 pub async fn erase_subscriber(id: i64) -> Result<String, AppError> {
     use crate::db::subscribers;
@@ -243,9 +244,10 @@ pub async fn erase_subscriber(id: i64) -> Result<String, AppError> {
     if subscribers::detail(&mut tx, me.org_id, id).await?.is_none() {
         return Err(AppError::NotFound);
     }
-    let (erased, rows) = subscribers::erase(&mut tx, me.org_id, id)
+    let erasure = subscribers::erase(&mut tx, me.org_id, id)
         .await?
         .ok_or_else(|| AppError::Conflict("This subscriber was erased already.".into()))?;
+    let rows = erasure.subscribers;
     audit::record(
         &mut tx,
         audit::Entry {
@@ -256,6 +258,10 @@ pub async fn erase_subscriber(id: i64) -> Result<String, AppError> {
     )
     .await?;
     tx.commit().await?;
+    if let Some(dir) = super::api_config().captured_dir {
+        crate::capture::remove(&dir, me.org_id, &erasure.job_ids).await;
+    }
+    let erased = erasure.email;
     let variants = if rows > 1 {
         format!(" (with {} other spellings of the address)", rows - 1)
     } else {

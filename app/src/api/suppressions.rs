@@ -36,14 +36,15 @@ pub async fn suppressions(
     let (me, pool) = super::signed_in().await?;
     let search = super::filter("Search", q)?.map(|s| s.to_lowercase());
     let after = super::filter("Page", after)?;
+    // `<created_at, UTC>|<email>`, the time written back as the database wrote it.
     let cursor = match &after {
-        Some(c) => Some(
-            c.split_once('|')
-                .filter(|(at, _)| {
-                    chrono::NaiveDateTime::parse_from_str(at, "%Y-%m-%dT%H:%M:%S%.f").is_ok()
-                })
-                .ok_or_else(|| AppError::Invalid("The page link is not valid.".into()))?,
-        ),
+        Some(c) => {
+            let (at, email) = c
+                .split_once('|')
+                .ok_or_else(|| AppError::Invalid("Page: the page link is not valid.".into()))?;
+            let at = crate::domain::input::time_input("Page", at, "%Y-%m-%dT%H:%M:%S%.f")?;
+            Some((at.format("%Y-%m-%dT%H:%M:%S%.6f").to_string(), email))
+        }
         None => None,
     };
     let mut conn = pool.acquire().await?;
@@ -51,7 +52,7 @@ pub async fn suppressions(
         &mut conn,
         me.org_id,
         search.as_deref(),
-        cursor,
+        cursor.as_ref().map(|(at, email)| (at.as_str(), *email)),
         PAGE_SIZE,
     )
     .await?;
@@ -104,7 +105,9 @@ pub async fn add_suppressions(addresses: String) -> Result<String, AppError> {
 pub async fn remove_suppression(email: String) -> Result<String, AppError> {
     use crate::db::suppression_admin;
     let (me, pool) = super::signed_in_to_act().await?;
-    let lower = email.trim().to_lowercase();
+    // Not parsed: a stored suppression is removable as it is stored, whatever it holds.
+    let lower =
+        crate::domain::input::line_input("E-mail address", email.trim(), 254)?.to_lowercase();
     let mut tx = pool.begin().await?;
     let reason = suppression_admin::remove(&mut tx, me.org_id, &lower)
         .await?

@@ -9,6 +9,9 @@ use serde::{Deserialize, Serialize};
 use crate::api::campaign::edit::Preview;
 use crate::error::AppError;
 
+/// The longest text or HTML body of a template, in characters.
+pub const BODY_MAX: usize = 500_000;
+
 /// A template as the list shows it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TemplateRow {
@@ -128,6 +131,7 @@ fn checked(
     body_html: &str,
     sample_data: &str,
 ) -> Result<Checked, AppError> {
+    use crate::domain::input::{json_input, text_input};
     let name = name.trim();
     let valid_name = crate::domain::text::template_name(name);
     if !valid_name {
@@ -139,6 +143,9 @@ fn checked(
     if subject.is_empty() || subject.len() > 998 {
         return Err(AppError::Invalid("Subject: 1 to 998 characters.".into()));
     }
+    text_input("Subject", subject, 998)?;
+    text_input("Text body", body_text, BODY_MAX)?;
+    text_input("HTML body", body_html, BODY_MAX)?;
     let body_html = Some(body_html.trim()).filter(|h| !h.is_empty());
     if body_text.trim().is_empty() {
         return Err(AppError::Invalid(
@@ -156,6 +163,7 @@ fn checked(
             "Sample data: a JSON object, like the data API requests send.".into(),
         ));
     }
+    json_input("Sample data", &sample)?;
     crate::tx_render::check(&crate::tx_render::Source {
         subject,
         text: body_text,

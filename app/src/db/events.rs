@@ -8,8 +8,8 @@ use sqlx::{PgConnection, PgPool};
 
 use crate::db::audience;
 use crate::domain::{
-    BounceCounts, BouncePolicy, EventEffect, EventKind, EventSource, MatchedBy, RelayEvent,
-    SuppressionReason,
+    is_erased, BounceCounts, BouncePolicy, EmailAddress, EventEffect, EventKind, EventSource,
+    MatchedBy, RelayEvent, SuppressionReason,
 };
 use crate::verp::{self, VerpRef};
 
@@ -50,10 +50,12 @@ pub enum NonceTaken {
     Replayed,
 }
 
-/// Takes `nonce` for `source` once (its first body's hash kept); answers for later uses
-/// whether they are a retry of the same body.
+/// Takes `nonce` for the org's `source` once (its first body's hash kept); answers for later
+/// uses whether they are a retry of the same body. Per org: another org's endpoint taking the
+/// same value first must not turn this org's genuine request into a "replay".
 pub async fn take_nonce(
     conn: &mut PgConnection,
+    org_id: i64,
     source: EventSource,
     nonce: &str,
     body_sha256: &[u8],
@@ -61,23 +63,25 @@ pub async fn take_nonce(
     // A concurrent first use holds its row until it commits: this insert waits for it, then
     // finds the row (a retry or a replay) or, if that one rolled back, takes it.
     let taken: Option<bool> = sqlx::query_scalar(
-        "insert into webhook_nonces (source, nonce, body_sha256) values ($1, $2, $3)
-         on conflict (source, nonce) do nothing
+        "insert into webhook_nonces (org_id, source, nonce, body_sha256) values ($4, $1, $2, $3)
+         on conflict (org_id, source, nonce) do nothing
          returning true",
     )
     .bind(source)
     .bind(nonce)
     .bind(body_sha256)
+    .bind(org_id)
     .fetch_optional(&mut *conn)
     .await?;
     if taken.is_some() {
         return Ok(NonceTaken::Fresh);
     }
     let first: Vec<u8> = sqlx::query_scalar(
-        "select body_sha256 from webhook_nonces where source = $1 and nonce = $2",
+        "select body_sha256 from webhook_nonces where org_id = $3 and source = $1 and nonce = $2",
     )
     .bind(source)
     .bind(nonce)
+    .bind(org_id)
     .fetch_one(&mut *conn)
     .await?;
     Ok(if first == body_sha256 {
@@ -266,13 +270,17 @@ const FOUND: &str = "select job_id, org_id, email_lower, campaign_id from delive
 /// VERP token names; the job its Message-ID names, when that job is the org's; the message the
 /// relay named in its 250 reply; else the org's latest delivered message to the address; else
 /// none (kept as unmatched).
+///
+/// A token vouches for its own delivery's recipient and nobody else: a report that came
+/// through it but names another address is kept as unmatched (and, unsigned, changes nothing),
+/// so one received message cannot be used to suppress or count against anyone else.
 async fn matching(
     conn: &mut PgConnection,
     cx: &Intake<'_>,
     e: &RelayEvent,
+    lower: Option<&str>,
 ) -> Result<(Option<Found>, MatchedBy), RecordError> {
     let org_id = cx.org_id;
-    let lower = e.recipient.as_ref().map(|r| r.lower().to_owned());
     let token = cx
         .verp_key
         .zip(e.envelope_from.as_deref())
@@ -285,14 +293,24 @@ async fn matching(
                     .bind(org_id)
                     .fetch_optional(&mut *conn)
                     .await?;
-            return Ok((found, MatchedBy::Token));
+            return Ok(match found {
+                Some(f)
+                    if lower.is_some_and(|l| l != f.email_lower)
+                        && e.recipient
+                            .as_ref()
+                            .is_some_and(|r| r.lower() != f.email_lower) =>
+                {
+                    (None, MatchedBy::None)
+                }
+                found => (found, MatchedBy::Token),
+            });
         }
         Some(VerpRef::Test {
             campaign_id,
             content_version,
         }) => {
             // A test job's id ends in the address it went to: the report's recipient picks it.
-            let found: Option<Found> = match &lower {
+            let found: Option<Found> = match lower {
                 Some(lower) => {
                     sqlx::query_as(&format!(
                         "{FOUND} where org_id = $1 and email_lower = $2 and status = 'delivered'
@@ -335,7 +353,7 @@ async fn matching(
             return Ok((found, MatchedBy::RelayId));
         }
     }
-    let found: Option<Found> = match &lower {
+    let found: Option<Found> = match lower {
         Some(lower) => {
             sqlx::query_as(&format!(
                 "{FOUND} where org_id = $1 and email_lower = $2 and status = 'delivered'
@@ -363,17 +381,20 @@ pub async fn record(
     cx: &Intake<'_>,
     e: &RelayEvent,
 ) -> Result<Option<Recorded>, RecordError> {
-    let (found, matched_by) = matching(conn, cx, e).await?;
+    // An erased person's rows hold the hash of their address: an event about them is matched,
+    // and kept, by that hash, and never writes the address back.
+    let named = match &e.recipient {
+        Some(r) => Some(erased_or_clear(conn, cx.org_id, r).await?),
+        None => None,
+    };
+    let (found, matched_by) = matching(conn, cx, e, named.as_deref()).await?;
     let verified = cx.signed || matched_by == MatchedBy::Token;
-    // An erased subscriber's delivery holds the hash of the address: the event attaches to it
-    // and never writes the address back.
-    let lower = match (&found, &e.recipient) {
-        (Some(f), _) if f.email_lower.starts_with("erased-") => f.email_lower.clone(),
-        (_, Some(r)) => r.lower().to_owned(),
-        (Some(f), None) => f.email_lower.clone(),
+    let lower = match (named, &found) {
+        (Some(named), _) => named,
+        (None, Some(f)) => f.email_lower.clone(),
         (None, None) => return Ok(None),
     };
-    let erased = lower.starts_with("erased-");
+    let erased = is_erased(&lower);
     let job_id = found.as_ref().map(|f| f.job_id.clone());
     let campaign_id = found.as_ref().and_then(|f| f.campaign_id);
     let id: Option<i64> = sqlx::query_scalar(
@@ -381,7 +402,7 @@ pub async fn record(
                                       email_lower, status, diagnostic, effect, occurred_at,
                                       verified, campaign_id)
          values ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'none', $10, $11, $12)
-         on conflict (source, provider_event_id) do nothing
+         on conflict (org_id, source, provider_event_id) do nothing
          returning id",
     )
     .bind(cx.org_id)
@@ -459,6 +480,25 @@ pub async fn record(
         }
     }
     Ok(Some(recorded))
+}
+
+/// The form an event about `r` is matched and kept under: the hash of the address when the
+/// org erased that person (the hash stays suppressed for as long as the org exists), else the
+/// address.
+async fn erased_or_clear(
+    conn: &mut PgConnection,
+    org_id: i64,
+    r: &EmailAddress,
+) -> sqlx::Result<String> {
+    let hashed = r.erased_form();
+    let erased: bool = sqlx::query_scalar(
+        "select exists (select 1 from suppressions where org_id = $1 and email_lower = $2)",
+    )
+    .bind(org_id)
+    .bind(&hashed)
+    .fetch_one(conn)
+    .await?;
+    Ok(if erased { hashed } else { r.lower().to_owned() })
 }
 
 /// A campaign's delivered messages and the verified bounces and complaints reported for them.

@@ -52,11 +52,16 @@ pub struct Requested {
 }
 
 /// Records a sign-up of `email` to a list and queues its confirmation mail, in the caller's
-/// transaction. A new address becomes an unconfirmed subscriber with the evidence of its
-/// opt-in (source, IP, time); a known one keeps its status and lists until the confirm click.
-/// A pending sign-up of the same address to the same list is reused, and its mail is queued
-/// once whatever the number of submissions. Nothing is lifted here: a suppressed address is
-/// re-subscribed only by the confirm click.
+/// transaction. Everything here is per mailbox (`email_lower`), not per spelling: `Ann@x.org`
+/// and `aNN@x.org` are one person, one subscriber, one pending sign-up and one mail, so typing
+/// an address in twenty spellings cannot send it twenty mails. A new mailbox becomes an
+/// unconfirmed subscriber with the evidence of its opt-in (source, IP, time); a known one (in
+/// any spelling; that spelling first, else the oldest) keeps its status and lists until the
+/// confirm click. A pending sign-up of the same mailbox to the same list is reused, and its
+/// mail is queued once whatever the number of submissions. Sign-ups of one mailbox are taken
+/// one at a time (a transaction lock on the org and the mailbox), so concurrent spellings
+/// cannot each find nothing and each create a subscriber. Nothing is lifted here: a
+/// suppressed address is re-subscribed only by the confirm click.
 pub async fn request(
     conn: &mut PgConnection,
     org_id: i64,
@@ -66,20 +71,65 @@ pub async fn request(
     source: Source,
     ip: Option<&str>,
 ) -> sqlx::Result<Requested> {
-    let subscriber_id: i64 = sqlx::query_scalar(
-        "insert into subscribers as s (org_id, email, email_lower, name, status, optin_source, optin_ip, optin_at)
-         values ($1, $2, $3, $4, 'unconfirmed', $5, $6, now())
-         on conflict (org_id, email) do update set name = case when s.name = '' then excluded.name else s.name end
+    sqlx::query(
+        "select pg_advisory_xact_lock(hashtextextended('signup:' || $1::text || ':' || $2, 0))",
+    )
+    .bind(org_id)
+    .bind(email.lower())
+    .execute(&mut *conn)
+    .await?;
+    // A sign-up of this mailbox to this list still waiting for its click, whichever spelling
+    // (and whichever subscriber row of it) it was made with: that one is the sign-up.
+    let pending: Option<(i64, i64)> = sqlx::query_as(
+        "select g.id, g.subscriber_id from signups g
+         join subscribers s on s.org_id = g.org_id and s.id = g.subscriber_id
+         where g.org_id = $1 and g.list_id = $2 and g.confirmed_at is null
+           and s.email_lower = $3 and s.erased_at is null
+         order by g.id limit 1",
+    )
+    .bind(org_id)
+    .bind(list_id)
+    .bind(email.lower())
+    .fetch_optional(&mut *conn)
+    .await?;
+    if let Some((signup_id, subscriber_id)) = pending {
+        let queued = queue_confirmation(conn, org_id, signup_id, subscriber_id, email).await?;
+        return Ok(Requested {
+            signup_id,
+            subscriber_id,
+            queued,
+        });
+    }
+    let known: Option<i64> = sqlx::query_scalar(
+        "update subscribers set name = case when name = '' then $4 else name end
+         where org_id = $1 and id = (select id from subscribers
+                     where org_id = $1 and email_lower = $2 and erased_at is null
+                     order by (email = $3) desc, id limit 1)
          returning id",
     )
     .bind(org_id)
-    .bind(email.as_str())
     .bind(email.lower())
+    .bind(email.as_str())
     .bind(name)
-    .bind(source.signup())
-    .bind(ip)
-    .fetch_one(&mut *conn)
+    .fetch_optional(&mut *conn)
     .await?;
+    let subscriber_id: i64 = match known {
+        Some(id) => id,
+        None => sqlx::query_scalar(
+            "insert into subscribers as s (org_id, email, email_lower, name, status, optin_source, optin_ip, optin_at)
+             values ($1, $2, $3, $4, 'unconfirmed', $5, $6, now())
+             on conflict (org_id, email) do update set name = case when s.name = '' then excluded.name else s.name end
+             returning id",
+        )
+        .bind(org_id)
+        .bind(email.as_str())
+        .bind(email.lower())
+        .bind(name)
+        .bind(source.signup())
+        .bind(ip)
+        .fetch_one(&mut *conn)
+        .await?,
+    };
     let created: Option<i64> = sqlx::query_scalar(
         "insert into signups (org_id, list_id, subscriber_id, source, ip) values ($1, $2, $3, $4, $5)
          on conflict (list_id, subscriber_id) where confirmed_at is null do nothing
@@ -105,8 +155,25 @@ pub async fn request(
             .fetch_one(&mut *conn)
             .await?,
         };
+    let queued = queue_confirmation(conn, org_id, signup_id, subscriber_id, email).await?;
+    Ok(Requested {
+        signup_id,
+        subscriber_id,
+        queued,
+    })
+}
+
+/// Queues the one confirmation mail of a sign-up (its job id is the sign-up's: a second call
+/// queues nothing and answers false).
+async fn queue_confirmation(
+    conn: &mut PgConnection,
+    org_id: i64,
+    signup_id: i64,
+    subscriber_id: i64,
+    email: &EmailAddress,
+) -> sqlx::Result<bool> {
     let job = JobId::Confirm { org_id, signup_id };
-    let queued = crate::db::delivery::enqueue(
+    crate::db::delivery::enqueue(
         conn,
         crate::db::delivery::NewDelivery {
             subscriber_id: Some(subscriber_id),
@@ -114,12 +181,7 @@ pub async fn request(
             ..crate::db::delivery::NewDelivery::plain(&job, org_id, email)
         },
     )
-    .await?;
-    Ok(Requested {
-        signup_id,
-        subscriber_id,
-        queued,
-    })
+    .await
 }
 
 pub enum Confirmed {

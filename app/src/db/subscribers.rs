@@ -204,19 +204,33 @@ pub async fn remove(conn: &mut PgConnection, org_id: i64, id: i64) -> sqlx::Resu
     }
 }
 
+/// What an erasure did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Erasure {
+    /// The address as the erased subscriber had it (for the answer; stored nowhere).
+    pub email: String,
+    /// Subscriber rows erased: every spelling of the address.
+    pub subscribers: i64,
+    /// The job ids of every delivery to the address: the caller removes their captured copies
+    /// ([`crate::capture::remove`]) once the erasure is committed.
+    pub job_ids: Vec<String>,
+}
+
 /// Erases the personal data of a subscriber's address: in every subscriber of the org with
 /// that address (case variants are the same person), their sends, every delivery to it and
 /// every relay report about it, the address becomes a hash; names and attributes go, memberships end,
-/// transactional messages to it lose their content (those still queued are cancelled). The address stays
-/// suppressed (a suppression is written if there was none), so it is never mailed again; the
-/// hash is suppressed too, so a send or delivery still queued for them is suppressed when it is
-/// claimed, and counted as such, like any other. Returns the address and how many subscriber
-/// rows were erased, or `None` when there is no such subscriber or it was erased already.
-pub async fn erase(
-    conn: &mut PgConnection,
-    org_id: i64,
-    id: i64,
-) -> sqlx::Result<Option<(String, i64)>> {
+/// transactional messages to it lose their content (those still queued are cancelled). The
+/// IPs of their opt-in and confirmation (on the subscriber and on each sign-up) go, and so does
+/// what the audit log says about them: in the entries about their subscriber rows (or naming
+/// the address as a subscriber's), the address becomes the hash, the name is emptied and the
+/// IP nulled; in any other entry naming the address (a suppression, a test send) the address
+/// becomes the hash. The address stays suppressed (a suppression is written if there was
+/// none), so it is never mailed again; the hash is suppressed too, so a send or delivery still
+/// queued for them is suppressed when it is claimed, and counted as such, like any other. Each
+/// erased subscriber row's address becomes `<hash>-<row id>`, unique per row, so the same
+/// address added again can be erased again. Returns what was erased, or `None` when there is
+/// no such subscriber or it was erased already.
+pub async fn erase(conn: &mut PgConnection, org_id: i64, id: i64) -> sqlx::Result<Option<Erasure>> {
     let found: Option<(String, String)> = sqlx::query_as(
         "select email, email_lower from subscribers
          where org_id = $1 and id = $2 and erased_at is null for update",
@@ -242,7 +256,32 @@ pub async fn erase(
         "erasure",
     )
     .await?;
-    let erased: i64 = sqlx::query_scalar(
+    // Every subscriber row of this person: those erased now, and any erased before (whatever
+    // an older erasure left behind goes too).
+    let rows: Vec<i64> = sqlx::query_scalar(
+        "select id from subscribers where org_id = $1 and email_lower in ($2, $3)",
+    )
+    .bind(org_id)
+    .bind(&lower)
+    .bind(&hashed)
+    .fetch_all(&mut *conn)
+    .await?;
+    // Where they opted in and confirmed from: the IPs go, the sources and times stay.
+    sqlx::query(
+        "with signed as (
+             update signups set ip = null, confirmed_ip = null
+             where org_id = $1 and subscriber_id = any($2)
+               and (ip is not null or confirmed_ip is not null)
+         )
+         update subscribers set optin_ip = null, confirmed_ip = null
+         where org_id = $1 and id = any($2) and (optin_ip is not null or confirmed_ip is not null)",
+    )
+    .bind(org_id)
+    .bind(&rows)
+    .execute(&mut *conn)
+    .await?;
+    scrub_audit(conn, org_id, &rows, &lower, &hashed).await?;
+    let (erased, job_ids): (i64, Vec<String>) = sqlx::query_as(
         "with hashed as (select $3::text as h),
          members as (
              delete from list_members m using subscribers s
@@ -271,28 +310,112 @@ pub async fn erase(
                                    finished_at = case when job_id in (select job_id from unsent)
                                                       then now() else finished_at end
              where org_id = $1 and email_lower = $2
+             returning job_id
          ),
          transactional as (
              update tx_messages set recipient = (select h from hashed), email_lower = (select h from hashed),
                                     data = '{}', subject = '', body_text = '', body_html = null
              where org_id = $1 and email_lower = $2
          ),
+         -- The address of each row becomes the hash and the row's id: unique per row, so the
+         -- same address added again after an erasure can be erased again.
          people as (
              update subscribers
-             set email = 'erased-' || encode(sha256(convert_to(email, 'UTF8')), 'hex'),
+             set email = (select h from hashed) || '-' || id,
                  email_lower = (select h from hashed),
                  name = '', attributes = '{}', status = 'blocklisted', erased_at = now()
              where org_id = $1 and email_lower = $2 and erased_at is null
              returning 1
          )
-         select count(*) from people",
+         -- Captured copies of the messages to them: those erased now and any erased before.
+         select (select count(*) from people),
+                array(select job_id from mailed
+                      union select job_id from deliveries where org_id = $1 and email_lower = $3)",
     )
     .bind(org_id)
     .bind(&lower)
     .bind(&hashed)
     .fetch_one(conn)
     .await?;
-    Ok(Some((email, erased)))
+    Ok(Some(Erasure {
+        email,
+        subscribers: erased,
+        job_ids,
+    }))
+}
+
+/// Scrubs what the org's audit log says about an erased person (subscriber rows `rows`,
+/// address `lower`, its hash `hashed`), in the erasure's transaction. An entry about one of
+/// their rows, or about a subscriber with their address (a removed spelling), keeps its
+/// action, actor and time, but its `email` becomes the hash, its `name` is emptied and its
+/// `ip` nulled; every other mention of the address, in any entry (a suppression added or
+/// lifted, a test send's recipients, a retried delivery's job id), becomes the hash. The
+/// address is matched whole, in any case: `ann@example.com` is not scrubbed out of
+/// `joann@example.com`.
+async fn scrub_audit(
+    conn: &mut PgConnection,
+    org_id: i64,
+    rows: &[i64],
+    lower: &str,
+    hashed: &str,
+) -> sqlx::Result<()> {
+    let ids: Vec<String> = rows.iter().map(i64::to_string).collect();
+    sqlx::query(
+        "with about as (
+             select a.id,
+                    coalesce(a.object_type = 'subscriber'
+                             and (a.object_id = any($2)
+                                  or lower(a.before->>'email') = $5
+                                  or lower(a.after->>'email') = $5), false) as theirs
+             from audit_log a
+             where a.org_id = $1
+               and ((a.object_type = 'subscriber' and a.object_id = any($2))
+                    or strpos(lower(concat(a.object_id, ' ', a.before::text, ' ', a.after::text)), $5) > 0)
+         )
+         update audit_log a
+         set object_id = regexp_replace(a.object_id, $4, $3, 'gi'),
+             before = regexp_replace(
+                 (case when x.theirs and jsonb_typeof(a.before) = 'object'
+                       then jsonb_set(jsonb_set(jsonb_set(a.before, '{email}', to_jsonb($3::text), false),
+                                                '{name}', '\"\"', false),
+                                      '{ip}', 'null', false)
+                       else a.before end)::text,
+                 $4, $3, 'gi')::jsonb,
+             after = regexp_replace(
+                 (case when x.theirs and jsonb_typeof(a.after) = 'object'
+                       then jsonb_set(jsonb_set(jsonb_set(a.after, '{email}', to_jsonb($3::text), false),
+                                                '{name}', '\"\"', false),
+                                      '{ip}', 'null', false)
+                       else a.after end)::text,
+                 $4, $3, 'gi')::jsonb
+         from about x
+         where a.id = x.id",
+    )
+    .bind(org_id)
+    .bind(&ids)
+    .bind(hashed)
+    .bind(address_pattern(lower))
+    .bind(lower)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// A PostgreSQL regular expression matching `address` as a whole address (with the `i` flag,
+/// in any case): not preceded by a character of a local part, not followed by one of a domain
+/// (a full stop followed by a letter or digit continues the domain; one at the end does not).
+fn address_pattern(address: &str) -> String {
+    let mut p = String::from(r"(?<![[:alnum:]!#$%&'*+/=?^_`{|}~.-])");
+    for c in address.chars() {
+        // Escaped, every ASCII punctuation character is itself; letters, digits and non-ASCII
+        // characters are never special.
+        if c.is_ascii() && !c.is_ascii_alphanumeric() {
+            p.push('\\');
+        }
+        p.push(c);
+    }
+    p.push_str(r"(?![[:alnum:]-]|\.[[:alnum:]])");
+    p
 }
 
 #[derive(sqlx::FromRow, Debug, Clone)]

@@ -47,7 +47,10 @@ impl FromStr for SubscriberStatus {
             .into_iter()
             .find(|v| v.as_str() == s)
             .ok_or_else(|| {
-                format!("The status {s:?} is not one of confirmed, unconfirmed or blocklisted.")
+                format!(
+                    "The status {:?} is not one of confirmed, unconfirmed or blocklisted.",
+                    super::input::excerpt(s)
+                )
             })
     }
 }
@@ -125,7 +128,12 @@ impl FromStr for SuppressionReason {
         Self::ALL
             .into_iter()
             .find(|v| v.as_str() == s)
-            .ok_or_else(|| format!("{s:?} is not a suppression reason."))
+            .ok_or_else(|| {
+                format!(
+                    "{:?} is not a suppression reason.",
+                    super::input::excerpt(s)
+                )
+            })
     }
 }
 

@@ -76,7 +76,7 @@ impl FromStr for CampaignStatus {
         CampaignStatus::ALL
             .into_iter()
             .find(|c| c.as_str() == s)
-            .ok_or_else(|| format!("“{s}” is not a campaign status"))
+            .ok_or_else(|| format!("“{}” is not a campaign status", super::input::excerpt(s)))
     }
 }
 
@@ -246,7 +246,8 @@ impl FromStr for BodyFormat {
             "markdown" => Ok(BodyFormat::Markdown),
             "html" => Ok(BodyFormat::Html),
             other => Err(format!(
-                "The body format {other:?} is not one of markdown or html."
+                "The body format {:?} is not one of markdown or html.",
+                super::input::excerpt(other)
             )),
         }
     }
@@ -298,19 +299,19 @@ impl CampaignContent {
         if body.chars().count() > 200_000 {
             return Err("The body is too long (at most 200,000 characters).".into());
         }
-        if name.contains('\0') || subject.contains('\0') || body.contains('\0') {
-            return Err("The text contains a NUL character.".into());
+        // The lengths are checked above, in this type's own words.
+        for (field, text) in [("Subject", subject), ("Body", body)] {
+            super::input::text_input(field, text, usize::MAX).map_err(|e| format!("{e}."))?;
         }
         let schedule = schedule.trim();
         let schedule = if schedule.is_empty() {
             None
         } else {
-            chrono::NaiveDateTime::parse_from_str(schedule, "%Y-%m-%dT%H:%M").map_err(|_| {
-                format!(
-                    "The scheduled time {schedule:?} is not a date and time (YYYY-MM-DDTHH:MM)."
-                )
-            })?;
-            Some(schedule.to_string())
+            // Written back in the one form the statement reads (chrono also takes `+2030`,
+            // `2030-1-2T9:30`), and only in the years PostgreSQL places in the org's zone.
+            let at = super::input::time_input("Scheduled time", schedule, "%Y-%m-%dT%H:%M")
+                .map_err(|e| format!("{e}."))?;
+            Some(at.format("%Y-%m-%dT%H:%M").to_string())
         };
         Ok(CampaignContent {
             name: name.into(),
@@ -357,6 +358,15 @@ mod content_tests {
         assert!(err("x", &"s".repeat(301), "", "").contains("subject is too long"));
         assert!(err("x", "", "\0", "").contains("NUL"));
         assert!(err("x", "", "", "tomorrow").contains("\"tomorrow\" is not a date"));
+        for far in ["+12345-01-01T00:00", "-0044-03-15T12:00"] {
+            assert!(
+                err("x", "", "", far).starts_with("Scheduled time: the year"),
+                "{far}"
+            );
+        }
+        assert!(err("x", "a\0", "", "").starts_with("Subject: a NUL"));
+        let odd = CampaignContent::parse("x", "", "", "", "2030-1-2T9:30").unwrap();
+        assert_eq!(odd.schedule.as_deref(), Some("2030-01-02T09:30"));
         let html = CampaignContent::parse("x", "", "<p>hi</p>", "html", "").unwrap();
         assert_eq!(html.format, BodyFormat::Html);
         assert_eq!(ok.format, BodyFormat::Markdown, "markdown unless said");

@@ -69,7 +69,7 @@ impl FromStr for DeliveryStatus {
         DeliveryStatus::ALL
             .into_iter()
             .find(|d| d.as_str() == s)
-            .ok_or_else(|| format!("“{s}” is not a delivery status"))
+            .ok_or_else(|| format!("“{}” is not a delivery status", super::input::excerpt(s)))
     }
 }
 
@@ -148,7 +148,7 @@ impl FromStr for DeliveryKind {
         DeliveryKind::ALL
             .into_iter()
             .find(|d| d.as_str() == s)
-            .ok_or_else(|| format!("“{s}” is not a delivery kind"))
+            .ok_or_else(|| format!("“{}” is not a delivery kind", super::input::excerpt(s)))
     }
 }
 
@@ -170,7 +170,7 @@ impl fmt::Display for DeliveryCursor {
 impl FromStr for DeliveryCursor {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let bad = || format!("“{s}” is not a page position");
+        let bad = || format!("“{}” is not a page position", super::input::excerpt(s));
         // The microseconds never contain '~'; the job id may.
         let (micros, job_id) = s.split_once('~').ok_or_else(bad)?;
         let micros: i64 = micros.parse().map_err(|_| bad())?;

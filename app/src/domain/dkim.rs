@@ -37,7 +37,9 @@ fn labels(input: &str) -> Result<String, DkimNameError> {
             && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
     };
     if name.len() > 253 || !name.split('.').all(label_ok) {
-        return Err(DkimNameError::Invalid(input.trim().to_owned()));
+        return Err(DkimNameError::Invalid(
+            super::input::excerpt(input.trim()).into_owned(),
+        ));
     }
     Ok(name)
 }

@@ -89,6 +89,29 @@ impl EmailAddress {
     pub fn lower(&self) -> &str {
         &self.lower
     }
+
+    /// What this address becomes in every row that kept it once its person is erased: a hash
+    /// of the comparison form, so their later reports and sends still find those rows while
+    /// the address itself is never stored again.
+    #[cfg(feature = "ssr")]
+    pub fn erased_form(&self) -> String {
+        erased_form(&self.lower)
+    }
+}
+
+/// Marks an `email_lower` that holds an erased address's hash instead of the address.
+pub const ERASED_PREFIX: &str = "erased-";
+
+/// [`EmailAddress::erased_form`] of a stored comparison form.
+#[cfg(feature = "ssr")]
+pub fn erased_form(lower: &str) -> String {
+    use sha2::{Digest, Sha256};
+    format!("{ERASED_PREFIX}{:x}", Sha256::digest(lower.as_bytes()))
+}
+
+/// Whether a stored comparison form is an erased address's hash.
+pub fn is_erased(lower: &str) -> bool {
+    lower.starts_with(ERASED_PREFIX)
 }
 
 /// "cannot pause …" → "Cannot pause ….": an error message as a sentence.

@@ -73,7 +73,12 @@ macro_rules! text_enum {
             fn from_str(s: &str) -> Result<Self, Self::Err> {
                 Self::ALL.iter().copied().find(|v| v.as_str() == s).ok_or_else(|| {
                     let known: Vec<&str> = Self::ALL.iter().map(|v| v.as_str()).collect();
-                    format!("{s:?} is not {} (one of {}).", $what, known.join(", "))
+                    format!(
+                        "{:?} is not {} (one of {}).",
+                        crate::domain::input::excerpt(s),
+                        $what,
+                        known.join(", ")
+                    )
                 })
             }
         }
@@ -98,6 +103,9 @@ mod delivery;
 mod dkim;
 /// `EmailAddress`: the one place its comparison form `email_lower` is computed.
 mod email;
+/// The edge's rule for every text and time a request brings: no NUL, no control character in a
+/// line, a length limit, years PostgreSQL can place, and refusals that name the field.
+pub mod input;
 /// `JobId`: a message's deterministic identity, the base of its `Message-ID`.
 mod job_id;
 /// What a set-password link is for: an invitation or a reset.
@@ -127,7 +135,9 @@ pub use bounce::{
 pub use campaign::{BodyFormat, CampaignContent, CampaignStatus, Transition, TransitionError};
 pub use delivery::{DeliveryCursor, DeliveryKind, DeliveryStatus};
 pub use dkim::{DkimDomain, DkimNameError, DkimSelector};
-pub use email::{sentence, EmailAddress, EmailError};
+#[cfg(feature = "ssr")]
+pub use email::erased_form;
+pub use email::{is_erased, sentence, EmailAddress, EmailError, ERASED_PREFIX};
 #[cfg(feature = "ssr")]
 pub(crate) use job_id::{campaign_job_sql, digest_job_sql};
 pub use job_id::{idempotency_key, JobId, JobIdError, IDEMPOTENCY_KEY_MAX};

@@ -58,7 +58,8 @@ impl FromStr for Role {
             "admin" => Ok(Role::Admin),
             "viewer" => Ok(Role::Viewer),
             other => Err(format!(
-                "unknown role “{other}” (expected owner, admin or viewer)"
+                "unknown role “{}” (expected owner, admin or viewer)",
+                super::input::excerpt(other)
             )),
         }
     }

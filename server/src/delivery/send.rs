@@ -182,15 +182,20 @@ async fn capture(
         tokio::fs::write(&tmp, &r.bytes).await?;
         tokio::fs::rename(&tmp, &path).await
     };
+    // The recorded reply is shown by the dashboard and the REST API: it names the file, never
+    // the server's directory (the dashboard finds the file again from the org and the job id).
+    let file = path
+        .file_name()
+        .map(|f| f.to_string_lossy().into_owned())
+        .unwrap_or_default();
     match write.await {
         Ok(()) => Outcome::Delivered {
-            reply: format!("captured to {}", path.display()),
+            reply: format!("captured as {file}"),
         },
-        Err(e) => retry_or_fail(
-            cfg,
-            c.attempt,
-            format!("cannot capture to {}: {e}", path.display()),
-        ),
+        Err(e) => {
+            tracing::warn!(path = %path.display(), error = %e, "cannot capture a message");
+            retry_or_fail(cfg, c.attempt, format!("cannot capture as {file}: {e}"))
+        }
     }
 }
 

@@ -82,6 +82,8 @@ impl From<transactional::Message> for Message {
         (status = 201, description = "Queued.", body = Message),
         (status = 200, description = "This key's message was queued already, by the same request: the same answer.", body = Message),
         (status = 400, description = "No Idempotency-Key, or the body is not JSON.", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "The body is over 2 MiB.", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "The body is not sent as JSON (Content-Type: application/json).", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "This key was used with another request.", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "A field at fault, named: the address, the template, or data the template needs.", body = Problem, content_type = "application/problem+json"),
     ),
@@ -140,7 +142,7 @@ async fn send(
             "#/template",
             format!(
                 "template: there is no template named {:?} in this organisation.",
-                input.template
+                app::domain::input::excerpt(&input.template)
             ),
         )
     })?;

@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use axum::extract::{FromRef, FromRequestParts};
+use axum::extract::{DefaultBodyLimit, FromRef, FromRequestParts};
 use axum::http::request::Parts;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -16,6 +16,7 @@ use axum::routing::{any, get};
 use axum::Router;
 use serde::Serialize;
 use sqlx::PgPool;
+use tower_http::limit::RequestBodyLimitLayer;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
@@ -95,18 +96,106 @@ impl Modify for BearerToken {
 /// The API's routes (under `/api/v1`, state still to be given) and the OpenAPI document made
 /// from the same handlers.
 fn parts() -> (Router<RestState>, utoipa::openapi::OpenApi) {
+    // Each route gets its body limit here, and nothing outside sets another: a limit layered
+    // around this router would be met first and refuse the bulk upsert's larger body.
+    let ordinary = suppressions::routes()
+        .merge(deliveries::routes())
+        .merge(subscribers::routes())
+        .merge(campaigns::routes())
+        .merge(messages::routes());
     let (router, mut doc) = OpenApiRouter::with_openapi(ApiDoc::openapi())
         .nest(
             "/api/v1",
-            suppressions::routes()
-                .merge(deliveries::routes())
-                .merge(subscribers::routes())
-                .merge(campaigns::routes())
-                .merge(messages::routes()),
+            body_limit(ordinary, crate::http::MAX_REQUEST_BYTES).merge(body_limit(
+                subscribers::bulk_routes(),
+                subscribers::BULK_MAX_BYTES,
+            )),
         )
         .split_for_parts();
     common_refusals(&mut doc);
     (router, doc)
+}
+
+/// Bodies of up to `max_bytes` on every route of `router`, 413 past it: refused from the
+/// `Content-Length` before the body is read, or when a chunked body reaches the limit; and the
+/// JSON extractor reads up to the same figure (axum's own default, 2 MB, would otherwise hold).
+fn body_limit(router: OpenApiRouter<RestState>, max_bytes: usize) -> OpenApiRouter<RestState> {
+    router
+        .layer(RequestBodyLimitLayer::new(max_bytes))
+        .layer(DefaultBodyLimit::max(max_bytes))
+}
+
+/// The body limit of the API route at `path`, as [`parts`] sets it.
+fn body_limit_of(path: &str) -> usize {
+    if path == "/api/v1/subscribers/bulk" {
+        subscribers::BULK_MAX_BYTES
+    } else {
+        crate::http::MAX_REQUEST_BYTES
+    }
+}
+
+/// Whether `path` is the API's, whose every error is a problem document.
+pub fn is_api_path(path: &str) -> bool {
+    path == "/api/v1" || path.starts_with("/api/v1/")
+}
+
+/// Makes every error answered under `/api/v1` an RFC 9457 problem document, whoever made it.
+/// The handlers and their extractors answer problems already; this catches what answers
+/// before them or around them: axum's method router (405 with an empty body; its `Allow`
+/// header is kept), the body limit (413 in `text/plain`), the timeout (408, empty) and the host
+/// check (421). An answer that is a problem document already, a success, and every answer
+/// outside the API pass untouched.
+pub async fn problem_answers(
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    if !is_api_path(req.uri().path()) {
+        return next.run(req).await;
+    }
+    let path = req.uri().path().to_owned();
+    let res = next.run(req).await;
+    let status = res.status();
+    let is_problem = res
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/problem+json"));
+    if !(status.is_client_error() || status.is_server_error()) || is_problem {
+        return res;
+    }
+    let plain = res
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/plain"));
+    let (mut parts, body) = res.into_parts();
+    let detail = match status.as_u16() {
+        405 => "This endpoint does not take that method: the Allow header lists the ones it takes \
+             (see /api/v1/openapi.json)."
+            .to_owned(),
+        413 => {
+            let max = body_limit_of(&path);
+            format!(
+                "The body is too large: this endpoint takes at most {} MiB ({max} bytes).",
+                max / (1024 * 1024)
+            )
+        }
+        415 => "Send the body as JSON (Content-Type: application/json).".to_owned(),
+        408 => "The request was not received and answered in time: please retry.".to_owned(),
+        // Another layer's refusal in plain text (the host check's) says why in its own words.
+        _ => match axum::body::to_bytes(body, 4096).await {
+            Ok(text) if plain && !text.trim_ascii().is_empty() => {
+                String::from_utf8_lossy(text.trim_ascii()).into_owned()
+            }
+            _ => format!("{}.", status.canonical_reason().unwrap_or("Refused")),
+        },
+    };
+    // The answer's own headers stay (Allow, Retry-After); those of the body it had go.
+    parts.headers.remove(header::CONTENT_TYPE);
+    parts.headers.remove(header::CONTENT_LENGTH);
+    let (problem, body) = Problem::new(status, detail).into_response().into_parts();
+    parts.headers.extend(problem.headers);
+    Response::from_parts(parts, body)
 }
 
 /// What every endpoint may answer besides its own responses, said once and added to each
@@ -215,12 +304,15 @@ pub struct Problem {
 }
 
 impl Problem {
+    /// `detail` is cut to `app::domain::input::MESSAGE_MAX_CHARS`: a refusal that quotes what
+    /// it was sent (a parser's message) never carries a whole input back.
     pub fn new(status: StatusCode, detail: impl Into<String>) -> Self {
+        let detail: String = detail.into();
         Problem {
             kind: "about:blank",
             title: status.canonical_reason().unwrap_or("Error").to_owned(),
             status: status.as_u16(),
-            detail: detail.into(),
+            detail: app::domain::input::capped(&detail).into_owned(),
             errors: Vec::new(),
             retry_after: None,
             challenge: false,
@@ -229,11 +321,11 @@ impl Problem {
 
     /// A 422 naming the field at fault.
     pub fn field(pointer: &str, detail: impl Into<String>) -> Self {
-        let detail = detail.into();
+        let detail: String = detail.into();
         Problem {
             errors: vec![FieldError {
                 pointer: pointer.to_owned(),
-                detail: detail.clone(),
+                detail: app::domain::input::capped(&detail).into_owned(),
             }],
             ..Problem::new(StatusCode::UNPROCESSABLE_ENTITY, detail)
         }
@@ -324,36 +416,10 @@ pub fn page_size(limit: Option<i64>, after: Option<i64>) -> Result<i64, Problem>
 }
 
 /// Refuses (422, naming the field) a JSON value PostgreSQL's `jsonb` cannot store and give
-/// back as it came: a NUL character anywhere (in a key or a string), or a number beyond
-/// ±1e300 (`jsonb` prints numbers in full, and a value next to the largest double then reads
-/// back as out of range).
+/// back as it came, by the edge's rule ([`app::domain::input::json_input`]).
 pub fn storable(pointer: &str, v: &serde_json::Value) -> Result<(), Problem> {
-    fn fault(v: &serde_json::Value) -> Option<&'static str> {
-        match v {
-            serde_json::Value::String(s) if s.contains('\0') => {
-                Some("a NUL character (\\u0000) cannot be stored")
-            }
-            serde_json::Value::Number(n) if n.as_f64().is_some_and(|f| f.abs() > 1e300) => {
-                Some("numbers must lie between -1e300 and 1e300")
-            }
-            serde_json::Value::Array(a) => a.iter().find_map(fault),
-            serde_json::Value::Object(m) => m.iter().find_map(|(k, v)| {
-                if k.contains('\0') {
-                    Some("a NUL character (\\u0000) cannot be stored")
-                } else {
-                    fault(v)
-                }
-            }),
-            _ => None,
-        }
-    }
-    match fault(v) {
-        Some(why) => Err(Problem::field(
-            pointer,
-            format!("{}: {why}.", pointer.trim_start_matches("#/")),
-        )),
-        None => Ok(()),
-    }
+    app::domain::input::json_input(pointer.trim_start_matches("#/"), v)
+        .map_err(|e| Problem::field(pointer, format!("{e}.")))
 }
 
 /// A JSON request body whose refusals are problem documents: 415 without a JSON content type,
@@ -540,11 +606,35 @@ mod tests {
                     assert!(op["responses"][code].is_object(), "{method} {path}: {code}");
                 }
                 assert_eq!(op["security"][0]["token"].as_array().map(Vec::len), Some(1));
+                // A body can be too large or not JSON: each endpoint that takes one says so.
+                if op.get("requestBody").is_some() {
+                    for code in ["413", "415"] {
+                        assert!(
+                            op["responses"][code]["content"]["application/problem+json"]
+                                .is_object(),
+                            "{method} {path}: {code}"
+                        );
+                    }
+                }
             }
         }
         assert_eq!(
             doc["components"]["securitySchemes"]["token"]["scheme"],
             "bearer"
         );
+    }
+
+    #[test]
+    fn the_bulk_upsert_alone_takes_the_larger_body() {
+        assert_eq!(
+            super::body_limit_of("/api/v1/subscribers/bulk"),
+            super::subscribers::BULK_MAX_BYTES
+        );
+        assert_eq!(
+            super::body_limit_of("/api/v1/subscribers"),
+            crate::http::MAX_REQUEST_BYTES
+        );
+        assert!(super::is_api_path("/api/v1/subscribers") && super::is_api_path("/api/v1"));
+        assert!(!super::is_api_path("/api/v1x") && !super::is_api_path("/api/login"));
     }
 }

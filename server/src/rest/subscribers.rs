@@ -2,7 +2,7 @@
 //! answer per row), read, page through, update, delete, erase; `/api/v1/lists` and list
 //! membership. Writes are audited under the token, like an admin's change in the dashboard.
 
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use serde::{Deserialize, Serialize};
@@ -20,9 +20,14 @@ use super::{Body, FieldError, Id, Problem, QueryOf, RestState, Token};
 
 /// The most rows one bulk request may carry.
 pub const BULK_MAX: usize = 10_000;
+/// The largest body of a bulk request: [`BULK_MAX`] rows of about 1.6 KB each on average
+/// (an address, a name and a realistic attributes object are 300 to 600 bytes), where every
+/// other API request takes [`crate::http::MAX_REQUEST_BYTES`].
+pub const BULK_MAX_BYTES: usize = 16 * 1024 * 1024;
 /// The largest attributes object of one subscriber, as JSON.
 const ATTRIBUTES_MAX_BYTES: usize = 16 * 1024;
 
+/// The routes but the bulk upsert, which has a body limit of its own ([`bulk_routes`]).
 pub fn routes() -> OpenApiRouter<RestState> {
     OpenApiRouter::new()
         .routes(routes!(list, upsert))
@@ -31,12 +36,12 @@ pub fn routes() -> OpenApiRouter<RestState> {
         .routes(routes!(lists))
         .routes(routes!(join, leave))
         .routes(routes!(signup))
-        .merge(
-            // Ten thousand rows with attributes are more than axum's default 2 MB.
-            OpenApiRouter::new()
-                .routes(routes!(bulk))
-                .layer(DefaultBodyLimit::max(32 * 1024 * 1024)),
-        )
+}
+
+/// The bulk upsert alone: ten thousand rows with attributes are more than the 2 MiB every
+/// other request may send, so the API's router gives it [`BULK_MAX_BYTES`] instead.
+pub fn bulk_routes() -> OpenApiRouter<RestState> {
+    OpenApiRouter::new().routes(routes!(bulk))
 }
 
 /// A subscriber of the organisation.
@@ -191,6 +196,8 @@ async fn list(
         (status = 201, description = "Created.", body = Subscriber),
         (status = 200, description = "The address was a subscriber already: updated.", body = Subscriber),
         (status = 400, description = "The body is not JSON.", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "The body is over 2 MiB.", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "The body is not sent as JSON (Content-Type: application/json).", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "A field at fault, named.", body = Problem, content_type = "application/problem+json"),
     ),
     security(("token" = ["subscribers:write"]))
@@ -267,7 +274,8 @@ pub struct BulkResult {
     responses(
         (status = 200, description = "Every acceptable row written; the others named.", body = BulkResult),
         (status = 400, description = "The body is not JSON.", body = Problem, content_type = "application/problem+json"),
-        (status = 413, description = "The body is too large.", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "The body is over 16 MiB.", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "The body is not sent as JSON (Content-Type: application/json).", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Too many rows, or a list that is not the organisation's.", body = Problem, content_type = "application/problem+json"),
     ),
     security(("token" = ["subscribers:write"]))
@@ -413,6 +421,8 @@ async fn one(
     responses(
         (status = 200, description = "Changed.", body = Subscriber),
         (status = 400, description = "The body is not JSON.", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "The body is over 2 MiB.", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "The body is not sent as JSON (Content-Type: application/json).", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such subscriber in this organisation.", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "Their personal data was erased.", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "A field at fault, named.", body = Problem, content_type = "application/problem+json"),
@@ -535,7 +545,9 @@ pub struct Erased {
 }
 
 /// Erases a subscriber's personal data (every spelling of the address): the address becomes a
-/// hash everywhere, names and attributes go, and the address stays suppressed.
+/// hash everywhere, names, attributes and opt-in IPs go, the audit log's entries about them are
+/// scrubbed, the captured copies of their messages are removed, and the address stays
+/// suppressed.
 #[utoipa::path(
     post,
     path = "/subscribers/{id}/erase",
@@ -551,6 +563,7 @@ pub struct Erased {
 async fn erase(
     token: Token,
     State(pool): State<PgPool>,
+    api: Option<axum::Extension<app::api::ApiConfig>>,
     Id(id): Id<i64>,
 ) -> Result<Json<Erased>, Problem> {
     token.require(ApiScope::SubscribersWrite)?;
@@ -559,9 +572,10 @@ async fn erase(
     if subscriber_api::get(&mut tx, org_id, id).await?.is_none() {
         return Err(Problem::not_found("subscriber"));
     }
-    let (_, rows) = dashboard::erase(&mut tx, org_id, id)
+    let erasure = dashboard::erase(&mut tx, org_id, id)
         .await?
         .ok_or_else(|| Problem::new(StatusCode::CONFLICT, "This subscriber was erased already."))?;
+    let rows = erasure.subscribers;
     token
         .audit(
             &mut tx,
@@ -573,6 +587,10 @@ async fn erase(
         )
         .await?;
     tx.commit().await?;
+    // Committed: the captured copies of the messages to them go too.
+    if let Some(dir) = api.and_then(|a| a.0.captured_dir) {
+        app::capture::remove(&dir, org_id, &erasure.job_ids).await;
+    }
     Ok(Json(Erased { subscribers: rows }))
 }
 
@@ -730,6 +748,8 @@ pub struct SignupResult {
     responses(
         (status = 202, description = "The confirmation mail is queued.", body = SignupResult),
         (status = 400, description = "The body is not JSON.", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "The body is over 2 MiB.", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "The body is not sent as JSON (Content-Type: application/json).", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such list in this organisation.", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "A field at fault, named.", body = Problem, content_type = "application/problem+json"),
     ),
@@ -812,6 +832,11 @@ fn checked(input: &SubscriberInput) -> Result<Checked, FieldError> {
         pointer: format!("#/{field}"),
         detail: format!("{field}: {detail}"),
     };
+    // The edge's rule first, so a NUL is refused as such (and never quoted back).
+    app::domain::input::line_input("email", input.email.trim(), 254).map_err(|e| FieldError {
+        pointer: "#/email".into(),
+        detail: format!("{e}."),
+    })?;
     let email = EmailAddress::parse(&input.email).map_err(|e| fail("email", format!("{e}.")))?;
     let name = match &input.name {
         Some(n) => Some(person_name(n).map_err(|e| fail("name", e))?),

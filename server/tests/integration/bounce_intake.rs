@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use app::api::campaign::CampaignDetail;
 use app::domain::{BouncePolicy, JobId, Role, Transition};
 use sqlx::PgPool;
-use testkit::reports::{arf, dsn};
+use testkit::reports::{arf, dsn, dsn_naming};
 use testkit::{ReportClient, SmtpSink};
 
 use crate::support::bounces::{delivered_campaign, set_bounce_domain, tally};
@@ -201,6 +201,101 @@ async fn forged_foreign_and_unknown_recipients_are_refused_before_data() {
             .await
             .unwrap();
     assert_eq!(suppressed, vec![(to.clone(), "complaint".to_string())]);
+}
+
+/// The envelope sender of one received message is public (its Return-Path): a report mailed
+/// through it that names other addresses must change nothing for them. A DSN naming 150 others
+/// and an ARF complaint naming others are kept as unmatched, unverified, with no effect: no
+/// suppression, no count towards the campaign's bounce rate, no pause; the genuine report about
+/// the token's own recipient still suppresses it.
+#[tokio::test]
+async fn reports_through_one_token_naming_other_addresses_change_nothing_for_them() {
+    let pool = test_db().await;
+    let (org, users) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    set_bounce_domain(&pool, org, "bounce.acme.test").await;
+    let (campaign, jobs) = delivered_campaign(&pool, org, users[0].0, "sending", 600).await;
+    let key = app::verp::key(&pool).await.unwrap();
+    let (job_x, x) = &jobs[0];
+    let verp_x = app::verp::address(&key, org, job_x, "bounce.acme.test").unwrap();
+    let victims: Vec<&str> = jobs[1..151].iter().map(|(_, to)| to.as_str()).collect();
+    let addr = listener(&pool).await;
+    let mut c = ReportClient::connect(addr).await.unwrap();
+
+    let forged = dsn_naming("forged-dsn", &verp_x, &victims, "5.1.1");
+    assert_eq!(c.send(&verp_x, &forged).await.unwrap(), (250, 250));
+    let complaint_about_other = arf("forged-arf", "fbl@bounce.acme.test", &verp_x, victims[0]);
+    assert_eq!(
+        c.send("fbl@bounce.acme.test", &complaint_about_other)
+            .await
+            .unwrap(),
+        (250, 250)
+    );
+    let complaint_about_stranger = arf(
+        "forged-arf-2",
+        "fbl@bounce.acme.test",
+        &verp_x,
+        "ceo@acme.test",
+    );
+    assert_eq!(
+        c.send("fbl@bounce.acme.test", &complaint_about_stranger)
+            .await
+            .unwrap(),
+        (250, 250)
+    );
+
+    let suppressed: i64 = sqlx::query_scalar("select count(*) from suppressions where org_id = $1")
+        .bind(org)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        suppressed, 0,
+        "nobody named by a forged report is suppressed"
+    );
+    // Kept, visible as unmatched: every group the parser read (it reads 100 at most) and both
+    // complaints, none verified, none attached to X's delivery.
+    let kept: (i64, i64, i64, i64) = sqlx::query_as(
+        "select count(*), count(*) filter (where job_id is null and matched_by = 'none'),
+                count(*) filter (where verified), count(*) filter (where effect <> 'none')
+         from delivery_events where org_id = $1",
+    )
+    .bind(org)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(kept, (102, 102, 0, 0));
+    let mut conn = pool.acquire().await.unwrap();
+    let unmatched = app::db::events::recent(&mut conn, org, true).await.unwrap();
+    assert!(
+        unmatched.iter().any(|e| e.recipient == "ceo@acme.test"),
+        "the forged complaint is listed as unmatched"
+    );
+    let counts = app::db::events::campaign_counts(&mut conn, org, campaign)
+        .await
+        .unwrap();
+    assert_eq!((counts.hard_bounces, counts.complaints), (0, 0));
+    let status: String = sqlx::query_scalar("select status from campaigns where id = $1")
+        .bind(campaign)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(status, "sending", "forged reports cannot pause a campaign");
+
+    // The token still vouches for its own recipient, in any case of the address.
+    let genuine = dsn("genuine", &verp_x, &x.to_uppercase(), "5.1.1", None);
+    assert_eq!(c.send(&verp_x, &genuine).await.unwrap(), (250, 250));
+    c.quit().await.unwrap();
+    let suppressed: Vec<(String, String)> =
+        sqlx::query_as("select email_lower, reason from suppressions where org_id = $1")
+            .bind(org)
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert_eq!(suppressed, vec![(x.clone(), "hard_bounce".to_string())]);
+    let counts = app::db::events::campaign_counts(&mut conn, org, campaign)
+        .await
+        .unwrap();
+    assert_eq!(counts.hard_bounces, 1);
 }
 
 fn job_sub(job: &JobId) -> i64 {

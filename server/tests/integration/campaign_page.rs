@@ -2,7 +2,8 @@
 //! starts (no empty live panel), the live bar with the rate, ETA and a chart with its scale
 //! while it sends, and a summary of the whole send once it is sent.
 
-use app::api::campaign::edit::NewCampaign;
+use app::api::campaign::edit::{CampaignAction, NewCampaign};
+use app::api::campaign::CampaignDetail;
 use app::domain::Role;
 
 use crate::support::fixtures::{approved, audience_of, run_to_end};
@@ -91,4 +92,66 @@ async fn the_campaign_page_shows_each_phase_of_a_send_as_it_is() {
             "a sent campaign shows {absent}"
         );
     }
+}
+
+/// After a campaign went through its workflow (submitted by its author, approved by another
+/// admin) and sent N messages, its page shows one delivered figure: the relay-reports card's is
+/// the live panel's, N; and the author's "Campaign submitted." is not shown on a sent campaign.
+#[tokio::test]
+async fn a_sent_campaign_shows_one_delivered_figure_and_no_submitted_flash() {
+    let pool = test_db().await;
+    let (org, users) = org_with_users(&pool, "acme", &[Role::Owner, Role::Admin]).await;
+    let (lists, _) = audience_of(&pool, org, 7).await;
+    let app = spawn_app(pool.clone()).await;
+    let owner = signed_in(&app, &users[0].1, &users[0].2).await;
+    let admin = signed_in(&app, &users[1].1, &users[1].2).await;
+    let (id, _) = app
+        .markdown_draft(&owner, "Hello {{ name }}", "Dear {{ name }}, news.", lists)
+        .await;
+    let act = |verb: &str| CampaignAction {
+        id,
+        verb: verb.into(),
+        version: 2,
+        reason: String::new(),
+    };
+    let (_, body) = app.call_fn(&owner, act("submit")).await;
+    assert_eq!(json(&body), "Campaign submitted.");
+    let (_, body) = app.call_fn(&admin, act("approve")).await;
+    assert_eq!(json(&body), "Campaign approved.");
+    mailroom::campaign::start_due(&pool).await.unwrap();
+    let sink = SmtpSink::start();
+    run_to_end(&pool, id, &sink).await;
+
+    let n: i64 = sqlx::query_scalar(
+        "select count(*) from deliveries where campaign_id = $1 and kind = 'campaign' and status = 'delivered'",
+    )
+    .bind(id)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert!(n > 0);
+    let n = n.to_string();
+    let html = page(&app, &owner, id).await;
+    assert_eq!(marked(&html, "campaign-status").as_deref(), Some("sent"));
+    assert_eq!(
+        marked(&html, "count-delivered").as_deref(),
+        Some(n.as_str())
+    );
+    assert_eq!(
+        marked(&html, "reports-delivered").as_deref(),
+        Some(n.as_str()),
+        "the card's delivered figure is the live panel's"
+    );
+    assert!(
+        marked(&html, "action-result").is_none(),
+        "a flash on a sent campaign"
+    );
+    assert!(!html.contains("Campaign submitted."));
+
+    // The page's data says the same: one delivered figure.
+    let (status, body) = app.call_fn(&owner, CampaignDetail { id }).await;
+    assert_eq!(status, 200, "{body}");
+    let d = json(&body);
+    assert_eq!(d["bounces"]["delivered"], d["progress"]["delivered"], "{d}");
+    assert_eq!(d["progress"]["delivered"].to_string(), n, "{d}");
 }

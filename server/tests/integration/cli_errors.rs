@@ -219,3 +219,39 @@ fn a_fake_digest_clock_is_refused_unless_explicitly_allowed() {
         "refused before any database work"
     );
 }
+
+/// An API rate below the slowest one (0.01 a second) is refused at start-up, by flag or by
+/// variable, in one line naming the flag, the value and the least it takes; it used to be
+/// raised to 0.01 without a word. The least itself is taken.
+#[test]
+fn an_api_rate_below_the_slowest_is_refused_at_start_naming_the_flag() {
+    // Should the rate be taken, the start stops at this port, already in use, before anything
+    // is created: so a run that gets past the flags ends at once too.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let dir = data_dir();
+    let data = dir.path().join("fresh");
+    let data = data.to_str().unwrap();
+    let serve: [&str; 5] = ["serve", "--listen", &addr, "--data-dir", data];
+
+    let mut with_flag = serve.to_vec();
+    with_flag.extend(["--api-rate-per-second", "0.001"]);
+    let (status, _, stderr) = run(&with_flag, &[]);
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    one_line_naming(
+        &stderr,
+        &["--api-rate-per-second", "0.001", "at least 0.01"],
+    );
+
+    let (status, _, stderr) = run(&serve, &[("MAILROOM_API_RATE_PER_SECOND", "0")]);
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    one_line_naming(&stderr, &["--api-rate-per-second", "'0'", "at least 0.01"]);
+
+    // The least rate is taken: the start goes on to the port.
+    let mut slowest = serve.to_vec();
+    slowest.extend(["--api-rate-per-second", "0.01"]);
+    let (status, _, stderr) = run(&slowest, &[]);
+    assert!(!status.success());
+    one_line_naming(&stderr, &[&format!("cannot listen on {addr}")]);
+    assert!(!std::path::Path::new(data).exists(), "nothing was created");
+}

@@ -335,4 +335,34 @@ async fn every_week_a_long_outage_missed_is_recorded_as_skipped() {
     let new = org(&pool, "new", "UTC", 1, 9).await;
     assert_eq!(claim_all(&pool, back).await, 1);
     assert_eq!(weeks_of(&pool, new).await.len(), 1);
+
+    // Down for 100 weeks, back an hour after the slot: exactly 52 rows in all (README: "at most
+    // 52"), this week's scheduled and the 51 before it skipped; older weeks get no row.
+    let away = org(&pool, "away", "UTC", 1, 9).await;
+    let mut conn = pool.acquire().await.unwrap();
+    let first = claim_due_weeks(&mut conn, Some(monday), &[away])
+        .await
+        .unwrap();
+    assert_eq!(first.len(), 1);
+    let later = monday + Duration::weeks(100) + Duration::hours(1);
+    let got = claim_due_weeks(&mut conn, Some(later), &[away])
+        .await
+        .unwrap();
+    assert_eq!(got.len(), 52, "{got:?}");
+    let scheduled = got
+        .iter()
+        .filter(|w| w.kind.as_str() == "scheduled")
+        .count();
+    assert_eq!(scheduled, 1, "{got:?}");
+    let again = claim_due_weeks(&mut conn, Some(later), &[away])
+        .await
+        .unwrap();
+    assert!(again.is_empty(), "each once: {again:?}");
+    let weeks = weeks_of(&pool, away).await;
+    assert_eq!(weeks.len(), 1 + 52);
+    let at = |i: usize| (weeks[i].0.as_str(), weeks[i].1.as_str());
+    assert_eq!(at(0), ("2026-W45", "scheduled"));
+    assert_eq!(at(1), ("2027-W41", "skipped"), "the oldest of the 52");
+    assert_eq!(at(51), ("2028-W39", "skipped"));
+    assert_eq!(at(52), ("2028-W40", "scheduled"));
 }

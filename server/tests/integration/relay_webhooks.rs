@@ -800,3 +800,134 @@ async fn ses_through_sns_keeps_the_confirmation_link_and_records_a_pinned_bounce
     .await;
     assert_eq!(status, 401, "{text}");
 }
+
+/// A relay's event ids and Mailgun's tokens are unique within the relay, not per customer: org
+/// B posting, with its own keys to its own endpoints, the id of org A's next event and the
+/// token of A's next Mailgun request must not make A's genuine ones answer "seen before".
+#[tokio::test]
+async fn another_orgs_event_id_or_token_never_pre_empts_this_orgs_event() {
+    let pool = test_db().await;
+    let (a, users_a) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let (b, users_b) = org_with_users(&pool, "globex", &[Role::Owner]).await;
+    let app = spawn_app(pool.clone()).await;
+    let owner_a = signed_in(&app, &users_a[0].1, &users_a[0].2).await;
+    let owner_b = signed_in(&app, &users_b[0].1, &users_b[0].2).await;
+    let (ga_path, ga_secret) = endpoint(&app, &owner_a, "generic", "").await;
+    let (gb_path, gb_secret) = endpoint(&app, &owner_b, "generic", "").await;
+    const KEY_B: &str = "key-bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
+    let (ma_path, _) = endpoint(&app, &owner_a, "mailgun", MAILGUN_KEY).await;
+    let (mb_path, _) = endpoint(&app, &owner_b, "mailgun", KEY_B).await;
+    let now = db_now(&pool).await;
+    let bounce =
+        |to: &str| serde_json::json!([{ "id": "ev-next", "type": "hard_bounce", "recipient": to }]);
+    let token = "n".repeat(50);
+    let mailgun = |key: &str, id: &str, to: &str| {
+        mailgun_body(
+            key,
+            now,
+            &token,
+            serde_json::json!({ "id": id, "event": "failed", "severity": "permanent",
+                "recipient": to, "timestamp": now as f64 }),
+        )
+    };
+
+    // B first: its own events, recorded for B.
+    let (body, headers) = generic_request(&gb_secret, "b-1", now, bounce("decoy@globex.test"));
+    let (status, text) = post(&app, &gb_path, &headers, &body).await;
+    assert_eq!(
+        (status, json(&text)["new"].as_i64()),
+        (200, Some(1)),
+        "{text}"
+    );
+    let body = mailgun(KEY_B, "mg-next", "decoy2@globex.test");
+    let (status, text) = post(&app, &mb_path, &[], &body).await;
+    assert_eq!(
+        (status, json(&text)["new"].as_i64()),
+        (200, Some(1)),
+        "{text}"
+    );
+
+    // Then A's genuine events with the same id and the same token: new, and they suppress.
+    let (body, headers) = generic_request(&ga_secret, "a-1", now, bounce("victim@acme.test"));
+    let (status, text) = post(&app, &ga_path, &headers, &body).await;
+    assert_eq!(
+        (status, json(&text)["new"].as_i64()),
+        (200, Some(1)),
+        "{text}"
+    );
+    let body = mailgun(MAILGUN_KEY, "mg-next", "victim2@acme.test");
+    let (status, text) = post(&app, &ma_path, &[], &body).await;
+    assert_eq!(
+        (status, json(&text)["new"].as_i64()),
+        (200, Some(1)),
+        "{text}"
+    );
+    // A's Mailgun token is still taken once within A: the same token with another body is a replay.
+    let replay = mailgun(MAILGUN_KEY, "mg-other", "victim3@acme.test");
+    assert_eq!(post(&app, &ma_path, &[], &replay).await.0, 409);
+
+    for (org, want) in [
+        (a, vec!["victim2@acme.test", "victim@acme.test"]),
+        (b, vec!["decoy2@globex.test", "decoy@globex.test"]),
+    ] {
+        let suppressed: Vec<String> = sqlx::query_scalar(
+            "select email_lower from suppressions where org_id = $1 order by email_lower",
+        )
+        .bind(org)
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+        assert_eq!(suppressed, want, "org {org}");
+    }
+}
+
+/// An event about an erased person, matched by their address after erasure, is kept under the
+/// address's hash without its diagnostic (which quotes the address): erasure is not undone by
+/// a late bounce.
+#[tokio::test]
+async fn an_event_about_an_erased_address_keeps_only_its_hash() {
+    let pool = test_db().await;
+    let (org, users) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let (_, jobs) =
+        crate::support::bounces::delivered_campaign(&pool, org, users[0].0, "sent", 1).await;
+    let (job, to) = &jobs[0];
+    let JobId::Campaign { subscriber_id, .. } = job else {
+        unreachable!("a campaign job")
+    };
+    let mut conn = pool.acquire().await.unwrap();
+    app::db::subscribers::erase(&mut conn, org, *subscriber_id)
+        .await
+        .unwrap()
+        .expect("erased");
+    let hashed: String = sqlx::query_scalar("select email_lower from subscribers where id = $1")
+        .bind(subscriber_id)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        hashed,
+        EmailAddress::parse(to).unwrap().erased_form(),
+        "one erasure rule, in SQL and in Rust"
+    );
+    let app = spawn_app(pool.clone()).await;
+    let owner = signed_in(&app, &users[0].1, &users[0].2).await;
+    let (p_path, p_secret) = endpoint(&app, &owner, "postmark", "").await;
+    let body = serde_json::to_vec(&serde_json::json!({
+        "RecordType": "Bounce", "ID": 4242, "TypeCode": 1, "Email": to.to_uppercase(),
+        "Details": format!("smtp;550 5.1.1 <{to}> unknown user") }))
+    .unwrap();
+    let (status, text) = post(&app, &format!("{p_path}/{p_secret}"), &[], &body).await;
+    assert_eq!(
+        (status, json(&text)["new"].as_i64()),
+        (200, Some(1)),
+        "{text}"
+    );
+    let kept: Vec<(String, Option<String>, Option<String>)> = sqlx::query_as(
+        "select email_lower, diagnostic, job_id from delivery_events where org_id = $1",
+    )
+    .bind(org)
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(kept, vec![(hashed, None, Some(job.to_string()))]);
+}

@@ -496,3 +496,42 @@ async fn transactional_mail_is_claimed_after_digests_and_test_mail_and_before_ca
         ]
     );
 }
+
+/// Without an SMTP server the message is written to a file under the data directory; the reply
+/// the API shows for it names the file only, never the server's path.
+#[tokio::test]
+async fn a_captured_message_reply_shows_no_server_path() {
+    let s = setup().await;
+    let status = token(&s.app, &s.owner, "status", &[ApiScope::DeliveriesRead]).await;
+    let (st, _, body) = post(
+        &s,
+        Some("order-8/receipt"),
+        &receipt("ann@example.com", "3"),
+    )
+    .await;
+    assert_eq!(st, StatusCode::CREATED, "{body}");
+    let id = format!("tx:{}:order-8/receipt", s.org);
+
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = crate::support::fixtures::config_for_capture(dir.path().into());
+    let mut worker = Worker::new(s.pool.clone(), cfg, "cap");
+    while worker.round().await.unwrap() > 0 {}
+    worker.close().await;
+    let file = app::capture::path_for(dir.path(), s.org, &id);
+    assert!(file.exists(), "captured to {}", file.display());
+    let dir_text = dir.path().display().to_string();
+
+    let paths = [
+        (format!("/api/v1/messages/{}", urlencoding(&id)), &s.token),
+        (format!("/api/v1/deliveries/{}", urlencoding(&id)), &status),
+    ];
+    for (path, t) in paths {
+        let (st, _, got) = call(&s.app, "GET", &path, Some(t.as_str())).await;
+        assert_eq!(st, StatusCode::OK, "{path}: {got}");
+        assert_eq!(got["status"], "delivered", "{path}: {got}");
+        let reply = got["smtp_reply"].as_str().unwrap_or_default();
+        assert!(reply.starts_with("captured"), "{path}: {reply}");
+        assert!(!reply.contains(&dir_text), "{path}: {reply}");
+        assert!(!reply.contains('/'), "{path}: {reply}");
+    }
+}

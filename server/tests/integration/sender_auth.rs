@@ -462,7 +462,7 @@ async fn captured_mail_is_signed_too() {
     let app = spawn_app(pool.clone()).await;
     let owner = signed_in(&app, &u[0].1, &u[0].2).await;
     let (name, value) = enable_dkim(&app, &owner).await;
-    enqueue_test_mail_to(&pool, org, "cap", &["cap@example.com".to_string()]).await;
+    let jobs = enqueue_test_mail_to(&pool, org, "cap", &["cap@example.com".to_string()]).await;
     let dir = tempfile::tempdir().unwrap();
     let mut worker = Worker::new(pool.clone(), config_for_capture(dir.path().into()), "cap");
     while worker.round().await.unwrap() > 0 {}
@@ -470,8 +470,9 @@ async fn captured_mail_is_signed_too() {
         .fetch_one(&pool)
         .await
         .unwrap();
-    let path = reply.strip_prefix("captured to ").expect(&reply);
-    let eml = std::fs::read_to_string(path).unwrap();
+    assert!(reply.starts_with("captured as "), "{reply}");
+    let file = app::capture::path_for(dir.path(), org, &jobs[0]);
+    let eml = std::fs::read_to_string(file).unwrap();
     assert_eq!(
         verify(&eml, &name, &value).await,
         vec![DkimResult::Pass],

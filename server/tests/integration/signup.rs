@@ -362,6 +362,116 @@ async fn sign_ups_from_one_address_are_limited_and_told_when_to_come_back() {
     assert_eq!(count(&s.pool, "select count(*) from signups").await, 3);
 }
 
+/// `address` with the letters whose bit is set in `mask` in upper case.
+fn spelled(address: &str, mask: u32) -> String {
+    let mut letter = 0u32;
+    address
+        .chars()
+        .map(|c| {
+            if !c.is_ascii_alphabetic() {
+                return c;
+            }
+            let upper = ((mask >> letter) & 1) == 1;
+            letter += 1;
+            if upper {
+                c.to_ascii_uppercase()
+            } else {
+                c
+            }
+        })
+        .collect()
+}
+
+/// [`sign_up`] as a visitor from `ip` (the app trusts `X-Forwarded-For`).
+async fn sign_up_from(s: &Setup, email: &str, ip: &str) -> (StatusCode, String) {
+    let (status, form) = page(s, &format!("/s/{}", s.key)).await;
+    assert_eq!(status, StatusCode::OK, "{form}");
+    let c = challenge_in(&form);
+    let answer = app::signup::solve(&c);
+    let body: String = url::form_urlencoded::Serializer::new(String::new())
+        .extend_pairs([
+            ("email", email),
+            ("name", "Ann"),
+            ("pow_challenge", c.as_str()),
+            ("pow_answer", answer.as_str()),
+        ])
+        .finish();
+    let r = reqwest::Client::new()
+        .post(format!("{}/s/{}", s.app.base, s.key))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .header("x-forwarded-for", ip)
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    (r.status(), r.text().await.unwrap())
+}
+
+#[tokio::test]
+async fn one_mailbox_signed_up_in_twenty_spellings_gets_one_sign_up_and_one_mail() {
+    // Each spelling from its own IP, at once: the per-IP limit is not what stops them.
+    let s = setup_with(mailroom::http::Edge {
+        trust_proxy: true,
+        ..Default::default()
+    })
+    .await;
+    let spellings: Vec<String> = (0..20)
+        .map(|m| spelled("ann.case@example.com", m))
+        .collect();
+    let distinct: std::collections::BTreeSet<&String> = spellings.iter().collect();
+    assert_eq!(distinct.len(), 20);
+    let setup = &s;
+    let answers =
+        futures::future::join_all(spellings.iter().enumerate().map(|(i, e)| async move {
+            sign_up_from(setup, e, &format!("203.0.113.{}", i + 1)).await
+        }))
+        .await;
+    for (status, body) in &answers {
+        assert_eq!(*status, StatusCode::OK, "{body}");
+        assert!(body.contains("Check your inbox"), "{body}");
+    }
+    // One person: one subscriber, one pending sign-up, one confirmation mail.
+    assert_eq!(
+        count(
+            &s.pool,
+            "select count(*) from subscribers where email_lower = 'ann.case@example.com'"
+        )
+        .await,
+        1
+    );
+    assert_eq!(
+        count(
+            &s.pool,
+            "select count(*) from signups where confirmed_at is null"
+        )
+        .await,
+        1
+    );
+    assert_eq!(
+        count(
+            &s.pool,
+            "select count(*) from deliveries where kind = 'confirm'"
+        )
+        .await,
+        1
+    );
+    let links = deliver(&s.pool).await;
+    assert_eq!(links.len(), 1, "one mail reached the mailbox");
+    // Another spelling after the confirmation is still the same person: no second subscriber.
+    let (status, _) = post_form(&s, &links[0], &[]).await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, _) = sign_up_from(&s, "ANN.CASE@EXAMPLE.COM", "203.0.113.99").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        count(
+            &s.pool,
+            "select count(*) from subscribers where email_lower = 'ann.case@example.com'"
+        )
+        .await,
+        1
+    );
+}
+
 #[tokio::test]
 async fn the_api_signs_up_with_double_opt_in_once() {
     let pool = test_db().await;

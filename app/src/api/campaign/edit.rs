@@ -312,14 +312,20 @@ pub async fn campaign_action(
     use crate::db::campaign::states::ChangeError;
     use crate::domain::{CampaignStatus, Transition};
     let (me, pool) = crate::api::signed_in_to_act().await?;
-    let t = Transition::from_verb(&verb)
-        .ok_or_else(|| AppError::Invalid(format!("{verb:?} is not a campaign action.")))?;
+    let t = Transition::from_verb(&verb).ok_or_else(|| {
+        AppError::Invalid(format!(
+            "Action: {:?} is not a campaign action.",
+            crate::domain::input::excerpt(&verb)
+        ))
+    })?;
     let reason = reason.trim().to_string();
     if t == Transition::Reject && (reason.is_empty() || reason.chars().count() > 500) {
         return Err(AppError::Invalid(
             "Say why it is rejected (1 to 500 characters): the author will read it.".into(),
         ));
     }
+    // Recorded in the audit log whatever the action.
+    crate::domain::input::text_input("Reason", &reason, 500)?;
     let mut tx = pool.begin().await?;
     let mut self_approved = false;
     let done = match t {

@@ -21,10 +21,12 @@ pub async fn campaigns(
 ) -> Result<Vec<CampaignSummary>, AppError> {
     let status = match status.as_str() {
         "" => None,
-        s => Some(
-            s.parse::<crate::domain::CampaignStatus>()
-                .map_err(|_| AppError::Invalid(format!("{s:?} is not a campaign status.")))?,
-        ),
+        s => Some(s.parse::<crate::domain::CampaignStatus>().map_err(|_| {
+            AppError::Invalid(format!(
+                "Status: {:?} is not a campaign status.",
+                crate::domain::input::excerpt(s)
+            ))
+        })?),
     };
     let (me, pool) = crate::api::signed_in().await?;
     let mut conn = pool.acquire().await?;
@@ -52,10 +54,16 @@ pub async fn campaign_detail(id: i64) -> Result<CampaignWithProgress, AppError> 
     let s = campaign::live::snapshot(&mut conn, me.org_id, id)
         .await?
         .ok_or(AppError::NotFound)?;
-    let bounces = crate::db::events::campaign_counts(&mut conn, me.org_id, id).await?;
+    let progress = s.progress();
+    // Delivered is the progress reading's, so the relay-reports card and the live panel never
+    // show two figures for one thing.
+    let bounces = crate::domain::BounceCounts {
+        delivered: progress.delivered,
+        ..crate::db::events::campaign_counts(&mut conn, me.org_id, id).await?
+    };
     Ok(CampaignWithProgress {
         id: s.id,
-        progress: s.progress(),
+        progress,
         bounces,
         pause_reason: s.pause_reason,
         name: s.name,

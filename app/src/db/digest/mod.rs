@@ -41,9 +41,10 @@ pub async fn org_chunk(conn: &mut PgConnection, after: i64, limit: i64) -> sqlx:
 /// times, are compared, so a tick inside an autumn clock change's doubled hour picks the right
 /// week. Within 24 hours of its slot a week is claimed as `scheduled`; later it is recorded as
 /// `skipped` (never sent days late), and after an outage of several weeks each missed week since
-/// the org's last claimed one gets its own `skipped` row (at most 52; an org with no claimed week
-/// yet starts at its latest slot). A week already claimed (by any replica, any tick) is not
-/// returned again. The period covered is the 7 local days before the slot.
+/// the org's last claimed one gets its own `skipped` row (at most 52 rows in all, the latest
+/// week's included; an org with no claimed week yet starts at its latest slot). A week already
+/// claimed (by any replica, any tick) is not returned again. The period covered is the 7 local
+/// days before the slot.
 pub async fn claim_due_weeks(
     conn: &mut PgConnection,
     now: Option<DateTime<Utc>>,
@@ -74,13 +75,14 @@ pub async fn claim_due_weeks(
              from latest l
              cross join lateral (
                  -- The latest slot, and the older ones back to the last claimed week (one more
-                 -- than whole weeks fit, for clock changes; at most 52), each not claimed yet.
+                 -- than whole weeks fit, for clock changes), each not claimed yet: at most 52
+                 -- slots in all, k = 0 (the latest) to 51.
                  select x.slot, x.scheduled_at, x.week_key
                  from (select l.slot - k * interval '7 days' as slot,
                               (l.slot - k * interval '7 days') at time zone l.timezone as scheduled_at,
                               to_char(l.slot - k * interval '7 days', 'IYYY-\"W\"IW') as week_key
                        from generate_series(0, case when l.last_claimed is null then 0
-                           else least(52, ceil(extract(epoch from l.slot_at - l.last_claimed) / 604800))::int
+                           else least(51, ceil(extract(epoch from l.slot_at - l.last_claimed) / 604800))::int
                            end) k) x
                  where (l.last_claimed is null or x.scheduled_at > l.last_claimed)
                    -- A scalar probe of the unique index per candidate (a NOT EXISTS would be

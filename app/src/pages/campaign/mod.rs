@@ -47,7 +47,6 @@ pub fn CampaignPage() -> impl IntoView {
     });
     view! {
         <p class="mb-2 text-sm"><a href="/campaigns" class="text-sky-700 hover:underline dark:text-sky-300">"← Campaigns"</a></p>
-        {move || crate::pages::action_outcome(act.value().get(), "action-result")}
         <Suspense fallback=|| view! { <p>"Loading…"</p> }>
             {move || Suspend::new(async move {
                 match (detail.await, sheet.await) {
@@ -55,13 +54,40 @@ pub fn CampaignPage() -> impl IntoView {
                         // One live reading for the progress and for which actions are offered.
                         let live = RwSignal::new(d.progress.clone());
                         let status = Signal::derive(move || live.with(|p| p.status));
+                        // This read follows each action: the last action's outcome shows until
+                        // the campaign moves on from the state read here.
+                        let after = d.progress.status;
+                        let outcome = move || {
+                            act.value()
+                                .get()
+                                .filter(|_| outcome_current(after, status.get()))
+                        };
                         let problems = s.problems.clone();
-                        view! { <CampaignView detail=d live/> <Panel s act status/> <Problems problems/> }.into_any()
+                        view! {
+                            {move || crate::pages::action_outcome(outcome(), "action-result")}
+                            <CampaignView detail=d live/> <Panel s act status/> <Problems problems/>
+                        }.into_any()
                     }
-                    (Err(e), _) | (_, Err(e)) => view! { <p role="alert" class="text-red-700 dark:text-red-300">{e.to_string()}</p> }.into_any(),
+                    (Err(e), _) | (_, Err(e)) => view! {
+                        {move || crate::pages::action_outcome(act.value().get(), "action-result")}
+                        <p role="alert" class="text-red-700 dark:text-red-300">{e.to_string()}</p>
+                    }.into_any(),
                 }
             })}
         </Suspense>
+    }
+}
+
+/// Whether the last action's outcome, read back when the campaign was `after`, still describes
+/// it now that it is `now`. It shows until the campaign moves on from there ("Campaign
+/// submitted." goes once it is approved, a refusal once what refused it changed); an approval's
+/// or a resume's own course (approved, sending, sent) is not moving on.
+fn outcome_current(after: CampaignStatus, now: CampaignStatus) -> bool {
+    use CampaignStatus as S;
+    match after {
+        S::Approved => matches!(now, S::Approved | S::Sending | S::Sent),
+        S::Sending => matches!(now, S::Sending | S::Sent),
+        _ => now == after,
     }
 }
 
@@ -141,7 +167,7 @@ fn CampaignView(detail: CampaignWithProgress, live: RwSignal<Progress>) -> impl 
         {detail.pause_reason.clone().map(|r| view! {
             <p role="status" class="mb-4 rounded border border-amber-300 bg-amber-50 p-3 text-sm text-amber-900 dark:border-amber-700 dark:bg-amber-950 dark:text-amber-100" data-test="pause-reason">{r}</p>
         })}
-        <Reports counts=detail.bounces/>
+        <Reports counts=detail.bounces live/>
         // One section in every phase: what it holds changes as the readings arrive.
         <section class="rounded bg-white shadow p-4 mb-4 dark:bg-slate-900" aria-label="Send progress">
             <Show when=move || phase() == Phase::NotStarted>
@@ -172,24 +198,26 @@ fn CampaignView(detail: CampaignWithProgress, live: RwSignal<Progress>) -> impl 
 }
 
 /// Bounces and complaints relays reported, beside what was delivered (the rates a relay
-/// reviews a sender by).
+/// reviews a sender by). Delivered is the live reading's, the progress panel's own figure, and
+/// moves with it; the reports are as read with the page.
 #[component]
-fn Reports(counts: crate::domain::BounceCounts) -> impl IntoView {
-    let pct = |n: i64, digits: usize| {
-        crate::domain::BounceCounts::pct(n, counts.delivered)
+fn Reports(counts: crate::domain::BounceCounts, live: RwSignal<Progress>) -> impl IntoView {
+    let delivered = move || live.with(|p| p.delivered);
+    let pct = move |n: i64, digits: usize| {
+        crate::domain::BounceCounts::pct(n, delivered())
             .map_or("—".to_string(), |p| format!("{p:.digits$} %"))
     };
     view! {
         <dl class="mb-4 grid grid-cols-2 gap-x-4 gap-y-1 rounded bg-white p-4 text-sm shadow sm:grid-cols-4 dark:bg-slate-900" aria-label="Relay reports" data-test="relay-reports">
-            <div><dt class="text-slate-600 dark:text-slate-300">"Delivered"</dt><dd class="tabular-nums" data-test="reports-delivered">{counts.delivered}</dd></div>
+            <div><dt class="text-slate-600 dark:text-slate-300">"Delivered"</dt><dd class="tabular-nums" data-test="reports-delivered">{delivered}</dd></div>
             <div>
                 <dt class="text-slate-600 dark:text-slate-300">"Bounced later"</dt>
-                <dd class="tabular-nums"><span data-test="hard-bounces">{counts.hard_bounces}</span> " (" <span data-test="bounce-rate">{pct(counts.hard_bounces, 1)}</span> ")"</dd>
+                <dd class="tabular-nums"><span data-test="hard-bounces">{counts.hard_bounces}</span> " (" <span data-test="bounce-rate">{move || pct(counts.hard_bounces, 1)}</span> ")"</dd>
             </div>
             <div><dt class="text-slate-600 dark:text-slate-300">"Soft bounces"</dt><dd class="tabular-nums" data-test="soft-bounces">{counts.soft_bounces}</dd></div>
             <div>
                 <dt class="text-slate-600 dark:text-slate-300">"Complaints"</dt>
-                <dd class="tabular-nums"><span data-test="complaints">{counts.complaints}</span> " (" <span data-test="complaint-rate">{pct(counts.complaints, 2)}</span> ")"</dd>
+                <dd class="tabular-nums"><span data-test="complaints">{counts.complaints}</span> " (" <span data-test="complaint-rate">{move || pct(counts.complaints, 2)}</span> ")"</dd>
             </div>
         </dl>
     }
@@ -303,4 +331,28 @@ fn open_stream(
     on_error.forget();
     let source = StoredValue::new_local(source);
     on_cleanup(move || source.with_value(|s| s.close()));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::outcome_current;
+    use crate::domain::CampaignStatus as S;
+
+    #[test]
+    fn an_action_outcome_shows_until_the_campaign_moves_on() {
+        // "Campaign submitted." (and a refusal to approve): while it awaits approval only.
+        assert!(outcome_current(S::Submitted, S::Submitted));
+        for later in [S::Approved, S::Sending, S::Sent, S::Draft, S::Cancelled] {
+            assert!(!outcome_current(S::Submitted, later), "{later:?}");
+        }
+        // "Campaign approved.": through its own send, not past a pause or a cancel.
+        for course in [S::Approved, S::Sending, S::Sent] {
+            assert!(outcome_current(S::Approved, course), "{course:?}");
+        }
+        assert!(!outcome_current(S::Approved, S::Paused));
+        assert!(!outcome_current(S::Approved, S::Cancelled));
+        assert!(outcome_current(S::Sending, S::Sent));
+        assert!(!outcome_current(S::Paused, S::Sending));
+        assert!(outcome_current(S::Draft, S::Draft));
+    }
 }
