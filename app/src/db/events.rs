@@ -1,5 +1,5 @@
 //! The event ledger. A relay's report is matched to one delivery of the endpoint's org and
-//! inserted under `UNIQUE (source, provider_event_id)`: the insert is the check, so a webhook
+//! inserted under `UNIQUE (org_id, source, provider_event_id)`: the insert is the check, so a webhook
 //! delivered any number of times, at once or later, writes one row, and only the insert that
 //! returned it applies the effect (a suppression through [`audience::suppress_all`], or a
 //! soft bounce counted). Everything runs in the caller's transaction.
@@ -293,17 +293,7 @@ async fn matching(
                     .bind(org_id)
                     .fetch_optional(&mut *conn)
                     .await?;
-            return Ok(match found {
-                Some(f)
-                    if lower.is_some_and(|l| l != f.email_lower)
-                        && e.recipient
-                            .as_ref()
-                            .is_some_and(|r| r.lower() != f.email_lower) =>
-                {
-                    (None, MatchedBy::None)
-                }
-                found => (found, MatchedBy::Token),
-            });
+            return Ok(vouched(found, lower, e));
         }
         Some(VerpRef::Test {
             campaign_id,
@@ -326,7 +316,7 @@ async fn matching(
                 }
                 None => None,
             };
-            return Ok((found, MatchedBy::Token));
+            return Ok(vouched(found, lower, e));
         }
         None => {}
     }
@@ -372,6 +362,28 @@ async fn matching(
         MatchedBy::None
     };
     Ok((found, by))
+}
+
+/// What a genuine token proves about the report that came through it: the delivery it names,
+/// when that delivery still exists and went to the address the report names (in either of
+/// its stored forms). A token without its delivery (a purged campaign's, a test sent to
+/// someone else) or naming another address proves nothing: the report is unmatched.
+fn vouched(
+    found: Option<Found>,
+    lower: Option<&str>,
+    e: &RelayEvent,
+) -> (Option<Found>, MatchedBy) {
+    match found {
+        Some(f)
+            if lower.is_none_or(|l| l == f.email_lower)
+                || e.recipient
+                    .as_ref()
+                    .is_some_and(|r| r.lower() == f.email_lower) =>
+        {
+            (Some(f), MatchedBy::Token)
+        }
+        _ => (None, MatchedBy::None),
+    }
 }
 
 /// Records one event of `cx.org_id` and applies its effect, once. `Ok(None)`: recorded before,
@@ -482,9 +494,10 @@ pub async fn record(
     Ok(Some(recorded))
 }
 
-/// The form an event about `r` is matched and kept under: the hash of the address when the
-/// org erased that person (the hash stays suppressed for as long as the org exists), else the
-/// address.
+/// The form an event about `r` is matched and kept under: the hash of the address while the
+/// org holds that person erased (the hash is suppressed by the erasure, and no subscriber of
+/// the address has come back since), else the address, so a person who came back is
+/// suppressed, counted and matched by their address again.
 async fn erased_or_clear(
     conn: &mut PgConnection,
     org_id: i64,
@@ -492,10 +505,13 @@ async fn erased_or_clear(
 ) -> sqlx::Result<String> {
     let hashed = r.erased_form();
     let erased: bool = sqlx::query_scalar(
-        "select exists (select 1 from suppressions where org_id = $1 and email_lower = $2)",
+        "select exists (select 1 from suppressions where org_id = $1 and email_lower = $2)
+            and not exists (select 1 from subscribers
+                            where org_id = $1 and email_lower = $3 and erased_at is null)",
     )
     .bind(org_id)
     .bind(&hashed)
+    .bind(r.lower())
     .fetch_one(conn)
     .await?;
     Ok(if erased { hashed } else { r.lower().to_owned() })

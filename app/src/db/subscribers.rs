@@ -243,11 +243,7 @@ pub async fn erase(conn: &mut PgConnection, org_id: i64, id: i64) -> sqlx::Resul
         return Ok(None);
     };
     // The address stays suppressed, in clear until the rows below forget it, then as its hash.
-    let hashed: String =
-        sqlx::query_scalar("select 'erased-' || encode(sha256(convert_to($1, 'UTF8')), 'hex')")
-            .bind(&lower)
-            .fetch_one(&mut *conn)
-            .await?;
+    let hashed = crate::domain::erased_form(&lower);
     crate::db::audience::suppress_all(
         conn,
         org_id,

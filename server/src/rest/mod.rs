@@ -119,19 +119,24 @@ fn parts() -> (Router<RestState>, utoipa::openapi::OpenApi) {
 /// Bodies of up to `max_bytes` on every route of `router`, 413 past it: refused from the
 /// `Content-Length` before the body is read, or when a chunked body reaches the limit; and the
 /// JSON extractor reads up to the same figure (axum's own default, 2 MB, would otherwise hold).
+/// The refusal is a problem document naming the limit.
 fn body_limit(router: OpenApiRouter<RestState>, max_bytes: usize) -> OpenApiRouter<RestState> {
     router
         .layer(RequestBodyLimitLayer::new(max_bytes))
         .layer(DefaultBodyLimit::max(max_bytes))
-}
-
-/// The body limit of the API route at `path`, as [`parts`] sets it.
-fn body_limit_of(path: &str) -> usize {
-    if path == "/api/v1/subscribers/bulk" {
-        subscribers::BULK_MAX_BYTES
-    } else {
-        crate::http::MAX_REQUEST_BYTES
-    }
+        .layer(axum::middleware::map_response(move |res: Response| async move {
+            if res.status() != StatusCode::PAYLOAD_TOO_LARGE {
+                return res;
+            }
+            Problem::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!(
+                    "The body is too large: this endpoint takes at most {} MiB ({max_bytes} bytes).",
+                    max_bytes / (1024 * 1024)
+                ),
+            )
+            .into_response()
+        }))
 }
 
 /// Whether `path` is the API's, whose every error is a problem document.
@@ -142,7 +147,7 @@ pub fn is_api_path(path: &str) -> bool {
 /// Makes every error answered under `/api/v1` an RFC 9457 problem document, whoever made it.
 /// The handlers and their extractors answer problems already; this catches what answers
 /// before them or around them: axum's method router (405 with an empty body; its `Allow`
-/// header is kept), the body limit (413 in `text/plain`), the timeout (408, empty) and the host
+/// header is kept), the timeout (408, empty) and the host
 /// check (421). An answer that is a problem document already, a success, and every answer
 /// outside the API pass untouched.
 pub async fn problem_answers(
@@ -152,7 +157,6 @@ pub async fn problem_answers(
     if !is_api_path(req.uri().path()) {
         return next.run(req).await;
     }
-    let path = req.uri().path().to_owned();
     let res = next.run(req).await;
     let status = res.status();
     let is_problem = res
@@ -173,13 +177,6 @@ pub async fn problem_answers(
         405 => "This endpoint does not take that method: the Allow header lists the ones it takes \
              (see /api/v1/openapi.json)."
             .to_owned(),
-        413 => {
-            let max = body_limit_of(&path);
-            format!(
-                "The body is too large: this endpoint takes at most {} MiB ({max} bytes).",
-                max / (1024 * 1024)
-            )
-        }
         415 => "Send the body as JSON (Content-Type: application/json).".to_owned(),
         408 => "The request was not received and answered in time: please retry.".to_owned(),
         // Another layer's refusal in plain text (the host check's) says why in its own words.
@@ -625,15 +622,7 @@ mod tests {
     }
 
     #[test]
-    fn the_bulk_upsert_alone_takes_the_larger_body() {
-        assert_eq!(
-            super::body_limit_of("/api/v1/subscribers/bulk"),
-            super::subscribers::BULK_MAX_BYTES
-        );
-        assert_eq!(
-            super::body_limit_of("/api/v1/subscribers"),
-            crate::http::MAX_REQUEST_BYTES
-        );
+    fn only_the_api_paths_are_the_apis() {
         assert!(super::is_api_path("/api/v1/subscribers") && super::is_api_path("/api/v1"));
         assert!(!super::is_api_path("/api/v1x") && !super::is_api_path("/api/login"));
     }

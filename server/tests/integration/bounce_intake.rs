@@ -242,6 +242,23 @@ async fn reports_through_one_token_naming_other_addresses_change_nothing_for_the
             .unwrap(),
         (250, 250)
     );
+    // A genuine token whose delivery is gone (a purged campaign's) or a test message's token
+    // (it went to someone else) vouches for nobody either.
+    let purged = JobId::Campaign {
+        campaign_id: campaign,
+        subscriber_id: i64::from(i32::MAX),
+    };
+    let test = JobId::Test {
+        campaign_id: campaign,
+        content_version: 1,
+        token: "dialog".into(),
+        email_lower: "tester@acme.test".into(),
+    };
+    for (i, job) in [purged, test].iter().enumerate() {
+        let via = app::verp::address(&key, org, job, "bounce.acme.test").unwrap();
+        let report = dsn(&format!("orphan-{i}"), &via, victims[1], "5.1.1", None);
+        assert_eq!(c.send(&via, &report).await.unwrap(), (250, 250));
+    }
 
     let suppressed: i64 = sqlx::query_scalar("select count(*) from suppressions where org_id = $1")
         .bind(org)
@@ -252,7 +269,7 @@ async fn reports_through_one_token_naming_other_addresses_change_nothing_for_the
         suppressed, 0,
         "nobody named by a forged report is suppressed"
     );
-    // Kept, visible as unmatched: every group the parser read (it reads 100 at most) and both
+    // Kept, visible as unmatched: the orphan reports, every group the parser read (it reads 100 at most) and both
     // complaints, none verified, none attached to X's delivery.
     let kept: (i64, i64, i64, i64) = sqlx::query_as(
         "select count(*), count(*) filter (where job_id is null and matched_by = 'none'),
@@ -263,7 +280,7 @@ async fn reports_through_one_token_naming_other_addresses_change_nothing_for_the
     .fetch_one(&pool)
     .await
     .unwrap();
-    assert_eq!(kept, (102, 102, 0, 0));
+    assert_eq!(kept, (104, 104, 0, 0));
     let mut conn = pool.acquire().await.unwrap();
     let unmatched = app::db::events::recent(&mut conn, org, true).await.unwrap();
     assert!(

@@ -147,3 +147,81 @@ async fn the_queue_migration_takes_back_attempts_in_flight_as_a_reaper_would() {
         "a new attempt number each"
     );
 }
+
+/// Upgrading from before the per-org event ids and path-free captured replies: a Mailgun token
+/// taken before stays taken for each org with a Mailgun endpoint (a replay across the upgrade
+/// is still one), and replies recorded with the server's directory name the file alone.
+#[tokio::test]
+async fn the_upgrade_keeps_taken_tokens_per_org_and_drops_paths_from_captured_replies() {
+    use sqlx::migrate::Migrate;
+    const PER_ORG: i64 = 20261213000100;
+    let (pool, _) = empty_db_with_url().await;
+    let migrator = app::db::migrate::migrator();
+    let mut conn = pool.acquire().await.unwrap();
+    conn.ensure_migrations_table().await.unwrap();
+    for m in migrator.iter().filter(|m| m.version < PER_ORG) {
+        conn.apply(m).await.unwrap();
+    }
+    sqlx::query(
+        "insert into orgs (id, name, slug, from_name, from_address) overriding system value
+         values (1, 'Acme', 'acme', 'Acme', 'news@acme.example'),
+                (2, 'Globex', 'globex', 'Globex', 'news@globex.example')",
+    )
+    .execute(&mut *conn)
+    .await
+    .unwrap();
+    sqlx::query(
+        "insert into webhook_endpoints (id, org_id, source, secret)
+         values ('mailgun-endpoint-of-acme', 1, 'mailgun', 'k1'),
+                ('mailgun-endpoint-of-globex', 2, 'mailgun', 'k2'),
+                ('generic-endpoint-of-globex', 2, 'generic', 'k3')",
+    )
+    .execute(&mut *conn)
+    .await
+    .unwrap();
+    sqlx::query("insert into webhook_nonces (source, nonce, body_sha256) values ('mailgun', 'tok', '\\x00')")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    sqlx::query(
+        "insert into deliveries (job_id, org_id, kind, priority, recipient, email_lower, status,
+                                 attempt, smtp_reply, last_error)
+         values ('test:1:1:d:a@example.org', 1, 'test', 0, 'a@example.org', 'a@example.org',
+                 'delivered', 1, 'captured to /var/lib/mailroom/captured/1/test:1:1:d:a@example.org.eml', null),
+                ('test:1:1:d:b@example.org', 1, 'test', 0, 'b@example.org', 'b@example.org',
+                 'failed', 1, null, 'cannot capture to /var/lib/mailroom/captured/1/b.eml: No space left on device (os error 28)'),
+                ('test:1:1:d:c@example.org', 1, 'test', 0, 'c@example.org', 'c@example.org',
+                 'delivered', 1, '250 2.0.0 Ok: queued as ABC/123', null)",
+    )
+    .execute(&mut *conn)
+    .await
+    .unwrap();
+    drop(conn);
+    app::db::migrate::run(&pool, true).await.unwrap();
+
+    let taken: Vec<(i64, String)> =
+        sqlx::query_as("select org_id, nonce from webhook_nonces order by org_id")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert_eq!(taken, vec![(1, "tok".into()), (2, "tok".into())]);
+    let replies: Vec<(Option<String>, Option<String>)> =
+        sqlx::query_as("select smtp_reply, last_error from deliveries order by job_id")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        replies,
+        vec![
+            (
+                Some("captured as test:1:1:d:a@example.org.eml".into()),
+                None
+            ),
+            (
+                None,
+                Some("cannot capture as b.eml: No space left on device (os error 28)".into())
+            ),
+            (Some("250 2.0.0 Ok: queued as ABC/123".into()), None),
+        ]
+    );
+}

@@ -929,5 +929,41 @@ async fn an_event_about_an_erased_address_keeps_only_its_hash() {
     .fetch_all(&pool)
     .await
     .unwrap();
-    assert_eq!(kept, vec![(hashed, None, Some(job.to_string()))]);
+    assert_eq!(kept, vec![(hashed.clone(), None, Some(job.to_string()))]);
+
+    // The person comes back (added again, their address's suppression lifted by an admin):
+    // from then on a bounce about them is theirs again, in clear, and suppresses them.
+    sqlx::query(
+        "insert into subscribers (org_id, email, email_lower, name) values ($1, $2, $2, 'Back')",
+    )
+    .bind(org)
+    .bind(to)
+    .execute(&pool)
+    .await
+    .unwrap();
+    sqlx::query("delete from suppressions where org_id = $1 and email_lower = $2")
+        .bind(org)
+        .bind(to)
+        .execute(&pool)
+        .await
+        .unwrap();
+    let body = serde_json::to_vec(&serde_json::json!({
+        "RecordType": "Bounce", "ID": 4243, "TypeCode": 1, "Email": to,
+        "Details": "smtp;550 5.1.1 unknown user" }))
+    .unwrap();
+    let (status, text) = post(&app, &format!("{p_path}/{p_secret}"), &[], &body).await;
+    assert_eq!(
+        (status, json(&text)["new"].as_i64()),
+        (200, Some(1)),
+        "{text}"
+    );
+    let reason: Option<String> = sqlx::query_scalar(
+        "select reason from suppressions where org_id = $1 and email_lower = $2",
+    )
+    .bind(org)
+    .bind(to)
+    .fetch_optional(&pool)
+    .await
+    .unwrap();
+    assert_eq!(reason.as_deref(), Some("hard_bounce"));
 }
