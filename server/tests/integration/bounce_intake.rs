@@ -16,20 +16,9 @@ use crate::support::fixtures::{approved, audience_of, run_to_end};
 use crate::support::helpers::{org_with_users, test_db};
 use crate::support::test_app::{json, marked, signed_in, spawn_app};
 
-/// The listener on a free loopback port, running until the test ends.
+/// The listener with its defaults.
 async fn listener(pool: &PgPool) -> SocketAddr {
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = l.local_addr().unwrap();
-    let (stop, shutdown) = mailroom::shutdown::Shutdown::manual();
-    // Dropped with the test's runtime; kept alive until then.
-    std::mem::forget(stop);
-    tokio::spawn(mailroom::bounce_intake::serve(
-        l,
-        pool.clone(),
-        mailroom::bounce_intake::Config::default(),
-        shutdown,
-    ));
-    addr
+    crate::support::bounces::listener(pool, mailroom::bounce_intake::Config::default()).await
 }
 
 #[tokio::test]

@@ -9,28 +9,12 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use mailroom::bounce_intake::Config;
-use sqlx::PgPool;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 use tokio::time::timeout;
 
+use crate::support::bounces::listener;
 use crate::support::helpers::test_db;
-
-/// The listener on a free loopback port, running until the test ends.
-async fn listener(pool: &PgPool, cfg: Config) -> SocketAddr {
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = l.local_addr().unwrap();
-    let (stop, shutdown) = mailroom::shutdown::Shutdown::manual();
-    // Dropped with the test's runtime; kept alive until then.
-    std::mem::forget(stop);
-    tokio::spawn(mailroom::bounce_intake::serve(
-        l,
-        pool.clone(),
-        cfg,
-        shutdown,
-    ));
-    addr
-}
 
 /// A connection to `addr` from the loopback address `from`: the listener's client is `from`.
 async fn connect_from(from: &str, addr: SocketAddr) -> TcpStream {

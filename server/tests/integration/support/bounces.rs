@@ -1,8 +1,28 @@
-//! Bounce fixtures the SMTP listener's and the IMAP poller's tests share: an org's bounce
-//! domain, a campaign whose every delivery was delivered, and the tally of what was recorded.
+//! Bounce fixtures the SMTP listener's and the IMAP poller's tests share: the listener, an
+//! org's bounce domain, a campaign whose every delivery was delivered, and the tally of what
+//! was recorded.
+
+use std::net::SocketAddr;
 
 use app::domain::JobId;
 use sqlx::PgPool;
+
+/// The bounce listener (`--bounce-listen`) with `cfg` on a free loopback port, running until
+/// the test ends.
+pub(crate) async fn listener(pool: &PgPool, cfg: mailroom::bounce_intake::Config) -> SocketAddr {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let (stop, shutdown) = mailroom::shutdown::Shutdown::manual();
+    // Dropped with the test's runtime; kept alive until then.
+    std::mem::forget(stop);
+    tokio::spawn(mailroom::bounce_intake::serve(
+        l,
+        pool.clone(),
+        cfg,
+        shutdown,
+    ));
+    addr
+}
 
 pub(crate) async fn set_bounce_domain(pool: &PgPool, org: i64, domain: &str) {
     let mut conn = pool.acquire().await.unwrap();
