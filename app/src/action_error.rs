@@ -11,9 +11,6 @@ use base64::Engine;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
-/// The secret's name in the `secrets` table (generated once, shared by every replica).
-pub const SECRET: &str = "action_error_hmac";
-
 /// The query parameters leptos uses for the error, and ours for its signature.
 pub const PATH_PARAM: &str = "__path";
 pub const ERROR_PARAM: &str = "__err";
@@ -25,20 +22,14 @@ pub const COOKIE: &str = "mailroom_form_error";
 /// How long an error link stays showable, in seconds.
 pub const COOKIE_SECONDS: u32 = 600;
 
-/// Domain separation: these MACs mean "this server reported this error to this browser".
-const CONTEXT: &[u8] = b"mailroom-action-error-v1\n";
-
-/// The signing key, read (or created) from the database.
-pub async fn key(pool: &sqlx::PgPool) -> sqlx::Result<Vec<u8>> {
-    crate::db::secrets::signing_key(pool, SECRET).await
-}
-
 fn mac(key: &[u8], browser: &str, path: &str, error: &str) -> Hmac<Sha256> {
-    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(key)
-        .unwrap_or_else(|_| unreachable!("HMAC accepts every key length"));
-    // None of the three can hold a newline (a cookie value, a URL path, base64).
-    for part in [browser, path, error] {
-        mac.update(CONTEXT);
+    // The context before each part; none of the three can hold a newline (a cookie value, a
+    // URL path, base64).
+    let purpose = crate::signing::Purpose::ActionError;
+    let mut mac = purpose.mac(key);
+    mac.update(browser.as_bytes());
+    for part in [path, error] {
+        mac.update(purpose.context());
         mac.update(part.as_bytes());
     }
     mac

@@ -44,6 +44,9 @@ pub mod password_token;
 /// The forced-resend dialog's key, signed so only keys the server issued are accepted.
 #[cfg(feature = "ssr")]
 pub mod resend_key;
+/// One home for signed tags: each purpose's key and context (server only).
+#[cfg(feature = "ssr")]
+pub mod signing;
 /// Sign-up confirm links and proof-of-work challenges, signed (server only).
 #[cfg(feature = "ssr")]
 pub mod signup;

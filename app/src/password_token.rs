@@ -7,31 +7,16 @@
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
-use hmac::{Hmac, Mac};
-use sha2::Sha256;
+use hmac::Mac;
 
 use crate::domain::JobId;
-
-/// The secret's name in the `secrets` table (generated once, shared by every replica).
-pub const SECRET: &str = "password_token_hmac";
 
 /// How long a link stays valid.
 pub const TTL_DAYS: i64 = 7;
 
-/// Domain separation: these MACs mean "set a password", nothing else.
-const CONTEXT: &[u8] = b"mailroom-password-token-v1:";
-
-/// The signing key, read (or created) from the database.
-pub async fn key(pool: &sqlx::PgPool) -> sqlx::Result<Vec<u8>> {
-    crate::db::secrets::signing_key(pool, SECRET).await
-}
-
 /// The token of the link sent by `job` (URL-safe, 43 characters).
 pub fn token(key: &[u8], job: &JobId) -> String {
-    // HMAC takes keys of any length; `new_from_slice` cannot fail for it.
-    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(key)
-        .unwrap_or_else(|_| unreachable!("HMAC accepts every key length"));
-    mac.update(CONTEXT);
+    let mut mac = crate::signing::Purpose::PasswordToken.mac(key);
     mac.update(job.to_string().as_bytes());
     URL_SAFE_NO_PAD.encode(mac.finalize().into_bytes())
 }

@@ -11,22 +11,9 @@ use sha2::Sha256;
 
 use crate::domain::WeekKey;
 
-/// The secret's name in the `secrets` table (generated once, shared by every replica).
-pub const SECRET: &str = "digest_resend_hmac";
-
-/// Domain separation: these MACs mean "this admin may resend this org's digest once".
-const CONTEXT: &[u8] = b"mailroom-digest-resend-v1:";
-
-/// The signing key, read (or created) from the database.
-pub async fn key(pool: &sqlx::PgPool) -> sqlx::Result<Vec<u8>> {
-    crate::db::secrets::signing_key(pool, SECRET).await
-}
-
 /// The MAC over what a key vouches for: this org, this admin, this week key.
 fn mac(key: &[u8], org_id: i64, user_id: i64, week_key: &WeekKey) -> Hmac<Sha256> {
-    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(key)
-        .unwrap_or_else(|_| unreachable!("HMAC accepts every key length"));
-    mac.update(CONTEXT);
+    let mut mac = crate::signing::Purpose::DigestResend.mac(key);
     mac.update(format!("{org_id}:{user_id}:{week_key}").as_bytes());
     mac
 }

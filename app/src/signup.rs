@@ -5,11 +5,8 @@
 //!   SHA-256 of `<challenge>:<answer>` must start with `bits` zero bits. Issued by the server
 //!   for one list, valid for an hour, spent once (the caller records it). No third party.
 
-use hmac::{Hmac, Mac};
+use hmac::Mac;
 use sha2::{Digest, Sha256};
-
-/// The secret's name in the `secrets` table.
-pub const SECRET: &str = "signup_hmac";
 
 /// Leading zero bits a proof of work must find: about 65,000 hashes, a second or two of a
 /// browser's time, and a real cost per submission for a bot.
@@ -18,14 +15,8 @@ pub const POW_BITS: u32 = 16;
 /// How long a challenge may be answered, in seconds.
 pub const POW_TTL_SECONDS: i64 = 3600;
 
-pub async fn key(pool: &sqlx::PgPool) -> sqlx::Result<Vec<u8>> {
-    crate::db::secrets::signing_key(pool, SECRET).await
-}
-
 fn tag(key: &[u8], context: &str, message: &str) -> String {
-    // HMAC takes keys of any length; `new_from_slice` cannot fail for it.
-    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(key)
-        .unwrap_or_else(|_| unreachable!("HMAC accepts every key length"));
+    let mut mac = crate::signing::Purpose::Signup.mac(key);
     mac.update(context.as_bytes());
     mac.update(message.as_bytes());
     mac.finalize()

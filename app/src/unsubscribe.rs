@@ -26,9 +26,6 @@ impl std::fmt::Debug for Keys {
     }
 }
 
-/// Domain separation: these MACs mean "unsubscribe", nothing else signed with the same key.
-const CONTEXT: &[u8] = b"mailroom-unsubscribe-v1:";
-
 /// The shortest key accepted (bytes).
 pub const MIN_KEY_LEN: usize = 16;
 
@@ -40,10 +37,7 @@ impl Keys {
     }
 
     fn mac(key: &[u8], payload: &str) -> Hmac<Sha256> {
-        // HMAC takes keys of any length; `new_from_slice` cannot fail for it.
-        let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(key)
-            .unwrap_or_else(|_| unreachable!("HMAC accepts every key length"));
-        mac.update(CONTEXT);
+        let mut mac = crate::signing::Purpose::Unsubscribe.mac(key);
         mac.update(payload.as_bytes());
         mac
     }

@@ -11,12 +11,6 @@ use sha2::Sha256;
 
 use crate::domain::{JobId, WeekKey};
 
-/// The secret's name in the `secrets` table (generated once, shared by every replica).
-pub const SECRET: &str = "verp_hmac";
-
-/// Domain separation: these MACs mean "this envelope sender is ours".
-const CONTEXT: &[u8] = b"mailroom-verp-v1:";
-
 /// The local part's fixed prefix, before `+`.
 pub const PREFIX: &str = "b";
 
@@ -25,11 +19,6 @@ const MAX_LOCAL: usize = 64;
 
 /// Hex digits of the MAC kept in a token (64 bits: a forger must guess online, one DSN at a time).
 const TAG_HEX: usize = 16;
-
-/// The signing key, read (or created) from the database.
-pub async fn key(pool: &sqlx::PgPool) -> sqlx::Result<Vec<u8>> {
-    crate::db::secrets::signing_key(pool, SECRET).await
-}
 
 /// What a verified token names. Test mail is named by its campaign and content version only
 /// (its job id holds a dialog token and the address typed in, too long for a local part); the
@@ -139,10 +128,7 @@ fn parse_form(f: &str) -> Option<VerpRef> {
 }
 
 fn mac(key: &[u8], org_id: i64, form: &str) -> Hmac<Sha256> {
-    // HMAC takes keys of any length; `new_from_slice` cannot fail for it.
-    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(key)
-        .unwrap_or_else(|_| unreachable!("HMAC accepts every key length"));
-    mac.update(CONTEXT);
+    let mut mac = crate::signing::Purpose::Verp.mac(key);
     mac.update(org_id.to_string().as_bytes());
     mac.update(b":");
     mac.update(form.as_bytes());

@@ -103,7 +103,7 @@ async fn main() -> anyhow::Result<()> {
         .prefix("mrapibench")
         .tempdir_in("/tmp")?;
     let pg = EmbeddedPg::open(data.path(), embedded_pg::Options::default()).await?;
-    let pool = mailroom::database::connect(pg.connect_options(embedded_pg::DATABASE)).await?;
+    let pool = mailroom::ops::database::connect(pg.connect_options(embedded_pg::DATABASE)).await?;
     app::db::migrate::run(&pool, true).await?;
     let (org, (owner, _)) =
         support::org_with_admins(&pool, "bench", "a@bench.example", "x-password-1").await?;

@@ -342,7 +342,8 @@ async fn main() -> anyhow::Result<()> {
         .prefix("mrbench")
         .tempdir_in("/tmp")?;
     let mut pg = EmbeddedPg::open(data.path(), embedded_pg::Options::default()).await?;
-    let mut pool = mailroom::database::connect(pg.connect_options(embedded_pg::DATABASE)).await?;
+    let mut pool =
+        mailroom::ops::database::connect(pg.connect_options(embedded_pg::DATABASE)).await?;
     // BENCH_PG_STATEMENTS=1: where PostgreSQL's time goes, statement by statement, at the end.
     let statements = flag("BENCH_PG_STATEMENTS");
     if statements {
@@ -352,7 +353,7 @@ async fn main() -> anyhow::Result<()> {
         pool.close().await;
         pg.shutdown().await?;
         pg = EmbeddedPg::open(data.path(), embedded_pg::Options::default()).await?;
-        pool = mailroom::database::connect(pg.connect_options(embedded_pg::DATABASE)).await?;
+        pool = mailroom::ops::database::connect(pg.connect_options(embedded_pg::DATABASE)).await?;
         sqlx::query("create extension if not exists pg_stat_statements")
             .execute(&pool)
             .await?;
@@ -516,7 +517,7 @@ async fn main() -> anyhow::Result<()> {
                 .map(|k| vec!["--delivery-marks-ahead".to_string(), k])
                 .unwrap_or_default(),
         )
-        // BENCH_WORKER_LOG=mailroom::delivery=debug logs each claim and ledger group with
+        // BENCH_WORKER_LOG=mailroom::workers::delivery=debug logs each claim and ledger group with
         // its duration (to /tmp/bench-worker.log).
         .env(
             "RUST_LOG",

@@ -156,7 +156,7 @@ async fn main() -> anyhow::Result<()> {
         .prefix("mrpsbench")
         .tempdir_in("/tmp")?;
     let pg = EmbeddedPg::open(data.path(), embedded_pg::Options::default()).await?;
-    let pool = mailroom::database::connect(pg.connect_options(embedded_pg::DATABASE)).await?;
+    let pool = mailroom::ops::database::connect(pg.connect_options(embedded_pg::DATABASE)).await?;
     app::db::migrate::run(&pool, true).await?;
     let (org, users, list) = seed(&pool, recipients).await?;
     let sink = support::Sink::start()?;

@@ -619,7 +619,8 @@ async fn main() -> anyhow::Result<()> {
     let mut replicas = start_replicas(&plan, data.path(), &logs, sink_port, rate).await?;
     let pids: Vec<u32> = replicas.iter().map(|r| r.child.id()).collect();
     let guest = EmbeddedPg::open(data.path(), embedded_pg::Options::default()).await?;
-    let pool = mailroom::database::connect(guest.connect_options(embedded_pg::DATABASE)).await?;
+    let pool =
+        mailroom::ops::database::connect(guest.connect_options(embedded_pg::DATABASE)).await?;
     let postmaster = support::postmaster_pid(data.path())?;
     let cpu_before: Vec<f64> = pids.iter().map(|p| cpu_seconds(*p)).collect();
     let pg_cpu_before = postgres_usage(postmaster).1;
@@ -654,7 +655,7 @@ async fn main() -> anyhow::Result<()> {
 
     // Reconcile, as the cluster's owner again.
     let pg = EmbeddedPg::open(data.path(), embedded_pg::Options::default()).await?;
-    let pool = mailroom::database::connect(pg.connect_options(embedded_pg::DATABASE)).await?;
+    let pool = mailroom::ops::database::connect(pg.connect_options(embedded_pg::DATABASE)).await?;
     let mut checks = Checks(Vec::new());
     let report = reconcile(&pool, &seeded, plan.orgs, &sink, &mut checks).await;
     pool.close().await;
@@ -696,7 +697,7 @@ async fn main() -> anyhow::Result<()> {
 /// Seeds the cluster as its owner, then stops it: the first replica will own it.
 async fn seed_cluster(data: &Path, recipients: i64, orgs: i64) -> anyhow::Result<Seeded> {
     let pg = EmbeddedPg::open(data, embedded_pg::Options::default()).await?;
-    let pool = mailroom::database::connect(pg.connect_options(embedded_pg::DATABASE)).await?;
+    let pool = mailroom::ops::database::connect(pg.connect_options(embedded_pg::DATABASE)).await?;
     app::db::migrate::run(&pool, true).await?;
     let s = seed(&pool, recipients, orgs).await?;
     pool.close().await;

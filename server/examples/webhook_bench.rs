@@ -131,7 +131,7 @@ async fn main() -> anyhow::Result<()> {
         .prefix("mrwhbench")
         .tempdir_in("/tmp")?;
     let pg = EmbeddedPg::open(data.path(), embedded_pg::Options::default()).await?;
-    let pool = mailroom::database::connect(pg.connect_options(embedded_pg::DATABASE)).await?;
+    let pool = mailroom::ops::database::connect(pg.connect_options(embedded_pg::DATABASE)).await?;
     app::db::migrate::run(&pool, true).await?;
     let (org, _) =
         support::org_with_admins(&pool, "bench", "a@bench.example", "x-password-1").await?;
@@ -190,7 +190,7 @@ async fn main() -> anyhow::Result<()> {
                 per(after.1 - before.1),
             );
         }
-        let key = app::verp::key(&pool).await?;
+        let key = app::signing::Purpose::Verp.key(&pool).await?;
         let mail: Vec<(String, String)> = (events * 2..events * 3)
             .map(|i| {
                 let rcpt = app::verp::address(&key, org, &jobs[i], BOUNCE_DOMAIN)

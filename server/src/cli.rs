@@ -3,8 +3,8 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::secret::Secret;
-use crate::telemetry::LogFormat;
+use crate::ops::secret::Secret;
+use crate::ops::telemetry::LogFormat;
 
 /// `mailroom --version`: the package version and the git commit it was built from ("unknown"
 /// when built outside a git checkout).
@@ -63,8 +63,8 @@ impl Cli {
     }
 
     /// The database the command works against.
-    pub fn database(&self) -> crate::database::Location {
-        crate::database::Location {
+    pub fn database(&self) -> crate::ops::database::Location {
+        crate::ops::database::Location {
             url: self.database_url(),
             data_dir: self.data_dir.clone(),
         }
@@ -221,7 +221,7 @@ pub struct ServeArgs {
 
     /// Connections the bounce listener serves at once; more are answered 421 and closed.
     #[arg(long, env = "MAILROOM_BOUNCE_MAX_CONNECTIONS",
-          default_value_t = crate::bounce_intake::MAX_CONNECTIONS as u64,
+          default_value_t = crate::feedback::listener::MAX_CONNECTIONS as u64,
           value_parser = clap::value_parser!(u64).range(1..))]
     pub bounce_max_connections: u64,
 
@@ -230,13 +230,13 @@ pub struct ServeArgs {
     /// --bounce-max-connections, or a few clients can take every place. 0: no cap (for a relay
     /// in front that forwards every bounce).
     #[arg(long, env = "MAILROOM_BOUNCE_MAX_CONNECTIONS_PER_CLIENT",
-          default_value_t = crate::bounce_intake::PER_CLIENT)]
+          default_value_t = crate::feedback::listener::PER_CLIENT)]
     pub bounce_max_connections_per_client: usize,
 
     /// Seconds a bounce listener connection may stay silent (for its first command, between
     /// commands, within a message) before it is closed.
     #[arg(long, env = "MAILROOM_BOUNCE_IDLE_SECONDS",
-          default_value_t = crate::bounce_intake::IDLE_SECONDS,
+          default_value_t = crate::feedback::listener::IDLE_SECONDS,
           value_parser = clap::value_parser!(u64).range(1..))]
     pub bounce_idle_seconds: u64,
 
@@ -417,7 +417,10 @@ pub struct WorkerArgs {
 impl WorkerArgs {
     /// Where the delivery worker sends: `--smtp-url`, else `--smtp-host`, else capture into
     /// `captured_dir`. Checked before anything starts, so a bad setting is one clear error.
-    pub fn transport(&self, captured_dir: PathBuf) -> anyhow::Result<crate::delivery::Transport> {
+    pub fn transport(
+        &self,
+        captured_dir: PathBuf,
+    ) -> anyhow::Result<crate::workers::delivery::Transport> {
         let hello = &self.smtp_hello_name;
         let timeout = std::time::Duration::from_secs(self.smtp_timeout_seconds.max(1));
         let mut target = match (&self.smtp_url, &self.smtp_host) {
@@ -426,7 +429,7 @@ impl WorkerArgs {
             (None, Some(host)) => {
                 crate::smtp::Target::plain(host.clone(), self.smtp_port, hello, timeout)
             }
-            (None, None) => return Ok(crate::delivery::Transport::Capture(captured_dir)),
+            (None, None) => return Ok(crate::workers::delivery::Transport::Capture(captured_dir)),
         };
         target.max_messages = Some(self.smtp_max_messages_per_connection).filter(|max| *max > 0);
         if let Some(path) = &self.smtp_ca_file {
@@ -435,24 +438,24 @@ impl WorkerArgs {
             })?;
             target.ca_pem = Some(pem);
         }
-        Ok(crate::delivery::Transport::Smtp(target))
+        Ok(crate::workers::delivery::Transport::Smtp(target))
     }
 
     /// The bounce mailbox poller's configuration, when --bounce-imap is set. Checked before
     /// anything starts, so a bad URL or CA file is one clear error.
-    pub fn bounce_imap(&self) -> anyhow::Result<Option<crate::bounce_imap::Config>> {
+    pub fn bounce_imap(&self) -> anyhow::Result<Option<crate::feedback::mailbox::Config>> {
         let Some(url) = &self.bounce_imap else {
             return Ok(None);
         };
-        let mut mailbox =
-            crate::bounce_imap::Mailbox::from_url(url.expose()).map_err(anyhow::Error::msg)?;
+        let mut mailbox = crate::feedback::mailbox::Mailbox::from_url(url.expose())
+            .map_err(anyhow::Error::msg)?;
         if let Some(path) = &self.bounce_imap_ca_file {
             let pem = std::fs::read(path).map_err(|e| {
                 anyhow::anyhow!("cannot read the IMAP CA file {} ({e}): fix --bounce-imap-ca-file / MAILROOM_BOUNCE_IMAP_CA_FILE", path.display())
             })?;
             mailbox.ca_pem = Some(pem);
         }
-        Ok(Some(crate::bounce_imap::Config {
+        Ok(Some(crate::feedback::mailbox::Config {
             mailbox,
             every: std::time::Duration::from_secs(self.bounce_imap_seconds.max(1)),
             timeout: std::time::Duration::from_secs(self.smtp_timeout_seconds.max(1)),
@@ -462,10 +465,10 @@ impl WorkerArgs {
     /// The delivery worker's configuration.
     pub fn delivery(
         &self,
-        transport: crate::delivery::Transport,
+        transport: crate::workers::delivery::Transport,
         keys: app::unsubscribe::Keys,
-    ) -> crate::delivery::Config {
-        crate::delivery::Config {
+    ) -> crate::workers::delivery::Config {
+        crate::workers::delivery::Config {
             transport,
             connections: self.smtp_connections.max(1),
             batch: self.delivery_batch.max(1),
@@ -474,11 +477,11 @@ impl WorkerArgs {
             backoff: app::domain::Backoff::default(),
             message_id_domain: self.message_id_domain.clone(),
             rate_per_second: self.smtp_rate_per_second.filter(|r| *r > 0.0),
-            links: crate::delivery::Links {
+            links: crate::workers::delivery::Links {
                 public_url: self.public_url.clone(),
                 keys,
             },
-            progress: crate::progress::Notifier::default(),
+            progress: crate::workers::progress::Notifier::default(),
             held: Default::default(),
             marks_ahead: usize::from(self.delivery_marks_ahead),
             outcome_gather: std::time::Duration::from_millis(self.delivery_outcome_gather_ms),
@@ -495,13 +498,13 @@ impl WorkerArgs {
     /// What the worker host runs: every setting checked and converted once, here.
     pub fn plan(
         &self,
-        transport: crate::delivery::Transport,
+        transport: crate::workers::delivery::Transport,
         unsubscribe_keys: app::unsubscribe::Keys,
         captured_dir: PathBuf,
-        bounce_imap: Option<crate::bounce_imap::Config>,
-    ) -> crate::worker::Plan {
+        bounce_imap: Option<crate::feedback::mailbox::Config>,
+    ) -> crate::workers::host::Plan {
         use std::time::Duration;
-        crate::worker::Plan {
+        crate::workers::host::Plan {
             heartbeat: Duration::from_secs(self.heartbeat_seconds.max(1)),
             campaign: self.campaign(),
             leader: self.leader(),
@@ -515,16 +518,16 @@ impl WorkerArgs {
     }
 
     /// The campaign worker's configuration.
-    pub fn campaign(&self) -> crate::campaign::Config {
-        crate::campaign::Config {
+    pub fn campaign(&self) -> crate::workers::campaign::Config {
+        crate::workers::campaign::Config {
             tick: std::time::Duration::from_secs(self.campaign_tick_seconds.max(1)),
             batch: self.campaign_batch.max(1),
             watermark: self.campaign_watermark.max(0),
         }
     }
 
-    pub fn leader(&self) -> crate::leader::Config {
-        crate::leader::Config {
+    pub fn leader(&self) -> crate::workers::leader::Config {
+        crate::workers::leader::Config {
             lease_seconds: self.leader_lease_seconds.max(1.0),
             retention_days: self.retention_days.max(1.0),
             bin_days: self.campaign_bin_days.max(0.0),

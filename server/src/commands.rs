@@ -5,10 +5,12 @@ use anyhow::anyhow;
 use crate::cli::{
     Cli, Command, OrgAddArgs, OrgCommand, ServeArgs, UserAddArgs, UserCommand, UserPasswordArgs,
 };
-use crate::database::{Database, Migrations};
-use crate::secret::Secret;
-use crate::shutdown::Shutdown;
-use crate::{demo, http, worker};
+use crate::http;
+use crate::ops::database::{Database, Migrations};
+use crate::ops::demo;
+use crate::ops::secret::Secret;
+use crate::ops::shutdown::Shutdown;
+use crate::workers::host;
 
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match &cli.command {
@@ -23,10 +25,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 Ok(keys) => keys,
                 Err(e) => return db.close().await.and(Err(e)),
             };
-            worker::run(
+            host::run(
                 db.pool.clone(),
                 args.plan(transport, keys, cli.captured_dir(), bounce_imap),
-                worker::Mode::Worker,
+                host::Mode::Worker,
                 shutdown,
             )
             .await;
@@ -84,8 +86,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             );
             Ok(())
         }
-        Command::Backup(args) => crate::backup::backup(&cli, args).await,
-        Command::Restore(args) => crate::backup::restore(&cli, args).await,
+        Command::Backup(args) => crate::ops::backup::backup(&cli, args).await,
+        Command::Restore(args) => crate::ops::backup::restore(&cli, args).await,
         Command::User(UserCommand::Password(args)) => {
             let db = Database::open(&cli.database(), Migrations::Tolerant).await?;
             let result = user_password(&db, args).await;
@@ -101,8 +103,11 @@ async fn unsubscribe_keys(
     db: &Database,
     args: &crate::cli::WorkerArgs,
 ) -> anyhow::Result<app::unsubscribe::Keys> {
-    crate::unsubscribe::load_keys(&db.pool, args.unsubscribe_keys.as_ref().map(Secret::expose))
-        .await
+    crate::http::unsubscribe::load_keys(
+        &db.pool,
+        args.unsubscribe_keys.as_ref().map(Secret::expose),
+    )
+    .await
 }
 
 async fn serve(cli: &Cli, args: &ServeArgs) -> anyhow::Result<()> {
@@ -131,7 +136,7 @@ async fn serve(cli: &Cli, args: &ServeArgs) -> anyhow::Result<()> {
     let edge = http::Edge {
         trust_proxy: args.trust_proxy,
         request_timeout: std::time::Duration::from_secs(args.request_timeout_seconds),
-        listen: crate::listen::Limits {
+        listen: crate::http::listen::Limits {
             header_read_timeout: std::time::Duration::from_secs(args.header_read_timeout_seconds),
             per_client: if args.trust_proxy {
                 0
@@ -146,7 +151,7 @@ async fn serve(cli: &Cli, args: &ServeArgs) -> anyhow::Result<()> {
             per_second: args.api_rate_per_second,
             burst: args.api_burst.max(1.0),
         },
-        signup_limits: crate::signup::Limits {
+        signup_limits: crate::http::signup::Limits {
             per_hour: args.signup_per_hour.max(0.01),
             burst: args.signup_burst.max(1.0),
         },
@@ -173,7 +178,7 @@ async fn serve(cli: &Cli, args: &ServeArgs) -> anyhow::Result<()> {
     let bounces = match args.bounce_listen {
         Some(at) => match tokio::net::TcpListener::bind(at).await {
             Ok(l) => {
-                let cfg = crate::bounce_intake::Config {
+                let cfg = crate::feedback::listener::Config {
                     hostname: url::Url::parse(&args.worker.public_url)
                         .ok()
                         .and_then(|u| u.host_str().map(str::to_owned))
@@ -193,7 +198,7 @@ async fn serve(cli: &Cli, args: &ServeArgs) -> anyhow::Result<()> {
                     );
                 }
                 tracing::info!(addr = %l.local_addr()?, "bounce intake listening");
-                Some(tokio::spawn(crate::bounce_intake::serve(
+                Some(tokio::spawn(crate::feedback::listener::serve(
                     l,
                     db.pool.clone(),
                     cfg,
@@ -208,11 +213,11 @@ async fn serve(cli: &Cli, args: &ServeArgs) -> anyhow::Result<()> {
         None => None,
     };
     let workers = (!args.no_workers).then(|| {
-        tokio::spawn(worker::run(
+        tokio::spawn(host::run(
             db.pool.clone(),
             args.worker
                 .plan(transport, keys, cli.captured_dir(), bounce_imap),
-            worker::Mode::Serve,
+            host::Mode::Serve,
             shutdown.clone(),
         ))
     });
@@ -227,7 +232,7 @@ async fn serve(cli: &Cli, args: &ServeArgs) -> anyhow::Result<()> {
     }
     println!("Mailroom is ready at http://{addr}");
     // The peer's address is the client's, unless --trust-proxy (login throttling counts by it).
-    crate::listen::serve(listener, app, edge.listen, shutdown.clone()).await;
+    crate::http::listen::serve(listener, app, edge.listen, shutdown.clone()).await;
     if let Some(workers) = workers {
         let _ = workers.await;
     }
@@ -316,7 +321,7 @@ impl Site {
                 ))
             };
         }
-        if crate::site_assets::embedded() {
+        if crate::http::site_assets::embedded() {
             return Ok(Site::Embedded);
         }
         let candidates = std::env::var_os("LEPTOS_SITE_ROOT")

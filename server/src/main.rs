@@ -1,7 +1,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use mailroom::{cli::Cli, commands, telemetry};
+use mailroom::{cli::Cli, commands, ops::telemetry};
 
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {

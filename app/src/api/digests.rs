@@ -201,7 +201,7 @@ pub async fn digest_preview() -> Result<Preview, AppError> {
 #[server(endpoint = "digest_resend_dialog")]
 pub async fn resend_dialog() -> Result<ResendConfirmation, AppError> {
     let (me, pool) = super::signed_in_to_act().await?;
-    let signing = crate::resend_key::key(&pool).await?;
+    let signing = crate::signing::Purpose::DigestResend.key(&pool).await?;
     let mut conn = pool.acquire().await?;
     let issued = digest::issue_manual_key(&mut conn).await?;
     let key = crate::resend_key::issue(&signing, me.org_id, me.user_id, issued);
@@ -229,7 +229,7 @@ pub async fn resend_dialog() -> Result<ResendConfirmation, AppError> {
 pub async fn resend_digest(key: String, only_me: Option<String>) -> Result<String, AppError> {
     use crate::digest::{resend, Resent, Templates};
     let (me, pool) = super::signed_in_to_act().await?;
-    let signing = crate::resend_key::key(&pool).await?;
+    let signing = crate::signing::Purpose::DigestResend.key(&pool).await?;
     let key = crate::resend_key::verify(&signing, me.org_id, me.user_id, key.trim()).ok_or_else(
         || {
             AppError::Invalid(

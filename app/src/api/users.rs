@@ -82,7 +82,7 @@ pub async fn invite_user(email: String, name: String, role: String) -> Result<St
             .unwrap_or_default()
             .to_owned()
     });
-    let key = crate::password_token::key(&pool).await?;
+    let key = crate::signing::Purpose::PasswordToken.key(&pool).await?;
     let mut tx = pool.begin().await?;
     let created = user::create(
         &mut tx,
@@ -230,7 +230,7 @@ pub async fn reset_password(user_id: i64) -> Result<String, AppError> {
     if !me.role.manages_org() {
         return Err(AppError::Forbidden);
     }
-    let key = crate::password_token::key(&pool).await?;
+    let key = crate::signing::Purpose::PasswordToken.key(&pool).await?;
     let mut tx = pool.begin().await?;
     let (user, _) = user::admin::lock_with_owners(&mut tx, me.org_id, user_id)
         .await?

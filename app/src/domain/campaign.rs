@@ -81,7 +81,9 @@ impl FromStr for CampaignStatus {
 }
 
 /// A change of a campaign's state: from which states it may happen, and to which it leads.
+/// Sent and read by its [`Transition::verb`] (`"submit"`, …): the dashboard's forms post it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Transition {
     Submit,
     Approve,
@@ -377,6 +379,22 @@ mod content_tests {
 
     #[test]
     fn admins_ask_for_their_transitions_by_name_only() {
+        for t in [
+            Transition::Submit,
+            Transition::Approve,
+            Transition::Reject,
+            Transition::Start,
+            Transition::Pause,
+            Transition::Resume,
+            Transition::Cancel,
+            Transition::Finish,
+        ] {
+            assert_eq!(
+                serde_json::to_value(t).unwrap(),
+                serde_json::Value::from(t.verb()),
+                "a transition travels as its verb"
+            );
+        }
         assert_eq!(Transition::from_verb("approve"), Some(Transition::Approve));
         assert_eq!(
             Transition::from_verb("start"),

@@ -189,6 +189,30 @@ impl FromStr for DeliveryCursor {
     }
 }
 
+/// Why an attempt failed for good: the decision travels as this, the relay's reply only as
+/// text to show.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Failure {
+    /// The relay refused the message for good (5xx).
+    Refused,
+    /// The relay said the mailbox does not exist: the address is suppressed too.
+    HardBounce,
+    /// Every attempt the backoff allows was turned away for now.
+    GaveUp,
+    /// The message could not be built (a bad address, no content): no attempt would change it.
+    Unsendable,
+}
+
+impl Failure {
+    /// The reply as the Deliveries page and the API show it.
+    pub fn shown(self, reply: &str) -> std::borrow::Cow<'_, str> {
+        match self {
+            Failure::HardBounce => format!("hard bounce: {reply}").into(),
+            Failure::Refused | Failure::GaveUp | Failure::Unsendable => reply.into(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -133,7 +133,7 @@ pub use bounce::{
     RelayEvent, MAX_DIAGNOSTIC,
 };
 pub use campaign::{BodyFormat, CampaignContent, CampaignStatus, Transition, TransitionError};
-pub use delivery::{DeliveryCursor, DeliveryKind, DeliveryStatus};
+pub use delivery::{DeliveryCursor, DeliveryKind, DeliveryStatus, Failure};
 pub use dkim::{DkimDomain, DkimNameError, DkimSelector};
 #[cfg(feature = "ssr")]
 pub use email::erased_form;

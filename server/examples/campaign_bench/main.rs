@@ -189,7 +189,7 @@ async fn main() -> anyhow::Result<()> {
         .prefix("mrcbench")
         .tempdir_in("/tmp")?;
     let pg = EmbeddedPg::open(data.path(), embedded_pg::Options::default()).await?;
-    let pool = mailroom::database::connect(pg.connect_options(embedded_pg::DATABASE)).await?;
+    let pool = mailroom::ops::database::connect(pg.connect_options(embedded_pg::DATABASE)).await?;
     app::db::migrate::run(&pool, true).await?;
     let (org, users) =
         support::org_with_admins(&pool, "bench", dashboard::EMAIL, dashboard::PASSWORD).await?;
@@ -200,7 +200,7 @@ async fn main() -> anyhow::Result<()> {
     println!("seeded {big} addresses (+{} case variants) on 3 overlapping lists in {:.1}s (not measured)", big / 10, t.elapsed().as_secs_f64());
     let big_id = campaign(&pool, org, users, &big_lists, false).await?;
     let t = Instant::now();
-    let started = mailroom::campaign::start_due(&pool).await?;
+    let started = mailroom::workers::campaign::start_due(&pool).await?;
     let engine = t.elapsed().as_secs_f64();
     println!("materialise (start + INSERT … SELECT DISTINCT ON, one transaction): {:?} recipients in {engine:.2}s", started);
     // The same statement, bare, in psql (rolled back), for the ratio.
@@ -247,7 +247,7 @@ async fn main() -> anyhow::Result<()> {
     // drains the delivery queue here).
     let lists = audience(&pool, org, "h", e2e).await?;
     let id = campaign(&pool, org, users, &lists, false).await?;
-    mailroom::campaign::start_due(&pool).await?;
+    mailroom::workers::campaign::start_due(&pool).await?;
     for batch in [20, 100, 500] {
         for workers in [1, 2] {
             let rate = hand_off_rate(&pool, id, batch, workers).await?;
@@ -268,7 +268,7 @@ async fn main() -> anyhow::Result<()> {
     // A small campaign, for the worker's RSS at 10,000 recipients.
     let small_lists = audience(&pool, org, "s", 10_000).await?;
     let small = campaign(&pool, org, users, &small_lists, false).await?;
-    mailroom::campaign::start_due(&pool).await?;
+    mailroom::workers::campaign::start_due(&pool).await?;
     let (rate, peak, n) = end_to_end(
         bin,
         data.path(),

@@ -253,8 +253,8 @@ async fn a_reached_subscriber_cannot_be_removed_but_erased_everywhere_and_stays_
     let id =
         crate::support::fixtures::approved(&pool, org, users[0].0, users[1].0, &lists, "Hi").await;
     // The campaign starts and hands its sends off; nothing is delivered yet.
-    let notifier = mailroom::progress::Notifier::default();
-    mailroom::campaign::round(&pool, &crate::support::fixtures::cfg(), &notifier)
+    let notifier = mailroom::workers::progress::Notifier::default();
+    mailroom::workers::campaign::round(&pool, &crate::support::fixtures::cfg(), &notifier)
         .await
         .unwrap();
     let (subscriber, lower): (i64, String) = sqlx::query_as(
@@ -327,12 +327,14 @@ async fn a_reached_subscriber_cannot_be_removed_but_erased_everywhere_and_stays_
     assert!(r["Conflict"].as_str().unwrap().contains("erased"), "{r}");
     // The campaign still accounts for everyone: the erased recipient ends suppressed, not sent.
     let sink = testkit::SmtpSink::start();
-    let mut worker =
-        mailroom::delivery::Worker::new(pool.clone(), crate::support::fixtures::config(&sink), "t");
+    let mut worker = mailroom::workers::delivery::Worker::new(
+        pool.clone(),
+        crate::support::fixtures::config(&sink),
+        "t",
+    );
     for _ in 0..50 {
-        worker.round().await.unwrap();
+        worker.drain().await.unwrap();
     }
-    worker.close().await;
     assert!(sink
         .messages()
         .iter()

@@ -7,9 +7,9 @@
 use std::time::Duration;
 
 use app::domain::Role;
-use mailroom::bounce_imap::{poll_once, Config, Mailbox, Pass};
-use mailroom::bounce_mail::BounceMail;
-use mailroom::shutdown::Shutdown;
+use mailroom::feedback::attribution::BounceMail;
+use mailroom::feedback::mailbox::{poll_once, Config, Mailbox, Pass};
+use mailroom::ops::shutdown::Shutdown;
 use nix::sys::signal::Signal;
 use sqlx::PgPool;
 use testkit::reports::{arf, dsn};
@@ -40,7 +40,7 @@ async fn pass(pool: &PgPool, cfg: &Config) -> Pass {
 /// Each delivery's DSN as its MTA would leave it in the mailbox (`Delivered-To` is the VERP
 /// address it came to).
 async fn dsns_for(pool: &PgPool, org: i64, jobs: &[(app::domain::JobId, String)]) -> Vec<String> {
-    let key = app::verp::key(pool).await.unwrap();
+    let key = app::signing::Purpose::Verp.key(pool).await.unwrap();
     jobs.iter()
         .enumerate()
         .map(|(i, (job, to))| {
@@ -67,7 +67,7 @@ async fn reports_are_recorded_once_and_removed_and_other_mail_is_left_seen() {
     let (org, users) = org_with_users(&pool, "acme", &[Role::Owner]).await;
     set_bounce_domain(&pool, org, DOMAIN).await;
     let (_, jobs) = delivered_campaign(&pool, org, users[0].0, "sent", 51).await;
-    let key = app::verp::key(&pool).await.unwrap();
+    let key = app::signing::Purpose::Verp.key(&pool).await.unwrap();
     let mut imap = server.client().await;
     imap.create("Bounces").await;
     for m in dsns_for(&pool, org, &jobs[..50]).await {
@@ -277,7 +277,7 @@ fn worker_processes_killed_while_reading_lose_and_double_nothing() {
         // Its lease outlives it: the next process may take the lease only after it expires.
         rt.block_on(
             sqlx::query("update leader_lease set expires_at = now() where name = $1")
-                .bind(mailroom::bounce_imap::LEASE)
+                .bind(mailroom::feedback::mailbox::LEASE)
                 .execute(&pool),
         )
         .unwrap();

@@ -18,7 +18,7 @@ use crate::support::test_app::{json, marked, signed_in, spawn_app};
 
 /// The listener with its defaults.
 async fn listener(pool: &PgPool) -> SocketAddr {
-    crate::support::bounces::listener(pool, mailroom::bounce_intake::Config::default()).await
+    crate::support::bounces::listener(pool, mailroom::feedback::listener::Config::default()).await
 }
 
 #[tokio::test]
@@ -29,7 +29,7 @@ async fn ten_thousand_dsns_from_twenty_connections_are_each_attributed_once() {
     let (org, users) = org_with_users(&pool, "acme", &[Role::Owner]).await;
     set_bounce_domain(&pool, org, "bounce.acme.test").await;
     let (_, jobs) = delivered_campaign(&pool, org, users[0].0, "sent", N as i64).await;
-    let key = app::verp::key(&pool).await.unwrap();
+    let key = app::signing::Purpose::Verp.key(&pool).await.unwrap();
     let mail: Vec<(String, String)> = jobs
         .iter()
         .enumerate()
@@ -108,7 +108,7 @@ async fn forged_foreign_and_unknown_recipients_are_refused_before_data() {
     set_bounce_domain(&pool, b, "bounce.globex.test").await;
     let (_, jobs_a) = delivered_campaign(&pool, a, users_a[0].0, "sent", 3).await;
     let (_, jobs_b) = delivered_campaign(&pool, b, users_b[0].0, "sent", 1).await;
-    let key = app::verp::key(&pool).await.unwrap();
+    let key = app::signing::Purpose::Verp.key(&pool).await.unwrap();
     let addr = listener(&pool).await;
     let mut c = ReportClient::connect(addr).await.unwrap();
     let (job, to) = &jobs_a[0];
@@ -203,7 +203,7 @@ async fn reports_through_one_token_naming_other_addresses_change_nothing_for_the
     let (org, users) = org_with_users(&pool, "acme", &[Role::Owner]).await;
     set_bounce_domain(&pool, org, "bounce.acme.test").await;
     let (campaign, jobs) = delivered_campaign(&pool, org, users[0].0, "sending", 600).await;
-    let key = app::verp::key(&pool).await.unwrap();
+    let key = app::signing::Purpose::Verp.key(&pool).await.unwrap();
     let (job_x, x) = &jobs[0];
     let verp_x = app::verp::address(&key, org, job_x, "bounce.acme.test").unwrap();
     let victims: Vec<&str> = jobs[1..151].iter().map(|(_, to)| to.as_str()).collect();
@@ -333,7 +333,7 @@ async fn a_campaign_sent_with_verp_then_three_percent_bounced_shows_the_rate_and
 
     // Every envelope sender is a VERP address at the bounce domain naming its own delivery;
     // the relay's queue id from its 250 reply is kept.
-    let key = app::verp::key(&pool).await.unwrap();
+    let key = app::signing::Purpose::Verp.key(&pool).await.unwrap();
     for m in &messages {
         let token = app::verp::verify_address(&key, org, &m.from);
         let Some(app::verp::VerpRef::Job(JobId::Campaign { campaign_id, .. })) = token else {
@@ -407,7 +407,7 @@ async fn a_sending_campaign_pauses_itself_once_at_the_bounce_rate_and_says_why()
             .unwrap();
     }
     let (cid, jobs) = delivered_campaign(&pool, org, users[0].0, "sending", 200).await;
-    let key = app::verp::key(&pool).await.unwrap();
+    let key = app::signing::Purpose::Verp.key(&pool).await.unwrap();
     let addr = listener(&pool).await;
     // Twelve bounces (6 %) mailed at once over four connections: the tenth crosses 5 %.
     let mut tasks = Vec::new();
@@ -498,7 +498,7 @@ async fn reports_about_an_erased_subscriber_attach_to_the_hash_and_never_bring_t
     let (org, users) = org_with_users(&pool, "acme", &[Role::Owner]).await;
     set_bounce_domain(&pool, org, "bounce.acme.test").await;
     let (_, jobs) = delivered_campaign(&pool, org, users[0].0, "sent", 2).await;
-    let key = app::verp::key(&pool).await.unwrap();
+    let key = app::signing::Purpose::Verp.key(&pool).await.unwrap();
     let addr = listener(&pool).await;
     let (job, to) = &jobs[0];
     let rcpt = app::verp::address(&key, org, job, "bounce.acme.test").unwrap();

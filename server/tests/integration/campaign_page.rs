@@ -48,7 +48,7 @@ async fn the_campaign_page_shows_each_phase_of_a_send_as_it_is() {
 
     // Sending: the bar, the current rate and ETA, and a chart with both scales.
     let id = approved(&pool, org, users[0].0, users[1].0, &lists, "Hi").await;
-    mailroom::campaign::start_due(&pool).await.unwrap();
+    mailroom::workers::campaign::start_due(&pool).await.unwrap();
     let html = page(&app, &admin, id).await;
     assert!(marked(&html, "not-started").is_none());
     assert_eq!(
@@ -112,7 +112,7 @@ async fn a_sent_campaign_shows_one_delivered_figure() {
         .await;
     let act = |verb: &str| CampaignAction {
         id,
-        verb: verb.into(),
+        verb: app::domain::Transition::from_verb(verb).unwrap(),
         version: 2,
         reason: String::new(),
     };
@@ -120,7 +120,7 @@ async fn a_sent_campaign_shows_one_delivered_figure() {
     assert_eq!(json(&body), "Campaign submitted.");
     let (_, body) = app.call_fn(&admin, act("approve")).await;
     assert_eq!(json(&body), "Campaign approved.");
-    mailroom::campaign::start_due(&pool).await.unwrap();
+    mailroom::workers::campaign::start_due(&pool).await.unwrap();
     let sink = SmtpSink::start();
     run_to_end(&pool, id, &sink).await;
 

@@ -7,7 +7,7 @@
 use app::api::campaign::edit::{CampaignSheet, NewCampaign, SaveCampaign};
 use app::api::campaign::test_send::SendTest;
 use app::domain::Role;
-use mailroom::delivery::Worker;
+use mailroom::workers::delivery::Worker;
 
 use crate::support::fixtures::audience_of;
 use crate::support::helpers::{org_with_users, test_db};
@@ -105,8 +105,7 @@ async fn a_test_send_goes_once_per_dialog_renders_the_version_shown_and_counts_n
     // The delivery worker sends them (the campaign is a draft: tests do not wait for sending).
     let sink = SmtpSink::start();
     let mut worker = Worker::new(pool.clone(), crate::support::fixtures::config(&sink), "t");
-    worker.round().await.unwrap();
-    worker.close().await;
+    worker.drain().await.unwrap();
     let got = sink.messages();
     assert_eq!(got.len(), 2);
     for m in &got {
@@ -180,8 +179,7 @@ async fn a_test_queued_before_an_edit_fails_with_the_reason_instead_of_sending_o
     let _ = org;
     let sink = SmtpSink::start();
     let mut worker = Worker::new(pool.clone(), crate::support::fixtures::config(&sink), "t");
-    worker.round().await.unwrap();
-    worker.close().await;
+    worker.drain().await.unwrap();
     assert!(sink.messages().is_empty());
     let (status, error): (String, String) = sqlx::query_as(
         "select status, coalesce(last_error, smtp_reply, '') from deliveries where kind = 'test'",
@@ -266,8 +264,7 @@ async fn a_test_send_never_reaches_a_suppressed_address() {
     suppress("late@example.com").await;
     let sink = SmtpSink::start();
     let mut worker = Worker::new(pool.clone(), crate::support::fixtures::config(&sink), "t");
-    worker.round().await.unwrap();
-    worker.close().await;
+    worker.drain().await.unwrap();
     assert!(
         sink.messages().is_empty(),
         "a suppressed address got a test"

@@ -8,7 +8,7 @@ use app::api::campaign::edit::{
     CampaignAction, CampaignSheet, CloneCampaign, NewCampaign, SaveCampaign,
 };
 use app::api::campaign::Campaigns;
-use app::domain::Role;
+use app::domain::{Role, Transition};
 use serde_json::Value;
 
 use crate::support::fixtures::audience_of;
@@ -26,7 +26,7 @@ fn conflict(body: &str) -> String {
 async fn act(app: &TestApp, c: &reqwest::Client, id: i64, verb: &str, version: i32) -> String {
     let action = CampaignAction {
         id,
-        verb: verb.into(),
+        verb: Transition::from_verb(verb).unwrap(),
         version,
         reason: String::new(),
     };
@@ -278,7 +278,7 @@ async fn rejecting_needs_a_reason_approval_to_nobody_is_refused_and_self_approva
     let reject = |reason: &'static str| {
         let action = CampaignAction {
             id,
-            verb: "reject".into(),
+            verb: Transition::Reject,
             version: 1,
             reason: reason.into(),
         };
@@ -415,7 +415,7 @@ async fn a_sending_campaign_pauses_and_resumes_once_and_lists_the_recipients_not
     let (lists, _) = audience_of(&pool, org, 10).await;
     let id =
         crate::support::fixtures::approved(&pool, org, users[0].0, users[1].0, &lists, "Hi").await;
-    mailroom::campaign::start_due(&pool).await.unwrap();
+    mailroom::workers::campaign::start_due(&pool).await.unwrap();
     app::db::campaign::sends::hand_off(&pool, 100, 0, 8)
         .await
         .unwrap();
@@ -492,7 +492,7 @@ async fn a_deleted_campaign_waits_in_the_bin_and_can_be_restored_but_a_sending_o
     let (lists, _) = audience_of(&pool, org, 5).await;
     let sending =
         crate::support::fixtures::approved(&pool, org, users[0].0, users[1].0, &lists, "Hi").await;
-    mailroom::campaign::start_due(&pool).await.unwrap();
+    mailroom::workers::campaign::start_due(&pool).await.unwrap();
     let app = spawn_app(pool.clone()).await;
     let a = signed_in(&app, &users[0].1, &users[0].2).await;
     let (_, body) = app

@@ -6,9 +6,9 @@ use std::collections::HashMap;
 
 use app::db::audience;
 use app::domain::{EmailAddress, Role, Transition};
-use mailroom::campaign;
-use mailroom::delivery::Worker;
-use mailroom::progress::Notifier;
+use mailroom::workers::campaign;
+use mailroom::workers::delivery::Worker;
+use mailroom::workers::progress::Notifier;
 use sqlx::PgPool;
 
 use crate::support::fixtures::{approved, audience_of, cfg, run_to_end, status};
@@ -204,8 +204,7 @@ async fn an_address_suppressed_while_paused_never_arrives_and_resume_finishes_th
         crate::support::fixtures::config(&sink),
         "paused",
     );
-    assert_eq!(worker.round().await.unwrap(), 0);
-    worker.close().await;
+    assert_eq!(worker.drain().await.unwrap(), 0);
     assert!(sink.messages().is_empty());
     app::db::campaign::states::change(&mut c, org, id, Transition::Resume)
         .await
@@ -253,7 +252,7 @@ async fn after_a_cancel_nothing_queued_is_sent_and_the_counts_add_up() {
         .await
         .unwrap();
     let mut worker = Worker::new(pool.clone(), crate::support::fixtures::config(&sink), "c");
-    worker.round().await.unwrap();
+    worker.drain().await.unwrap();
     let mut c = pool.acquire().await.unwrap();
     app::db::campaign::states::change(&mut c, org, id, Transition::Cancel)
         .await
@@ -264,9 +263,8 @@ async fn after_a_cancel_nothing_queued_is_sent_and_the_counts_add_up() {
     let notifier = Notifier::default();
     for _ in 0..5 {
         campaign::round(&pool, &cfg(), &notifier).await.unwrap();
-        while worker.round().await.unwrap() > 0 {}
+        while worker.drain().await.unwrap() > 0 {}
     }
-    worker.close().await;
     assert_eq!(
         sink.messages().len(),
         sent_before,

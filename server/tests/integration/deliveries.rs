@@ -240,6 +240,7 @@ async fn a_reaped_and_reclaimed_delivery_ignores_the_slow_workers_late_result() 
             job.clone(),
             slow.attempt,
             Outcome::Failed {
+                failure: app::domain::Failure::Refused,
                 reply: "550 late".into(),
             },
         )],
@@ -529,6 +530,7 @@ async fn progress_slots_move_in_the_same_statement_as_each_result() {
         outcome(
             1,
             Outcome::Failed {
+                failure: app::domain::Failure::Refused,
                 reply: "550 no".into(),
             },
         ),

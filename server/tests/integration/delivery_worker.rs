@@ -4,8 +4,8 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use app::domain::{Backoff, JobId, Role};
-use mailroom::delivery::{Config, Transport, Worker};
 use mailroom::smtp::Target;
+use mailroom::workers::delivery::{Config, Transport, Worker};
 
 use crate::support::fixtures::{config, config_for_capture};
 use crate::support::helpers::{enqueue_test_mail_to, org_with_users, test_db};
@@ -29,7 +29,7 @@ async fn racing_workers_deliver_each_message_exactly_once_and_classify_refusals(
             let (pool, cfg) = (pool.clone(), config(&sink));
             tokio::spawn(async move {
                 let mut worker = Worker::new(pool, cfg, "racer");
-                while worker.round().await.unwrap() > 0 {}
+                while worker.drain().await.unwrap() > 0 {}
             })
         })
         .collect();
@@ -215,9 +215,9 @@ async fn the_global_rate_limit_caps_what_a_round_claims() {
         .unwrap();
     let mut one = Worker::new(pool.clone(), cfg.clone(), "one");
     let mut two = Worker::new(pool.clone(), cfg, "two");
-    let (a, b) = tokio::join!(one.round(), two.round());
+    let (a, b) = tokio::join!(one.drain(), two.drain());
     assert_eq!(a.unwrap() + b.unwrap(), 12);
-    assert_eq!(one.round().await.unwrap(), 0, "no tokens left");
+    assert_eq!(one.drain().await.unwrap(), 0, "no tokens left");
     assert_eq!(sink.messages().len(), 12);
 }
 
@@ -257,8 +257,7 @@ async fn every_smtp_fault_ends_in_the_right_state_attempt_and_reply() {
         ..config_for_capture(std::path::PathBuf::new())
     };
     let mut worker = Worker::new(pool.clone(), cfg, "faults");
-    assert_eq!(worker.round().await.unwrap(), cases.len() + 1);
-    worker.close().await;
+    assert_eq!(worker.drain().await.unwrap(), cases.len() + 1);
 
     type Row = (String, String, i32, Option<String>, Option<String>);
     let rows: Vec<Row> = sqlx::query_as(
@@ -338,7 +337,7 @@ async fn without_smtp_mail_is_captured_to_files_the_dashboard_can_read() {
     enqueue_test_mail_to(&pool, org, "cap", &addresses).await;
     let dir = tempfile::tempdir().unwrap();
     let mut worker = Worker::new(pool.clone(), config_for_capture(dir.path().into()), "cap");
-    while worker.round().await.unwrap() > 0 {}
+    while worker.drain().await.unwrap() > 0 {}
 
     let rows: Vec<(String, String, String)> =
         sqlx::query_as("select job_id, status, smtp_reply from deliveries")

@@ -342,7 +342,7 @@ async fn an_org_failing_on_the_database_is_narrowed_down_and_the_rest_of_its_chu
 
 #[tokio::test]
 async fn the_worker_sends_a_digest_as_text_and_html_with_its_own_message_id() {
-    use mailroom::delivery::Worker;
+    use mailroom::workers::delivery::Worker;
     let pool = test_db().await;
     let (org, users) = busy_org(&pool, "acme").await;
     tick(&pool, Some(monday()), CHUNK, Templates::builtin())
@@ -358,8 +358,7 @@ async fn the_worker_sends_a_digest_as_text_and_html_with_its_own_message_id() {
         crate::support::fixtures::config(&sink),
         "digest",
     );
-    while worker.round().await.unwrap() > 0 {}
-    worker.close().await;
+    while worker.drain().await.unwrap() > 0 {}
     let got = sink.messages();
     assert_eq!(got.len(), 2);
     let owner = got

@@ -175,7 +175,10 @@ async fn a_resend_dialog_submitted_twice_sends_once_and_a_forged_old_key_is_refu
 
     // Only keys the server issued, to this admin, are taken; an issued one expires.
     let issued: i64 = key.split('-').next().unwrap().parse().unwrap();
-    let signing = app::resend_key::key(&pool).await.unwrap();
+    let signing = app::signing::Purpose::DigestResend
+        .key(&pool)
+        .await
+        .unwrap();
     let old = app::resend_key::issue(&signing, org, users[0].0, issued - 16 * 60);
     let (status, body) = app.call_fn(&owner, resend(&old, Some("on"))).await;
     assert_eq!(status, 410, "{body}");

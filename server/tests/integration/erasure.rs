@@ -7,7 +7,7 @@
 use app::api::subscribers::{AddSubscriber, EraseSubscriber, RemoveSubscriber, SaveSubscriber};
 use app::api::suppressions::AddSuppressions;
 use app::domain::{ApiScope, Role};
-use mailroom::delivery::Worker;
+use mailroom::workers::delivery::Worker;
 use reqwest::StatusCode;
 
 use super::rest_api::{send, token};
@@ -29,8 +29,7 @@ async fn rows_naming(pool: &sqlx::PgPool, table: &str, needle: &str) -> i64 {
 /// Sends everything queued, capturing it into `dir`.
 async fn capture_all(pool: &sqlx::PgPool, dir: &std::path::Path) {
     let mut worker = Worker::new(pool.clone(), config_for_capture(dir.into()), "erasure");
-    while worker.round().await.unwrap() > 0 {}
-    worker.close().await;
+    while worker.drain().await.unwrap() > 0 {}
 }
 
 /// Posts a form to `path` as a visitor from `ip` (the app trusts `X-Forwarded-For`).

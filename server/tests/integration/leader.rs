@@ -264,6 +264,9 @@ async fn retention_clears_old_details_and_files_but_keeps_the_ledger_rows() {
         .unwrap()
         .set_modified(forty_days_ago)
         .unwrap();
-    assert_eq!(mailroom::leader::trim_captured(dir.path(), 30.0).await, 1);
+    assert_eq!(
+        mailroom::workers::leader::trim_captured(dir.path(), 30.0).await,
+        1
+    );
     assert!(!old.exists() && new.exists());
 }

@@ -1,7 +1,7 @@
 //! `/metrics`: Prometheus text with the figures an operator alerts on.
 
 use app::domain::Role;
-use mailroom::delivery::Worker;
+use mailroom::workers::delivery::Worker;
 
 use crate::support::helpers::{org_with_users, test_db};
 use crate::support::test_app::spawn_app;
@@ -81,7 +81,7 @@ async fn metrics_report_deliveries_queue_depth_age_latency_and_leader_epoch() {
     let sink = SmtpSink::start();
     let mut worker = Worker::new(pool.clone(), crate::support::fixtures::config(&sink), "m");
     let sent_before = value(&before, "mailroom_smtp_latency_seconds_count");
-    while worker.round().await.unwrap() > 0 {}
+    while worker.drain().await.unwrap() > 0 {}
     let after = scrape().await;
     assert_eq!(
         value(&after, r#"mailroom_deliveries{status="delivered"}"#),

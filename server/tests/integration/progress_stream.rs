@@ -53,7 +53,7 @@ async fn a_campaign_page_streams_every_replicas_progress_and_rereads_when_a_noti
     let (_, others) = org_with_users(&pool, "other", &[Role::Owner]).await;
     let (lists, _) = audience_of(&pool, org, 30).await;
     let id = approved(&pool, org, users[0].0, users[1].0, &lists, "Hi").await;
-    mailroom::campaign::start_due(&pool).await.unwrap();
+    mailroom::workers::campaign::start_due(&pool).await.unwrap();
     let app = spawn_app(pool.clone()).await;
 
     // Not signed in: refused; another organisation's campaign looks missing.
@@ -86,7 +86,7 @@ async fn a_campaign_page_streams_every_replicas_progress_and_rereads_when_a_noti
         .await
         .unwrap();
     assert_eq!(h.handed_off, 10);
-    app::db::campaign::states::notify_progress(&pool, mailroom::progress::CHANNEL, &[id])
+    app::db::campaign::states::notify_progress(&pool, mailroom::workers::progress::CHANNEL, &[id])
         .await
         .unwrap();
     let moved = events.next(3).await.unwrap();
@@ -131,7 +131,7 @@ async fn a_campaign_page_streams_every_replicas_progress_and_rereads_when_a_noti
         .await
         .unwrap();
     assert_eq!(h.handed_off, 5);
-    app::db::campaign::states::notify_progress(&pool, mailroom::progress::CHANNEL, &[id])
+    app::db::campaign::states::notify_progress(&pool, mailroom::workers::progress::CHANNEL, &[id])
         .await
         .unwrap();
     let after = events.next(3).await.unwrap();
@@ -146,7 +146,7 @@ async fn a_campaign_page_streams_every_replicas_progress_and_rereads_when_a_noti
 /// Retry-After); closing one frees its place, and another session is not affected.
 #[tokio::test]
 async fn a_session_holds_a_bounded_number_of_progress_streams() {
-    use mailroom::progress_stream::MAX_STREAMS_PER_SESSION;
+    use mailroom::http::progress_stream::MAX_STREAMS_PER_SESSION;
     let pool = test_db().await;
     let (org, users) = org_with_users(&pool, "acme", &[Role::Owner, Role::Admin]).await;
     let (lists, _) = audience_of(&pool, org, 3).await;

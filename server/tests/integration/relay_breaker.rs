@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use app::domain::relay::BreakerPolicy;
 use app::domain::{Backoff, Role};
-use mailroom::delivery::Worker;
-use mailroom::shutdown::Shutdown;
+use mailroom::ops::shutdown::Shutdown;
+use mailroom::workers::delivery::Worker;
 use sqlx::PgPool;
 use testkit::{SinkOptions, SmtpSink};
 

@@ -197,7 +197,7 @@ fn app_config() -> app::api::ApiConfig {
 /// before the head timeout), the kept ones stay open, and other clients are served all along.
 #[tokio::test]
 async fn a_client_holding_many_connections_cannot_starve_the_others() {
-    use mailroom::listen::Limits;
+    use mailroom::http::listen::Limits;
     let edge = Edge {
         listen: Limits {
             header_read_timeout: Duration::from_secs(600),
@@ -250,7 +250,7 @@ async fn a_client_holding_many_connections_cannot_starve_the_others() {
 /// out of file descriptors.
 #[tokio::test]
 async fn unfinished_request_heads_are_closed_after_the_header_read_timeout() {
-    use mailroom::listen::Limits;
+    use mailroom::http::listen::Limits;
     let edge = Edge {
         listen: Limits {
             header_read_timeout: Duration::from_secs(1),

@@ -6,7 +6,7 @@
 
 use app::api::templates::{SaveTemplate, Template};
 use app::domain::{ApiScope, Role};
-use mailroom::delivery::Worker;
+use mailroom::workers::delivery::Worker;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 use testkit::SmtpSink;
@@ -91,8 +91,7 @@ async fn post(
 
 async fn deliver(pool: &sqlx::PgPool, sink: &SmtpSink) {
     let mut worker = Worker::new(pool.clone(), crate::support::fixtures::config(sink), "t");
-    worker.round().await.unwrap();
-    worker.close().await;
+    worker.drain().await.unwrap();
 }
 
 fn receipt(to: &str, total: &str) -> Value {
@@ -515,8 +514,7 @@ async fn a_captured_message_reply_shows_no_server_path() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = crate::support::fixtures::config_for_capture(dir.path().into());
     let mut worker = Worker::new(s.pool.clone(), cfg, "cap");
-    while worker.round().await.unwrap() > 0 {}
-    worker.close().await;
+    while worker.drain().await.unwrap() > 0 {}
     let file = app::capture::path_for(dir.path(), s.org, &id);
     assert!(file.exists(), "captured to {}", file.display());
     let dir_text = dir.path().display().to_string();

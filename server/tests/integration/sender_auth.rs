@@ -23,7 +23,7 @@ use mail_auth::hickory_resolver::config::{ResolverConfig, ResolverOpts};
 use mail_auth::{
     AuthenticatedMessage, DkimResult, MessageAuthenticator, Parameters, ResolverCache, Txt,
 };
-use mailroom::delivery::Worker;
+use mailroom::workers::delivery::Worker;
 use serde_json::Value;
 use sqlx::PgPool;
 
@@ -198,10 +198,9 @@ async fn dkim_signed_mail_verifies_against_the_published_record_and_fails_once_a
     let sink = SmtpSink::start();
     let mut worker = Worker::new(pool.clone(), config(&sink), "dkim");
     enqueue_test_mail_to(&pool, org, "dkim", &["plain@example.com".to_string()]).await;
-    while worker.round().await.unwrap() > 0 {}
+    while worker.drain().await.unwrap() > 0 {}
     queue_campaign_test(&app, &admin, "rich@example.com").await;
-    while worker.round().await.unwrap() > 0 {}
-    worker.close().await;
+    while worker.drain().await.unwrap() > 0 {}
     let got = sink.messages();
     let states: Vec<(String, String, Option<String>)> =
         sqlx::query_as("select job_id, status, coalesce(smtp_reply, last_error) from deliveries")
@@ -273,8 +272,7 @@ async fn dkim_signed_mail_verifies_against_the_published_record_and_fails_once_a
     let (status, body) = app.call_fn(&owner, SetDkimEnabled { enabled: false }).await;
     assert_eq!(status, 200, "{body}");
     queue_campaign_test(&app, &admin, "off@example.com").await;
-    while worker.round().await.unwrap() > 0 {}
-    worker.close().await;
+    while worker.drain().await.unwrap() > 0 {}
     let off = sink
         .messages()
         .into_iter()
@@ -347,7 +345,7 @@ async fn an_ed25519_key_signs_beside_the_rsa_key_and_each_signature_verifies_aga
     let sink = SmtpSink::start();
     let mut worker = Worker::new(pool.clone(), config(&sink), "ed25519");
     queue_campaign_test(&app, &admin, "dual@example.com").await;
-    while worker.round().await.unwrap() > 0 {}
+    while worker.drain().await.unwrap() > 0 {}
     let got = sink.messages();
     assert_eq!(got.len(), 1);
     let data = &got[0].data;
@@ -399,8 +397,7 @@ async fn an_ed25519_key_signs_beside_the_rsa_key_and_each_signature_verifies_aga
     let (status, body) = app.call_fn(&owner, RemoveDkimEd25519Key {}).await;
     assert_eq!(status, 422, "{body}");
     queue_campaign_test(&app, &admin, "single@example.com").await;
-    while worker.round().await.unwrap() > 0 {}
-    worker.close().await;
+    while worker.drain().await.unwrap() > 0 {}
     let single = sink
         .messages()
         .into_iter()
@@ -465,7 +462,7 @@ async fn captured_mail_is_signed_too() {
     let jobs = enqueue_test_mail_to(&pool, org, "cap", &["cap@example.com".to_string()]).await;
     let dir = tempfile::tempdir().unwrap();
     let mut worker = Worker::new(pool.clone(), config_for_capture(dir.path().into()), "cap");
-    while worker.round().await.unwrap() > 0 {}
+    while worker.drain().await.unwrap() > 0 {}
     let reply: String = sqlx::query_scalar("select smtp_reply from deliveries")
         .fetch_one(&pool)
         .await
@@ -490,7 +487,7 @@ async fn the_return_path_is_the_envelope_sender_and_defaults_to_the_from_address
     let mut worker = Worker::new(pool.clone(), config(&sink), "rp");
 
     enqueue_test_mail_to(&pool, org, "before", &["a@example.com".to_string()]).await;
-    while worker.round().await.unwrap() > 0 {}
+    while worker.drain().await.unwrap() > 0 {}
     let (status, body) = app
         .call_fn(
             &owner,
@@ -501,8 +498,7 @@ async fn the_return_path_is_the_envelope_sender_and_defaults_to_the_from_address
         .await;
     assert_eq!(status, 200, "{body}");
     enqueue_test_mail_to(&pool, org, "after", &["b@example.com".to_string()]).await;
-    while worker.round().await.unwrap() > 0 {}
-    worker.close().await;
+    while worker.drain().await.unwrap() > 0 {}
 
     let got = sink.messages();
     let envelope = |to: &str| {

@@ -64,7 +64,10 @@ async fn invite_jobs(pool: &PgPool, email: &str) -> Vec<(String, i16, Option<i64
 
 /// The raw token of the link an `invite:` job carries (what the recipient finds in the mail).
 async fn token_of(pool: &PgPool, job_id: &str) -> String {
-    let key = app::password_token::key(pool).await.unwrap();
+    let key = app::signing::Purpose::PasswordToken
+        .key(pool)
+        .await
+        .unwrap();
     app::password_token::token(&key, &job_id.parse::<JobId>().unwrap())
 }
 
@@ -675,7 +678,7 @@ async fn the_audit_log_lists_the_orgs_entries_filtered_and_a_page_at_a_time() {
 
 #[tokio::test]
 async fn the_delivery_worker_sends_an_invite_with_its_link_and_never_a_retired_one() {
-    use mailroom::delivery::Worker;
+    use mailroom::workers::delivery::Worker;
     let pool = test_db().await;
     let (org, u) = org_with_users(&pool, "acme", &[Role::Owner, Role::Admin]).await;
     let app = spawn_app(pool.clone()).await;
@@ -699,7 +702,7 @@ async fn the_delivery_worker_sends_an_invite_with_its_link_and_never_a_retired_o
 
     let sink = testkit::SmtpSink::start();
     let mut worker = Worker::new(pool.clone(), crate::support::fixtures::config(&sink), "w");
-    while worker.round().await.unwrap() > 0 {}
+    while worker.drain().await.unwrap() > 0 {}
 
     let got = sink.messages();
     assert_eq!(got.len(), 2, "the invitation and the newest reset");
@@ -845,7 +848,7 @@ async fn self_approval_is_off_by_default_and_only_an_owner_turns_it_on_which_let
     let act = |verb: &'static str| {
         let action = CampaignAction {
             id,
-            verb: verb.into(),
+            verb: app::domain::Transition::from_verb(verb).unwrap(),
             version: 2,
             reason: String::new(),
         };
@@ -906,7 +909,7 @@ async fn self_approval_is_off_by_default_and_only_an_owner_turns_it_on_which_let
 /// who could open a new owner's captured invitation (or a reset) would become that owner.
 #[tokio::test]
 async fn captured_invitations_and_resets_are_readable_by_no_dashboard_user() {
-    use mailroom::delivery::Worker;
+    use mailroom::workers::delivery::Worker;
     let pool = test_db().await;
     let roles = [Role::Owner, Role::Admin, Role::Viewer, Role::Viewer];
     let (org, u) = org_with_users(&pool, "acme", &roles).await;
@@ -935,7 +938,7 @@ async fn captured_invitations_and_resets_are_readable_by_no_dashboard_user() {
         crate::support::fixtures::config_for_capture(dir.path().to_owned()),
         "w",
     );
-    while worker.round().await.unwrap() > 0 {}
+    while worker.drain().await.unwrap() > 0 {}
 
     let invite = invite_jobs(&pool, "boss@acme.example").await.remove(0).0;
     let reset = invite_jobs(&pool, &u[3].1).await.remove(0).0;

@@ -5,7 +5,7 @@
 //! confirm click, which is audited; the per-IP limit answers 429; the API's sign-up too.
 
 use app::domain::{ApiScope, Role};
-use mailroom::delivery::Worker;
+use mailroom::workers::delivery::Worker;
 use reqwest::StatusCode;
 use testkit::SmtpSink;
 
@@ -101,8 +101,7 @@ async fn count(pool: &sqlx::PgPool, sql: &str) -> i64 {
 async fn deliver(pool: &sqlx::PgPool) -> Vec<String> {
     let sink = SmtpSink::start();
     let mut worker = Worker::new(pool.clone(), crate::support::fixtures::config(&sink), "t");
-    worker.round().await.unwrap();
-    worker.close().await;
+    worker.drain().await.unwrap();
     sink.messages()
         .iter()
         .map(|m| {
@@ -338,7 +337,7 @@ async fn a_suppressed_address_is_resubscribed_only_by_the_confirm_click_which_is
 #[tokio::test]
 async fn sign_ups_from_one_address_are_limited_and_told_when_to_come_back() {
     let s = setup_with(mailroom::http::Edge {
-        signup_limits: mailroom::signup::Limits {
+        signup_limits: mailroom::http::signup::Limits {
             burst: 3.0,
             per_hour: 1.0,
         },

@@ -5,7 +5,7 @@
 //! are RFC 2047-encoded, so an ASCII address needs nothing.
 
 use app::domain::Role;
-use mailroom::delivery::Worker;
+use mailroom::workers::delivery::Worker;
 use sqlx::PgPool;
 use testkit::{SinkOptions, SmtpSink};
 
@@ -26,8 +26,7 @@ async fn send_both(pool: &PgPool, sink: &SmtpSink) -> Vec<(String, String, Strin
         .unwrap();
     enqueue_test_mail_to(pool, org, "utf8", &[UNICODE.to_string(), ASCII.to_string()]).await;
     let mut worker = Worker::new(pool.clone(), config(sink), "utf8");
-    while worker.round().await.unwrap() > 0 {}
-    worker.close().await;
+    while worker.drain().await.unwrap() > 0 {}
     sqlx::query_as(
         "select recipient, status, coalesce(smtp_reply, last_error, '') from deliveries order by recipient",
     )

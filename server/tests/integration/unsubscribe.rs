@@ -2,7 +2,7 @@
 //! one-click POST suppresses (CSRF-exempt by design), a GET only shows a confirmation page.
 
 use app::domain::Role;
-use mailroom::delivery::Worker;
+use mailroom::workers::delivery::Worker;
 use reqwest::StatusCode;
 use sqlx::PgPool;
 
@@ -33,8 +33,7 @@ async fn one_click_unsubscribe_from_a_sent_campaign_suppresses_and_a_get_never_d
     let (cid, jobs) = campaign_deliveries(&pool, org, users[0].0, "sending", &emails).await;
     let sink = SmtpSink::start();
     let mut worker = Worker::new(pool.clone(), crate::support::fixtures::config(&sink), "u");
-    assert_eq!(worker.round().await.unwrap(), 1);
-    worker.close().await;
+    assert_eq!(worker.drain().await.unwrap(), 1);
 
     let got = sink.messages();
     assert_eq!(got.len(), 1);
@@ -153,7 +152,7 @@ async fn the_dashboard_still_refuses_cross_site_writes() {
 #[tokio::test]
 async fn generated_keys_are_stored_once_and_shared_by_every_replica() {
     use app::unsubscribe::Claim;
-    use mailroom::unsubscribe::load_keys;
+    use mailroom::http::unsubscribe::load_keys;
     let pool = test_db().await;
     let (a, b) = tokio::join!(load_keys(&pool, None), load_keys(&pool, None));
     let claim = Claim {

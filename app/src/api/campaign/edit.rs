@@ -300,24 +300,26 @@ pub async fn save_campaign(
     Ok(format!("Saved (version {new_version})."))
 }
 
-/// One of the admin's transitions by name (`submit`, `approve`, `reject`, `pause`, `resume`,
-/// `cancel`) on the version the dialog showed; `reason` is required to reject.
+/// One of the admin's transitions (posted by name: `submit`, `approve`, `reject`, `pause`,
+/// `resume`, `cancel`) on the version the dialog showed; `reason` is required to reject.
 #[server(endpoint = "campaign_action")]
 pub async fn campaign_action(
     id: i64,
-    verb: String,
+    verb: crate::domain::Transition,
     version: i32,
     #[server(default)] reason: String,
 ) -> Result<String, AppError> {
     use crate::db::campaign::states::ChangeError;
     use crate::domain::{CampaignStatus, Transition};
     let (me, pool) = crate::api::signed_in_to_act().await?;
-    let t = Transition::from_verb(&verb).ok_or_else(|| {
-        AppError::Invalid(format!(
-            "Action: {:?} is not a campaign action.",
-            crate::domain::input::excerpt(&verb)
-        ))
-    })?;
+    // Starting and finishing are the workers'.
+    if !Transition::BY_ADMINS.contains(&verb) {
+        return Err(AppError::Invalid(format!(
+            "Action: {} is not an admin's action.",
+            verb.verb()
+        )));
+    }
+    let t = verb;
     let reason = reason.trim().to_string();
     if t == Transition::Reject && (reason.is_empty() || reason.chars().count() > 500) {
         return Err(AppError::Invalid(

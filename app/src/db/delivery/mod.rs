@@ -337,8 +337,9 @@ pub enum Outcome {
     Delivered {
         reply: String,
     },
-    /// 5xx: final, with the server's reply.
+    /// Final: why, and the server's reply (or what went wrong) to show.
     Failed {
+        failure: crate::domain::Failure,
         reply: String,
     },
     /// The body may have reached the server without its reply being recorded.
@@ -388,13 +389,13 @@ pub async fn mark_and_record(
     let mut relay_ids = Vec::new();
     for (job, attempt, outcome) in results {
         let (status, text, delay) = match outcome {
-            Outcome::Delivered { reply } => ("delivered", reply.as_str(), 0.0),
-            Outcome::Failed { reply } => ("failed", reply.as_str(), 0.0),
-            Outcome::Unknown { error } => ("unknown", error.as_str(), 0.0),
+            Outcome::Delivered { reply } => ("delivered", reply.as_str().into(), 0.0),
+            Outcome::Failed { failure, reply } => ("failed", failure.shown(reply), 0.0),
+            Outcome::Unknown { error } => ("unknown", error.as_str().into(), 0.0),
             Outcome::Retry {
                 error,
                 after_seconds,
-            } => ("queued", error.as_str(), *after_seconds),
+            } => ("queued", error.as_str().into(), *after_seconds),
         };
         jobs.push(job.as_str());
         attempts.push(*attempt);
@@ -414,7 +415,7 @@ pub async fn mark_and_record(
         .bind(&jobs)
         .bind(&attempts)
         .bind(&statuses)
-        .bind(&texts)
+        .bind(texts.iter().map(|t| t.as_ref()).collect::<Vec<&str>>())
         .bind(&delays)
         .bind(&relay_ids)
         .bind(finished_marks)

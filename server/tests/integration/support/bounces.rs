@@ -9,13 +9,16 @@ use sqlx::PgPool;
 
 /// The bounce listener (`--bounce-listen`) with `cfg` on a free loopback port, running until
 /// the test ends.
-pub(crate) async fn listener(pool: &PgPool, cfg: mailroom::bounce_intake::Config) -> SocketAddr {
+pub(crate) async fn listener(
+    pool: &PgPool,
+    cfg: mailroom::feedback::listener::Config,
+) -> SocketAddr {
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = l.local_addr().unwrap();
-    let (stop, shutdown) = mailroom::shutdown::Shutdown::manual();
+    let (stop, shutdown) = mailroom::ops::shutdown::Shutdown::manual();
     // Dropped with the test's runtime; kept alive until then.
     std::mem::forget(stop);
-    tokio::spawn(mailroom::bounce_intake::serve(
+    tokio::spawn(mailroom::feedback::listener::serve(
         l,
         pool.clone(),
         cfg,

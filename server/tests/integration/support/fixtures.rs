@@ -7,10 +7,10 @@ use std::time::Duration;
 use app::db::audience;
 use app::db::delivery::NewDelivery;
 use app::domain::{Backoff, EmailAddress, JobId, Transition};
-use mailroom::campaign::{self, Config as CampaignConfig};
-use mailroom::delivery::{Config, Links, Transport, Worker};
-use mailroom::progress::Notifier;
 use mailroom::smtp::Target;
+use mailroom::workers::campaign::{self, Config as CampaignConfig};
+use mailroom::workers::delivery::{Config, Links, Transport, Worker};
+use mailroom::workers::progress::Notifier;
 use sqlx::PgPool;
 
 use testkit::SmtpSink;
@@ -123,10 +123,9 @@ pub(crate) async fn run_to_end(pool: &PgPool, id: i64, sink: &SmtpSink) {
     for _ in 0..2000 {
         campaign::round(pool, &cfg(), &notifier).await.unwrap();
         if status(pool, id).await != "sending" {
-            worker.close().await;
             return;
         }
-        worker.round().await.unwrap();
+        worker.drain().await.unwrap();
     }
     panic!("campaign {id} did not finish");
 }

@@ -67,7 +67,7 @@ fn settings(
 /// stop when it is dropped.
 pub fn build_router(pool: PgPool) -> axum::Router {
     let _in_servers = SERVERS.enter();
-    let (_stop, shutdown) = mailroom::shutdown::Shutdown::manual();
+    let (_stop, shutdown) = mailroom::ops::shutdown::Shutdown::manual();
     let addr = std::net::SocketAddr::from(([127, 0, 0, 1], 9));
     mailroom::http::build(
         settings(pool, api_config(), mailroom::http::Edge::default()),
@@ -87,10 +87,12 @@ pub async fn spawn_app_with(
     let addr = std_listener.local_addr().unwrap();
     let _in_servers = SERVERS.enter();
     let listener = tokio::net::TcpListener::from_std(std_listener).unwrap();
-    let (stop, shutdown) = mailroom::shutdown::Shutdown::manual();
+    let (stop, shutdown) = mailroom::ops::shutdown::Shutdown::manual();
     let limits = edge.listen;
     let router = mailroom::http::build(settings(pool.clone(), api, edge), addr, shutdown.clone());
-    SERVERS.spawn(mailroom::listen::serve(listener, router, limits, shutdown));
+    SERVERS.spawn(mailroom::http::listen::serve(
+        listener, router, limits, shutdown,
+    ));
     TestApp {
         base: format!("http://{addr}"),
         pool,

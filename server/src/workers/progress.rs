@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use sqlx::PgPool;
 
-use crate::shutdown::Shutdown;
+use crate::ops::shutdown::Shutdown;
 
 pub const CHANNEL: &str = "mailroom_progress";
 const EVERY: Duration = Duration::from_millis(500);

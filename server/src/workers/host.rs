@@ -3,8 +3,8 @@ use std::time::Duration;
 
 use sqlx::PgPool;
 
-use crate::delivery::Transport;
-use crate::shutdown::Shutdown;
+use crate::ops::shutdown::Shutdown;
+use crate::workers::delivery::Transport;
 
 /// Which command hosts the workers (recorded with the heartbeat).
 #[derive(Clone, Copy, Debug)]
@@ -43,19 +43,19 @@ fn hostname() -> String {
 pub struct Plan {
     /// Between heartbeats (and session housekeeping).
     pub heartbeat: Duration,
-    pub campaign: crate::campaign::Config,
-    pub leader: crate::leader::Config,
+    pub campaign: crate::workers::campaign::Config,
+    pub leader: crate::workers::leader::Config,
     /// Between digest ticks.
     pub digest_tick: Duration,
     /// A pinned clock for the digest ticker (tests only).
     pub digest_now: Option<chrono::DateTime<chrono::Utc>>,
     /// How long a shutdown waits for the delivery batch in hand.
     pub shutdown_grace: Duration,
-    pub delivery: crate::delivery::Config,
+    pub delivery: crate::workers::delivery::Config,
     /// Where mail goes when no SMTP server is configured; the leader prunes it.
     pub captured_dir: PathBuf,
     /// The bounce mailbox to poll over IMAP, if any.
-    pub bounce_imap: Option<crate::bounce_imap::Config>,
+    pub bounce_imap: Option<crate::feedback::mailbox::Config>,
 }
 
 /// Runs the worker host until shutdown: a heartbeat every few seconds (database clock), session
@@ -95,30 +95,30 @@ pub async fn run(pool: PgPool, plan: Plan, mode: Mode, shutdown: Shutdown) {
     let notifier = cfg.progress.clone();
     let held = cfg.held.clone();
     let progress = tokio::spawn(notifier.clone().run(pool.clone(), shutdown.clone()));
-    let campaigns = tokio::spawn(crate::campaign::run(
+    let campaigns = tokio::spawn(crate::workers::campaign::run(
         pool.clone(),
         campaign,
         notifier,
         shutdown.clone(),
     ));
     let mut delivery = tokio::spawn(
-        crate::delivery::Worker::new(pool.clone(), cfg, id.clone()).run(shutdown.clone()),
+        crate::workers::delivery::Worker::new(pool.clone(), cfg, id.clone()).run(shutdown.clone()),
     );
-    let leader = tokio::spawn(crate::leader::run(
+    let leader = tokio::spawn(crate::workers::leader::run(
         pool.clone(),
         leader,
         id.clone(),
         captured_dir,
         shutdown.clone(),
     ));
-    let digests = tokio::spawn(crate::digest::run(
+    let digests = tokio::spawn(crate::workers::digest::run(
         pool.clone(),
         digest_tick,
         digest_now,
         shutdown.clone(),
     ));
     let bounces = bounce_imap.map(|c| {
-        tokio::spawn(crate::bounce_imap::run(
+        tokio::spawn(crate::feedback::mailbox::run(
             pool.clone(),
             c,
             id.clone(),

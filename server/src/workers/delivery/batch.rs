@@ -135,7 +135,8 @@ impl Loaded {
         let signers = dkim::Signers::load(senders.values());
         let verp_key = if senders.values().any(|s| s.bounce_domain.is_some()) {
             Some(
-                app::verp::key(pool)
+                app::signing::Purpose::Verp
+                    .key(pool)
                     .await
                     .context("loading the VERP signing key")?,
             )

@@ -26,7 +26,7 @@ use app::domain::audience::csv_cell;
 use app::domain::{CsvColumns, EmailAddress};
 use app::error::AppError;
 
-use crate::plain::{Refusal, SignedIn};
+use crate::http::plain::{Refusal, SignedIn};
 
 /// The largest file an import takes (about a million rows of address and name).
 pub const MAX_IMPORT_BYTES: usize = 64 * 1024 * 1024;

@@ -1,3 +1,31 @@
+//! The HTTP edge: the router (this file: dashboard, server functions, REST, public pages,
+//! health, the CSRF guard), and beside it what every request passes through or may use.
+
+/// Only errors this server signed show on a page after a plain form post.
+pub mod action_errors;
+/// CSV import into a list (streamed, in the background) and export.
+pub mod audience_io;
+/// The client's address and scheme, from the peer or a trusted reverse proxy.
+pub mod client_addr;
+/// Accepting connections: a request-head timeout and a cap per client address.
+pub mod listen;
+/// Prometheus `/metrics`.
+pub mod metrics;
+/// The plain routes' signed-in user and plain-text refusals.
+pub mod plain;
+/// Live campaign progress for browsers: one LISTEN per replica fanned out as server-sent events.
+pub mod progress_stream;
+/// Content-Security-Policy (with the page's nonce) and the other security headers.
+pub mod security_headers;
+/// Public sign-up with double opt-in: the list's page, embedded forms, the confirm link.
+pub mod signup;
+/// The dashboard's built files inside the release executable.
+pub mod site_assets;
+/// What every request handler may use (the database, the site, the progress fan-out, the edge).
+pub mod state;
+/// Public one-click unsubscribe (RFC 8058) and its signing keys.
+pub mod unsubscribe;
+
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{header, Method, Request, StatusCode};
@@ -15,8 +43,8 @@ use tower_http::timeout::TimeoutLayer;
 use app::api::ApiConfig;
 use app::{shell, App};
 
-use crate::shutdown::Shutdown;
-pub use crate::state::{AppState, Edge};
+use crate::ops::shutdown::Shutdown;
+pub use state::{AppState, Edge};
 
 /// The largest request body but a CSV import's: server function arguments and forms, the
 /// largest of which is a pasted list of addresses.
@@ -70,7 +98,7 @@ pub fn build(settings: Settings, addr: std::net::SocketAddr, shutdown: Shutdown)
             leptos::config::Env::PROD
         })
         .build();
-    let progress = crate::progress_stream::Hub::new(shutdown);
+    let progress = crate::http::progress_stream::Hub::new(shutdown);
     tokio::spawn(progress.clone().listen(settings.pool.clone()));
     router(
         AppState {
@@ -95,9 +123,9 @@ fn router(state: AppState, api: ApiConfig) -> Router {
     let edge = state.edge.clone();
     let dev = state.leptos_options.env == leptos::config::Env::DEV;
     let unsubscribe =
-        crate::unsubscribe::routes(state.pool.clone(), state.unsubscribe_keys.clone());
-    let hooks = crate::hooks::routes(state.pool.clone());
-    let signup = crate::signup::routes(state.pool.clone(), edge.signup_limits);
+        crate::http::unsubscribe::routes(state.pool.clone(), state.unsubscribe_keys.clone());
+    let hooks = crate::feedback::webhooks::routes(state.pool.clone());
+    let signup = crate::http::signup::routes(state.pool.clone(), edge.signup_limits);
     // The API's erasure removes captured copies, as the dashboard's does: it needs the settings.
     let rest = crate::rest::routes(crate::rest::RestState {
         pool: state.pool.clone(),
@@ -113,14 +141,14 @@ fn router(state: AppState, api: ApiConfig) -> Router {
             provide_context(figures.clone());
             provide_context(api.clone());
             provide_context(app::api::RequestUser::default());
-            crate::security_headers::provide_page_policy(dev);
+            crate::http::security_headers::provide_page_policy(dev);
         }
     };
     let pages = Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
-        .route("/metrics", get(crate::metrics::handler))
-        .merge(crate::audience_io::export_routes())
+        .route("/metrics", get(crate::http::metrics::handler))
+        .merge(crate::http::audience_io::export_routes())
         .leptos_routes_with_context(&state, routes, context.clone(), {
             let options = state.leptos_options.clone();
             move || shell(options.clone())
@@ -134,7 +162,11 @@ fn router(state: AppState, api: ApiConfig) -> Router {
         pages.fallback(move |req: Request<Body>| {
             let not_found = not_found.clone();
             async move {
-                match crate::site_assets::response(req.method(), req.uri().path(), req.headers()) {
+                match crate::http::site_assets::response(
+                    req.method(),
+                    req.uri().path(),
+                    req.headers(),
+                ) {
                     Some(file) => file,
                     None => not_found(req).await,
                 }
@@ -148,13 +180,13 @@ fn router(state: AppState, api: ApiConfig) -> Router {
     };
     let app = bounded(pages, MAX_REQUEST_BYTES, edge.request_timeout)
         .merge(bounded(
-            crate::audience_io::import_routes(),
-            crate::audience_io::MAX_IMPORT_BYTES + 64 * 1024,
+            crate::http::audience_io::import_routes(),
+            crate::http::audience_io::MAX_IMPORT_BYTES + 64 * 1024,
             IMPORT_TIMEOUT,
         ))
         .route(
             "/api/campaigns/{id}/progress",
-            get(crate::progress_stream::handler),
+            get(crate::http::progress_stream::handler),
         )
         .layer(middleware::from_fn(same_origin_writes))
         .layer(middleware::from_fn(refusal_status))
@@ -165,7 +197,7 @@ fn router(state: AppState, api: ApiConfig) -> Router {
         ))
         .layer(middleware::from_fn_with_state(
             state.pool.clone(),
-            crate::action_errors::layer,
+            crate::http::action_errors::layer,
         ))
         .with_state(state)
         .merge(bounded(
@@ -175,7 +207,7 @@ fn router(state: AppState, api: ApiConfig) -> Router {
         ))
         .merge(bounded(
             hooks,
-            crate::hooks::MAX_BODY_BYTES,
+            crate::feedback::webhooks::MAX_BODY_BYTES,
             edge.request_timeout,
         ))
         // The API limits each route's body itself (the bulk upsert takes more than the rest):
@@ -184,7 +216,7 @@ fn router(state: AppState, api: ApiConfig) -> Router {
         .merge(bounded(signup, MAX_REQUEST_BYTES, edge.request_timeout))
         .layer(middleware::from_fn_with_state(
             edge.trust_proxy,
-            crate::client_addr::layer,
+            crate::http::client_addr::layer,
         ))
         .layer(middleware::from_fn_with_state(edge.clone(), known_host))
         // Every error under /api/v1 is a problem document, whichever layer answered it (the
@@ -204,7 +236,7 @@ fn router(state: AppState, api: ApiConfig) -> Router {
                 tracing::info_span!("request", method = %req.method(), route)
             }),
         );
-    crate::security_headers::apply(app, dev)
+    crate::http::security_headers::apply(app, dev)
 }
 
 /// The app's routes, generated once per process. Generating them suppresses resource loads

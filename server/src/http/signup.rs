@@ -18,7 +18,7 @@ use axum::{Extension, Router};
 use sqlx::PgPool;
 use tokio::sync::OnceCell;
 
-use crate::plain::public_page as page;
+use crate::http::plain::public_page as page;
 use app::db::signup::{self, Confirmed, Source};
 use app::domain::{audience::person_name, EmailAddress};
 
@@ -48,7 +48,7 @@ struct Signup {
 impl Signup {
     async fn key(&self) -> sqlx::Result<&[u8]> {
         self.key
-            .get_or_try_init(|| app::signup::key(&self.pool))
+            .get_or_try_init(|| app::signing::Purpose::Signup.key(&self.pool))
             .await
             .map(Vec::as_slice)
     }

@@ -27,8 +27,6 @@ use tokio::sync::{mpsc, oneshot};
 use app::db::delivery::Outcome;
 use app::domain::EmailAddress;
 
-use super::send::HARD_BOUNCE;
-
 /// One outcome to record.
 #[derive(Clone)]
 pub struct Result {
@@ -356,9 +354,15 @@ async fn write_group(
         .collect();
     let bounced: Vec<(&Result, EmailAddress)> = batch
         .iter()
-        .filter(
-            |r| matches!(&r.outcome, Outcome::Failed { reply } if reply.starts_with(HARD_BOUNCE)),
-        )
+        .filter(|r| {
+            matches!(
+                &r.outcome,
+                Outcome::Failed {
+                    failure: app::domain::Failure::HardBounce,
+                    ..
+                }
+            )
+        })
         .filter_map(|r| Some((r, EmailAddress::parse(&r.recipient).ok()?)))
         .collect();
     if bounced.is_empty() {

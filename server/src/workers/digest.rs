@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use sqlx::PgPool;
 
-use crate::shutdown::Shutdown;
+use crate::ops::shutdown::Shutdown;
 use app::digest::{tick, Templates, CHUNK};
 
 /// Ticks until shutdown. A tick in progress is dropped on shutdown: its open chunk rolls back

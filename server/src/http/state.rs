@@ -7,7 +7,7 @@ use leptos::prelude::LeptosOptions;
 use sqlx::PgPool;
 use std::time::Duration;
 
-use crate::progress_stream::Hub;
+use crate::http::progress_stream::Hub;
 
 #[derive(Clone)]
 pub struct AppState {
@@ -30,16 +30,16 @@ pub struct Edge {
     /// Time to answer a request (the first byte of the response): 408 after it.
     pub request_timeout: Duration,
     /// What a connection may hold before its request is in (`listen`).
-    pub listen: crate::listen::Limits,
+    pub listen: crate::http::listen::Limits,
     /// The host names a request may be addressed to (lowercase, no port), against DNS
     /// rebinding; empty: any.
     pub allowed_hosts: Vec<String>,
     /// A scrape of `/metrics` must carry `Authorization: Bearer <it>`; None: open.
-    pub metrics_token: Option<crate::secret::Secret>,
+    pub metrics_token: Option<crate::ops::secret::Secret>,
     /// How fast one API token may call `/api/v1`.
     pub api_limits: crate::rest::Limits,
     /// How many sign-ups one client IP may send (`/s/<list>`).
-    pub signup_limits: crate::signup::Limits,
+    pub signup_limits: crate::http::signup::Limits,
 }
 
 impl Default for Edge {
@@ -47,11 +47,11 @@ impl Default for Edge {
         Edge {
             trust_proxy: false,
             request_timeout: Duration::from_secs(30),
-            listen: crate::listen::Limits::default(),
+            listen: crate::http::listen::Limits::default(),
             allowed_hosts: Vec::new(),
             metrics_token: None,
             api_limits: crate::rest::Limits::default(),
-            signup_limits: crate::signup::Limits::default(),
+            signup_limits: crate::http::signup::Limits::default(),
         }
     }
 }

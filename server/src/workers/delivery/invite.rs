@@ -33,7 +33,7 @@ impl Invites {
         }
         refs.sort_unstable();
         refs.dedup();
-        let key = app::password_token::key(pool).await?;
+        let key = app::signing::Purpose::PasswordToken.key(pool).await?;
         let mut conn = pool.acquire().await?;
         let facts = app::db::password_tokens::mail_facts(&mut conn, &refs)
             .await?

@@ -11,8 +11,8 @@ use anyhow::Context;
 use sqlx::postgres::PgListener;
 use sqlx::PgPool;
 
-use crate::progress::Notifier;
-use crate::shutdown::Shutdown;
+use crate::ops::shutdown::Shutdown;
+use crate::workers::progress::Notifier;
 
 #[derive(Clone, Debug)]
 pub struct Config {

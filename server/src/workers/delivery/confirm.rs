@@ -31,7 +31,7 @@ impl Confirms {
         }
         refs.sort_unstable();
         refs.dedup();
-        let key = app::signup::key(pool).await?;
+        let key = app::signing::Purpose::Signup.key(pool).await?;
         let mut conn = pool.acquire().await?;
         let facts = app::db::signup::mail_facts(&mut conn, &refs)
             .await?

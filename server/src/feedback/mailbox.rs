@@ -1,6 +1,6 @@
 //! The bounce mailbox over IMAP (`--bounce-imap`, off by default), for operators who cannot take
 //! inbound SMTP: DSNs and ARF complaints delivered to a mailbox are read, attributed and
-//! recorded exactly like the SMTP listener's (`crate::bounce_mail`).
+//! recorded exactly like the SMTP listener's (`crate::feedback::attribution`).
 //!
 //! One replica polls at a time (a lease, so replicas do not all log in), and correctness does
 //! not rest on it: each message is recorded in one transaction together with a compare-and-set
@@ -26,8 +26,8 @@ use tokio::net::TcpStream;
 use app::bounce::mailed::{self, MAX_REPORT_BYTES};
 use app::db::imap_cursor::{self, Cursor};
 
-use crate::bounce_mail::BounceMail;
-use crate::shutdown::Shutdown;
+use crate::feedback::attribution::BounceMail;
+use crate::ops::shutdown::Shutdown;
 
 /// The lease that makes one replica the poller.
 pub const LEASE: &str = "bounce-imap";

@@ -6,7 +6,7 @@
 //! The confirmation page is also the subscriber's preference page: `POST /u/{token}/lists`
 //! takes them off the lists they uncheck (never onto one) without unsubscribing from the rest.
 
-use crate::plain::public_page as page;
+use crate::http::plain::public_page as page;
 use anyhow::{anyhow, Context};
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -17,9 +17,6 @@ use base64::Engine;
 use sqlx::PgPool;
 
 use app::unsubscribe::{Claim, Keys};
-
-/// The secret's name in the `secrets` table when no keys are configured.
-const SECRET: &str = "unsubscribe_hmac";
 
 /// The signing keys: `MAILROOM_UNSUBSCRIBE_KEYS` (comma-separated base64, newest first) when
 /// given, else generated once and stored in the database so every replica shares them.
@@ -34,7 +31,7 @@ pub async fn load_keys(pool: &PgPool, configured: Option<&str>) -> anyhow::Resul
             })?,
         None => {
             let fresh: [u8; 32] = rand::random();
-            app::db::secrets::ensure(pool, SECRET, &fresh)
+            app::db::secrets::ensure(pool, app::signing::Purpose::Unsubscribe.secret(), &fresh)
                 .await
                 .context("reading the unsubscribe signing key")?
         }

@@ -25,9 +25,9 @@ use tokio::sync::Semaphore;
 
 use app::bounce::mailed::MAX_REPORT_BYTES;
 
-use crate::bounce_mail::{BounceMail, Recipient};
-use crate::listen::Counts;
-use crate::shutdown::Shutdown;
+use crate::feedback::attribution::{BounceMail, Recipient};
+use crate::http::listen::Counts;
+use crate::ops::shutdown::Shutdown;
 
 /// [`Config::max_connections`]'s default (`--bounce-max-connections`).
 pub const MAX_CONNECTIONS: usize = 256;

@@ -11,7 +11,7 @@ use sqlx::PgPool;
 
 use app::db::leader::{self, Lease};
 
-use crate::shutdown::Shutdown;
+use crate::ops::shutdown::Shutdown;
 
 /// The lease's name: one leader for all singleton jobs.
 pub const NAME: &str = "leader";

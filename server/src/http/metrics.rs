@@ -30,7 +30,7 @@ struct Kind {
 }
 
 /// The scrape carries the configured bearer token (compared in constant time), or none is set.
-fn authorized(edge: &crate::state::Edge, headers: &HeaderMap) -> bool {
+fn authorized(edge: &crate::http::state::Edge, headers: &HeaderMap) -> bool {
     let Some(token) = &edge.metrics_token else {
         return true;
     };
@@ -45,7 +45,7 @@ fn authorized(edge: &crate::state::Edge, headers: &HeaderMap) -> bool {
 
 pub async fn handler(
     State(pool): State<PgPool>,
-    State(edge): State<crate::state::Edge>,
+    State(edge): State<crate::http::state::Edge>,
     headers: HeaderMap,
 ) -> Response {
     if !authorized(&edge, &headers) {

@@ -18,7 +18,7 @@ use app::bounce::{self, generic, Verified};
 use app::db::events::{self, NonceTaken, RecordError};
 use app::domain::EventSource;
 
-use crate::plain::Refusal;
+use crate::http::plain::Refusal;
 
 /// The largest webhook body taken (a SendGrid-style batch of a thousand events fits).
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;
@@ -167,7 +167,7 @@ async fn handle(
     let policy = events::policy(&mut tx, ep.org_id).await?;
     // Only SES says which envelope sender it used; the key is read only then.
     let verp_key = match batch.iter().any(|e| e.envelope_from.is_some()) {
-        true => Some(app::verp::key(pool).await?),
+        true => Some(app::signing::Purpose::Verp.key(pool).await?),
         false => None,
     };
     let cx = events::Intake {

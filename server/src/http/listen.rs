@@ -21,7 +21,7 @@ use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tower::Service;
 
-use crate::shutdown::Shutdown;
+use crate::ops::shutdown::Shutdown;
 
 /// How long a connection may hold the server without sending a whole request.
 #[derive(Clone, Copy, Debug)]

@@ -59,7 +59,7 @@ impl BounceMail {
         if let Some(k) = &self.verp_key {
             return Ok(k.clone());
         }
-        let k = app::verp::key(&self.pool).await?;
+        let k = app::signing::Purpose::Verp.key(&self.pool).await?;
         self.verp_key = Some(k.clone());
         Ok(k)
     }

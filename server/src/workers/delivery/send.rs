@@ -13,9 +13,7 @@ use super::ledger::Ledger;
 use super::render::{render, Inputs, Rendered};
 use super::{Config, Transport};
 use crate::smtp::{BodyOutcome, Connection, Needs, Refusal};
-
-/// Prefix of a failure reply that also suppresses the address.
-pub const HARD_BOUNCE: &str = "hard bounce: ";
+use app::domain::Failure;
 
 /// When a message's "body started" mark is written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -44,8 +42,11 @@ pub async fn send_one(
         Ok(r) => r,
         // Nothing a later attempt would change (a bad address, no content): final, with why.
         Err(e) => {
-            let reply = format!("cannot render: {e:#}");
-            return (Outcome::Failed { reply }, Signal::None);
+            let failed = Outcome::Failed {
+                failure: Failure::Unsendable,
+                reply: format!("cannot render: {e:#}"),
+            };
+            return (failed, Signal::None);
         }
     };
     match &cfg.transport {
@@ -102,7 +103,7 @@ pub async fn send_one(
                 body_us = (started.elapsed() - marked).as_micros() as u64,
                 "sent"
             );
-            crate::metrics::SMTP_LATENCY.observe(started.elapsed().as_secs_f64());
+            crate::http::metrics::SMTP_LATENCY.observe(started.elapsed().as_secs_f64());
             match outcome {
                 BodyOutcome::Accepted(reply) => (Outcome::Delivered { reply }, Signal::Answered),
                 BodyOutcome::Refused(refusal) => refused_by(cfg, c.attempt, refusal),
@@ -202,9 +203,13 @@ async fn capture(
 pub fn refused(cfg: &Config, attempt: i32, r: Refusal) -> Outcome {
     match (r.permanent, r.hard_bounce) {
         (true, true) => Outcome::Failed {
-            reply: format!("{HARD_BOUNCE}{}", r.reply),
+            failure: Failure::HardBounce,
+            reply: r.reply,
         },
-        (true, false) => Outcome::Failed { reply: r.reply },
+        (true, false) => Outcome::Failed {
+            failure: Failure::Refused,
+            reply: r.reply,
+        },
         (false, _) => retry_or_fail(cfg, attempt, r.reply),
     }
 }
@@ -216,6 +221,7 @@ pub fn retry_or_fail(cfg: &Config, attempt: i32, error: String) -> Outcome {
             after_seconds: after.as_secs_f64(),
         },
         None => Outcome::Failed {
+            failure: Failure::GaveUp,
             reply: format!("gave up after {attempt} attempts: {error}"),
         },
     }

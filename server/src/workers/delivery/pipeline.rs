@@ -12,6 +12,7 @@
 //! mark is committed (guarantee 9).
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,8 +25,8 @@ use super::batch::{self, Loaded};
 use super::held::Guard;
 use super::ledger::{self, Marking, Recorded};
 use super::send::{not_marked, retry_or_fail, Mark};
-use super::{quit_all, send_one, Worker};
-use crate::shutdown::Shutdown;
+use super::{quit_all, send_one, Engine, Until};
+use crate::ops::shutdown::Shutdown;
 use app::domain::relay::Signal;
 
 /// Claims in flight at once: one is claimed while the other's messages are being sent.
@@ -47,12 +48,51 @@ struct Settling {
 
 type Jobs = Arc<Mutex<mpsc::Receiver<Job>>>;
 
-/// Runs until shutdown. Every task lives in one `JoinSet`: if this future is dropped (the host
-/// gave up waiting), they are all aborted with it. Whatever is still claimed then is given back
-/// by the host (`release_held`); a message can only go out after its body-start mark committed
-/// on a row still `sending`, so nothing given back is ever sent by a straggler.
-pub async fn run(w: Worker, shutdown: Shutdown) {
-    let w = Arc::new(w);
+/// One run of the pipeline: the engine, how long it runs, and what a drain reports.
+struct Run {
+    engine: Arc<Engine>,
+    until: Until,
+    claimed: AtomicUsize,
+    /// A drain's first failure (claiming, or recording an outcome).
+    failed: std::sync::Mutex<Option<String>>,
+}
+
+impl std::ops::Deref for Run {
+    type Target = Engine;
+    fn deref(&self) -> &Engine {
+        &self.engine
+    }
+}
+
+impl Run {
+    fn drained(&self) -> bool {
+        self.until == Until::Drained
+    }
+
+    /// Keeps a drain's first failure; a worker process logs and goes on.
+    fn fail(&self, error: String) {
+        if let Ok(mut failed) = self.failed.lock() {
+            failed.get_or_insert(error);
+        }
+    }
+}
+
+/// Runs until shutdown, or with [`Until::Drained`] until nothing more is due; returns how many
+/// deliveries were claimed. Every task lives in one `JoinSet`: if this future is dropped (the
+/// host gave up waiting), they are all aborted with it. Whatever is still claimed then is given
+/// back by the host (`release_held`); a message can only go out after its body-start mark
+/// committed on a row still `sending`, so nothing given back is ever sent by a straggler.
+pub(super) async fn run(
+    engine: Arc<Engine>,
+    until: Until,
+    shutdown: Shutdown,
+) -> anyhow::Result<usize> {
+    let w = Arc::new(Run {
+        engine,
+        until,
+        claimed: AtomicUsize::new(0),
+        failed: std::sync::Mutex::new(None),
+    });
     let capacity = (w.cfg.batch.max(1) as usize).max(FEEDERS);
     let (to_send, waiting) = mpsc::channel::<Job>(capacity);
     let waiting: Jobs = Arc::new(Mutex::new(waiting));
@@ -76,18 +116,24 @@ pub async fn run(w: Worker, shutdown: Shutdown) {
     while let Some(done) = tasks.join_next().await {
         if let Err(e) = done {
             tracing::warn!(error = %e, "a delivery task ended abnormally");
+            w.fail(format!("a delivery task ended abnormally: {e}"));
         }
+    }
+    let failed = w.failed.lock().ok().and_then(|mut f| f.take());
+    match failed {
+        Some(e) if w.drained() => Err(anyhow::anyhow!(e)),
+        _ => Ok(w.claimed.load(Ordering::Relaxed)),
     }
 }
 
-/// Claims `share` messages whenever the hand-off queue has room for all of them.
-async fn feed(w: Arc<Worker>, to_send: mpsc::Sender<Job>, share: usize, shutdown: Shutdown) {
+/// Claims `share` messages whenever the hand-off queue has room for all of them; a drain's
+/// feeder stops at the first empty claim.
+async fn feed(w: Arc<Run>, to_send: mpsc::Sender<Job>, share: usize, shutdown: Shutdown) {
     while !shutdown.is_requested() {
         // The relay's circuit is open: claim nothing until a probe closes it.
         if w.breaker.is_open() {
-            tokio::select! {
-                _ = shutdown.requested() => break,
-                _ = tokio::time::sleep(w.cfg.idle) => {}
+            if !waited(&w, &shutdown).await {
+                break;
             }
             continue;
         }
@@ -105,16 +151,20 @@ async fn feed(w: Arc<Worker>, to_send: mpsc::Sender<Job>, share: usize, shutdown
         }
         let claimed = match claim(&w, share).await {
             Ok(claimed) => claimed,
+            Err(e) if w.drained() => {
+                w.fail(format!("{e:#}"));
+                break;
+            }
             Err(e) => {
                 tracing::warn!(error = %format!("{e:#}"), "claiming deliveries failed; retrying");
                 Vec::new()
             }
         };
+        w.claimed.fetch_add(claimed.len(), Ordering::Relaxed);
         if claimed.is_empty() {
             drop(room);
-            tokio::select! {
-                _ = shutdown.requested() => break,
-                _ = tokio::time::sleep(w.cfg.idle) => {}
+            if !waited(&w, &shutdown).await {
+                break;
             }
             continue;
         }
@@ -124,9 +174,21 @@ async fn feed(w: Arc<Worker>, to_send: mpsc::Sender<Job>, share: usize, shutdown
     }
 }
 
+/// Nothing to claim now: a drain is over (false), a worker waits `idle` before it claims
+/// again (true) unless shutdown comes first (false).
+async fn waited(w: &Run, shutdown: &Shutdown) -> bool {
+    if w.drained() {
+        return false;
+    }
+    tokio::select! {
+        _ = shutdown.requested() => false,
+        _ = tokio::time::sleep(w.cfg.idle) => true,
+    }
+}
+
 /// One claim and its lookups. Each message is held (its lease extended) from here until its
 /// outcome is committed; if the lookups fail, the claims are let go and their leases run out.
-async fn claim(w: &Worker, limit: usize) -> anyhow::Result<Vec<Job>> {
+async fn claim(w: &Engine, limit: usize) -> anyhow::Result<Vec<Job>> {
     let claimed = batch::claim(&w.feed, &w.cfg, &w.holder, limit as i64).await?;
     let held: Vec<Guard> = claimed
         .iter()
@@ -184,7 +246,7 @@ async fn next(waiting: &Jobs, idle: Duration, up_to: usize) -> Next {
 /// open the window is not refilled: what it holds is given back unsent, and marking more would
 /// only burn their attempts.
 async fn connection(
-    w: Arc<Worker>,
+    w: Arc<Run>,
     waiting: Jobs,
     settle: mpsc::UnboundedSender<Settling>,
     shutdown: Shutdown,
@@ -255,7 +317,7 @@ fn waiting_now(queue: &mut mpsc::Receiver<Job>, n: usize) -> impl Iterator<Item 
 }
 
 /// A message entering a connection's window: its mark is asked for now when marks go ahead.
-fn enter(w: &Worker, ahead: usize, job: Job) -> (Job, Option<Marking>) {
+fn enter(w: &Engine, ahead: usize, job: Job) -> (Job, Option<Marking>) {
     let marking = (ahead > 1).then(|| {
         w.ledger
             .request_mark(&job.claimed.job_id, job.claimed.attempt)
@@ -266,14 +328,18 @@ fn enter(w: &Worker, ahead: usize, job: Job) -> (Job, Option<Marking>) {
 /// Waits for outcomes to commit, in the order they were handed over; then the claim is let go
 /// and the campaign's progress announced. Ends when every connection has ended and the last
 /// outcome is written, so the host releases nothing whose outcome is still on its way.
-async fn settler(w: Arc<Worker>, mut settling: mpsc::UnboundedReceiver<Settling>) {
+async fn settler(w: Arc<Run>, mut settling: mpsc::UnboundedReceiver<Settling>) {
     while let Some(s) = settling.recv().await {
         match s.recorded.await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => {
-                tracing::warn!(error = %e, "a delivery outcome was not recorded; its lease will run out")
+                tracing::warn!(error = %e, "a delivery outcome was not recorded; its lease will run out");
+                w.fail(e);
             }
-            Err(_) => tracing::warn!("the delivery ledger stopped before an outcome was recorded"),
+            Err(_) => {
+                tracing::warn!("the delivery ledger stopped before an outcome was recorded");
+                w.fail("the delivery ledger committer stopped".into());
+            }
         }
         if let Some(campaign) = s.campaign {
             w.cfg.progress.touch(&[campaign]);

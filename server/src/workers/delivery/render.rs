@@ -128,7 +128,7 @@ pub fn render(cx: &Inputs<'_>, c: &Claimed) -> anyhow::Result<Rendered> {
                 content.content_version,
                 c.content_version
             );
-            let link = crate::unsubscribe::link(
+            let link = crate::http::unsubscribe::link(
                 &cx.links.public_url,
                 &cx.links.keys,
                 Claim {

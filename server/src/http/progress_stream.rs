@@ -20,8 +20,8 @@ use sqlx::postgres::PgListener;
 use sqlx::PgPool;
 use tokio::sync::broadcast;
 
-use crate::plain::{Refusal, SignedIn};
-use crate::shutdown::Shutdown;
+use crate::http::plain::{Refusal, SignedIn};
+use crate::ops::shutdown::Shutdown;
 use app::domain::progress::Progress;
 use app::error::AppError;
 
@@ -138,7 +138,7 @@ impl Hub {
 
 async fn listener(pool: &PgPool) -> sqlx::Result<PgListener> {
     let mut l = PgListener::connect_with(pool).await?;
-    l.listen(crate::progress::CHANNEL).await?;
+    l.listen(crate::workers::progress::CHANNEL).await?;
     Ok(l)
 }
 

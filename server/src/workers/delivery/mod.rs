@@ -1,5 +1,5 @@
 //! The delivery worker: claims due deliveries, renders each at send time, sends it stage by
-//! stage over a few connections kept open across rounds, and records every outcome fenced by
+//! stage over a few connections kept open while there is mail, and records every outcome fenced by
 //! its attempt. It runs in every `serve` / `worker` process; the database arbitrates between
 //! them.
 
@@ -24,21 +24,20 @@ mod render;
 mod send;
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::PgPool;
 
-use app::db::delivery::Claimed;
 use app::domain::Backoff;
 
-use crate::shutdown::Shutdown;
+use crate::ops::shutdown::Shutdown;
 use crate::smtp::{Connection, Target};
-use batch::Loaded;
 use breaker::Breaker;
 pub use held::Held;
 use ledger::Ledger;
 pub use render::Links;
-use send::{send_one, Mark};
+use send::send_one;
 
 /// Where messages go.
 #[derive(Clone, Debug)]
@@ -68,7 +67,7 @@ pub struct Config {
     /// Public address and signing keys for the links inside messages.
     pub links: Links,
     /// Announces campaigns whose progress moved (after their outcomes committed).
-    pub progress: crate::progress::Notifier,
+    pub progress: crate::workers::progress::Notifier,
     /// The claims in flight, whose leases this process extends.
     pub held: Held,
     /// When the relay counts as failing, and how its probes and campaign pauses go.
@@ -95,9 +94,16 @@ impl Config {
     }
 }
 
-/// One process's delivery worker: its claims are marked with `holder`, and its SMTP
-/// connections stay open from one round to the next while there is mail to send.
+/// One process's delivery worker: its claims are marked with `holder`. A worker process runs
+/// it until shutdown; tests and tools drain the queue through the very same pipeline.
 pub struct Worker {
+    engine: Arc<Engine>,
+    /// The breaker's warden, stopped with the worker.
+    warden: Option<tokio::task::JoinHandle<()>>,
+}
+
+/// What the pipeline's tasks share.
+struct Engine {
     pool: PgPool,
     /// The feeders' claims and lookups: the same few statements many times a second, planned
     /// once (a custom plan per claim cost more than a claim's share of any row).
@@ -106,9 +112,6 @@ pub struct Worker {
     holder: String,
     ledger: Ledger,
     breaker: Breaker,
-    /// The breaker's warden, stopped with the worker.
-    warden: Option<tokio::task::JoinHandle<()>>,
-    connections: Vec<Option<Connection>>,
 }
 
 impl Drop for Worker {
@@ -122,10 +125,9 @@ impl Drop for Worker {
 impl Worker {
     pub fn new(pool: PgPool, cfg: Config, holder: impl Into<String>) -> Self {
         let ledger = Ledger::start(
-            crate::database::generic_plans_pool(&pool, 4),
+            crate::ops::database::generic_plans_pool(&pool, 4),
             cfg.outcome_gather,
         );
-        let connections = (0..cfg.connections.max(1)).map(|_| None).collect();
         let breaker = Breaker::new(cfg.breaker);
         // Captured mail has no relay to fail.
         let warden = match &cfg.transport {
@@ -137,27 +139,29 @@ impl Worker {
             ))),
             Transport::Capture(_) => None,
         };
-        Worker {
-            feed: crate::database::generic_plans_pool(&pool, 4),
+        let engine = Engine {
+            feed: crate::ops::database::generic_plans_pool(&pool, 4),
             pool,
             cfg,
             holder: holder.into(),
             ledger,
             breaker,
+        };
+        Worker {
+            engine: Arc::new(engine),
             warden,
-            connections,
         }
     }
 
     /// Runs until shutdown: feeders claim batches ahead of the connections, which each take
     /// the next claimed message as soon as they are free (see `pipeline`).
     pub async fn run(self, shutdown: Shutdown) {
-        if let Some(rate) = self.cfg.rate_per_second {
+        let w = &self.engine;
+        if let Some(rate) = w.cfg.rate_per_second {
             // A one-second burst; every replica configures the same bucket. Retried: a database
             // blip at start must not leave this process without a delivery worker.
             while let Err(e) =
-                app::db::rate_limit::configure(&self.pool, &self.cfg.bucket(), rate.max(1.0), rate)
-                    .await
+                app::db::rate_limit::configure(&w.pool, &w.cfg.bucket(), rate.max(1.0), rate).await
             {
                 tracing::warn!(error = %e, "cannot set up the SMTP rate limit yet; retrying");
                 tokio::select! {
@@ -166,87 +170,31 @@ impl Worker {
                 }
             }
         }
-        pipeline::run(self, shutdown).await;
+        // Until shutdown, nothing ends the pipeline with an error.
+        let _ = pipeline::run(w.clone(), Until::Shutdown, shutdown).await;
     }
 
-    /// One round over every connection: claim a batch, send it, record the outcomes. Returns
-    /// how many deliveries were claimed.
-    pub async fn round(&mut self) -> anyhow::Result<usize> {
-        if self.breaker.is_open() {
-            return Ok(0);
-        }
-        let (pool, cfg, holder) = (&self.pool, &self.cfg, &self.holder);
-        let sending = (&self.ledger, &self.breaker);
-        claim_and_send(pool, cfg, holder, sending, cfg.batch, &mut self.connections).await
+    /// The same pipeline until what is due is done: claims until a claim comes back empty (or
+    /// the relay's circuit is open), sends everything claimed and returns once every outcome is
+    /// committed; the first claim or ledger failure ends it with that error. Returns how many
+    /// deliveries were claimed. Its connections are closed at the end.
+    pub async fn drain(&mut self) -> anyhow::Result<usize> {
+        let (_keep, never) = Shutdown::manual();
+        pipeline::run(self.engine.clone(), Until::Drained, never).await
     }
+}
 
-    /// Says goodbye on every open connection.
-    pub async fn close(&mut self) {
-        quit_all(&mut self.connections).await;
-    }
+/// How long the pipeline runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Until {
+    /// Until shutdown: a worker process.
+    Shutdown,
+    /// Until nothing more is due: tests and tools.
+    Drained,
 }
 
 /// QUIT on every open connection of `connections`, concurrently; leaves them all closed.
 async fn quit_all(connections: &mut [Option<Connection>]) {
     let open = connections.iter_mut().filter_map(Option::take);
     futures::future::join_all(open.map(Connection::quit)).await;
-}
-
-/// One synchronous round (tests and tools): claims up to `limit`, sends the batch spread over
-/// `connections` (each chunk concurrently, in order on its connection) and returns once every
-/// outcome is committed.
-async fn claim_and_send(
-    pool: &PgPool,
-    cfg: &Config,
-    holder: &str,
-    (ledger, breaker): (&Ledger, &Breaker),
-    limit: i64,
-    connections: &mut [Option<Connection>],
-) -> anyhow::Result<usize> {
-    let batch = batch::claim(pool, cfg, holder, limit).await?;
-    // Held until this function returns, whatever happens: an abandoned claim's lease runs out.
-    let _in_flight = cfg.held.hold(&batch);
-    if batch.is_empty() {
-        // Nothing to send: do not hold idle connections open on the server.
-        quit_all(connections).await;
-        return Ok(0);
-    }
-    let loaded = Loaded::load(pool, &batch).await?;
-    let per_connection = batch.len().div_ceil(connections.len().max(1));
-    let chunks = batch
-        .chunks(per_connection)
-        .zip(connections.iter_mut())
-        .map(|(chunk, conn)| send_chunk(cfg, (ledger, breaker), &loaded, chunk, conn));
-    // Every chunk runs concurrently on its own connection; outcomes are group-committed.
-    for done in futures::future::join_all(chunks).await {
-        done?;
-    }
-    // Every outcome of the batch is committed: the campaigns' progress moved.
-    let campaign_ids: Vec<i64> = batch::campaign_refs(&batch).iter().map(|r| r.1).collect();
-    cfg.progress.touch(&campaign_ids);
-    Ok(batch.len())
-}
-
-/// Sends a chunk in order over one connection (reconnecting after a broken one), handing each
-/// outcome to the ledger as soon as it is known; returns once all of them are committed.
-async fn send_chunk(
-    cfg: &Config,
-    (ledger, breaker): (&Ledger, &Breaker),
-    loaded: &Loaded,
-    chunk: &[Claimed],
-    conn: &mut Option<Connection>,
-) -> anyhow::Result<()> {
-    let mut recorded = Vec::with_capacity(chunk.len());
-    for c in chunk {
-        let cx = loaded.inputs(cfg, c);
-        let (outcome, signal) = send_one(cfg, ledger, breaker, &cx, c, conn, Mark::AtBody).await;
-        breaker.observe(signal);
-        recorded.push(ledger.record(ledger::Result::of(c, outcome)));
-    }
-    for r in recorded {
-        r.await
-            .map_err(|_| anyhow::anyhow!("the delivery ledger committer stopped"))?
-            .map_err(|e| anyhow::anyhow!(e))?;
-    }
-    Ok(())
 }

@@ -13,7 +13,7 @@ use app::action_error::{self, ERROR_PARAM, PATH_PARAM, SIGNATURE_PARAM};
 
 pub async fn layer(State(pool): State<PgPool>, mut req: Request<Body>, next: Next) -> Response {
     if let Some((pairs, claim)) = reported_error(&req) {
-        let vouched = match action_error::key(&pool).await {
+        let vouched = match app::signing::Purpose::ActionError.key(&pool).await {
             Ok(key) => action_error::verify(
                 &key,
                 &claim.browser,
@@ -125,7 +125,7 @@ async fn sign_location(pool: &PgPool, browser: &str, location: &str) -> Option<H
         }
         (path.unwrap_or_default(), error?)
     };
-    let key = match action_error::key(pool).await {
+    let key = match app::signing::Purpose::ActionError.key(pool).await {
         Ok(k) => k,
         Err(e) => {
             tracing::warn!(error = %e, "action error key unavailable");
