@@ -34,6 +34,10 @@ pub mod dkim_key;
 pub mod domain;
 /// The error type of every server function.
 pub mod error;
+/// What a bounce or complaint report does, once: attribution, the ledger row, suppression,
+/// soft-bounce counting and a campaign's pause (server only).
+#[cfg(feature = "ssr")]
+pub mod feedback;
 /// What pages show, one type each: db reads it, api passes it on (server and browser).
 pub mod model;
 /// Pages and the layout around them.

@@ -1,17 +1,14 @@
-//! The event ledger. A relay's report is matched to one delivery of the endpoint's org and
-//! inserted under `UNIQUE (org_id, source, provider_event_id)`: the insert is the check, so a webhook
-//! delivered any number of times, at once or later, writes one row, and only the insert that
-//! returned it applies the effect (a suppression through [`audience::suppress_all`], or a
-//! soft bounce counted). Everything runs in the caller's transaction.
+//! The event ledger's statements: webhook endpoints and their one-time tokens, the org's
+//! feedback policy and bounce domain, the deliveries a report may be about, and the ledger row
+//! itself under `UNIQUE (org_id, source, provider_event_id)`. What a report does (which delivery
+//! it is about, whether it proves itself, what it suppresses, counts or pauses) is decided in
+//! [`crate::feedback`]. Everything runs in the caller's transaction.
 
 use sqlx::{PgConnection, PgPool};
 
-use crate::db::audience;
 use crate::domain::{
-    is_erased, BounceCounts, BouncePolicy, EmailAddress, EventEffect, EventKind, EventSource,
-    MatchedBy, RelayEvent, SuppressionReason,
+    BounceCounts, BouncePolicy, EventEffect, EventSource, JobId, MatchedBy, RelayEvent,
 };
-use crate::verp::{self, VerpRef};
 
 /// A webhook endpoint: where one org's relay posts.
 #[derive(sqlx::FromRow, Debug, Clone)]
@@ -222,194 +219,132 @@ pub async fn save_policy(
     Ok(before)
 }
 
-/// An event the org may not record: its Message-ID names another org's delivery.
-#[derive(Debug, thiserror::Error)]
-pub enum RecordError {
-    #[error("event {0} names a message of another organisation")]
-    OtherOrg(String),
-    #[error(transparent)]
-    Db(#[from] sqlx::Error),
+/// A delivery a report may be about, as the feedback use case reads it.
+#[derive(sqlx::FromRow, Debug, Clone)]
+pub struct Reported {
+    pub job_id: String,
+    pub org_id: i64,
+    pub email_lower: String,
+    pub campaign_id: Option<i64>,
 }
 
-/// What recording one event did; `None` from [`record`] when it was recorded before.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Recorded {
-    pub job_id: Option<String>,
-    pub matched_by: MatchedBy,
-    pub effect: EventEffect,
-    /// The event proved its origin (a signed webhook, or our token in a mailed report).
-    pub verified: bool,
-    /// Why the event's campaign paused itself, when this event made it.
-    pub paused: Option<String>,
+const REPORTED: &str = "select job_id, org_id, email_lower, campaign_id from deliveries";
+
+/// The org's delivery `job`.
+pub async fn delivery_of_org(
+    conn: &mut PgConnection,
+    org_id: i64,
+    job: &JobId,
+) -> sqlx::Result<Option<Reported>> {
+    sqlx::query_as(&format!("{REPORTED} where job_id = $1 and org_id = $2"))
+        .bind(job.to_string())
+        .bind(org_id)
+        .fetch_optional(conn)
+        .await
 }
 
-/// Where events are taken in: the org they are for, how they came, and its rules.
-pub struct Intake<'a> {
+/// The delivery `job`, whichever org's it is (the caller decides what another org's means).
+pub async fn delivery_of_any_org(
+    conn: &mut PgConnection,
+    job: &JobId,
+) -> sqlx::Result<Option<Reported>> {
+    sqlx::query_as(&format!("{REPORTED} where job_id = $1"))
+        .bind(job.to_string())
+        .fetch_optional(conn)
+        .await
+}
+
+/// The latest delivered test message of a campaign's content version to `email_lower` (a test
+/// job's id ends in the address it went to).
+pub async fn delivered_test(
+    conn: &mut PgConnection,
+    org_id: i64,
+    email_lower: &str,
+    campaign_id: i64,
+    content_version: i32,
+) -> sqlx::Result<Option<Reported>> {
+    sqlx::query_as(&format!(
+        "{REPORTED} where org_id = $1 and email_lower = $2 and status = 'delivered'
+           and kind = 'test' and job_id like 'test:' || $3 || ':' || $4 || ':%'
+         order by finished_at desc limit 1"
+    ))
+    .bind(org_id)
+    .bind(email_lower)
+    .bind(campaign_id)
+    .bind(content_version)
+    .fetch_optional(conn)
+    .await
+}
+
+/// The org's latest delivery the relay named `relay_id` in its 250 reply.
+pub async fn delivery_by_relay_id(
+    conn: &mut PgConnection,
+    org_id: i64,
+    relay_id: &str,
+) -> sqlx::Result<Option<Reported>> {
+    sqlx::query_as(&format!(
+        "{REPORTED} where org_id = $1 and relay_id = $2 order by finished_at desc limit 1"
+    ))
+    .bind(org_id)
+    .bind(relay_id)
+    .fetch_optional(conn)
+    .await
+}
+
+/// The org's latest delivered message to `email_lower`.
+pub async fn latest_delivered_to(
+    conn: &mut PgConnection,
+    org_id: i64,
+    email_lower: &str,
+) -> sqlx::Result<Option<Reported>> {
+    sqlx::query_as(&format!(
+        "{REPORTED} where org_id = $1 and email_lower = $2 and status = 'delivered'
+         order by finished_at desc limit 1"
+    ))
+    .bind(org_id)
+    .bind(email_lower)
+    .fetch_optional(conn)
+    .await
+}
+
+/// Whether the org holds the person behind `hashed` (an address's erased form) erased: the
+/// erasure suppressed the hash, and no live subscriber of the address `lower` came back since.
+pub async fn holds_erased(
+    conn: &mut PgConnection,
+    org_id: i64,
+    hashed: &str,
+    lower: &str,
+) -> sqlx::Result<bool> {
+    sqlx::query_scalar(
+        "select exists (select 1 from suppressions where org_id = $1 and email_lower = $2)
+            and not exists (select 1 from subscribers
+                            where org_id = $1 and email_lower = $3 and erased_at is null)",
+    )
+    .bind(org_id)
+    .bind(hashed)
+    .bind(lower)
+    .fetch_one(conn)
+    .await
+}
+
+/// One event as the ledger keeps it.
+pub struct NewEvent<'a> {
     pub org_id: i64,
     pub source: EventSource,
-    pub policy: BouncePolicy,
-    /// The VERP key, to read tokens in envelope senders.
-    pub verp_key: Option<&'a [u8]>,
-    /// The channel proves the sender (a signed webhook); a mailed report proves itself only by
-    /// our token, and changes nothing without it.
-    pub signed: bool,
+    pub event: &'a RelayEvent,
+    pub delivery: Option<&'a Reported>,
+    pub matched_by: MatchedBy,
+    /// The comparison form (or erased form) of the address it is about.
+    pub email_lower: &'a str,
+    /// Kept only when the address is not erased (a diagnostic often quotes it).
+    pub diagnostic: Option<&'a str>,
+    pub verified: bool,
 }
 
-/// The delivery an event is about.
-#[derive(sqlx::FromRow)]
-struct Found {
-    job_id: String,
-    org_id: i64,
-    email_lower: String,
-    campaign_id: Option<i64>,
-}
-
-const FOUND: &str = "select job_id, org_id, email_lower, campaign_id from deliveries";
-
-/// The delivery an event is about, and how it was found, in this order: the job our signed
-/// VERP token names; the job its Message-ID names, when that job is the org's; the message the
-/// relay named in its 250 reply; else the org's latest delivered message to the address; else
-/// none (kept as unmatched).
-///
-/// A token vouches for its own delivery's recipient and nobody else: a report that came
-/// through it but names another address is kept as unmatched (and, unsigned, changes nothing),
-/// so one received message cannot be used to suppress or count against anyone else.
-async fn matching(
-    conn: &mut PgConnection,
-    cx: &Intake<'_>,
-    e: &RelayEvent,
-    lower: Option<&str>,
-) -> Result<(Option<Found>, MatchedBy), RecordError> {
-    let org_id = cx.org_id;
-    let token = cx
-        .verp_key
-        .zip(e.envelope_from.as_deref())
-        .and_then(|(key, from)| verp::verify_address(key, org_id, from));
-    match token {
-        Some(VerpRef::Job(job)) => {
-            let found: Option<Found> =
-                sqlx::query_as(&format!("{FOUND} where job_id = $1 and org_id = $2"))
-                    .bind(job.to_string())
-                    .bind(org_id)
-                    .fetch_optional(&mut *conn)
-                    .await?;
-            return Ok(vouched(found, lower, e));
-        }
-        Some(VerpRef::Test {
-            campaign_id,
-            content_version,
-        }) => {
-            // A test job's id ends in the address it went to: the report's recipient picks it.
-            let found: Option<Found> = match lower {
-                Some(lower) => {
-                    sqlx::query_as(&format!(
-                        "{FOUND} where org_id = $1 and email_lower = $2 and status = 'delivered'
-                           and kind = 'test' and job_id like 'test:' || $3 || ':' || $4 || ':%'
-                         order by finished_at desc limit 1"
-                    ))
-                    .bind(org_id)
-                    .bind(lower)
-                    .bind(campaign_id)
-                    .bind(content_version)
-                    .fetch_optional(&mut *conn)
-                    .await?
-                }
-                None => None,
-            };
-            return Ok(vouched(found, lower, e));
-        }
-        None => {}
-    }
-    if let Some(job) = e.job_id() {
-        let found: Option<Found> = sqlx::query_as(&format!("{FOUND} where job_id = $1"))
-            .bind(job.to_string())
-            .fetch_optional(&mut *conn)
-            .await?;
-        match found {
-            Some(f) if f.org_id == org_id => return Ok((Some(f), MatchedBy::MessageId)),
-            Some(_) => return Err(RecordError::OtherOrg(e.id.clone())),
-            None => {}
-        }
-    }
-    if let Some(relay_id) = &e.relay_id {
-        let found: Option<Found> = sqlx::query_as(&format!(
-            "{FOUND} where org_id = $1 and relay_id = $2 order by finished_at desc limit 1"
-        ))
-        .bind(org_id)
-        .bind(relay_id)
-        .fetch_optional(&mut *conn)
-        .await?;
-        if found.is_some() {
-            return Ok((found, MatchedBy::RelayId));
-        }
-    }
-    let found: Option<Found> = match lower {
-        Some(lower) => {
-            sqlx::query_as(&format!(
-                "{FOUND} where org_id = $1 and email_lower = $2 and status = 'delivered'
-                 order by finished_at desc limit 1"
-            ))
-            .bind(org_id)
-            .bind(lower)
-            .fetch_optional(&mut *conn)
-            .await?
-        }
-        None => None,
-    };
-    let by = if found.is_some() {
-        MatchedBy::Recipient
-    } else {
-        MatchedBy::None
-    };
-    Ok((found, by))
-}
-
-/// What a genuine token proves about the report that came through it: the delivery it names,
-/// when that delivery still exists and went to the address the report names (in either of
-/// its stored forms). A token without its delivery (a purged campaign's, a test sent to
-/// someone else) or naming another address proves nothing: the report is unmatched.
-fn vouched(
-    found: Option<Found>,
-    lower: Option<&str>,
-    e: &RelayEvent,
-) -> (Option<Found>, MatchedBy) {
-    match found {
-        Some(f)
-            if lower.is_none_or(|l| l == f.email_lower)
-                || e.recipient
-                    .as_ref()
-                    .is_some_and(|r| r.lower() == f.email_lower) =>
-        {
-            (Some(f), MatchedBy::Token)
-        }
-        _ => (None, MatchedBy::None),
-    }
-}
-
-/// Records one event of `cx.org_id` and applies its effect, once. `Ok(None)`: recorded before,
-/// or a mailed report that names nobody (no address, no token).
-pub async fn record(
-    conn: &mut PgConnection,
-    cx: &Intake<'_>,
-    e: &RelayEvent,
-) -> Result<Option<Recorded>, RecordError> {
-    // An erased person's rows hold the hash of their address: an event about them is matched,
-    // and kept, by that hash, and never writes the address back.
-    let named = match &e.recipient {
-        Some(r) => Some(erased_or_clear(conn, cx.org_id, r).await?),
-        None => None,
-    };
-    let (found, matched_by) = matching(conn, cx, e, named.as_deref()).await?;
-    let verified = cx.signed || matched_by == MatchedBy::Token;
-    let lower = match (named, &found) {
-        (Some(named), _) => named,
-        (None, Some(f)) => f.email_lower.clone(),
-        (None, None) => return Ok(None),
-    };
-    let erased = is_erased(&lower);
-    let job_id = found.as_ref().map(|f| f.job_id.clone());
-    let campaign_id = found.as_ref().and_then(|f| f.campaign_id);
-    let id: Option<i64> = sqlx::query_scalar(
+/// Inserts the event under the ledger's unique key with no effect yet: its id, or `None` when
+/// the org recorded it before (the insert is the check).
+pub async fn insert(conn: &mut PgConnection, n: &NewEvent<'_>) -> sqlx::Result<Option<i64>> {
+    sqlx::query_scalar(
         "insert into delivery_events (org_id, source, provider_event_id, kind, job_id, matched_by,
                                       email_lower, status, diagnostic, effect, occurred_at,
                                       verified, campaign_id)
@@ -417,104 +352,40 @@ pub async fn record(
          on conflict (org_id, source, provider_event_id) do nothing
          returning id",
     )
-    .bind(cx.org_id)
-    .bind(cx.source)
-    .bind(&e.id)
-    .bind(e.kind)
-    .bind(&job_id)
-    .bind(matched_by)
-    .bind(&lower)
-    .bind(&e.status)
-    // A diagnostic often quotes the address: an erased one keeps none.
-    .bind(if erased { None } else { e.diagnostic.as_ref() })
-    .bind(&e.occurred_at)
-    .bind(verified)
-    .bind(campaign_id)
-    .fetch_optional(&mut *conn)
-    .await?;
-    let Some(id) = id else {
-        return Ok(None);
-    };
-    let mut recorded = Recorded {
-        job_id,
-        matched_by,
-        effect: EventEffect::None,
-        verified,
-        paused: None,
-    };
-    if !verified {
-        return Ok(Some(recorded));
-    }
-    let why = format!(
-        "{} {}",
-        cx.source,
-        e.status.as_deref().unwrap_or(e.kind.as_str())
-    );
-    let reason = match e.kind.suppresses_at_once() {
-        Some(r) => Some(r),
-        None if e.kind == EventKind::SoftBounce => {
-            soft_bounces_reached(conn, cx.org_id, &lower, cx.policy)
-                .await?
-                .then_some(SuppressionReason::SoftBounce)
-        }
-        None => None,
-    };
-    recorded.effect = match reason {
-        Some(r) => {
-            let written =
-                audience::suppress_all(conn, cx.org_id, &[lower.as_str()], r, &why).await?;
-            if written.is_empty() {
-                EventEffect::None
-            } else {
-                EventEffect::Suppressed
-            }
-        }
-        None if e.kind == EventKind::SoftBounce => EventEffect::Counted,
-        None => EventEffect::None,
-    };
-    sqlx::query("update delivery_events set effect = $2 where id = $1")
-        .bind(id)
-        .bind(recorded.effect)
-        .execute(&mut *conn)
-        .await?;
-    if let (Some(campaign), EventKind::HardBounce | EventKind::Complaint) = (campaign_id, e.kind) {
-        // One campaign's reports are counted one at a time: each count then sees every report
-        // committed before it, so concurrent ones cannot all stay one short of the limit.
-        sqlx::query("select pg_advisory_xact_lock(hashtextextended('campaign-reports:' || $1, 0))")
-            .bind(campaign)
-            .execute(&mut *conn)
-            .await?;
-        let counts = campaign_counts(conn, cx.org_id, campaign).await?;
-        if let Some(reason) = cx.policy.pause_reason(counts) {
-            if crate::db::campaign::states::auto_pause(conn, cx.org_id, campaign, &reason).await? {
-                recorded.paused = Some(reason);
-            }
-        }
-    }
-    Ok(Some(recorded))
+    .bind(n.org_id)
+    .bind(n.source)
+    .bind(&n.event.id)
+    .bind(n.event.kind)
+    .bind(n.delivery.map(|d| &d.job_id))
+    .bind(n.matched_by)
+    .bind(n.email_lower)
+    .bind(&n.event.status)
+    .bind(n.diagnostic)
+    .bind(&n.event.occurred_at)
+    .bind(n.verified)
+    .bind(n.delivery.and_then(|d| d.campaign_id))
+    .fetch_optional(conn)
+    .await
 }
 
-/// The form an event about `r` is matched and kept under: the hash of the address while the
-/// org holds that person erased (the hash is suppressed by the erasure, and no subscriber of
-/// the address has come back since), else the address, so a person who came back is
-/// suppressed, counted and matched by their address again.
-async fn erased_or_clear(
-    conn: &mut PgConnection,
-    org_id: i64,
-    r: &EmailAddress,
-) -> sqlx::Result<String> {
-    let hashed = r.erased_form();
-    let erased: bool = sqlx::query_scalar(
-        "select exists (select 1 from suppressions where org_id = $1 and email_lower = $2)
-            and not exists (select 1 from subscribers
-                            where org_id = $1 and email_lower = $3 and erased_at is null)",
-    )
-    .bind(org_id)
-    .bind(&hashed)
-    .bind(r.lower())
-    .fetch_one(conn)
-    .await?;
-    Ok(if erased { hashed } else { r.lower().to_owned() })
+/// Records what event `id` did.
+pub async fn set_effect(conn: &mut PgConnection, id: i64, effect: EventEffect) -> sqlx::Result<()> {
+    sqlx::query("update delivery_events set effect = $2 where id = $1")
+        .bind(id)
+        .bind(effect)
+        .execute(conn)
+        .await
+        .map(drop)
+}
+
+/// Takes one campaign's reports one at a time until the transaction ends: each count then sees
+/// every report committed before it.
+pub async fn lock_campaign_reports(conn: &mut PgConnection, campaign_id: i64) -> sqlx::Result<()> {
+    sqlx::query("select pg_advisory_xact_lock(hashtextextended('campaign-reports:' || $1, 0))")
+        .bind(campaign_id)
+        .execute(conn)
+        .await
+        .map(drop)
 }
 
 /// A campaign's delivered messages and the verified bounces and complaints reported for them.
@@ -543,30 +414,30 @@ pub async fn campaign_counts(
     })
 }
 
-/// Has the address now had the policy's number of soft bounces within its window? Serialised
-/// per address (a transaction lock): two concurrent bounces cannot both count one short.
-async fn soft_bounces_reached(
+/// The address's soft bounces within the last `days`, this one included. Serialised per address
+/// until the transaction ends (a transaction lock): two concurrent bounces cannot both count one
+/// short.
+pub async fn soft_bounces_within(
     conn: &mut PgConnection,
     org_id: i64,
     email_lower: &str,
-    policy: BouncePolicy,
-) -> sqlx::Result<bool> {
+    days: i32,
+) -> sqlx::Result<i64> {
     sqlx::query("select pg_advisory_xact_lock(hashtextextended($1::text || ':' || $2, 0))")
         .bind(org_id)
         .bind(email_lower)
         .execute(&mut *conn)
         .await?;
-    let n: i64 = sqlx::query_scalar(
+    sqlx::query_scalar(
         "select count(*) from delivery_events
          where org_id = $1 and email_lower = $2 and kind = 'soft_bounce'
            and received_at > now() - make_interval(days => $3)",
     )
     .bind(org_id)
     .bind(email_lower)
-    .bind(policy.soft_days)
+    .bind(days)
     .fetch_one(conn)
-    .await?;
-    Ok(policy.soft_suppresses(n))
+    .await
 }
 
 /// The org's webhook endpoints, newest first (never their secrets).

@@ -3,8 +3,9 @@
 //! `fbl@`/`postmaster@`), and recording a parsed report's events in the caller's transaction.
 
 use app::bounce::mailed::{self, Mailed};
-use app::db::events::{self, Intake, RecordError};
+use app::db::events;
 use app::domain::BouncePolicy;
+use app::feedback::{self, Intake, RecordError};
 use sqlx::{PgConnection, PgPool};
 
 /// Local parts every bounce domain takes without a token: feedback loops are registered with
@@ -124,7 +125,7 @@ impl BounceMail {
         };
         let mut new = 0;
         for e in &report.events {
-            match events::record(tx, &cx, e).await {
+            match feedback::record(tx, &cx, e).await {
                 Ok(Some(rec)) => {
                     new += 1;
                     if let Some(reason) = &rec.paused {

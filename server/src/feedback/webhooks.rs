@@ -15,8 +15,9 @@ use sqlx::PgPool;
 
 use app::bounce::ses::Sns;
 use app::bounce::{self, generic, Verified};
-use app::db::events::{self, NonceTaken, RecordError};
+use app::db::events::{self, NonceTaken};
 use app::domain::EventSource;
+use app::feedback::{self, RecordError};
 
 use crate::http::plain::Refusal;
 
@@ -170,7 +171,7 @@ async fn handle(
         true => Some(app::signing::Purpose::Verp.key(pool).await?),
         false => None,
     };
-    let cx = events::Intake {
+    let cx = feedback::Intake {
         org_id: ep.org_id,
         source,
         policy,
@@ -179,7 +180,7 @@ async fn handle(
     };
     let mut new = 0;
     for e in &batch {
-        match events::record(&mut tx, &cx, e).await {
+        match feedback::record(&mut tx, &cx, e).await {
             Ok(Some(_)) => new += 1,
             Ok(None) => {}
             // The whole request rolls back: nothing of it is written.

@@ -313,14 +313,14 @@ async fn relay_objects(pool: &sqlx::PgPool, org: i64, marker: &str) -> String {
         diagnostic: Some(format!("{marker} mailbox full")),
         occurred_at: None,
     };
-    let cx = events::Intake {
+    let cx = app::feedback::Intake {
         org_id: org,
         source: EventSource::Generic,
         policy: BouncePolicy::default(),
         verp_key: None,
         signed: true,
     };
-    events::record(&mut tx, &cx, &e).await.unwrap();
+    app::feedback::record(&mut tx, &cx, &e).await.unwrap();
     tx.commit().await.unwrap();
     id
 }
