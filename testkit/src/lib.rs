@@ -1,6 +1,6 @@
 //! What Mailroom's integration suite and its soak share. Benches that compare throughput keep
 //! Postfix's `smtp-sink` as their receiver (the peer `smtp-source` is measured against), so
-//! every figure in `docs/benchmarks.md` has the same far end.
+//! every figure in `docs/performance.md` has the same far end.
 
 /// Bounce reports (DSN, ARF) and an SMTP client that mails them.
 pub mod reports;

@@ -2,8 +2,8 @@
 //! deliveries), shared by every request to this replica.
 //!
 //! Without this, 50 open dashboards on an org of 200,000 subscribers kept PostgreSQL busy
-//! recounting the same rows and starved the senders (the soak, docs/benchmarks.md). Two rules
-//! bound that work however many pages are open:
+//! recounting the same rows and starved the senders (the soak, docs/lab-notes/benchmarks.md).
+//! Two rules bound that work however many pages are open:
 //! - concurrent requests for the same figure wait for one computation (moka's single flight);
 //! - a result that took at least [`CACHE_FROM`] to compute is reused for ten times what it cost,
 //!   at most [`MAX_AGE`]: these queries then take at most about a tenth of one database backend

@@ -103,7 +103,7 @@ pub async fn connect(options: PgConnectOptions) -> anyhow::Result<PgPool> {
 /// second with only their arrays changing (the delivery ledger's marks and outcomes, the
 /// feeders' claims and lookups). PostgreSQL would otherwise plan each execution again: with an
 /// array parameter, every custom plan looks cheaper than the generic one, and planning cost
-/// more CPU than executing (docs/benchmarks.md).
+/// more CPU than executing (docs/lab-notes/benchmarks.md, 2026-11-30 and 2026-12-03).
 pub fn generic_plans_pool(pool: &PgPool, max_connections: u32) -> PgPool {
     let options = (*pool.connect_options())
         .clone()
