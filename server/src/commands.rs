@@ -473,7 +473,7 @@ async fn user_add(db: &Database, args: &UserAddArgs) -> anyhow::Result<()> {
             org_id,
             actor_id: None,
             api_token_id: None,
-            action: "user.add",
+            action: app::domain::AuditAction::UserAdd,
             object_type: "user",
             object_id: Some(id.to_string()),
             before: None,

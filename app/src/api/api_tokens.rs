@@ -76,7 +76,12 @@ pub async fn create_api_token(
         &mut tx,
         audit::Entry {
             after: Some(serde_json::json!({ "name": name, "scopes": scopes })),
-            ..audit::Entry::by(&me, "api_token.create", "api_token", Some(id.to_string()))
+            ..audit::Entry::by(
+                &me,
+                crate::domain::AuditAction::ApiTokenCreate,
+                "api_token",
+                Some(id.to_string()),
+            )
         },
     )
     .await?;
@@ -103,7 +108,12 @@ pub async fn revoke_api_token(id: i64) -> Result<String, AppError> {
         &mut tx,
         audit::Entry {
             before: Some(serde_json::json!({ "name": name })),
-            ..audit::Entry::by(&me, "api_token.revoke", "api_token", Some(id.to_string()))
+            ..audit::Entry::by(
+                &me,
+                crate::domain::AuditAction::ApiTokenRevoke,
+                "api_token",
+                Some(id.to_string()),
+            )
         },
     )
     .await?;

@@ -128,7 +128,12 @@ pub async fn set_digest_opt_in(user_id: i64, enabled: bool) -> Result<String, Ap
         audit::Entry {
             before: Some(serde_json::json!({ "weekly_digest": before })),
             after: Some(serde_json::json!({ "weekly_digest": enabled })),
-            ..audit::Entry::by(&me, "digest.opt_in", "user", Some(user_id.to_string()))
+            ..audit::Entry::by(
+                &me,
+                crate::domain::AuditAction::DigestOptIn,
+                "user",
+                Some(user_id.to_string()),
+            )
         },
     )
     .await?;
@@ -176,7 +181,14 @@ pub async fn save_digest_schedule(
     let mut tx = pool.begin().await?;
     let old = digest::admin::save_schedule(&mut tx, me.org_id, &new).await?;
     let json = |s: &digest::admin::Schedule| serde_json::json!({ "weekday": s.weekday, "hour": s.hour, "timezone": s.timezone });
-    audit::org_setting(&mut tx, &me, "digest.schedule", json(&old), json(&new)).await?;
+    audit::org_setting(
+        &mut tx,
+        &me,
+        crate::domain::AuditAction::DigestSchedule,
+        json(&old),
+        json(&new),
+    )
+    .await?;
     tx.commit().await?;
     Ok("Schedule saved.".into())
 }

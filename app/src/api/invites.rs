@@ -89,9 +89,9 @@ pub async fn accept_invite(token: String, name: String, password: String) -> Res
             actor_id: Some(link.user_id),
             api_token_id: None,
             action: if link.purpose == crate::domain::LinkPurpose::Invite {
-                "user.accept_invite"
+                crate::domain::AuditAction::UserAcceptInvite
             } else {
-                "user.set_password"
+                crate::domain::AuditAction::UserSetPassword
             },
             object_type: "user",
             object_id: Some(link.user_id.to_string()),

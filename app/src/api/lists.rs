@@ -59,7 +59,7 @@ pub async fn create_list(name: String) -> Result<String, AppError> {
     audit(
         &mut tx,
         &me,
-        "list.create",
+        crate::domain::AuditAction::ListCreate,
         id,
         None,
         Some(serde_json::json!({ "name": name })),
@@ -87,7 +87,7 @@ pub async fn rename_list(id: i64, name: String) -> Result<String, AppError> {
     audit(
         &mut tx,
         &me,
-        "list.rename",
+        crate::domain::AuditAction::ListRename,
         id,
         Some(serde_json::json!({ "name": before })),
         Some(serde_json::json!({ "name": name })),
@@ -115,7 +115,7 @@ pub async fn delete_list(id: i64) -> Result<String, AppError> {
     audit(
         &mut tx,
         &me,
-        "list.delete",
+        crate::domain::AuditAction::ListDelete,
         id,
         Some(serde_json::json!({ "name": name, "members": members })),
         None,
@@ -142,7 +142,7 @@ pub async fn import_status(id: i64) -> Result<Import, AppError> {
 async fn audit(
     conn: &mut sqlx::PgConnection,
     me: &super::CurrentUser,
-    action: &str,
+    action: crate::domain::AuditAction,
     id: i64,
     before: Option<serde_json::Value>,
     after: Option<serde_json::Value>,

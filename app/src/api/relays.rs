@@ -114,7 +114,12 @@ pub async fn create_webhook_endpoint(
         &mut tx,
         audit::Entry {
             after: Some(serde_json::json!({ "source": source })),
-            ..audit::Entry::by(&me, "webhook.create", "webhook_endpoint", Some(id.clone()))
+            ..audit::Entry::by(
+                &me,
+                crate::domain::AuditAction::WebhookCreate,
+                "webhook_endpoint",
+                Some(id.clone()),
+            )
         },
     )
     .await?;
@@ -144,7 +149,7 @@ pub async fn revoke_webhook_endpoint(id: String) -> Result<String, AppError> {
             before: Some(serde_json::json!({ "source": source })),
             ..audit::Entry::by(
                 &me,
-                "webhook.revoke",
+                crate::domain::AuditAction::WebhookRevoke,
                 "webhook_endpoint",
                 Some(id.trim().into()),
             )
@@ -183,7 +188,7 @@ pub async fn save_bounce_policy(
     audit::org_setting(
         &mut tx,
         &me,
-        "settings.bounce_policy",
+        crate::domain::AuditAction::SettingsBouncePolicy,
         serde_json::to_value(before).ok(),
         serde_json::to_value(p).ok(),
     )
@@ -224,7 +229,7 @@ pub async fn save_bounce_domain(domain: String) -> Result<String, AppError> {
     audit::setting_changed(
         &mut tx,
         &me,
-        "settings.bounce_domain",
+        crate::domain::AuditAction::SettingsBounceDomain,
         "bounce_domain",
         before,
         new.map(str::to_owned),

@@ -160,7 +160,7 @@ pub async fn save_dkim_key(
     audit::org_setting(
         &mut tx,
         &me,
-        "settings.dkim_key",
+        crate::domain::AuditAction::SettingsDkimKey,
         old.map(|o| {
             serde_json::json!({
                 "domain": o.domain, "selector": o.selector, "enabled": o.enabled,
@@ -241,7 +241,7 @@ pub async fn add_dkim_ed25519_key(selector: String) -> Result<String, AppError> 
     audit::org_setting(
         &mut tx,
         &me,
-        "settings.dkim_ed25519_key",
+        crate::domain::AuditAction::SettingsDkimEd25519Key,
         old.ed25519_key().map(ed25519_audited),
         ed25519_audited((selector.as_str(), key.public_key_base64.as_str())),
     )
@@ -294,7 +294,7 @@ async fn remove_ed25519(
     audit::org_setting(
         tx,
         me,
-        "settings.dkim_ed25519_key",
+        crate::domain::AuditAction::SettingsDkimEd25519Key,
         ed25519_audited(key),
         None::<serde_json::Value>,
     )
@@ -316,7 +316,15 @@ pub async fn set_dkim_enabled(enabled: bool) -> Result<String, AppError> {
             "DKIM: generate or paste a key first.".into(),
         ));
     };
-    audit::setting_changed(&mut tx, &me, "settings.dkim", "enabled", before, enabled).await?;
+    audit::setting_changed(
+        &mut tx,
+        &me,
+        crate::domain::AuditAction::SettingsDkim,
+        "enabled",
+        before,
+        enabled,
+    )
+    .await?;
     tx.commit().await?;
     Ok(if enabled {
         "DKIM signing is on: every message from now on is signed.".into()
@@ -346,7 +354,7 @@ pub async fn save_return_path(return_path: String) -> Result<String, AppError> {
     audit::setting_changed(
         &mut tx,
         &me,
-        "settings.return_path",
+        crate::domain::AuditAction::SettingsReturnPath,
         "return_path",
         old.as_deref(),
         new,

@@ -91,7 +91,7 @@ pub async fn save_sender(
     audit::org_setting(
         &mut tx,
         &me,
-        "settings.sender",
+        crate::domain::AuditAction::SettingsSender,
         serde_json::json!({
             "from_name": old.from_name, "from_address": old.from_address, "reply_to": old.reply_to,
         }),
@@ -123,7 +123,7 @@ pub async fn save_approval_policy(
     audit::setting_changed(
         &mut tx,
         &me,
-        "settings.approval",
+        crate::domain::AuditAction::SettingsApproval,
         "allow_self_approval",
         before,
         allow,

@@ -152,7 +152,12 @@ pub async fn add_subscriber(
             after: Some(
                 serde_json::json!({ "email": email.as_str(), "name": name, "lists": lists }),
             ),
-            ..audit::Entry::by(&me, "subscriber.add", "subscriber", Some(id.to_string()))
+            ..audit::Entry::by(
+                &me,
+                crate::domain::AuditAction::SubscriberAdd,
+                "subscriber",
+                Some(id.to_string()),
+            )
         },
     )
     .await?;
@@ -192,7 +197,12 @@ pub async fn save_subscriber(
             after: Some(
                 serde_json::json!({ "name": name, "status": status.as_str(), "lists": lists }),
             ),
-            ..audit::Entry::by(&me, "subscriber.edit", "subscriber", Some(id.to_string()))
+            ..audit::Entry::by(
+                &me,
+                crate::domain::AuditAction::SubscriberEdit,
+                "subscriber",
+                Some(id.to_string()),
+            )
         },
     )
     .await?;
@@ -223,7 +233,12 @@ pub async fn remove_subscriber(id: i64) -> Result<String, AppError> {
         audit::Entry {
             before: Some(serde_json::json!({ "email": before.email, "name": before.name })),
             after: None,
-            ..audit::Entry::by(&me, "subscriber.remove", "subscriber", Some(id.to_string()))
+            ..audit::Entry::by(
+                &me,
+                crate::domain::AuditAction::SubscriberRemove,
+                "subscriber",
+                Some(id.to_string()),
+            )
         },
     )
     .await?;
@@ -253,7 +268,12 @@ pub async fn erase_subscriber(id: i64) -> Result<String, AppError> {
         audit::Entry {
             before: None,
             after: Some(serde_json::json!({ "erased": true, "subscribers": rows })),
-            ..audit::Entry::by(&me, "subscriber.erase", "subscriber", Some(id.to_string()))
+            ..audit::Entry::by(
+                &me,
+                crate::domain::AuditAction::SubscriberErase,
+                "subscriber",
+                Some(id.to_string()),
+            )
         },
     )
     .await?;

@@ -89,7 +89,12 @@ pub async fn add_suppressions(addresses: String) -> Result<String, AppError> {
             audit::Entry {
                 before: None,
                 after: Some(serde_json::json!({ "addresses": added })),
-                ..audit::Entry::by(&me, "suppression.add", "suppression", None)
+                ..audit::Entry::by(
+                    &me,
+                    crate::domain::AuditAction::SuppressionAdd,
+                    "suppression",
+                    None,
+                )
             },
         )
         .await?;
@@ -119,7 +124,7 @@ pub async fn remove_suppression(email: String) -> Result<String, AppError> {
             after: None,
             ..audit::Entry::by(
                 &me,
-                "suppression.remove",
+                crate::domain::AuditAction::SuppressionRemove,
                 "suppression",
                 Some(lower.clone()),
             )

@@ -240,9 +240,9 @@ pub async fn save_template(
             ..audit::Entry::by(
                 &me,
                 if version == 1 {
-                    "template.create"
+                    crate::domain::AuditAction::TemplateCreate
                 } else {
-                    "template.save"
+                    crate::domain::AuditAction::TemplateSave
                 },
                 "template",
                 Some(tid.to_string()),

@@ -128,7 +128,12 @@ pub async fn invite_user(email: String, name: String, role: String) -> Result<St
         audit::Entry {
             before: None,
             after: Some(serde_json::json!({ "email": email.as_str(), "name": name, "role": role })),
-            ..audit::Entry::by(&me, "user.invite", "user", Some(user_id.to_string()))
+            ..audit::Entry::by(
+                &me,
+                crate::domain::AuditAction::UserInvite,
+                "user",
+                Some(user_id.to_string()),
+            )
         },
     )
     .await?;
@@ -162,7 +167,12 @@ pub async fn set_user_role(user_id: i64, role: String) -> Result<String, AppErro
         audit::Entry {
             before: Some(serde_json::json!({ "email": user.email, "role": user.role.as_str() })),
             after: Some(serde_json::json!({ "email": user.email, "role": role })),
-            ..audit::Entry::by(&me, "user.role", "user", Some(user_id.to_string()))
+            ..audit::Entry::by(
+                &me,
+                crate::domain::AuditAction::UserRole,
+                "user",
+                Some(user_id.to_string()),
+            )
         },
     )
     .await?;
@@ -204,9 +214,9 @@ pub async fn set_user_disabled(user_id: i64, disabled: bool) -> Result<String, A
             ..audit::Entry::by(
                 &me,
                 if disabled {
-                    "user.disable"
+                    crate::domain::AuditAction::UserDisable
                 } else {
-                    "user.enable"
+                    crate::domain::AuditAction::UserEnable
                 },
                 "user",
                 Some(user_id.to_string()),
@@ -266,9 +276,9 @@ pub async fn reset_password(user_id: i64) -> Result<String, AppError> {
             ..audit::Entry::by(
                 &me,
                 if user.invited {
-                    "user.reinvite"
+                    crate::domain::AuditAction::UserReinvite
                 } else {
-                    "user.reset_password"
+                    crate::domain::AuditAction::UserResetPassword
                 },
                 "user",
                 Some(user_id.to_string()),

@@ -116,7 +116,7 @@ pub async fn create_with_owner(
             org_id,
             actor_id: Some(user_id),
             api_token_id: None,
-            action: "org.add",
+            action: crate::domain::AuditAction::OrgAdd,
             object_type: "org",
             object_id: Some(org_id.to_string()),
             before: None,

@@ -229,7 +229,7 @@ pub async fn resend(
             org_id,
             actor_id: Some(user_id),
             api_token_id: None,
-            action: "digest.resend",
+            action: crate::domain::AuditAction::DigestResend,
             object_type: "digest_send",
             object_id: Some(claimed.id.to_string()),
             before: None,

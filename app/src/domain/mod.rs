@@ -91,6 +91,8 @@ macro_rules! text_enum {
 mod api_scope;
 /// Subscriber statuses, names of people and lists, and checking one imported CSV row.
 pub mod audience;
+/// The audit log's actions.
+mod audit;
 /// When to retry a temporary failure: exponential, capped, with jitter.
 mod backoff;
 /// What relays report after the conversation (bounces, complaints), and what each one does.
@@ -127,6 +129,7 @@ mod week_key;
 
 pub use api_scope::ApiScope;
 pub use audience::{CsvColumns, ImportStatus, SubscriberStatus, SuppressionReason};
+pub use audit::AuditAction;
 pub use backoff::Backoff;
 pub use bounce::{
     relay_id, BounceCounts, BouncePolicy, EventEffect, EventKind, EventSource, MatchedBy,

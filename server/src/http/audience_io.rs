@@ -204,7 +204,7 @@ async fn write(
                     after: Some(serde_json::json!({
                         "import": id, "rows": t.rows_read, "created": t.created, "added": t.added, "errors": t.error_count,
                     })),
-                    ..app::db::audit::Entry::by(me, "list.import", "list", Some(list_id.to_string()))
+                    ..app::db::audit::Entry::by(me, app::domain::AuditAction::ListImport, "list", Some(list_id.to_string()))
                 },
             )
             .await?;

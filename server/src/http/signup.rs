@@ -359,9 +359,14 @@ async fn confirm(
                     Some(subscriber_id.to_string()),
                 )
             };
-            app::db::audit::record(&mut tx, entry("subscriber.confirm")).await?;
+            app::db::audit::record(&mut tx, entry(app::domain::AuditAction::SubscriberConfirm))
+                .await?;
             if *resubscribed {
-                app::db::audit::record(&mut tx, entry("subscriber.resubscribe")).await?;
+                app::db::audit::record(
+                    &mut tx,
+                    entry(app::domain::AuditAction::SubscriberResubscribe),
+                )
+                .await?;
             }
         }
         tx.commit().await?;

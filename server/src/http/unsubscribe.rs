@@ -145,7 +145,7 @@ async fn preferences(
                     org_id: claim.org_id,
                     actor_id: None,
                     api_token_id: None,
-                    action: "subscriber.preferences",
+                    action: app::domain::AuditAction::SubscriberPreferences,
                     object_type: "subscriber",
                     object_id: Some(claim.subscriber_id.to_string()),
                     before: None,

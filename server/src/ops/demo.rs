@@ -146,7 +146,7 @@ pub async fn seed(pool: &PgPool) -> anyhow::Result<Option<DemoLogins>> {
                 org_id,
                 actor_id: None,
                 api_token_id: None,
-                action: "demo.seed",
+                action: app::domain::AuditAction::DemoSeed,
                 object_type: "org",
                 object_id: Some(org_id.to_string()),
                 before: None,

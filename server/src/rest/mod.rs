@@ -526,7 +526,7 @@ impl Token {
     pub async fn audit(
         &self,
         conn: &mut sqlx::PgConnection,
-        action: &str,
+        action: app::domain::AuditAction,
         object_type: &str,
         object_id: Option<String>,
         before: Option<serde_json::Value>,

@@ -217,9 +217,9 @@ async fn upsert(
         return Err(Problem::internal("an upsert of one row answered none"));
     };
     let action = if done.created {
-        "subscriber.add"
+        app::domain::AuditAction::SubscriberAdd
     } else {
-        "subscriber.edit"
+        app::domain::AuditAction::SubscriberEdit
     };
     token
         .audit(
@@ -358,7 +358,7 @@ async fn bulk(
     token
         .audit(
             &mut tx,
-            "subscriber.bulk_upsert",
+            app::domain::AuditAction::SubscriberBulkUpsert,
             "subscriber",
             None,
             None,
@@ -472,7 +472,7 @@ async fn update(
     token
         .audit(
             &mut tx,
-            "subscriber.edit",
+            app::domain::AuditAction::SubscriberEdit,
             "subscriber",
             Some(id.to_string()),
             Some(serde_json::json!({
@@ -526,7 +526,7 @@ async fn remove(
     token
         .audit(
             &mut tx,
-            "subscriber.remove",
+            app::domain::AuditAction::SubscriberRemove,
             "subscriber",
             Some(id.to_string()),
             Some(serde_json::json!({ "email": before.email, "name": before.name })),
@@ -579,7 +579,7 @@ async fn erase(
     token
         .audit(
             &mut tx,
-            "subscriber.erase",
+            app::domain::AuditAction::SubscriberErase,
             "subscriber",
             Some(id.to_string()),
             None,
@@ -663,7 +663,7 @@ async fn join(
         token
             .audit(
                 &mut tx,
-                "subscriber.join",
+                app::domain::AuditAction::SubscriberJoin,
                 "subscriber",
                 Some(subscriber_id.to_string()),
                 None,
@@ -708,7 +708,7 @@ async fn leave(
     token
         .audit(
             &mut tx,
-            "subscriber.leave",
+            app::domain::AuditAction::SubscriberLeave,
             "subscriber",
             Some(subscriber_id.to_string()),
             Some(serde_json::json!({ "list": list_id })),
@@ -787,7 +787,7 @@ async fn signup(
         token
             .audit(
                 &mut tx,
-                "subscriber.signup",
+                app::domain::AuditAction::SubscriberSignup,
                 "subscriber",
                 Some(r.subscriber_id.to_string()),
                 None,

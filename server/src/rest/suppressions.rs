@@ -108,7 +108,7 @@ async fn add(
                 ..audit::Entry::by_token(
                     org_id,
                     token.0.token_id,
-                    "suppression.add",
+                    app::domain::AuditAction::SuppressionAdd,
                     "suppression",
                     None,
                 )
@@ -157,7 +157,7 @@ async fn lift(
             ..audit::Entry::by_token(
                 org_id,
                 token.0.token_id,
-                "suppression.remove",
+                app::domain::AuditAction::SuppressionRemove,
                 "suppression",
                 Some(email.lower().to_owned()),
             )

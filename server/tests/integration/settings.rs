@@ -603,7 +603,7 @@ async fn the_audit_log_lists_the_orgs_entries_filtered_and_a_page_at_a_time() {
                 org_id: o,
                 actor_id: actor,
                 api_token_id: None,
-                action: "test.bulk",
+                action: app::domain::AuditAction::DemoSeed,
                 object_type: "thing",
                 object_id: Some(i.to_string()),
                 before: None,
@@ -649,7 +649,7 @@ async fn the_audit_log_lists_the_orgs_entries_filtered_and_a_page_at_a_time() {
     // Unfiltered: 33 entries of this org → one page; in pages the keyset never repeats a row.
     let all = page("", "", "").await;
     assert_eq!(all["rows"].as_array().unwrap().len(), 33);
-    let bulk = page("test.bulk", "", "").await;
+    let bulk = page("demo.seed", "", "").await;
     let first: Vec<i64> = bulk["rows"]
         .as_array()
         .unwrap()
@@ -658,7 +658,7 @@ async fn the_audit_log_lists_the_orgs_entries_filtered_and_a_page_at_a_time() {
         .collect();
     assert_eq!(first.len(), 30);
     let mid = first[9].to_string();
-    let rest = page("test.bulk", "", &mid).await;
+    let rest = page("demo.seed", "", &mid).await;
     let ids: Vec<i64> = rest["rows"]
         .as_array()
         .unwrap()

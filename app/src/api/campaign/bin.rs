@@ -32,7 +32,14 @@ pub async fn delete_campaign(id: i64) -> Result<String, AppError> {
         }
         Err(BinError::Db(e)) => return Err(e.into()),
     }
-    audited(&mut tx, me.org_id, me.user_id, "campaign.delete", id).await?;
+    audited(
+        &mut tx,
+        me.org_id,
+        me.user_id,
+        crate::domain::AuditAction::CampaignDelete,
+        id,
+    )
+    .await?;
     tx.commit().await?;
     leptos_axum::redirect("/campaigns/bin");
     Ok("Moved to the recycle bin.".into())
@@ -45,7 +52,14 @@ pub async fn restore_campaign(id: i64) -> Result<String, AppError> {
     if !campaign::bin::restore(&mut tx, me.org_id, id).await? {
         return Err(AppError::NotFound);
     }
-    audited(&mut tx, me.org_id, me.user_id, "campaign.restore", id).await?;
+    audited(
+        &mut tx,
+        me.org_id,
+        me.user_id,
+        crate::domain::AuditAction::CampaignRestore,
+        id,
+    )
+    .await?;
     tx.commit().await?;
     Ok("Restored.".into())
 }
@@ -55,7 +69,7 @@ async fn audited(
     tx: &mut sqlx::PgConnection,
     org_id: i64,
     actor: i64,
-    action: &str,
+    action: crate::domain::AuditAction,
     id: i64,
 ) -> Result<(), AppError> {
     audit::record(

@@ -206,7 +206,12 @@ pub async fn new_campaign(name: String) -> Result<i64, AppError> {
         audit::Entry {
             before: None,
             after: Some(serde_json::json!({ "name": content.name })),
-            ..audit::Entry::by(&me, "campaign.create", "campaign", Some(id.to_string()))
+            ..audit::Entry::by(
+                &me,
+                crate::domain::AuditAction::CampaignCreate,
+                "campaign",
+                Some(id.to_string()),
+            )
         },
     )
     .await?;
@@ -228,7 +233,12 @@ pub async fn clone_campaign(id: i64) -> Result<i64, AppError> {
         audit::Entry {
             before: Some(serde_json::json!({ "from": id })),
             after: None,
-            ..audit::Entry::by(&me, "campaign.clone", "campaign", Some(copy.to_string()))
+            ..audit::Entry::by(
+                &me,
+                crate::domain::AuditAction::CampaignClone,
+                "campaign",
+                Some(copy.to_string()),
+            )
         },
     )
     .await?;
@@ -292,7 +302,12 @@ pub async fn save_campaign(
                 "version": new_version, "name": content.name, "subject": content.subject,
                 "format": content.format.as_str(), "lists": lists, "schedule": content.schedule,
             })),
-            ..audit::Entry::by(&me, "campaign.edit", "campaign", Some(id.to_string()))
+            ..audit::Entry::by(
+                &me,
+                crate::domain::AuditAction::CampaignEdit,
+                "campaign",
+                Some(id.to_string()),
+            )
         },
     )
     .await?;
@@ -381,7 +396,7 @@ pub async fn campaign_action(
             })),
             ..audit::Entry::by(
                 &me,
-                &format!("campaign.{}", t.verb()),
+                crate::domain::AuditAction::of_campaign(t),
                 "campaign",
                 Some(id.to_string()),
             )

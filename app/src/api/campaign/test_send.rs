@@ -67,7 +67,12 @@ pub async fn send_test(
         audit::Entry {
             before: None,
             after: Some(serde_json::json!({ "version": version, "to": queued })),
-            ..audit::Entry::by(&me, "campaign.test", "campaign", Some(id.to_string()))
+            ..audit::Entry::by(
+                &me,
+                crate::domain::AuditAction::CampaignTest,
+                "campaign",
+                Some(id.to_string()),
+            )
         },
     )
     .await?;

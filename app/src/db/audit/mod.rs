@@ -7,6 +7,7 @@ pub mod log;
 use serde_json::Value;
 use sqlx::PgConnection;
 
+use crate::domain::AuditAction;
 use crate::model::CurrentUser;
 
 /// One audit entry: who did what to which object, with before/after where there is one.
@@ -15,7 +16,7 @@ pub struct Entry<'a> {
     pub actor_id: Option<i64>,
     /// The API token an action was taken with (no user behind it).
     pub api_token_id: Option<i64>,
-    pub action: &'a str,
+    pub action: AuditAction,
     pub object_type: &'a str,
     pub object_id: Option<String>,
     pub before: Option<Value>,
@@ -27,7 +28,7 @@ impl<'a> Entry<'a> {
     /// signed link (no user, no token).
     pub fn system(
         org_id: i64,
-        action: &'a str,
+        action: AuditAction,
         object_type: &'a str,
         object_id: Option<String>,
     ) -> Self {
@@ -47,7 +48,7 @@ impl<'a> Entry<'a> {
     /// (fill those in with struct update syntax).
     pub fn by(
         me: &CurrentUser,
-        action: &'a str,
+        action: AuditAction,
         object_type: &'a str,
         object_id: Option<String>,
     ) -> Self {
@@ -69,7 +70,7 @@ impl<'a> Entry<'a> {
     pub fn by_token(
         org_id: i64,
         token_id: i64,
-        action: &'a str,
+        action: AuditAction,
         object_type: &'a str,
         object_id: Option<String>,
     ) -> Self {
@@ -91,7 +92,7 @@ impl<'a> Entry<'a> {
 pub async fn org_setting(
     conn: &mut PgConnection,
     me: &CurrentUser,
-    action: &str,
+    action: AuditAction,
     before: impl Into<Option<Value>>,
     after: impl Into<Option<Value>>,
 ) -> sqlx::Result<()> {
@@ -111,7 +112,7 @@ pub async fn org_setting(
 pub async fn setting_changed<T: serde::Serialize + PartialEq>(
     conn: &mut PgConnection,
     me: &CurrentUser,
-    action: &str,
+    action: AuditAction,
     key: &str,
     before: T,
     after: T,

@@ -140,7 +140,7 @@ pub async fn auto_pause(
             org_id,
             actor_id: None,
             api_token_id: None,
-            action: "campaign.auto_pause",
+            action: crate::domain::AuditAction::CampaignAutoPause,
             object_type: "campaign",
             object_id: Some(id.to_string()),
             before: Some(serde_json::json!({ "status": "sending" })),

@@ -252,7 +252,7 @@ pub async fn retry(
             org_id,
             actor_id: Some(actor.user_id),
             api_token_id: None,
-            action: "delivery.retry",
+            action: crate::domain::AuditAction::DeliveryRetry,
             object_type: "delivery",
             object_id: Some(job_id.to_owned()),
             before: Some(json!({ "status": before.as_str() })),
