@@ -22,6 +22,8 @@ text_enum! {
         CampaignPause = "campaign.pause",
         CampaignResume = "campaign.resume",
         CampaignCancel = "campaign.cancel",
+        CampaignStart = "campaign.start",
+        CampaignFinish = "campaign.finish",
         DeliveryRetry = "delivery.retry",
         DemoSeed = "demo.seed",
         DigestOptIn = "digest.opt_in",
@@ -79,8 +81,8 @@ impl AuditAction {
             Transition::Pause => AuditAction::CampaignPause,
             Transition::Resume => AuditAction::CampaignResume,
             Transition::Cancel => AuditAction::CampaignCancel,
-            // Workers start and finish campaigns without an audit entry of their own.
-            Transition::Start | Transition::Finish => AuditAction::CampaignEdit,
+            Transition::Start => AuditAction::CampaignStart,
+            Transition::Finish => AuditAction::CampaignFinish,
         }
     }
 }
@@ -90,8 +92,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn an_admins_transition_is_recorded_as_campaign_and_its_verb() {
-        for t in Transition::BY_ADMINS {
+    fn a_transition_is_recorded_as_campaign_and_its_verb() {
+        for t in Transition::BY_ADMINS
+            .into_iter()
+            .chain([Transition::Start, Transition::Finish])
+        {
             assert_eq!(
                 AuditAction::of_campaign(t).as_str(),
                 format!("campaign.{}", t.verb())
