@@ -36,7 +36,7 @@ use anyhow::{bail, Context};
 use lettre::Address;
 
 use app::db::delivery::NewDelivery;
-use app::domain::{EmailAddress, JobId};
+use app::domain::{CampaignId, EmailAddress, JobId, OrgId, Reference};
 use mailroom::embedded_pg::{self, EmbeddedPg};
 use mailroom::smtp::{BodyOutcome, Connection, Target};
 
@@ -473,7 +473,16 @@ async fn main() -> anyhow::Result<()> {
         let org = org_ids[i % org_ids.len()];
         let to = EmailAddress::parse(&format!("e{i}@example.org"))?;
         let job = JobId::test(org, 1, "bench", &to)?;
-        app::db::delivery::enqueue(&mut tx, NewDelivery::plain(&job, org, &to)).await?;
+        let d = NewDelivery {
+            job: &job,
+            org: OrgId(org),
+            recipient: &to,
+            reference: Reference::Test {
+                campaign: CampaignId(org),
+                version: 1,
+            },
+        };
+        app::db::delivery::enqueue(&mut tx, d).await?;
     }
     tx.commit().await?;
     println!(

@@ -333,7 +333,7 @@ async fn send_link(
 ) -> Result<(), AppError> {
     use crate::db::delivery::{enqueue, NewDelivery};
     use crate::db::password_tokens;
-    use crate::domain::JobId;
+    use crate::domain::{JobId, OrgId, Reference, UserId};
     let token_id = password_tokens::issue(conn, org_id, user_id, purpose, actor_id).await?;
     let job = JobId::Invite {
         org_id,
@@ -345,8 +345,12 @@ async fn send_link(
     enqueue(
         conn,
         NewDelivery {
-            user_id: Some(user_id),
-            ..NewDelivery::plain(&job, org_id, email)
+            job: &job,
+            org: OrgId(org_id),
+            recipient: email,
+            reference: Reference::Invite {
+                user: UserId(user_id),
+            },
         },
     )
     .await?;

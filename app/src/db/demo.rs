@@ -5,9 +5,9 @@ use sqlx::PgConnection;
 
 use crate::db::delivery;
 use crate::db::delivery::NewDelivery;
-use crate::domain::{DeliveryStatus, EmailAddress, JobId};
+use crate::domain::{DeliveryStatus, EmailAddress, JobId, OrgId, Reference};
 
-/// A test message in a given state, with what the worker would have recorded.
+/// A test message (its job a `test:` one) in a given state, with what the worker would have recorded.
 pub struct DemoDelivery<'a> {
     pub job: &'a JobId,
     pub recipient: &'a EmailAddress,
@@ -24,7 +24,19 @@ pub async fn delivery(
     org_id: i64,
     d: DemoDelivery<'_>,
 ) -> sqlx::Result<()> {
-    delivery::enqueue(&mut *conn, NewDelivery::plain(d.job, org_id, d.recipient)).await?;
+    let Some(reference) = Reference::of_test(d.job) else {
+        return Err(sqlx::Error::Protocol(format!(
+            "{} is not a test message",
+            d.job
+        )));
+    };
+    let new = NewDelivery {
+        job: d.job,
+        org: OrgId(org_id),
+        recipient: d.recipient,
+        reference,
+    };
+    delivery::enqueue(&mut *conn, new).await?;
     if matches!(d.status, DeliveryStatus::Queued | DeliveryStatus::Sending) {
         return Ok(());
     }

@@ -4,7 +4,7 @@
 
 use sqlx::PgConnection;
 
-use crate::domain::{EmailAddress, JobId};
+use crate::domain::{EmailAddress, JobId, OrgId, Reference, SignupId, SubscriberId};
 
 /// The list behind a sign-up page.
 #[derive(sqlx::FromRow, Debug, Clone)]
@@ -176,9 +176,13 @@ async fn queue_confirmation(
     crate::db::delivery::enqueue(
         conn,
         crate::db::delivery::NewDelivery {
-            subscriber_id: Some(subscriber_id),
-            signup_id: Some(signup_id),
-            ..crate::db::delivery::NewDelivery::plain(&job, org_id, email)
+            job: &job,
+            org: OrgId(org_id),
+            recipient: email,
+            reference: Reference::Confirm {
+                signup: SignupId(signup_id),
+                subscriber: SubscriberId(subscriber_id),
+            },
         },
     )
     .await

@@ -5,7 +5,7 @@
 use sqlx::types::Json;
 use sqlx::PgConnection;
 
-use crate::domain::{EmailAddress, JobId};
+use crate::domain::{EmailAddress, JobId, OrgId, Reference, TxMessageId};
 
 /// A template with its current version, as the Templates page and the API read it.
 #[derive(sqlx::FromRow, Debug, Clone)]
@@ -254,8 +254,12 @@ pub async fn create(
     crate::db::delivery::enqueue(
         conn,
         crate::db::delivery::NewDelivery {
-            tx_message_id: Some(id),
-            ..crate::db::delivery::NewDelivery::plain(&job, org_id, m.recipient)
+            job: &job,
+            org: OrgId(org_id),
+            recipient: m.recipient,
+            reference: Reference::Transactional {
+                message: TxMessageId(id),
+            },
         },
     )
     .await?;

@@ -6,6 +6,8 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
 
+use super::{CampaignId, DigestSendId, JobId, SignupId, SubscriberId, TxMessageId, UserId};
+
 /// The state of one message (`deliveries.status`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -152,6 +154,156 @@ impl FromStr for DeliveryKind {
     }
 }
 
+/// What a delivery's message is made from besides its job id: one variant per kind, each with
+/// just the rows that kind reads (stored as the delivery's nullable reference columns).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reference {
+    /// A campaign's approved content `version`, to one subscriber.
+    Campaign {
+        campaign: CampaignId,
+        version: i32,
+        subscriber: SubscriberId,
+    },
+    /// A try-out of a campaign's content `version`: never counted in, or waiting for, the
+    /// campaign's sending (so its row's `campaign_id` stays empty).
+    Test { campaign: CampaignId, version: i32 },
+    /// One admin's copy of an org's weekly digest.
+    Digest { send: DigestSendId, user: UserId },
+    /// A set-password link for a user.
+    Invite { user: UserId },
+    /// Mail the sending SaaS asked for through the API.
+    Transactional { message: TxMessageId },
+    /// A sign-up's double opt-in mail.
+    Confirm {
+        signup: SignupId,
+        subscriber: SubscriberId,
+    },
+}
+
+/// A [`Reference`] as the delivery row's columns.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReferenceColumns {
+    pub campaign_id: Option<CampaignId>,
+    pub content_version: Option<i32>,
+    pub subscriber_id: Option<SubscriberId>,
+    pub digest_send_id: Option<DigestSendId>,
+    pub user_id: Option<UserId>,
+    pub tx_message_id: Option<TxMessageId>,
+    pub signup_id: Option<SignupId>,
+}
+
+impl Reference {
+    pub fn kind(&self) -> DeliveryKind {
+        match self {
+            Reference::Campaign { .. } => DeliveryKind::Campaign,
+            Reference::Test { .. } => DeliveryKind::Test,
+            Reference::Digest { .. } => DeliveryKind::Digest,
+            Reference::Invite { .. } => DeliveryKind::Invite,
+            Reference::Transactional { .. } => DeliveryKind::Transactional,
+            Reference::Confirm { .. } => DeliveryKind::Confirm,
+        }
+    }
+
+    /// The campaign whose content the message shows: a campaign message's own, or the one a
+    /// test tries out.
+    pub fn content_campaign(&self) -> Option<CampaignId> {
+        match *self {
+            Reference::Campaign { campaign, .. } | Reference::Test { campaign, .. } => {
+                Some(campaign)
+            }
+            _ => None,
+        }
+    }
+
+    /// The subscriber the message is to, when it is to one.
+    pub fn subscriber(&self) -> Option<SubscriberId> {
+        match *self {
+            Reference::Campaign { subscriber, .. } | Reference::Confirm { subscriber, .. } => {
+                Some(subscriber)
+            }
+            _ => None,
+        }
+    }
+
+    pub fn columns(&self) -> ReferenceColumns {
+        let none = ReferenceColumns::default();
+        match *self {
+            Reference::Campaign {
+                campaign,
+                version,
+                subscriber,
+            } => ReferenceColumns {
+                campaign_id: Some(campaign),
+                content_version: Some(version),
+                subscriber_id: Some(subscriber),
+                ..none
+            },
+            Reference::Test { version, .. } => ReferenceColumns {
+                content_version: Some(version),
+                ..none
+            },
+            Reference::Digest { send, user } => ReferenceColumns {
+                digest_send_id: Some(send),
+                user_id: Some(user),
+                ..none
+            },
+            Reference::Invite { user } => ReferenceColumns {
+                user_id: Some(user),
+                ..none
+            },
+            Reference::Transactional { message } => ReferenceColumns {
+                tx_message_id: Some(message),
+                ..none
+            },
+            Reference::Confirm { signup, subscriber } => ReferenceColumns {
+                signup_id: Some(signup),
+                subscriber_id: Some(subscriber),
+                ..none
+            },
+        }
+    }
+
+    /// A test message's reference: all of it is in its job id (`None` for another kind's).
+    pub fn of_test(job: &JobId) -> Option<Self> {
+        match *job {
+            JobId::Test {
+                campaign_id,
+                content_version,
+                ..
+            } => Some(Reference::Test {
+                campaign: CampaignId(campaign_id),
+                version: content_version,
+            }),
+            _ => None,
+        }
+    }
+
+    /// Reads the reference back from a row's kind and columns; a test's campaign is the one
+    /// its job id names. `None` when a column its kind needs is empty.
+    pub fn from_columns(kind: DeliveryKind, c: ReferenceColumns, job: &JobId) -> Option<Self> {
+        Some(match kind {
+            DeliveryKind::Campaign => Reference::Campaign {
+                campaign: c.campaign_id?,
+                version: c.content_version?,
+                subscriber: c.subscriber_id?,
+            },
+            DeliveryKind::Test => Reference::of_test(job)?,
+            DeliveryKind::Digest => Reference::Digest {
+                send: c.digest_send_id?,
+                user: c.user_id?,
+            },
+            DeliveryKind::Invite => Reference::Invite { user: c.user_id? },
+            DeliveryKind::Transactional => Reference::Transactional {
+                message: c.tx_message_id?,
+            },
+            DeliveryKind::Confirm => Reference::Confirm {
+                signup: c.signup_id?,
+                subscriber: c.subscriber_id?,
+            },
+        })
+    }
+}
+
 /// Where a page of the newest-first delivery list ended: the last row's `(created_at, job_id)`.
 /// The next page starts strictly after it, so rows inserted meanwhile never shift a page and
 /// none is shown twice. Written into URLs as `<microseconds since 1970>~<job id>`.
@@ -216,6 +368,54 @@ impl Failure {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_reference_reads_back_from_its_columns() {
+        let test = JobId::Test {
+            campaign_id: 3,
+            content_version: 2,
+            token: "t".into(),
+            email_lower: "a@example.org".into(),
+        };
+        let refs = [
+            Reference::Campaign {
+                campaign: CampaignId(3),
+                version: 2,
+                subscriber: SubscriberId(9),
+            },
+            Reference::Test {
+                campaign: CampaignId(3),
+                version: 2,
+            },
+            Reference::Digest {
+                send: DigestSendId(4),
+                user: UserId(5),
+            },
+            Reference::Invite { user: UserId(5) },
+            Reference::Transactional {
+                message: TxMessageId(6),
+            },
+            Reference::Confirm {
+                signup: SignupId(7),
+                subscriber: SubscriberId(9),
+            },
+        ];
+        for r in refs {
+            assert_eq!(
+                Reference::from_columns(r.kind(), r.columns(), &test),
+                Some(r)
+            );
+        }
+        // A test's campaign never lands in the column that counts it into its campaign.
+        assert_eq!(refs[1].columns().campaign_id, None);
+        // A campaign row without its subscriber is not a reference.
+        let mut broken = refs[0].columns();
+        broken.subscriber_id = None;
+        assert_eq!(
+            Reference::from_columns(DeliveryKind::Campaign, broken, &test),
+            None
+        );
+    }
 
     #[test]
     fn statuses_and_kinds_round_trip_and_reject_unknown_names() {

@@ -105,6 +105,8 @@ mod delivery;
 mod dkim;
 /// `EmailAddress`: the one place its comparison form `email_lower` is computed.
 mod email;
+/// Row ids as types (`OrgId`, `CampaignId`, …).
+mod ids;
 /// The edge's rule for every text and time a request brings: no NUL, no control character in a
 /// line, a length limit, years PostgreSQL can place, and refusals that name the field.
 pub mod input;
@@ -136,11 +138,14 @@ pub use bounce::{
     RelayEvent, MAX_DIAGNOSTIC,
 };
 pub use campaign::{BodyFormat, CampaignContent, CampaignStatus, Transition, TransitionError};
-pub use delivery::{DeliveryCursor, DeliveryKind, DeliveryStatus, Failure};
+pub use delivery::{
+    DeliveryCursor, DeliveryKind, DeliveryStatus, Failure, Reference, ReferenceColumns,
+};
 pub use dkim::{DkimDomain, DkimNameError, DkimSelector};
 #[cfg(feature = "ssr")]
 pub use email::erased_form;
 pub use email::{is_erased, sentence, EmailAddress, EmailError, ERASED_PREFIX};
+pub use ids::{CampaignId, DigestSendId, OrgId, SignupId, SubscriberId, TxMessageId, UserId};
 #[cfg(feature = "ssr")]
 pub(crate) use job_id::{campaign_job_sql, digest_job_sql};
 pub use job_id::{idempotency_key, JobId, JobIdError, IDEMPOTENCY_KEY_MAX};

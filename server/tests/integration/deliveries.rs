@@ -4,10 +4,10 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use app::db::delivery::{NewDelivery, Outcome};
-use app::domain::{EmailAddress, JobId, Role};
+use app::domain::{CampaignId, DigestSendId, EmailAddress, JobId, OrgId, Reference, Role, UserId};
 use sqlx::PgPool;
 
-use crate::support::fixtures::campaign_deliveries;
+use crate::support::fixtures::{campaign_deliveries, test_mail};
 use crate::support::helpers::{org_with_users, test_db};
 
 async fn enqueue_test_mail(pool: &PgPool, org: i64, n: usize) -> Vec<String> {
@@ -74,7 +74,7 @@ async fn enqueueing_the_same_job_twice_stores_one_row() {
     let to = EmailAddress::parse("a@example.org").unwrap();
     let job = JobId::test(1, 1, "dlg", &to).unwrap();
     let mut conn = pool.acquire().await.unwrap();
-    let d = || NewDelivery::plain(&job, org, &to);
+    let d = || test_mail(&job, org, &to);
     assert!(app::db::delivery::enqueue(&mut conn, d()).await.unwrap());
     assert!(!app::db::delivery::enqueue(&mut conn, d()).await.unwrap());
     let n: i64 = sqlx::query_scalar("select count(*) from deliveries")
@@ -82,6 +82,94 @@ async fn enqueueing_the_same_job_twice_stores_one_row() {
         .await
         .unwrap();
     assert_eq!(n, 1);
+}
+
+#[tokio::test]
+async fn a_claimed_row_that_does_not_decode_fails_for_good_and_holds_up_nothing() {
+    let pool = test_db().await;
+    let (org, _) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let mut conn = pool.acquire().await.unwrap();
+    let mut jobs = Vec::new();
+    for to in ["good@example.org", "bad@example.org"] {
+        let to = EmailAddress::parse(to).unwrap();
+        let job = JobId::test(1, 1, "dlg", &to).unwrap();
+        assert!(
+            app::db::delivery::enqueue(&mut conn, test_mail(&job, org, &to))
+                .await
+                .unwrap()
+        );
+        jobs.push(job.to_string());
+    }
+    // A row written around `enqueue`: its recipient is no address.
+    sqlx::query("update deliveries set recipient = 'not an address' where job_id = $1")
+        .bind(&jobs[1])
+        .execute(&pool)
+        .await
+        .unwrap();
+    let claimed = app::db::delivery::claim(&pool, 10, 60.0, "t")
+        .await
+        .unwrap();
+    assert_eq!(
+        claimed.iter().map(|c| c.job_id()).collect::<Vec<_>>(),
+        vec![jobs[0].clone()],
+        "the good row still comes"
+    );
+    assert_eq!(claimed[0].recipient.as_str(), "good@example.org");
+    assert_eq!(
+        status_of(&pool, &jobs[1]).await,
+        ("failed".to_string(), 1),
+        "failed for good, not left to come back with every lease"
+    );
+    let reply: String = sqlx::query_scalar("select smtp_reply from deliveries where job_id = $1")
+        .bind(&jobs[1])
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert!(reply.contains("cannot be read"), "{reply}");
+}
+
+#[tokio::test]
+async fn mail_of_any_kind_to_an_erased_person_is_suppressed_when_claimed() {
+    let pool = test_db().await;
+    let (org, users) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let email = EmailAddress::parse("Gone@Example.org").unwrap();
+    let subscriber: i64 = sqlx::query_scalar(
+        "insert into subscribers (org_id, email, email_lower) values ($1, $2, $3) returning id",
+    )
+    .bind(org)
+    .bind(email.as_str())
+    .bind(email.lower())
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    // Account mail, which an unsubscribe or a manual suppression does not stop.
+    let job = JobId::Invite {
+        org_id: org,
+        user_id: users[0].0,
+        token_id: 1,
+    };
+    let mut conn = pool.acquire().await.unwrap();
+    let invite = NewDelivery {
+        job: &job,
+        org: OrgId(org),
+        recipient: &email,
+        reference: Reference::Invite {
+            user: UserId(users[0].0),
+        },
+    };
+    assert!(app::db::delivery::enqueue(&mut conn, invite).await.unwrap());
+    app::db::subscribers::erase(&mut conn, org, subscriber)
+        .await
+        .unwrap()
+        .expect("erased");
+    let claimed = app::db::delivery::claim(&pool, 10, 60.0, "t")
+        .await
+        .unwrap();
+    assert!(claimed.is_empty(), "{claimed:?}");
+    assert_eq!(
+        status_of(&pool, &job.to_string()).await,
+        ("suppressed".to_string(), 1)
+    );
 }
 
 #[tokio::test]
@@ -105,7 +193,7 @@ async fn racing_claimers_take_disjoint_batches_and_lose_nothing() {
                         return mine;
                     }
                     assert!(batch.iter().all(|c| c.attempt == 1));
-                    mine.extend(batch.into_iter().map(|c| c.job_id));
+                    mine.extend(batch.into_iter().map(|c| c.job_id()));
                 }
             })
         })
@@ -130,12 +218,12 @@ async fn claims_follow_priority_and_skip_campaigns_that_are_not_sending() {
     let paused = campaign_delivery(&pool, org, users[0].0, "paused", "c2@example.org").await;
     let test = enqueue_test_mail(&pool, org, 1).await.remove(0);
     let first = app::db::delivery::claim(&pool, 1, 60.0, "t").await.unwrap();
-    assert_eq!(first[0].job_id, test, "test mail first");
+    assert_eq!(first[0].job_id(), test, "test mail first");
     let rest: Vec<String> = app::db::delivery::claim(&pool, 10, 60.0, "t")
         .await
         .unwrap()
         .into_iter()
-        .map(|c| c.job_id)
+        .map(|c| c.job_id())
         .collect();
     assert_eq!(rest, vec![sending]);
     assert_eq!(
@@ -170,9 +258,13 @@ async fn suppression_is_rechecked_at_claim_with_the_per_kind_rule() {
     app::db::delivery::enqueue(
         &mut conn,
         NewDelivery {
-            digest_send_id: Some(digest_send),
-            user_id: Some(users[0].0),
-            ..NewDelivery::plain(&digest, org, &admin)
+            job: &digest,
+            org: OrgId(org),
+            recipient: &admin,
+            reference: Reference::Digest {
+                send: DigestSendId(digest_send),
+                user: UserId(users[0].0),
+            },
         },
     )
     .await
@@ -197,7 +289,7 @@ async fn suppression_is_rechecked_at_claim_with_the_per_kind_rule() {
         .await
         .unwrap()
         .into_iter()
-        .map(|c| c.job_id)
+        .map(|c| c.job_id())
         .collect();
     claimed.sort();
     assert_eq!(
@@ -276,7 +368,7 @@ async fn the_reaper_requeues_unstarted_mail_and_marks_started_mail_unknown() {
     assert_eq!(
         app::db::delivery::mark_body_started(
             &mut pool.acquire().await.unwrap(),
-            &[(started.job_id.clone(), started.attempt)]
+            &[(started.job_id(), started.attempt)]
         )
         .await
         .unwrap()
@@ -287,16 +379,16 @@ async fn the_reaper_requeues_unstarted_mail_and_marks_started_mail_unknown() {
     assert_eq!(reap(&pool).await, (0, 0), "live leases are left alone");
     expire_leases(&pool).await;
     assert_eq!(reap(&pool).await, (1, 1));
-    assert_eq!(status_of(&pool, &started.job_id).await.0, "unknown");
-    assert_eq!(status_of(&pool, &held[1].job_id).await.0, "queued");
+    assert_eq!(status_of(&pool, &started.job_id()).await.0, "unknown");
+    assert_eq!(status_of(&pool, &held[1].job_id()).await.0, "queued");
     // Unknown is never retried by itself: only the requeued one comes back.
     let again: Vec<String> = app::db::delivery::claim(&pool, 10, 60.0, "t")
         .await
         .unwrap()
         .into_iter()
-        .map(|c| c.job_id)
+        .map(|c| c.job_id())
         .collect();
-    assert_eq!(again, vec![held[1].job_id.clone()]);
+    assert_eq!(again, vec![held[1].job_id()]);
 }
 
 /// Sessions of this test's database waiting for a lock.
@@ -346,11 +438,11 @@ async fn the_reaper_gives_way_to_a_ledger_write_that_waits_on_it() {
     let mut held = app::db::delivery::claim(&pool, 2, 60.0, "slow")
         .await
         .unwrap();
-    held.sort_by(|x, y| x.job_id.cmp(&y.job_id));
+    held.sort_by(|x, y| x.job_id().cmp(&y.job_id()));
     let (sent, next) = (&held[0], &held[1]);
     let marked = app::db::delivery::mark_body_started(
         &mut pool.acquire().await.unwrap(),
-        &[(sent.job_id.clone(), sent.attempt)],
+        &[(sent.job_id(), sent.attempt)],
     )
     .await
     .unwrap();
@@ -360,7 +452,7 @@ async fn the_reaper_gives_way_to_a_ledger_write_that_waits_on_it() {
     // Something else holds the first row, so that the reaper, which locks it first, waits.
     let mut other = pool.begin().await.unwrap();
     sqlx::query("select 1 from deliveries where job_id = $1 for update")
-        .bind(&sent.job_id)
+        .bind(&sent.job_id())
         .execute(&mut *other)
         .await
         .unwrap();
@@ -372,13 +464,13 @@ async fn the_reaper_gives_way_to_a_ledger_write_that_waits_on_it() {
     // The slow process writes the first message's outcome and the next one's mark: it locks
     // the second row for the mark and waits for the first behind the reaper.
     let outcome = vec![(
-        sent.job_id.clone(),
+        sent.job_id(),
         sent.attempt,
         Outcome::Delivered {
             reply: "250 2.0.0 Ok: queued as 1".into(),
         },
     )];
-    let mark = vec![(next.job_id.clone(), next.attempt)];
+    let mark = vec![(next.job_id(), next.attempt)];
     let ledger = tokio::spawn({
         let pool = pool.clone();
         async move {
@@ -403,10 +495,10 @@ async fn the_reaper_gives_way_to_a_ledger_write_that_waits_on_it() {
             .is_err_and(app::db::delivery::is_lock_timeout),
         "the reaper gave up waiting: {reaped:?}"
     );
-    assert_eq!(status_of(&pool, &sent.job_id).await.0, "delivered");
+    assert_eq!(status_of(&pool, &sent.job_id()).await.0, "delivered");
     // The next pass takes back what is still in flight: the marked one, as `unknown`.
     assert_eq!(reap(&pool).await, (0, 1));
-    assert_eq!(status_of(&pool, &next.job_id).await.0, "unknown");
+    assert_eq!(status_of(&pool, &next.job_id()).await.0, "unknown");
 }
 
 #[tokio::test]
@@ -472,14 +564,12 @@ async fn claims_share_a_batch_round_robin_across_orgs_and_campaigns() {
         |f: &dyn Fn(&app::db::delivery::Claimed) -> bool| batch.iter().filter(|c| f(c)).count();
     assert_eq!(batch.len(), 12);
     assert_eq!(
-        count(&|c| c.org_id == other),
+        count(&|c| c.org == OrgId(other)),
         5,
         "test mail first, all of it"
     );
-    let (b, s) = (
-        count(&|c| c.campaign_id == Some(big)),
-        count(&|c| c.campaign_id == Some(small)),
-    );
+    let of = |id: i64| move |c: &app::db::delivery::Claimed| matches!(c.reference, Reference::Campaign { campaign, .. } if campaign == CampaignId(id));
+    let (b, s) = (count(&of(big)), count(&of(small)));
     assert_eq!(b + s, 7);
     assert!(
         (3..=4).contains(&b) && (3..=4).contains(&s),
@@ -519,7 +609,7 @@ async fn progress_slots_move_in_the_same_statement_as_each_result() {
         .await
         .unwrap();
     assert_eq!(held.len(), 4, "the suppressed one is not claimed");
-    let outcome = |i: usize, o: Outcome| (held[i].job_id.clone(), held[i].attempt, o);
+    let outcome = |i: usize, o: Outcome| (held[i].job_id(), held[i].attempt, o);
     let results = [
         outcome(
             0,
@@ -558,7 +648,7 @@ async fn progress_slots_move_in_the_same_statement_as_each_result() {
     // The reaper's verdict counts too: the last one's body had started.
     app::db::delivery::mark_body_started(
         &mut pool.acquire().await.unwrap(),
-        &[(held[3].job_id.clone(), held[3].attempt)],
+        &[(held[3].job_id(), held[3].attempt)],
     )
     .await
     .unwrap();
@@ -585,7 +675,7 @@ async fn progress_slots_move_in_the_same_statement_as_each_result() {
         user_id: users[0].0,
         name: "Owner",
     };
-    let retried = app::db::delivery::admin::retry(&mut conn, org, &held[3].job_id, actor)
+    let retried = app::db::delivery::admin::retry(&mut conn, org, &held[3].job_id(), actor)
         .await
         .unwrap();
     assert!(matches!(
@@ -597,7 +687,7 @@ async fn progress_slots_move_in_the_same_statement_as_each_result() {
         .await
         .unwrap();
     assert_eq!(again.len(), 1);
-    assert_eq!(again[0].job_id, held[3].job_id);
+    assert_eq!(again[0].job_id(), held[3].job_id());
 }
 
 #[tokio::test]
@@ -613,7 +703,7 @@ async fn a_stopping_process_releases_exactly_its_own_claims() {
         .unwrap();
     app::db::delivery::mark_body_started(
         &mut pool.acquire().await.unwrap(),
-        &[(mine[0].job_id.clone(), mine[0].attempt)],
+        &[(mine[0].job_id(), mine[0].attempt)],
     )
     .await
     .unwrap();
@@ -622,17 +712,17 @@ async fn a_stopping_process_releases_exactly_its_own_claims() {
         (1, 1)
     );
     assert_eq!(
-        status_of(&pool, &mine[0].job_id).await,
+        status_of(&pool, &mine[0].job_id()).await,
         ("unknown".into(), 1)
     );
     assert_eq!(
-        status_of(&pool, &mine[1].job_id).await,
+        status_of(&pool, &mine[1].job_id()).await,
         ("queued".into(), 1),
         "requeued; its attempt number is never reused"
     );
     for c in &theirs {
         assert_eq!(
-            status_of(&pool, &c.job_id).await.0,
+            status_of(&pool, &c.job_id()).await.0,
             "sending",
             "another process's claims stay"
         );
@@ -672,10 +762,10 @@ async fn a_live_process_extends_only_the_leases_of_claims_it_is_still_working_on
         (1, 0),
         "the silent process's claim is reaped"
     );
-    assert_eq!(status_of(&pool, &mine[0].job_id).await.0, "sending");
-    assert_eq!(status_of(&pool, &mine[1].job_id).await.0, "sending");
+    assert_eq!(status_of(&pool, &mine[0].job_id()).await.0, "sending");
+    assert_eq!(status_of(&pool, &mine[1].job_id()).await.0, "sending");
     assert_eq!(
-        status_of(&pool, &theirs[0].job_id).await,
+        status_of(&pool, &theirs[0].job_id()).await,
         ("queued".into(), 1)
     );
     // mine[0] finishes; nothing of the claim is held any more, so it is neither extended nor
@@ -684,13 +774,9 @@ async fn a_live_process_extends_only_the_leases_of_claims_it_is_still_working_on
     let done = Outcome::Delivered {
         reply: "250 ok".into(),
     };
-    app::db::delivery::record(
-        &mut conn,
-        &[(mine[0].job_id.clone(), mine[0].attempt, done)],
-        &[],
-    )
-    .await
-    .unwrap();
+    app::db::delivery::record(&mut conn, &[(mine[0].job_id(), mine[0].attempt, done)], &[])
+        .await
+        .unwrap();
     assert_eq!(
         app::db::delivery::extend_leases(&pool, "me", &[], 60.0)
             .await
@@ -700,9 +786,9 @@ async fn a_live_process_extends_only_the_leases_of_claims_it_is_still_working_on
     assert_eq!(claims(&pool).await, 1, "the claim still holds mine[1]");
     expire_leases(&pool).await;
     assert_eq!(reap(&pool).await, (1, 0));
-    assert_eq!(status_of(&pool, &mine[0].job_id).await.0, "delivered");
+    assert_eq!(status_of(&pool, &mine[0].job_id()).await.0, "delivered");
     assert_eq!(
-        status_of(&pool, &mine[1].job_id).await,
+        status_of(&pool, &mine[1].job_id()).await,
         ("queued".into(), 1)
     );
     assert_eq!(claims(&pool).await, 0);
@@ -839,8 +925,14 @@ async fn an_opt_out_committed_after_the_claim_wins_at_the_body_start_mark() {
             token_id: i as i64 + 1,
         };
         let email = EmailAddress::parse(to).unwrap();
-        let mut invite = NewDelivery::plain(&job, org, &email);
-        invite.user_id = Some(users[0].0);
+        let invite = NewDelivery {
+            job: &job,
+            org: OrgId(org),
+            recipient: &email,
+            reference: Reference::Invite {
+                user: UserId(users[0].0),
+            },
+        };
         assert!(app::db::delivery::enqueue(&mut conn, invite).await.unwrap());
     }
     let held = app::db::delivery::claim(&pool, 10, 60.0, "t")
@@ -864,7 +956,7 @@ async fn an_opt_out_committed_after_the_claim_wins_at_the_body_start_mark() {
         .await
         .unwrap();
     }
-    let all: Vec<(String, i32)> = held.iter().map(|c| (c.job_id.clone(), c.attempt)).collect();
+    let all: Vec<(String, i32)> = held.iter().map(|c| (c.job_id(), c.attempt)).collect();
     let marked: HashSet<String> = app::db::delivery::mark_body_started(&mut conn, &all)
         .await
         .unwrap()
@@ -872,11 +964,12 @@ async fn an_opt_out_committed_after_the_claim_wins_at_the_body_start_mark() {
         .into_iter()
         .map(|(job, _)| job)
         .collect();
-    let job_to = |c: &app::db::delivery::Claimed| (c.kind.as_str(), c.recipient.clone());
+    let job_to =
+        |c: &app::db::delivery::Claimed| (c.kind().as_str(), c.recipient.as_str().to_string());
     let mut suppressed = Vec::new();
     for c in &held {
-        let (status, _) = status_of(&pool, &c.job_id).await;
-        if marked.contains(&c.job_id) {
+        let (status, _) = status_of(&pool, &c.job_id()).await;
+        if marked.contains(&c.job_id()) {
             assert_eq!(status, "sending");
         } else {
             assert_eq!(status, "suppressed", "{:?}", job_to(c));
@@ -901,12 +994,12 @@ async fn an_opt_out_committed_after_the_claim_wins_at_the_body_start_mark() {
     // Its late outcome is fenced out: the opt-out stands.
     let m0 = held
         .iter()
-        .find(|c| c.kind.as_str() == "campaign" && c.recipient == "m0@example.org")
+        .find(|c| c.kind().as_str() == "campaign" && c.recipient.as_str() == "m0@example.org")
         .unwrap();
     let late = app::db::delivery::record(
         &mut conn,
         &[(
-            m0.job_id.clone(),
+            m0.job_id(),
             m0.attempt,
             Outcome::Delivered {
                 reply: "250 ok".into(),
@@ -933,10 +1026,10 @@ async fn one_statement_records_outcomes_and_marks_other_attempts_and_both_are_co
     enqueue_test_mail(&pool, org, 4).await;
     let held = app::db::delivery::claim(&pool, 4, 60.0, "t").await.unwrap();
     assert_eq!(held.len(), 4);
-    let attempt = |c: &app::db::delivery::Claimed| (c.job_id.clone(), c.attempt);
+    let attempt = |c: &app::db::delivery::Claimed| (c.job_id(), c.attempt);
     let delivered = |c: &app::db::delivery::Claimed| {
         (
-            c.job_id.clone(),
+            c.job_id(),
             c.attempt,
             Outcome::Delivered {
                 reply: "250 ok".into(),
@@ -955,7 +1048,7 @@ async fn one_statement_records_outcomes_and_marks_other_attempts_and_both_are_co
         "insert into suppressions (org_id, email_lower, reason) values ($1, $2, 'unsubscribed')",
     )
     .bind(org)
-    .bind(held[3].recipient.to_lowercase())
+    .bind(held[3].recipient.lower())
     .execute(&pool)
     .await
     .unwrap();
@@ -984,7 +1077,7 @@ async fn one_statement_records_outcomes_and_marks_other_attempts_and_both_are_co
     );
     let mut statuses = Vec::new();
     for c in &held {
-        statuses.push(status_of(&pool, &c.job_id).await.0);
+        statuses.push(status_of(&pool, &c.job_id()).await.0);
     }
     assert_eq!(
         statuses,
@@ -1017,10 +1110,10 @@ async fn a_groups_marks_are_one_row_deleted_with_its_last_outcome_or_swept_once_
     enqueue_test_mail(&pool, org, 5).await;
     let held = app::db::delivery::claim(&pool, 5, 60.0, "t").await.unwrap();
     assert_eq!(held.len(), 5);
-    let attempt = |c: &app::db::delivery::Claimed| (c.job_id.clone(), c.attempt);
+    let attempt = |c: &app::db::delivery::Claimed| (c.job_id(), c.attempt);
     let delivered = |c: &app::db::delivery::Claimed| {
         (
-            c.job_id.clone(),
+            c.job_id(),
             c.attempt,
             Outcome::Delivered {
                 reply: "250 ok".into(),
@@ -1070,7 +1163,7 @@ async fn a_groups_marks_are_one_row_deleted_with_its_last_outcome_or_swept_once_
     assert_eq!(mark_groups(&pool).await, vec![(orphan, 2)]);
     expire_leases(&pool).await;
     assert_eq!(reap(&pool).await, (0, 1));
-    assert_eq!(status_of(&pool, &held[4].job_id).await.0, "unknown");
+    assert_eq!(status_of(&pool, &held[4].job_id()).await.0, "unknown");
     assert_eq!(mark_groups(&pool).await, vec![], "swept by the reaper");
 }
 
@@ -1087,16 +1180,16 @@ async fn of_an_expired_attempt_and_its_successor_marked_together_only_the_curren
     assert_eq!(reap(&pool).await, (1, 0));
     let second = app::db::delivery::claim(&pool, 1, 60.0, "t").await.unwrap();
     let (old, new) = (&first[0], &second[0]);
-    assert_eq!((&old.job_id, old.attempt + 1), (&new.job_id, new.attempt));
+    assert_eq!(
+        (&old.job_id(), old.attempt + 1),
+        (&new.job_id(), new.attempt)
+    );
 
-    let both = [
-        (old.job_id.clone(), old.attempt),
-        (new.job_id.clone(), new.attempt),
-    ];
+    let both = [(old.job_id(), old.attempt), (new.job_id(), new.attempt)];
     let marked = app::db::delivery::mark_body_started(&mut pool.acquire().await.unwrap(), &both)
         .await
         .unwrap();
-    assert_eq!(marked.attempts, vec![(new.job_id.clone(), new.attempt)]);
+    assert_eq!(marked.attempts, vec![(new.job_id(), new.attempt)]);
     assert_eq!(mark_groups(&pool).await.len(), 1);
 }
 
@@ -1209,7 +1302,10 @@ async fn a_long_suppression_list_is_probed_per_message_not_read_per_claim_or_mar
         .await
         .unwrap();
     assert_eq!(claimed.len(), 100);
-    let jobs: Vec<String> = claimed.iter().map(|c| format!("'{}'", c.job_id)).collect();
+    let jobs: Vec<String> = claimed
+        .iter()
+        .map(|c| format!("'{}'", c.job_id()))
+        .collect();
     let attempts: Vec<String> = claimed.iter().map(|c| c.attempt.to_string()).collect();
     let (read, probes, plan) = suppression_reads(
         &mut conn,
@@ -1241,7 +1337,7 @@ async fn cancelling_a_campaign_never_cancels_a_message_in_flight() {
         .unwrap();
     assert_eq!(held.len(), 2);
     let mut conn = pool.acquire().await.unwrap();
-    let first = vec![(held[0].job_id.clone(), held[0].attempt)];
+    let first = vec![(held[0].job_id(), held[0].attempt)];
     let marked = app::db::delivery::mark_body_started(&mut conn, &first)
         .await
         .unwrap();
@@ -1257,15 +1353,12 @@ async fn cancelling_a_campaign_never_cancels_a_message_in_flight() {
     let done = Outcome::Delivered {
         reply: "250 ok".into(),
     };
-    let written = app::db::delivery::record(
-        &mut conn,
-        &[(held[0].job_id.clone(), held[0].attempt, done)],
-        &[],
-    )
-    .await
-    .unwrap();
+    let written =
+        app::db::delivery::record(&mut conn, &[(held[0].job_id(), held[0].attempt, done)], &[])
+            .await
+            .unwrap();
     assert_eq!(written, 1, "the body that went out keeps its outcome");
-    let second = vec![(held[1].job_id.clone(), held[1].attempt)];
+    let second = vec![(held[1].job_id(), held[1].attempt)];
     let refused = app::db::delivery::mark_body_started(&mut conn, &second)
         .await
         .unwrap();
@@ -1274,7 +1367,7 @@ async fn cancelling_a_campaign_never_cancels_a_message_in_flight() {
         "a stopped campaign's message is not sent"
     );
     assert_eq!(
-        status_of(&pool, &held[1].job_id).await,
+        status_of(&pool, &held[1].job_id()).await,
         ("queued".into(), 1)
     );
     assert_eq!(sweep().await.unwrap(), 1, "given back, then cancelled");

@@ -64,7 +64,7 @@ async fn one_elector_of_three_leads_and_a_stale_epoch_is_fenced_out() {
     let mut conn = pool.acquire().await.unwrap();
     app::db::delivery::enqueue(
         &mut conn,
-        app::db::delivery::NewDelivery::plain(&job, org, &to),
+        crate::support::fixtures::test_mail(&job, org, &to),
     )
     .await
     .unwrap();
@@ -199,7 +199,7 @@ async fn retention_clears_old_details_and_files_but_keeps_the_ledger_rows() {
         let job = app::domain::JobId::test(1, 1, name, &to).unwrap();
         app::db::delivery::enqueue(
             &mut conn,
-            app::db::delivery::NewDelivery::plain(&job, org, &to),
+            crate::support::fixtures::test_mail(&job, org, &to),
         )
         .await
         .unwrap();

@@ -138,7 +138,7 @@ async fn the_queue_migration_takes_back_attempts_in_flight_as_a_reaper_would() {
         .await
         .unwrap()
         .into_iter()
-        .map(|c| (c.job_id, c.attempt))
+        .map(|c| (c.job_id(), c.attempt))
         .collect();
     claimed.sort();
     assert_eq!(

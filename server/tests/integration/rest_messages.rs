@@ -484,7 +484,7 @@ async fn transactional_mail_is_claimed_after_digests_and_test_mail_and_before_ca
         let c = app::db::delivery::claim(&s.pool, 1, 60.0, "t")
             .await
             .unwrap();
-        order.push(c[0].job_id.clone());
+        order.push(c[0].job_id());
     }
     assert_eq!(
         order,

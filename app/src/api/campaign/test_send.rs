@@ -23,7 +23,7 @@ pub async fn send_test(
     addresses: String,
 ) -> Result<String, AppError> {
     use crate::db::suppression_admin;
-    use crate::domain::{EmailAddress, JobId};
+    use crate::domain::{CampaignId, EmailAddress, JobId, OrgId, Reference};
     let (me, pool) = crate::api::signed_in_to_act().await?;
     let to = EmailAddress::parse_list(&addresses, MAX_TEST_ADDRESSES).map_err(AppError::Invalid)?;
     let mut tx = pool.begin().await?;
@@ -51,8 +51,15 @@ pub async fn send_test(
     for address in &to {
         let job = JobId::test(id, version, &token, address)
             .map_err(|_| AppError::Invalid("This dialog has expired: reload the page.".into()))?;
-        let mut d = delivery::NewDelivery::plain(&job, me.org_id, address);
-        d.content_version = Some(version);
+        let d = delivery::NewDelivery {
+            job: &job,
+            org: OrgId(me.org_id),
+            recipient: address,
+            reference: Reference::Test {
+                campaign: CampaignId(id),
+                version,
+            },
+        };
         if delivery::enqueue(&mut tx, d).await? {
             queued.push(address.as_str());
         }

@@ -15,47 +15,29 @@ pub mod admin;
 
 use std::sync::LazyLock;
 
-use sqlx::{PgConnection, PgPool};
+use sqlx::postgres::PgRow;
+use sqlx::{PgConnection, PgPool, Row};
 
 use crate::db::campaign::slots::bump_changed;
 use crate::db::leader::{self, Lease};
-use crate::domain::{EmailAddress, JobId};
+use crate::domain::{
+    DeliveryKind, EmailAddress, Failure, JobId, OrgId, Reference, ReferenceColumns,
+};
 
 /// A message to queue: its job id, recipient and typed references (never a rendered body).
 pub struct NewDelivery<'a> {
     pub job: &'a JobId,
-    pub org_id: i64,
+    pub org: OrgId,
     pub recipient: &'a EmailAddress,
-    pub campaign_id: Option<i64>,
-    pub content_version: Option<i32>,
-    pub subscriber_id: Option<i64>,
-    pub digest_send_id: Option<i64>,
-    pub user_id: Option<i64>,
-    pub tx_message_id: Option<i64>,
-    pub signup_id: Option<i64>,
-}
-
-impl<'a> NewDelivery<'a> {
-    /// A message with no typed references beyond its job id (test mail).
-    pub fn plain(job: &'a JobId, org_id: i64, recipient: &'a EmailAddress) -> Self {
-        NewDelivery {
-            job,
-            org_id,
-            recipient,
-            campaign_id: None,
-            content_version: None,
-            subscriber_id: None,
-            digest_send_id: None,
-            user_id: None,
-            tx_message_id: None,
-            signup_id: None,
-        }
-    }
+    /// Must be of the job's kind.
+    pub reference: Reference,
 }
 
 /// Queues a message inside the caller's transaction. The same job twice stores one row:
 /// returns false when it was already queued (or sent).
 pub async fn enqueue(conn: &mut PgConnection, d: NewDelivery<'_>) -> sqlx::Result<bool> {
+    debug_assert_eq!(d.job.kind(), d.reference.kind().as_str(), "{}", d.job);
+    let c = d.reference.columns();
     let r = sqlx::query(
         "insert into deliveries (job_id, org_id, kind, priority, recipient, email_lower,
                                  campaign_id, content_version, subscriber_id, digest_send_id, user_id,
@@ -64,55 +46,83 @@ pub async fn enqueue(conn: &mut PgConnection, d: NewDelivery<'_>) -> sqlx::Resul
          on conflict (job_id) do nothing",
     )
     .bind(d.job.to_string())
-    .bind(d.org_id)
+    .bind(d.org)
     .bind(d.job.kind())
     .bind(d.job.priority())
     .bind(d.recipient.as_str())
     .bind(d.recipient.lower())
-    .bind(d.campaign_id)
-    .bind(d.content_version)
-    .bind(d.subscriber_id)
-    .bind(d.digest_send_id)
-    .bind(d.user_id)
-    .bind(d.tx_message_id)
-    .bind(d.signup_id)
+    .bind(c.campaign_id)
+    .bind(c.content_version)
+    .bind(c.subscriber_id)
+    .bind(c.digest_send_id)
+    .bind(c.user_id)
+    .bind(c.tx_message_id)
+    .bind(c.signup_id)
     .execute(conn)
     .await?;
     Ok(r.rows_affected() == 1)
 }
 
 /// A delivery this worker now holds: send it while its claim's lease holds, report with `attempt`.
-#[derive(sqlx::FromRow, Debug, Clone)]
+/// Decoded once, from the claim's row: a row that does not decode never reaches a sender
+/// ([`claim`] fails it).
+#[derive(Debug, Clone)]
 pub struct Claimed {
     /// The claim row (its lease) this message came with.
     pub claim_id: i64,
-    pub job_id: String,
-    pub org_id: i64,
-    pub kind: crate::domain::DeliveryKind,
-    pub recipient: String,
+    pub job: JobId,
+    pub org: OrgId,
+    pub recipient: EmailAddress,
     pub attempt: i32,
-    pub campaign_id: Option<i64>,
-    pub content_version: Option<i32>,
-    pub subscriber_id: Option<i64>,
-    pub digest_send_id: Option<i64>,
-    pub user_id: Option<i64>,
-    pub tx_message_id: Option<i64>,
-    pub signup_id: Option<i64>,
+    pub reference: Reference,
 }
 
 impl Claimed {
-    /// The campaign whose content this message shows: a campaign delivery's own, or the one a
-    /// test message tries out (kept out of `campaign_id` so a test never counts in, or waits
-    /// for, the campaign's sending).
-    pub fn content_campaign(&self) -> Option<i64> {
-        // Only a test message's job id names another campaign: the others skip the parse.
-        if self.kind != crate::domain::DeliveryKind::Test {
-            return self.campaign_id;
+    pub fn kind(&self) -> DeliveryKind {
+        self.reference.kind()
+    }
+
+    /// The job id as stored, the key of marks and outcomes.
+    pub fn job_id(&self) -> String {
+        self.job.to_string()
+    }
+}
+
+impl<'r> sqlx::FromRow<'r, PgRow> for Claimed {
+    fn from_row(row: &'r PgRow) -> sqlx::Result<Self> {
+        fn bad(column: &str, e: impl Into<sqlx::error::BoxDynError>) -> sqlx::Error {
+            sqlx::Error::ColumnDecode {
+                index: column.into(),
+                source: e.into(),
+            }
         }
-        match self.job_id.parse::<JobId>() {
-            Ok(JobId::Test { campaign_id, .. }) => Some(campaign_id),
-            _ => self.campaign_id,
-        }
+        let job: JobId = row
+            .try_get::<&str, _>("job_id")?
+            .parse()
+            .map_err(|e| bad("job_id", e))?;
+        let recipient = EmailAddress::parse(row.try_get::<&str, _>("recipient")?)
+            .map_err(|e| bad("recipient", e))?;
+        let kind: DeliveryKind = row.try_get("kind")?;
+        let columns = ReferenceColumns {
+            campaign_id: row.try_get("campaign_id")?,
+            content_version: row.try_get("content_version")?,
+            subscriber_id: row.try_get("subscriber_id")?,
+            digest_send_id: row.try_get("digest_send_id")?,
+            user_id: row.try_get("user_id")?,
+            tx_message_id: row.try_get("tx_message_id")?,
+            signup_id: row.try_get("signup_id")?,
+        };
+        let reference = Reference::from_columns(kind, columns, &job)
+            .filter(|r| r.kind().as_str() == job.kind())
+            .ok_or_else(|| bad("kind", format!("a {kind} delivery without its references")))?;
+        Ok(Claimed {
+            claim_id: row.try_get("claim_id")?,
+            job,
+            org: row.try_get("org_id")?,
+            recipient,
+            attempt: row.try_get("attempt")?,
+            reference,
+        })
     }
 }
 
@@ -157,21 +167,46 @@ macro_rules! blocks {
 /// Suppression is re-checked here, before any network call: campaign and test mail are blocked
 /// by any suppression, the other kinds only by a hard bounce or complaint
 /// (`DeliveryKind::stopped_by_any_suppression`, `SuppressionReason::stops_all_mail`). Those become
-/// `suppressed`, counted in the campaign's progress slots in the same statement.
+/// `suppressed`, counted in the campaign's progress slots in the same statement, as does a
+/// message whose person was erased (its address is a hash now) whatever its kind.
 pub async fn claim(
     pool: &PgPool,
     limit: i64,
     lease_seconds: f64,
     holder: &str,
 ) -> sqlx::Result<Vec<Claimed>> {
-    sqlx::query_as(&CLAIM)
+    let rows = sqlx::query(&CLAIM)
         .bind(limit)
         .bind(lease_seconds)
         .bind(holder)
-        .bind(crate::domain::DeliveryKind::stopped_by_any_suppression_names())
+        .bind(DeliveryKind::stopped_by_any_suppression_names())
         .bind(crate::domain::SuppressionReason::stopping_all_mail())
         .fetch_all(pool)
-        .await
+        .await?;
+    let mut claimed = Vec::with_capacity(rows.len());
+    let mut undecodable = Vec::new();
+    for row in &rows {
+        match <Claimed as sqlx::FromRow<PgRow>>::from_row(row) {
+            Ok(c) => claimed.push(c),
+            // Only a row written around `enqueue` can get here. Failing it for good keeps it
+            // from coming back with every lease and holding up the mail claimed beside it.
+            Err(e) => {
+                let job: String = row.try_get("job_id")?;
+                tracing::error!(job_id = %job, error = %e, "a claimed delivery does not decode");
+                let reply = format!("the delivery's row cannot be read: {e}");
+                let failure = Failure::Unsendable;
+                undecodable.push((
+                    job,
+                    row.try_get("attempt")?,
+                    Outcome::Failed { failure, reply },
+                ));
+            }
+        }
+    }
+    if !undecodable.is_empty() {
+        record(&mut *pool.acquire().await?, &undecodable, &[]).await?;
+    }
+    Ok(claimed)
 }
 
 /// [`claim`]'s statement. Parameters: `$1` the batch (bigint), `$2` the lease in seconds
@@ -233,9 +268,10 @@ pub static CLAIM: LazyLock<String> = LazyLock::new(|| {
              select d.* from deliveries d join due on d.job_id = due.job_id
              where d.status = 'queued'
          ),
+         -- An erased address gets nothing more, whatever the kind.
          blocked as (
              select r.job_id from found r
-             where exists ({blocks})
+             where starts_with(r.email_lower, '{erased}') or exists ({blocks})
          ),
          changed as (
              update deliveries d
@@ -258,6 +294,7 @@ pub static CLAIM: LazyLock<String> = LazyLock::new(|| {
          from claimed",
         bump = bump_changed!(),
         blocks = blocks!("r", "$4", "$5"),
+        erased = crate::domain::ERASED_PREFIX,
     )
 });
 

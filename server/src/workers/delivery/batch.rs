@@ -10,6 +10,7 @@ use sqlx::PgPool;
 use app::campaign_render::Compiled;
 use app::db::delivery::{Claimed, Sender};
 use app::db::digest::Content as DigestContent;
+use app::domain::Reference;
 
 use super::render::Inputs;
 use super::{dkim, invite, Config};
@@ -59,7 +60,7 @@ pub async fn claim(
 
 impl Loaded {
     pub async fn load(pool: &PgPool, batch: &[Claimed]) -> anyhow::Result<Self> {
-        let mut org_ids: Vec<i64> = batch.iter().map(|c| c.org_id).collect();
+        let mut org_ids: Vec<i64> = batch.iter().map(|c| c.org.0).collect();
         org_ids.sort_unstable();
         org_ids.dedup();
         let senders: HashMap<i64, Sender> = app::db::delivery::senders(pool, &org_ids)
@@ -90,7 +91,7 @@ impl Loaded {
             }
             let subscribers: Vec<(i64, i64)> = batch
                 .iter()
-                .filter_map(|c| Some((c.org_id, c.subscriber_id?)))
+                .filter_map(|c| Some((c.org.0, c.reference.subscriber()?.0)))
                 .collect();
             names = app::db::audience::subscriber_names(&mut conn, &subscribers)
                 .await
@@ -100,7 +101,10 @@ impl Loaded {
         }
         let mut digest_refs: Vec<(i64, i64)> = batch
             .iter()
-            .filter_map(|c| Some((c.org_id, c.digest_send_id?)))
+            .filter_map(|c| match c.reference {
+                Reference::Digest { send, .. } => Some((c.org.0, send.0)),
+                _ => None,
+            })
             .collect();
         digest_refs.sort_unstable();
         digest_refs.dedup();
@@ -119,7 +123,10 @@ impl Loaded {
         let confirms = super::confirm::Confirms::load(pool, batch).await?;
         let tx_refs: Vec<(i64, i64)> = batch
             .iter()
-            .filter_map(|c| Some((c.org_id, c.tx_message_id?)))
+            .filter_map(|c| match c.reference {
+                Reference::Transactional { message } => Some((c.org.0, message.0)),
+                _ => None,
+            })
             .collect();
         let transactional = if tx_refs.is_empty() {
             HashMap::new()
@@ -161,19 +168,27 @@ impl Loaded {
         Inputs {
             message_id_domain: cfg.message_id_domain.as_deref(),
             links: &cfg.links,
-            sender: self.senders.get(&c.org_id),
+            sender: self.senders.get(&c.org.0),
             campaign: c
+                .reference
                 .content_campaign()
-                .and_then(|id| self.campaigns.get(&(c.org_id, id))),
+                .and_then(|id| self.campaigns.get(&(c.org.0, id.0))),
             subscriber_name: c
-                .subscriber_id
-                .and_then(|id| self.names.get(&id))
+                .reference
+                .subscriber()
+                .and_then(|id| self.names.get(&id.0))
                 .map(String::as_str),
-            digest: c.digest_send_id.and_then(|id| self.digests.get(&id)),
+            digest: match c.reference {
+                Reference::Digest { send, .. } => self.digests.get(&send.0),
+                _ => None,
+            },
             invites: &self.invites,
             confirms: &self.confirms,
-            transactional: c.tx_message_id.and_then(|id| self.transactional.get(&id)),
-            dkim: self.signers.for_org(c.org_id),
+            transactional: match c.reference {
+                Reference::Transactional { message } => self.transactional.get(&message.0),
+                _ => None,
+            },
+            dkim: self.signers.for_org(c.org.0),
             verp_key: self.verp_key.as_deref(),
         }
     }
@@ -183,7 +198,7 @@ impl Loaded {
 pub fn campaign_refs(batch: &[Claimed]) -> Vec<(i64, i64)> {
     let mut refs: Vec<(i64, i64)> = batch
         .iter()
-        .filter_map(|c| Some((c.org_id, c.content_campaign()?)))
+        .filter_map(|c| Some((c.org.0, c.reference.content_campaign()?.0)))
         .collect();
     refs.sort_unstable();
     refs.dedup();

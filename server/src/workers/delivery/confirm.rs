@@ -21,8 +21,8 @@ impl Confirms {
     pub async fn load(pool: &PgPool, batch: &[Claimed]) -> anyhow::Result<Self> {
         let mut refs: Vec<(i64, i64)> = batch
             .iter()
-            .filter_map(|c| match c.job_id.parse() {
-                Ok(JobId::Confirm { org_id, signup_id }) => Some((org_id, signup_id)),
+            .filter_map(|c| match c.job {
+                JobId::Confirm { org_id, signup_id } => Some((org_id, signup_id)),
                 _ => None,
             })
             .collect();

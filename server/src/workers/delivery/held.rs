@@ -17,13 +17,13 @@ impl Held {
     pub fn hold(&self, batch: &[Claimed]) -> Guard {
         let mut map = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         for c in batch {
-            map.insert(c.job_id.clone(), (c.attempt, c.claim_id));
+            map.insert(c.job.to_string(), (c.attempt, c.claim_id));
         }
         Guard {
             held: self.clone(),
             jobs: batch
                 .iter()
-                .map(|c| (c.job_id.clone(), c.attempt))
+                .map(|c| (c.job.to_string(), c.attempt))
                 .collect(),
         }
     }

@@ -8,7 +8,7 @@ use sqlx::PgPool;
 
 use app::db::delivery::Claimed;
 use app::db::password_tokens::MailFacts;
-use app::domain::{JobId, LinkPurpose};
+use app::domain::{JobId, LinkPurpose, Reference, UserId};
 
 /// The links of a batch's invite mail and the key to derive them, loaded once per batch.
 #[derive(Default)]
@@ -21,10 +21,10 @@ impl Invites {
     pub async fn load(pool: &PgPool, batch: &[Claimed]) -> anyhow::Result<Self> {
         let mut refs: Vec<(i64, i64)> = batch
             .iter()
-            .filter_map(|c| match c.job_id.parse() {
-                Ok(JobId::Invite {
+            .filter_map(|c| match c.job {
+                JobId::Invite {
                     org_id, token_id, ..
-                }) => Some((org_id, token_id)),
+                } => Some((org_id, token_id)),
                 _ => None,
             })
             .collect();
@@ -62,7 +62,14 @@ pub fn subject_and_body(
     let f = invites
         .facts
         .get(token_id)
-        .filter(|f| f.org_id == *org_id && f.user_id == *user_id && Some(f.user_id) == c.user_id)
+        .filter(|f| {
+            f.org_id == *org_id
+                && f.user_id == *user_id
+                && c.reference
+                    == Reference::Invite {
+                        user: UserId(f.user_id),
+                    }
+        })
         .ok_or_else(|| anyhow::anyhow!("the set-password link {token_id} does not exist"))?;
     // A link that was used, replaced by a newer one or expired is not worth a message.
     anyhow::ensure!(

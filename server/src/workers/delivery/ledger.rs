@@ -25,24 +25,24 @@ use sqlx::{Connection, PgConnection, PgPool, Postgres};
 use tokio::sync::{mpsc, oneshot};
 
 use app::db::delivery::Outcome;
-use app::domain::EmailAddress;
+use app::domain::{EmailAddress, OrgId};
 
 /// One outcome to record.
 #[derive(Clone)]
 pub struct Result {
     pub job_id: String,
     pub attempt: i32,
-    pub org_id: i64,
-    pub recipient: String,
+    pub org: OrgId,
+    pub recipient: EmailAddress,
     pub outcome: Outcome,
 }
 
 impl Result {
     pub fn of(c: &app::db::delivery::Claimed, outcome: Outcome) -> Self {
         Result {
-            job_id: c.job_id.clone(),
+            job_id: c.job.to_string(),
             attempt: c.attempt,
-            org_id: c.org_id,
+            org: c.org,
             recipient: c.recipient.clone(),
             outcome,
         }
@@ -352,7 +352,7 @@ async fn write_group(
         .iter()
         .map(|r| (r.job_id.clone(), r.attempt, r.outcome.clone()))
         .collect();
-    let bounced: Vec<(&Result, EmailAddress)> = batch
+    let bounced: Vec<&Result> = batch
         .iter()
         .filter(|r| {
             matches!(
@@ -363,7 +363,6 @@ async fn write_group(
                 }
             )
         })
-        .filter_map(|r| Some((r, EmailAddress::parse(&r.recipient).ok()?)))
         .collect();
     if bounced.is_empty() {
         let (marked, _) = app::db::delivery::mark_and_record(conn, held, &rows, finished_marks)
@@ -372,12 +371,12 @@ async fn write_group(
         return Ok(marked);
     }
     let mut tx = conn.begin().await?;
-    for (r, email) in bounced {
+    for r in bounced {
         let source = format!("delivery {}", r.job_id);
         app::db::audience::suppress(
             &mut tx,
-            r.org_id,
-            &email,
+            r.org.0,
+            &r.recipient,
             app::domain::SuppressionReason::HardBounce,
             &source,
         )
@@ -399,8 +398,8 @@ mod tests {
         Result {
             job_id: job.into(),
             attempt,
-            org_id: 1,
-            recipient: "r@example.org".into(),
+            org: OrgId(1),
+            recipient: EmailAddress::parse("r@example.org").unwrap(),
             outcome: Outcome::Delivered {
                 reply: "250 ok".into(),
             },

@@ -292,7 +292,7 @@ async fn connection(
         };
         w.breaker.observe(signal);
         let recorded = w.ledger.record(ledger::Result::of(c, outcome));
-        let campaign = c.content_campaign();
+        let campaign = c.reference.content_campaign().map(i64::from);
         // The settler outlives every connection; if it is gone, so is the process.
         let _ = settle.send(Settling {
             recorded,
@@ -320,7 +320,7 @@ fn waiting_now(queue: &mut mpsc::Receiver<Job>, n: usize) -> impl Iterator<Item 
 fn enter(w: &Engine, ahead: usize, job: Job) -> (Job, Option<Marking>) {
     let marking = (ahead > 1).then(|| {
         w.ledger
-            .request_mark(&job.claimed.job_id, job.claimed.attempt)
+            .request_mark(&job.claimed.job.to_string(), job.claimed.attempt)
     });
     (job, marking)
 }

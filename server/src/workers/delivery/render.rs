@@ -12,7 +12,7 @@ use lettre::Address;
 use app::campaign_render::{Compiled, Fields, Rendered as CampaignMessage};
 use app::db::delivery::{Claimed, Sender};
 use app::db::digest::Content as DigestContent;
-use app::domain::JobId;
+use app::domain::{JobId, Reference, TxMessageId};
 use app::unsubscribe::{Claim, Keys};
 
 pub struct Rendered {
@@ -62,21 +62,22 @@ pub fn render(cx: &Inputs<'_>, c: &Claimed) -> anyhow::Result<Rendered> {
     let dkim = cx
         .dkim
         .map_err(|e| anyhow::anyhow!("cannot sign with the organisation's DKIM key: {e}"))?;
-    let job: JobId = c.job_id.parse()?;
     let from: Address = sender.from_address.parse()?;
     // The Return-Path header itself is the receiving server's to add (RFC 5321 §4.4), from this.
     let verp = sender
         .bounce_domain
         .as_deref()
         .zip(cx.verp_key)
-        .and_then(|(domain, key)| app::verp::address(key, c.org_id, &job, domain));
+        .and_then(|(domain, key)| app::verp::address(key, c.org.0, &c.job, domain));
     let envelope_from: Address = match (verp, &sender.return_path) {
         (Some(v), _) => v.parse()?,
         (None, Some(r)) => r.parse()?,
         (None, None) => from.clone(),
     };
-    let to: Address = c.recipient.parse()?;
-    let message_id = job.message_id(cx.message_id_domain.unwrap_or(from.domain()));
+    let to: Address = c.recipient.as_str().parse()?;
+    let message_id = c
+        .job
+        .message_id(cx.message_id_domain.unwrap_or(from.domain()));
     let mut builder = Message::builder()
         .from(Mailbox::new(Some(sender.from_name.clone()), from))
         .to(Mailbox::new(None, to.clone()))
@@ -84,7 +85,8 @@ pub fn render(cx: &Inputs<'_>, c: &Claimed) -> anyhow::Result<Rendered> {
     if let Some(reply_to) = &sender.reply_to {
         builder = builder.reply_to(reply_to.parse()?);
     }
-    let message = match &job {
+    let job = &c.job;
+    let message = match job {
         JobId::Test {
             content_version, ..
         } => match cx.campaign {
@@ -98,7 +100,7 @@ pub fn render(cx: &Inputs<'_>, c: &Claimed) -> anyhow::Result<Rendered> {
                 );
                 let mut m = content.render(&Fields {
                     name: "Test Recipient",
-                    email: &c.recipient,
+                    email: c.recipient.as_str(),
                     unsubscribe_url: &format!("{}/u/test-message", cx.links.public_url),
                 })?;
                 m.subject = format!("[Test] {}", m.subject);
@@ -108,7 +110,7 @@ pub fn render(cx: &Inputs<'_>, c: &Claimed) -> anyhow::Result<Rendered> {
                 subject: "Mailroom test message".to_string(),
                 text: Some(format!(
                     "This is a test message from Mailroom.\n\n{}\n",
-                    c.job_id
+                    c.job
                 )),
                 html: None,
             },
@@ -122,17 +124,20 @@ pub fn render(cx: &Inputs<'_>, c: &Claimed) -> anyhow::Result<Rendered> {
                 .context("the campaign's content was not loaded")?;
             // Content is frozen at approval; a delivery for another version must not go out
             // with text nobody approved.
+            let made_for = match c.reference {
+                Reference::Campaign { version, .. } => Some(version),
+                _ => None,
+            };
             anyhow::ensure!(
-                c.content_version == Some(content.content_version),
-                "the campaign's content is version {}, this delivery was made for {:?}",
+                made_for == Some(content.content_version),
+                "the campaign's content is version {}, this delivery was made for {made_for:?}",
                 content.content_version,
-                c.content_version
             );
             let link = crate::http::unsubscribe::link(
                 &cx.links.public_url,
                 &cx.links.keys,
                 Claim {
-                    org_id: c.org_id,
+                    org_id: c.org.0,
                     subscriber_id: *subscriber_id,
                     campaign_id: *campaign_id,
                 },
@@ -145,7 +150,7 @@ pub fn render(cx: &Inputs<'_>, c: &Claimed) -> anyhow::Result<Rendered> {
                 ));
             let mut m = content.render(&Fields {
                 name: cx.subscriber_name.unwrap_or(""),
-                email: &c.recipient,
+                email: c.recipient.as_str(),
                 unsubscribe_url: &link,
             })?;
             // Every copy carries the link, whatever the author's template says.
@@ -156,7 +161,7 @@ pub fn render(cx: &Inputs<'_>, c: &Claimed) -> anyhow::Result<Rendered> {
         }
         JobId::Invite { .. } => {
             let (subject, text) =
-                super::invite::subject_and_body(cx.invites, &cx.links.public_url, &job, c)?;
+                super::invite::subject_and_body(cx.invites, &cx.links.public_url, job, c)?;
             CampaignMessage {
                 subject,
                 text: Some(text),
@@ -165,7 +170,7 @@ pub fn render(cx: &Inputs<'_>, c: &Claimed) -> anyhow::Result<Rendered> {
         }
         JobId::Confirm { .. } => {
             let (subject, text) =
-                super::confirm::subject_and_body(cx.confirms, &cx.links.public_url, &job)?;
+                super::confirm::subject_and_body(cx.confirms, &cx.links.public_url, job)?;
             CampaignMessage {
                 subject,
                 text: Some(text),
@@ -175,7 +180,13 @@ pub fn render(cx: &Inputs<'_>, c: &Claimed) -> anyhow::Result<Rendered> {
         JobId::Transactional { .. } => {
             let m = cx
                 .transactional
-                .filter(|m| Some(m.id) == c.tx_message_id && m.org_id == c.org_id)
+                .filter(|m| {
+                    c.reference
+                        == Reference::Transactional {
+                            message: TxMessageId(m.id),
+                        }
+                        && m.org_id == c.org.0
+                })
                 .context("the transactional message's content was not loaded")?;
             CampaignMessage {
                 subject: m.subject.clone(),
@@ -186,7 +197,7 @@ pub fn render(cx: &Inputs<'_>, c: &Claimed) -> anyhow::Result<Rendered> {
         JobId::Digest { .. } => {
             let digest = cx
                 .digest
-                .filter(|d| Some(d.id) == c.digest_send_id)
+                .filter(|d| matches!(c.reference, Reference::Digest { send, .. } if send.0 == d.id))
                 .context("the digest's content was not loaded (or was never stored)")?;
             CampaignMessage {
                 subject: digest.subject.clone(),

@@ -28,7 +28,7 @@ pub enum Mark {
 /// Sends one message over `conn` (opened or re-opened as needed) or into the capture directory;
 /// says what the attempt showed of the relay's health. While the relay's circuit is open the
 /// message is not sent but given back to the queue.
-#[tracing::instrument(name = "send", skip_all, fields(job_id = %c.job_id, kind = %c.kind, attempt = c.attempt))]
+#[tracing::instrument(name = "send", skip_all, fields(job_id = %c.job, kind = %c.kind(), attempt = c.attempt))]
 pub async fn send_one(
     cfg: &Config,
     marks: &Ledger,
@@ -142,7 +142,7 @@ async fn body_may_start(
     if mark == Mark::Ahead {
         return Ok(());
     }
-    match marks.mark(&c.job_id, c.attempt).await {
+    match marks.mark(&c.job.to_string(), c.attempt).await {
         Ok(true) => Ok(()),
         Ok(false) => Err(not_marked(cfg, c.attempt)),
         Err(e) => Err(retry_or_fail(cfg, c.attempt, e)),
@@ -174,7 +174,7 @@ async fn capture(
     if let Err(outcome) = body_may_start(cfg, marks, c, mark).await {
         return outcome;
     }
-    let path = app::capture::path_for(dir, c.org_id, &c.job_id);
+    let path = app::capture::path_for(dir, c.org.0, &c.job.to_string());
     let write = async {
         if let Some(parent) = path.parent() {
             tokio::fs::create_dir_all(parent).await?;

@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use app::db::audience;
 use app::db::delivery::NewDelivery;
-use app::domain::{Backoff, EmailAddress, JobId, Transition};
+use app::domain::{
+    Backoff, CampaignId, EmailAddress, JobId, OrgId, Reference, SubscriberId, Transition,
+};
 use mailroom::smtp::Target;
 use mailroom::workers::campaign::{self, Config as CampaignConfig};
 use mailroom::workers::delivery::{Config, Links, Transport, Worker};
@@ -164,15 +166,13 @@ pub(crate) async fn campaign_deliveries(
         };
         let d = NewDelivery {
             job: &job,
-            org_id: org,
+            org: OrgId(org),
             recipient: to,
-            campaign_id: Some(cid),
-            content_version: Some(1),
-            subscriber_id: Some(sub),
-            digest_send_id: None,
-            user_id: None,
-            tx_message_id: None,
-            signup_id: None,
+            reference: Reference::Campaign {
+                campaign: CampaignId(cid),
+                version: 1,
+                subscriber: SubscriberId(sub),
+            },
         };
         app::db::delivery::enqueue(&mut tx, d).await.unwrap();
         jobs.push(job.to_string());
@@ -254,4 +254,14 @@ pub(crate) async fn test_mail_in_states(
     }
     tx.commit().await.unwrap();
     ids
+}
+
+/// A test message to queue.
+pub fn test_mail<'a>(job: &'a JobId, org: i64, to: &'a EmailAddress) -> NewDelivery<'a> {
+    NewDelivery {
+        job,
+        org: OrgId(org),
+        recipient: to,
+        reference: Reference::of_test(job).expect("a test job"),
+    }
 }

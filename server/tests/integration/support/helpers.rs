@@ -180,16 +180,18 @@ pub async fn enqueue_test_mail_to(
     dialog: &str,
     addresses: &[String],
 ) -> Vec<String> {
-    use app::db::delivery::{enqueue, NewDelivery};
+    use app::db::delivery::enqueue;
     use app::domain::{EmailAddress, JobId};
     let mut tx = pool.begin().await.unwrap();
     let mut jobs = Vec::with_capacity(addresses.len());
     for a in addresses {
         let to = EmailAddress::parse(a).unwrap();
         let job = JobId::test(1, 1, dialog, &to).unwrap();
-        assert!(enqueue(&mut tx, NewDelivery::plain(&job, org, &to))
-            .await
-            .unwrap());
+        assert!(
+            enqueue(&mut tx, crate::support::fixtures::test_mail(&job, org, &to))
+                .await
+                .unwrap()
+        );
         jobs.push(job.to_string());
     }
     tx.commit().await.unwrap();
