@@ -11,8 +11,8 @@ use sqlx::PgConnection;
 use crate::db::audience;
 use crate::db::events::{self, NewEvent, Reported};
 use crate::domain::{
-    is_erased, BouncePolicy, EmailAddress, EventEffect, EventKind, EventSource, MatchedBy,
-    RelayEvent, SuppressionReason,
+    is_erased, BouncePolicy, CampaignId, EmailAddress, EventEffect, EventKind, EventSource,
+    MatchedBy, OrgId, RelayEvent, SuppressionReason,
 };
 use crate::verp::{self, VerpRef};
 
@@ -133,7 +133,14 @@ pub async fn record(
         events::lock_campaign_reports(conn, campaign).await?;
         let counts = events::campaign_counts(conn, cx.org_id, campaign).await?;
         if let Some(reason) = cx.policy.pause_reason(counts) {
-            if crate::db::campaign::states::auto_pause(conn, cx.org_id, campaign, &reason).await? {
+            if crate::db::campaign::states::auto_pause(
+                conn,
+                OrgId(cx.org_id),
+                CampaignId(campaign),
+                &reason,
+            )
+            .await?
+            {
                 recorded.paused = Some(reason);
             }
         }

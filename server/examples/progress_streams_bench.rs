@@ -116,7 +116,12 @@ async fn run(
     limit: Duration,
 ) -> anyhow::Result<(i64, f64)> {
     support::approve(pool, org, id, approver, version).await?;
-    app::db::campaign::states::notify_progress(pool, "mailroom_campaign_approved", &[id]).await?;
+    app::db::campaign::states::notify_progress(
+        pool,
+        "mailroom_campaign_approved",
+        &[app::domain::CampaignId(id)],
+    )
+    .await?;
     let started = Instant::now();
     loop {
         let status: String = sqlx::query_scalar("select status from campaigns where id = $1")

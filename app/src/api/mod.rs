@@ -13,6 +13,9 @@ pub mod campaign;
 pub mod deliveries;
 /// The Digests page: schedule, admins' opt-ins, history, preview and forced resend.
 pub mod digests;
+/// Feedback: the webhook endpoints relays post bounce reports to, the soft-bounce rule and the
+/// reports received (the Settings › Relays page).
+pub mod feedback;
 /// Costly dashboard figures: computed once for concurrent requests, cached by cost (server only).
 #[cfg(feature = "ssr")]
 pub mod figures;
@@ -22,8 +25,6 @@ pub mod invites;
 pub mod lists;
 /// The Overview page's figures of the signed-in organisation.
 pub mod overview;
-/// Relay webhooks and the soft-bounce rule (Settings › Relays), and the events relays reported.
-pub mod relays;
 /// Sender authentication: the org's DKIM key and envelope sender (owners change them).
 pub mod sender_auth;
 /// Settings: the sender identity and the approval policy (owners change them).

@@ -507,7 +507,7 @@ pub async fn recent(
     conn: &mut PgConnection,
     org_id: i64,
     unmatched_only: bool,
-) -> sqlx::Result<Vec<crate::model::RelayEventRow>> {
+) -> sqlx::Result<Vec<crate::model::FeedbackEventRow>> {
     sqlx::query_as(
         "select e.source, e.kind, e.email_lower as recipient, e.job_id, e.matched_by, e.effect,
                 coalesce(e.status, '') as status, coalesce(e.diagnostic, '') as diagnostic,

@@ -4,6 +4,7 @@
 
 use sqlx::{PgConnection, PgPool};
 
+use crate::db::campaign::states::OrgCampaign;
 use crate::domain::relay::{RelayFailure, RelayState};
 
 /// The circuit opened (or stayed open after a failed probe): nothing goes to `relay` until a
@@ -88,9 +89,9 @@ pub async fn all(conn: &mut PgConnection) -> sqlx::Result<Vec<Health>> {
 
 /// Pauses every sending campaign (the relay carries all of them) with `reason` on its page,
 /// audited as Mailroom's own action. Returns the campaigns paused.
-pub async fn pause_campaigns(pool: &PgPool, reason: &str) -> sqlx::Result<Vec<(i64, i64)>> {
+pub async fn pause_campaigns(pool: &PgPool, reason: &str) -> sqlx::Result<Vec<OrgCampaign>> {
     let mut tx = pool.begin().await?;
-    let paused: Vec<(i64, i64)> = sqlx::query_as(
+    let paused: Vec<OrgCampaign> = sqlx::query_as(
         "update campaigns set status = 'paused', relay_pause_reason = $1
          where status = 'sending' and deleted_at is null
          returning org_id, id",
@@ -98,11 +99,10 @@ pub async fn pause_campaigns(pool: &PgPool, reason: &str) -> sqlx::Result<Vec<(i
     .bind(reason)
     .fetch_all(&mut *tx)
     .await?;
-    for (org_id, id) in &paused {
+    for c in &paused {
         audit(
             &mut tx,
-            *org_id,
-            *id,
+            *c,
             crate::domain::AuditAction::CampaignRelayPause,
             "sending",
             "paused",
@@ -116,38 +116,42 @@ pub async fn pause_campaigns(pool: &PgPool, reason: &str) -> sqlx::Result<Vec<(i
 
 /// Resumes exactly the campaigns a breaker paused and nobody has touched since (any admin
 /// transition clears `relay_pause_reason`). Returns them.
-pub async fn resume_campaigns(pool: &PgPool) -> sqlx::Result<Vec<(i64, i64)>> {
+pub async fn resume_campaigns(pool: &PgPool) -> sqlx::Result<Vec<OrgCampaign>> {
     let mut tx = pool.begin().await?;
-    let resumed: Vec<(i64, i64, String)> = sqlx::query_as(
+    #[derive(sqlx::FromRow)]
+    struct Resumed {
+        #[sqlx(flatten)]
+        campaign: OrgCampaign,
+        reason: String,
+    }
+    let resumed: Vec<Resumed> = sqlx::query_as(
         "update campaigns c set status = 'sending', relay_pause_reason = null
          from (select id, relay_pause_reason from campaigns
                where status = 'paused' and relay_pause_reason is not null and deleted_at is null
                for update) old
          where c.id = old.id
-         returning c.org_id, c.id, old.relay_pause_reason",
+         returning c.org_id, c.id, old.relay_pause_reason as reason",
     )
     .fetch_all(&mut *tx)
     .await?;
-    for (org_id, id, reason) in &resumed {
+    for r in &resumed {
         audit(
             &mut tx,
-            *org_id,
-            *id,
+            r.campaign,
             crate::domain::AuditAction::CampaignRelayResume,
             "paused",
             "sending",
-            reason,
+            &r.reason,
         )
         .await?;
     }
     tx.commit().await?;
-    Ok(resumed.into_iter().map(|(org, id, _)| (org, id)).collect())
+    Ok(resumed.into_iter().map(|r| r.campaign).collect())
 }
 
 async fn audit(
     conn: &mut PgConnection,
-    org_id: i64,
-    id: i64,
+    OrgCampaign { org_id, id }: OrgCampaign,
     action: crate::domain::AuditAction,
     before: &str,
     after: &str,
@@ -158,7 +162,7 @@ async fn audit(
         crate::db::audit::Entry {
             before: Some(serde_json::json!({ "status": before })),
             after: Some(serde_json::json!({ "status": after, "reason": reason })),
-            ..crate::db::audit::Entry::system(org_id, action, "campaign", Some(id.to_string()))
+            ..crate::db::audit::Entry::system(org_id.0, action, "campaign", Some(id.to_string()))
         },
     )
     .await

@@ -213,7 +213,7 @@ pub struct WebhookEndpoint {
 /// One event a relay reported, as the relay events list shows it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ssr", derive(sqlx::FromRow))]
-pub struct RelayEventRow {
+pub struct FeedbackEventRow {
     pub source: crate::domain::EventSource,
     pub kind: crate::domain::EventKind,
     pub recipient: String,

@@ -12,6 +12,8 @@ mod deliveries;
 mod digest_resend;
 /// Digests: this week's digest, the schedule, admins' opt-ins and the history.
 mod digests;
+/// Feedback (the Settings › Relays page): webhook endpoints, the soft-bounce rule, the reports.
+mod feedback;
 /// One CSV import: its progress, then what it did and the rows it refused.
 mod import;
 /// The public set-password page reached from an invitation or reset mail.
@@ -26,8 +28,6 @@ mod login;
 mod not_found;
 /// The Overview: the organisation's figures at a glance.
 mod overview;
-/// Settings › Relays: webhook endpoints, the soft-bounce rule, the events relays reported.
-mod relays;
 /// Settings › sender authentication: envelope sender, DKIM key and its DNS record.
 mod sender_auth;
 /// Settings: sender identity, time zone, and the users.
@@ -291,7 +291,7 @@ pub fn App() -> impl IntoView {
                         <Route path=path!("templates/:id") view=templates::TemplatePage ssr=SsrMode::Async/>
                         <Route path=path!("settings") view=settings::SettingsPage ssr=SsrMode::Async/>
                         <Route path=path!("settings/audit") view=audit_log::AuditPage ssr=SsrMode::Async/>
-                        <Route path=path!("settings/relays") view=relays::RelaysPage ssr=SsrMode::Async/>
+                        <Route path=path!("settings/relays") view=feedback::FeedbackPage ssr=SsrMode::Async/>
                         <Route path=path!("settings/api") view=api_tokens::ApiTokensPage ssr=SsrMode::Async/>
                     </ParentRoute>
                 </Routes>

@@ -184,7 +184,7 @@ pub async fn measure(
             .bind(campaign)
             .execute(pool)
             .await?;
-            app::db::campaign::states::notify_progress(pool, "mailroom_progress", &[campaign]).await?;
+            app::db::campaign::states::notify_progress(pool, "mailroom_progress", &[app::domain::CampaignId(campaign)]).await?;
             let want = format!("\"failed\":{}", base + 1);
             until_event(&mut r, &mut buf, |d| d.contains(&want)).await?;
             samples.push(t.elapsed());

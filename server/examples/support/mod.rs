@@ -209,7 +209,13 @@ pub async fn submitted_campaign(
         };
         version = edit::save(&mut tx, org, id, author, version, &changes).await?;
     }
-    states::change(&mut tx, org, id, Transition::Submit).await?;
+    states::change(
+        &mut tx,
+        app::domain::OrgId(org),
+        app::domain::CampaignId(id),
+        Transition::Submit,
+    )
+    .await?;
     tx.commit().await?;
     Ok((id, version))
 }
@@ -224,7 +230,14 @@ pub async fn approve(
 ) -> anyhow::Result<()> {
     let mut tx = pool.begin().await?;
     // A refusal is an error; `Ok` says whether it was a self-approval (never here).
-    app::db::campaign::states::approve(&mut tx, org, id, approver, version).await?;
+    app::db::campaign::states::approve(
+        &mut tx,
+        app::domain::OrgId(org),
+        app::domain::CampaignId(id),
+        app::domain::UserId(approver),
+        version,
+    )
+    .await?;
     tx.commit().await?;
     Ok(())
 }
@@ -327,9 +340,14 @@ pub async fn transition(
     t: app::domain::Transition,
 ) -> anyhow::Result<()> {
     let mut tx = pool.begin().await?;
-    app::db::campaign::states::change(&mut tx, org, id, t)
-        .await
-        .map_err(|e| anyhow::anyhow!("campaign {id}: {t:?} refused: {e:?}"))?;
+    app::db::campaign::states::change(
+        &mut tx,
+        app::domain::OrgId(org),
+        app::domain::CampaignId(id),
+        t,
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("campaign {id}: {t:?} refused: {e:?}"))?;
     tx.commit().await?;
     Ok(())
 }

@@ -11,6 +11,9 @@ use anyhow::Context;
 use sqlx::postgres::PgListener;
 use sqlx::PgPool;
 
+use app::db::campaign::states::OrgCampaign;
+use app::domain::{CampaignId, OrgId};
+
 use crate::ops::shutdown::Shutdown;
 use crate::workers::progress::Notifier;
 
@@ -37,31 +40,32 @@ const SWEEPS_PER_ROUND: usize = 20;
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Round {
     /// (campaign, recipients) started by this worker.
-    pub started: Vec<(i64, i64)>,
+    /// Each campaign started, with its recipients.
+    pub started: Vec<(CampaignId, i64)>,
     pub handed_off: i64,
     pub suppressed: i64,
     pub cancelled: i64,
-    pub finished: Vec<i64>,
+    pub finished: Vec<CampaignId>,
 }
 
 /// Starts every due campaign this worker wins: the start compare-and-set and the
 /// materialisation commit together, so a crash in between starts nothing. One campaign that
 /// cannot start (logged, retried next round) does not hold back the others.
-pub async fn start_due(pool: &PgPool) -> sqlx::Result<Vec<(i64, i64)>> {
+pub async fn start_due(pool: &PgPool) -> sqlx::Result<Vec<(CampaignId, i64)>> {
     let due = {
         let mut conn = pool.acquire().await?;
         app::db::campaign::states::due(&mut conn, 20).await?
     };
     let mut started = Vec::new();
-    for (org_id, id) in due {
+    for OrgCampaign { org_id, id } in due {
         match start_one(pool, org_id, id).await {
             Ok(Some(n)) => {
-                tracing::info!(campaign = id, recipients = n, "campaign started");
+                tracing::info!(campaign = %id, recipients = n, "campaign started");
                 started.push((id, n));
             }
             Ok(None) => {} // another worker won it, or is starting it now
             Err(e) => {
-                tracing::warn!(campaign = id, error = %e, "cannot start campaign; will retry")
+                tracing::warn!(campaign = %id, error = %e, "cannot start campaign; will retry")
             }
         }
     }
@@ -69,7 +73,7 @@ pub async fn start_due(pool: &PgPool) -> sqlx::Result<Vec<(i64, i64)>> {
 }
 
 /// The start and the materialisation in one transaction: `Some(recipients)` if this worker won.
-async fn start_one(pool: &PgPool, org_id: i64, id: i64) -> sqlx::Result<Option<i64>> {
+async fn start_one(pool: &PgPool, org_id: OrgId, id: CampaignId) -> sqlx::Result<Option<i64>> {
     let mut tx = pool.begin().await?;
     if !app::db::campaign::states::start(&mut tx, id).await? {
         return Ok(None);
@@ -87,7 +91,7 @@ pub async fn round(pool: &PgPool, cfg: &Config, notifier: &Notifier) -> anyhow::
         started: start_due(pool).await.context("starting due campaigns")?,
         ..Round::default()
     };
-    let started: Vec<i64> = r.started.iter().map(|s| s.0).collect();
+    let started: Vec<CampaignId> = r.started.iter().map(|s| s.0).collect();
     notifier.touch(&started);
     for _ in 0..BATCHES_PER_ROUND {
         let h =
@@ -116,7 +120,7 @@ pub async fn round(pool: &PgPool, cfg: &Config, notifier: &Notifier) -> anyhow::
         .await
         .context("finishing sent campaigns")?;
     for id in &r.finished {
-        tracing::info!(campaign = id, "campaign sent");
+        tracing::info!(campaign = %id, "campaign sent");
     }
     notifier.touch(&r.finished);
     Ok(r)

@@ -9,6 +9,8 @@ use std::time::Duration;
 
 use sqlx::PgPool;
 
+use app::domain::CampaignId;
+
 use crate::ops::shutdown::Shutdown;
 
 pub const CHANNEL: &str = "mailroom_progress";
@@ -17,11 +19,11 @@ const EVERY: Duration = Duration::from_millis(500);
 /// A cheap, cloneable handle: `touch` marks campaigns, the flusher task announces them.
 #[derive(Clone, Default, Debug)]
 pub struct Notifier {
-    pending: Arc<Mutex<BTreeSet<i64>>>,
+    pending: Arc<Mutex<BTreeSet<CampaignId>>>,
 }
 
 impl Notifier {
-    pub fn touch(&self, campaigns: &[i64]) {
+    pub fn touch(&self, campaigns: &[CampaignId]) {
         if campaigns.is_empty() {
             return;
         }
@@ -30,7 +32,7 @@ impl Notifier {
         }
     }
 
-    fn take(&self) -> Vec<i64> {
+    fn take(&self) -> Vec<CampaignId> {
         match self.pending.lock() {
             Ok(mut p) => std::mem::take(&mut *p).into_iter().collect(),
             Err(_) => Vec::new(),

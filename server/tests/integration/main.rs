@@ -5,54 +5,19 @@
 /// What the tests share: the database, the router, the binary, SMTP servers, fixtures.
 mod support;
 
-mod audience;
-mod audience_import;
-mod backup_restore;
-mod bounce_imap;
-mod bounce_intake;
-mod bounce_listener_limits;
-mod campaign_page;
-mod campaign_processes;
-mod campaign_test_send;
-mod campaign_workflow;
-mod campaigns;
-mod cli_errors;
-mod deliveries;
-mod deliveries_page;
-mod delivery_worker;
-mod digest_processes;
-mod digest_tick;
-mod digests;
-mod digests_page;
-mod embedded_cluster;
-mod erasure;
-mod first_run;
-mod http_auth;
-mod leader;
-mod login_throttle;
-mod metrics;
-mod migrations;
-mod odd_input;
-mod progress_stream;
-mod rate_limit;
-mod relay_breaker;
-mod relay_webhooks;
-mod request_limits;
-mod rest_api;
-mod rest_errors;
-mod rest_messages;
-mod rest_subscribers;
-mod routers;
-mod schema;
-mod secrets_in_logs;
-mod security_headers;
-mod sender_auth;
-mod settings;
-mod signup;
-mod smtp_stages;
-mod smtp_tls;
-mod smtp_utf8;
-mod tenancy;
-mod unsubscribe;
-mod user_commands;
-mod version;
+/// Subscribers and lists: adding, importing, signing up, unsubscribing, erasing.
+mod audiences;
+/// Campaigns from draft to sent: the workflow, its pages, test sends, starting and progress.
+mod campaign;
+/// The dashboard's HTTP edge: sign-in, first run, settings, limits, headers, tenancy, odd input.
+mod dashboard;
+/// The delivery queue and its worker: claims, leases, marks, the rate limit, the relay's breaker, SMTP.
+mod delivery;
+/// The weekly digest: the tick, forced resends, its pages, processes racing.
+mod digest;
+/// Bounce reports coming back: relay webhooks, the bounce listener, the mailbox, attribution.
+mod feedback;
+/// Operating the binary: the embedded cluster, backups, migrations, the CLI, metrics, logs.
+mod ops;
+/// The REST API: its routes, errors, transactional mail, subscribers and its published schema.
+mod rest;

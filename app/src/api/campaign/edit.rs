@@ -325,7 +325,7 @@ pub async fn campaign_action(
     #[server(default)] reason: String,
 ) -> Result<String, AppError> {
     use crate::db::campaign::states::ChangeError;
-    use crate::domain::{CampaignStatus, Transition};
+    use crate::domain::{CampaignId, CampaignStatus, OrgId, Transition, UserId};
     let (me, pool) = crate::api::signed_in_to_act().await?;
     // Starting and finishing are the workers'.
     if !Transition::BY_ADMINS.contains(&verb) {
@@ -345,9 +345,11 @@ pub async fn campaign_action(
     crate::domain::input::text_input("Reason", &reason, 500)?;
     let mut tx = pool.begin().await?;
     let mut self_approved = false;
+    let (org, campaign_id) = (OrgId(me.org_id), CampaignId(id));
     let done = match t {
         Transition::Approve => {
-            let approved = campaign::states::approve(&mut tx, me.org_id, id, me.user_id, version)
+            let approver = UserId(me.user_id);
+            let approved = campaign::states::approve(&mut tx, org, campaign_id, approver, version)
                 .await
                 .map(|s| self_approved = s);
             // Never approve a campaign that would reach nobody (the estimate the dialog showed).
@@ -360,8 +362,8 @@ pub async fn campaign_action(
             }
             approved
         }
-        Transition::Reject => campaign::states::reject(&mut tx, me.org_id, id, &reason).await,
-        other => campaign::states::change(&mut tx, me.org_id, id, other).await,
+        Transition::Reject => campaign::states::reject(&mut tx, org, campaign_id, &reason).await,
+        other => campaign::states::change(&mut tx, org, campaign_id, other).await,
     };
     match done {
         Ok(()) => {}

@@ -7,7 +7,7 @@ use sqlx::{PgConnection, PgPool};
 
 use super::audience::audience_rows;
 use super::slots::slot;
-use crate::domain::campaign_job_sql;
+use crate::domain::{campaign_job_sql, CampaignId, OrgId};
 
 /// The materialisation statement ($1 org, $2 campaign); public so the benchmark can run it
 /// bare in psql.
@@ -43,8 +43,8 @@ pub const MATERIALISE_SQL: &str = concat!(
 /// many it added.
 pub async fn materialise(
     conn: &mut PgConnection,
-    org_id: i64,
-    campaign_id: i64,
+    org_id: OrgId,
+    campaign_id: CampaignId,
 ) -> sqlx::Result<i64> {
     sqlx::query_scalar(MATERIALISE_SQL)
         .bind(org_id)
@@ -59,7 +59,7 @@ pub struct HandOff {
     pub handed_off: i64,
     pub suppressed: i64,
     /// The campaigns whose progress moved.
-    pub campaigns: Vec<i64>,
+    pub campaigns: Vec<CampaignId>,
 }
 
 /// Guarantees 6–8 in one transaction and one commit: claims up to `batch` queued sends of

@@ -5,7 +5,7 @@
 
 use sqlx::PgConnection;
 
-use crate::domain::{CampaignStatus, Transition, TransitionError};
+use crate::domain::{CampaignId, CampaignStatus, OrgId, Transition, TransitionError, UserId};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ChangeError {
@@ -37,15 +37,24 @@ impl From<TransitionError> for ChangeError {
 /// approved it, when), a stale version, or four eyes.
 async fn refusal(
     conn: &mut PgConnection,
-    org_id: i64,
-    id: i64,
+    org_id: OrgId,
+    id: CampaignId,
     t: Transition,
-    approval: Option<(i64, i32)>,
+    approval: Option<(UserId, i32)>,
 ) -> ChangeError {
-    type Now = (String, i32, i64, i64, Option<String>, Option<String>);
+    /// The campaign as it is now, and who approved it when.
+    #[derive(sqlx::FromRow)]
+    struct Now {
+        status: CampaignStatus,
+        content_version: i32,
+        author_id: UserId,
+        last_editor_id: UserId,
+        approver: Option<String>,
+        approved_at: Option<String>,
+    }
     let current: Result<Option<Now>, _> = sqlx::query_as(
-        "select c.status, c.content_version, c.author_id, c.last_editor_id, p.name,
-                to_char(c.approved_at at time zone o.timezone, 'YYYY-MM-DD HH24:MI')
+        "select c.status, c.content_version, c.author_id, c.last_editor_id, p.name as approver,
+                to_char(c.approved_at at time zone o.timezone, 'YYYY-MM-DD HH24:MI') as approved_at
          from campaigns c join orgs o on o.id = c.org_id
          left join users p on p.org_id = c.org_id and p.id = c.approver_id
          where c.org_id = $1 and c.id = $2 and c.deleted_at is null",
@@ -54,20 +63,20 @@ async fn refusal(
     .bind(id)
     .fetch_optional(conn)
     .await;
-    let (status, version, author, editor, approver, approved_at) = match current {
+    let now = match current {
         Err(e) => return ChangeError::Db(e),
         Ok(None) => return ChangeError::NotFound,
         Ok(Some(now)) => now,
     };
-    let current = match status.parse::<CampaignStatus>() {
-        Ok(c) => c,
-        Err(e) => return ChangeError::Db(sqlx::Error::Decode(e.into())),
-    };
+    let current = now.status;
     if let (Some((me, seen)), CampaignStatus::Submitted) = (approval, current) {
-        if seen != version {
-            return ChangeError::Stale { seen, now: version };
+        if seen != now.content_version {
+            return ChangeError::Stale {
+                seen,
+                now: now.content_version,
+            };
         }
-        if me == author || me == editor {
+        if me == now.author_id || me == now.last_editor_id {
             return ChangeError::FourEyes;
         }
     }
@@ -77,8 +86,9 @@ async fn refusal(
             current,
         },
         // Who approved it matters to a refused approval ("already approved by …"), not to others.
-        by: approver
-            .zip(approved_at)
+        by: now
+            .approver
+            .zip(now.approved_at)
             .filter(|_| t == Transition::Approve),
     }
 }
@@ -90,8 +100,8 @@ fn from_states(t: Transition) -> Vec<&'static str> {
 /// Submit, reject, pause, resume, cancel: a plain compare-and-set of the status.
 pub async fn change(
     conn: &mut PgConnection,
-    org_id: i64,
-    id: i64,
+    org_id: OrgId,
+    id: CampaignId,
     t: Transition,
 ) -> Result<(), ChangeError> {
     let done: Option<i64> = sqlx::query_scalar(
@@ -117,8 +127,8 @@ pub async fn change(
 /// reason stays on record. `false` when it was not sending or had paused itself before.
 pub async fn auto_pause(
     conn: &mut PgConnection,
-    org_id: i64,
-    id: i64,
+    org_id: OrgId,
+    id: CampaignId,
     reason: &str,
 ) -> sqlx::Result<bool> {
     let done: Option<i64> = sqlx::query_scalar(
@@ -137,7 +147,7 @@ pub async fn auto_pause(
     crate::db::audit::record(
         conn,
         crate::db::audit::Entry {
-            org_id,
+            org_id: org_id.0,
             actor_id: None,
             api_token_id: None,
             action: crate::domain::AuditAction::CampaignAutoPause,
@@ -154,8 +164,8 @@ pub async fn auto_pause(
 /// Sends a submitted campaign back to its author's draft with the reviewer's reason.
 pub async fn reject(
     conn: &mut PgConnection,
-    org_id: i64,
-    id: i64,
+    org_id: OrgId,
+    id: CampaignId,
     reason: &str,
 ) -> Result<(), ChangeError> {
     let done: Option<i64> = sqlx::query_scalar(
@@ -180,9 +190,9 @@ pub async fn reject(
 /// `self_approved` and `Ok(true)` says so (for the audit log). Wakes the campaign workers.
 pub async fn approve(
     conn: &mut PgConnection,
-    org_id: i64,
-    id: i64,
-    approver: i64,
+    org_id: OrgId,
+    id: CampaignId,
+    approver: UserId,
     shown_version: i32,
 ) -> Result<bool, ChangeError> {
     let done: Option<bool> = sqlx::query_scalar(
@@ -218,8 +228,15 @@ pub async fn approve(
     Ok(self_approved)
 }
 
+/// A campaign of an organisation.
+#[derive(sqlx::FromRow, Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OrgCampaign {
+    pub org_id: OrgId,
+    pub id: CampaignId,
+}
+
 /// Approved campaigns whose time has come, oldest first: candidates for [`start`].
-pub async fn due(conn: &mut PgConnection, limit: i64) -> sqlx::Result<Vec<(i64, i64)>> {
+pub async fn due(conn: &mut PgConnection, limit: i64) -> sqlx::Result<Vec<OrgCampaign>> {
     sqlx::query_as(
         "select org_id, id from campaigns
          where status = 'approved' and scheduled_for <= now() and deleted_at is null
@@ -234,7 +251,7 @@ pub async fn due(conn: &mut PgConnection, limit: i64) -> sqlx::Result<Vec<(i64, 
 /// materialises the recipients in the same transaction. A campaign another worker is starting
 /// right now is skipped (`SKIP LOCKED`), not waited for: its materialisation can take many
 /// seconds, and the losers have other campaigns to hand off meanwhile.
-pub async fn start(conn: &mut PgConnection, id: i64) -> sqlx::Result<bool> {
+pub async fn start(conn: &mut PgConnection, id: CampaignId) -> sqlx::Result<bool> {
     let won: Option<i64> = sqlx::query_scalar(
         "update campaigns set status = 'sending', started_at = now()
          where id = (select id from campaigns
@@ -251,7 +268,11 @@ pub async fn start(conn: &mut PgConnection, id: i64) -> sqlx::Result<bool> {
 
 /// Records that the recipients exist (`materialized_at`, how many); a campaign with none is
 /// sent at once.
-pub async fn materialized(conn: &mut PgConnection, id: i64, recipients: i64) -> sqlx::Result<()> {
+pub async fn materialized(
+    conn: &mut PgConnection,
+    id: CampaignId,
+    recipients: i64,
+) -> sqlx::Result<()> {
     sqlx::query(
         "update campaigns set materialized_at = now(), recipients_total = $2,
                 status = case when $2 = 0 then 'sent' else status end,
@@ -267,7 +288,7 @@ pub async fn materialized(conn: &mut PgConnection, id: i64, recipients: i64) -> 
 
 /// Moves every sending campaign with nothing left to do (no queued send, no queued or sending
 /// delivery) to `sent`, by compare-and-set; any replica may run it. Returns their ids.
-pub async fn finish_done(conn: &mut PgConnection) -> sqlx::Result<Vec<i64>> {
+pub async fn finish_done(conn: &mut PgConnection) -> sqlx::Result<Vec<CampaignId>> {
     sqlx::query_scalar(
         "update campaigns c set status = 'sent', finished_at = now()
          where c.status = 'sending' and c.materialized_at is not null
@@ -287,7 +308,11 @@ pub async fn any_sending(conn: &mut PgConnection) -> sqlx::Result<bool> {
 }
 
 /// Announces that these campaigns' progress moved (one notification per campaign).
-pub async fn notify_progress(pool: &sqlx::PgPool, channel: &str, ids: &[i64]) -> sqlx::Result<()> {
+pub async fn notify_progress(
+    pool: &sqlx::PgPool,
+    channel: &str,
+    ids: &[CampaignId],
+) -> sqlx::Result<()> {
     sqlx::query("select pg_notify($1, id::text) from unnest($2::bigint[]) id")
         .bind(channel)
         .bind(ids)

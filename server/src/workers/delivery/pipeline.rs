@@ -20,6 +20,7 @@ use tokio::sync::{mpsc, Mutex};
 use tokio::task::JoinSet;
 
 use app::db::delivery::Claimed;
+use app::domain::CampaignId;
 
 use super::batch::{self, Loaded};
 use super::held::Guard;
@@ -42,7 +43,7 @@ struct Job {
 /// An outcome on its way to the database.
 struct Settling {
     recorded: Recorded,
-    campaign: Option<i64>,
+    campaign: Option<CampaignId>,
     held: Guard,
 }
 
@@ -292,7 +293,7 @@ async fn connection(
         };
         w.breaker.observe(signal);
         let recorded = w.ledger.record(ledger::Result::of(c, outcome));
-        let campaign = c.reference.content_campaign().map(i64::from);
+        let campaign = c.reference.content_campaign();
         // The settler outlives every connection; if it is gone, so is the process.
         let _ = settle.send(Settling {
             recorded,

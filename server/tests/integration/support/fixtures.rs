@@ -67,7 +67,8 @@ pub(crate) async fn audience_of(pool: &PgPool, org: i64, n: usize) -> (Vec<i64>,
     (lists, n)
 }
 
-/// A campaign to `lists`, submitted by `author` and approved by `approver` to go out now.
+/// A campaign to `lists` with `body`, submitted by `author` and approved by `approver` to go
+/// out now (the tuple form of [`crate::support::org::TestOrg::campaign`]).
 pub(crate) async fn approved(
     pool: &PgPool,
     org: i64,
@@ -90,14 +91,16 @@ pub(crate) async fn approved(
     )
     .await
     .unwrap();
+    let (org, id) = (app::domain::OrgId(org), app::domain::CampaignId(id));
     app::db::campaign::states::change(&mut tx, org, id, Transition::Submit)
         .await
         .unwrap();
+    let approver = app::domain::UserId(approver);
     app::db::campaign::states::approve(&mut tx, org, id, approver, 1)
         .await
         .unwrap();
     tx.commit().await.unwrap();
-    id
+    id.0
 }
 
 /// The campaign worker's test configuration: small batches, a one-second tick.

@@ -11,7 +11,11 @@ pub mod dovecot;
 pub mod fixtures;
 /// The test run's PostgreSQL cluster, a fresh database per test, and seeding helpers.
 pub mod helpers;
+/// `TestOrg`: an organisation with its users by role, and builders for its campaigns.
+pub mod org;
 /// The real `mailroom` binary as a child process.
 pub mod procs;
+/// The REST API as a client calls it: tokens and requests.
+pub mod rest;
 /// The real router on a real socket, and a browser-like client.
 pub mod test_app;

@@ -9,10 +9,10 @@ use serde::{Deserialize, Serialize};
 use crate::db::{audit, events};
 use crate::domain::BouncePolicy;
 use crate::error::AppError;
-use crate::model::{RelayEventRow, WebhookEndpoint};
+use crate::model::{FeedbackEventRow, WebhookEndpoint};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct RelaySettingsData {
+pub struct FeedbackSettingsData {
     pub policy: BouncePolicy,
     /// Where VERP envelope senders point (None: the Return-Path or From address is used).
     pub bounce_domain: Option<String>,
@@ -30,11 +30,11 @@ pub struct CreatedEndpoint {
     pub secret: Option<String>,
 }
 
-#[server(endpoint = "relay_settings")]
-pub async fn relay_settings() -> Result<RelaySettingsData, AppError> {
+#[server(endpoint = "feedback_settings")]
+pub async fn feedback_settings() -> Result<FeedbackSettingsData, AppError> {
     let (me, pool) = super::signed_in().await?;
     let mut conn = pool.acquire().await?;
-    Ok(RelaySettingsData {
+    Ok(FeedbackSettingsData {
         policy: events::policy(&mut conn, me.org_id).await?,
         bounce_domain: events::bounce_domain(&mut conn, me.org_id).await?,
         endpoints: events::endpoints(&mut conn, me.org_id).await?,
@@ -243,10 +243,10 @@ pub async fn save_bounce_domain(domain: String) -> Result<String, AppError> {
 }
 
 /// The org's latest relay events; only the unmatched ones when `unmatched` is set.
-#[server(endpoint = "relay_events")]
-pub async fn relay_events(
+#[server(endpoint = "feedback_events")]
+pub async fn feedback_events(
     #[server(default)] unmatched: bool,
-) -> Result<Vec<RelayEventRow>, AppError> {
+) -> Result<Vec<FeedbackEventRow>, AppError> {
     let (me, pool) = super::signed_in().await?;
     let mut conn = pool.acquire().await?;
     Ok(events::recent(&mut conn, me.org_id, unmatched).await?)

@@ -10,9 +10,9 @@ use app::domain::{ApiScope, Role};
 use mailroom::workers::delivery::Worker;
 use reqwest::StatusCode;
 
-use super::rest_api::{send, token};
 use crate::support::fixtures::config_for_capture;
 use crate::support::helpers::{enqueue_test_mail_to, org_with_users, test_db};
+use crate::support::rest::{send, token};
 use crate::support::test_app::{api_config, json, signed_in, spawn_app, spawn_app_with, TestApp};
 
 /// Rows of `table` whose text (every column) contains `needle`, in any case.

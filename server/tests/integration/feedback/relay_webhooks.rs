@@ -4,9 +4,9 @@
 //! events kept and listed, and the owner-only settings.
 
 use app::api::deliveries::DeliveriesPage;
-use app::api::relays::{
-    CreateWebhookEndpoint, RelayEvents, RelaySettings, RevokeWebhookEndpoint, SaveBounceDomain,
-    SaveBouncePolicy,
+use app::api::feedback::{
+    CreateWebhookEndpoint, FeedbackEvents, FeedbackSettings, RevokeWebhookEndpoint,
+    SaveBounceDomain, SaveBouncePolicy,
 };
 use app::bounce::{generic, mailgun};
 use app::domain::{DeliveryStatus, EmailAddress, JobId, Role};
@@ -574,7 +574,9 @@ async fn unmatched_events_are_kept_and_listed_and_the_policy_is_the_owners() {
             "message_id": "<0100018c@email.amazonses.com>", "status": "5.1.1" }]),
     );
     assert_eq!(post(&app, &path, &headers, &body).await.0, 200);
-    let (status, listed) = app.call_fn(&viewer, RelayEvents { unmatched: true }).await;
+    let (status, listed) = app
+        .call_fn(&viewer, FeedbackEvents { unmatched: true })
+        .await;
     assert_eq!(status, 200, "{listed}");
     let rows = json(&listed);
     assert_eq!(rows.as_array().unwrap().len(), 1, "{rows}");
@@ -607,7 +609,7 @@ async fn unmatched_events_are_kept_and_listed_and_the_policy_is_the_owners() {
     assert!(body.contains("between 1 and 100"), "{body}");
     let (status, body) = app.call_fn(&owner, save(5, 10)).await;
     assert_eq!(status, 200, "{body}");
-    let (_, body) = app.call_fn(&viewer, RelaySettings {}).await;
+    let (_, body) = app.call_fn(&viewer, FeedbackSettings {}).await;
     let s = json(&body);
     assert_eq!(
         (
@@ -645,7 +647,7 @@ async fn unmatched_events_are_kept_and_listed_and_the_policy_is_the_owners() {
     assert!(body.contains("Bounce domain"), "{body}");
     let (status, body) = app.call_fn(&owner, domain("Bounce.Acme.TEST.")).await;
     assert_eq!(status, 200, "{body}");
-    let (_, body) = app.call_fn(&viewer, RelaySettings {}).await;
+    let (_, body) = app.call_fn(&viewer, FeedbackSettings {}).await;
     assert_eq!(json(&body)["bounce_domain"], "bounce.acme.test");
     let (other, _) = org_with_users(&pool, "globex", &[Role::Owner]).await;
     let mut conn = pool.acquire().await.unwrap();
@@ -754,7 +756,7 @@ async fn ses_through_sns_keeps_the_confirmation_link_and_records_a_pinned_bounce
     let text_plain = [("content-type", "text/plain; charset=UTF-8".to_string())];
     let (status, text) = post(&app, &path, &text_plain, &confirm).await;
     assert_eq!(status, 200, "{text}");
-    let (_, settings) = app.call_fn(&owner, RelaySettings {}).await;
+    let (_, settings) = app.call_fn(&owner, FeedbackSettings {}).await;
     assert_eq!(
         json(&settings)["endpoints"][0]["subscribe_url"],
         confirm_url

@@ -58,9 +58,9 @@ fn case(endpoint: &str) -> Option<Case> {
         | "sender_auth"
         | "users"
         | "audit_log"
-        | "relay_settings"
+        | "feedback_settings"
         | "relay_health" => Case::Scoped(vec![]),
-        "relay_events" => Case::Scoped(vec![("unmatched", "false".into())]),
+        "feedback_events" => Case::Scoped(vec![("unmatched", "false".into())]),
         "api_tokens" | "templates" => Case::Scoped(vec![]),
         "template" => Case::Object {
             args: |o| vec![("id", o.template.clone())],

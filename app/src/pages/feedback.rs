@@ -6,15 +6,15 @@ use leptos::prelude::*;
 use super::action_outcome as outcome;
 use super::settings::{SettingsTabs, BUTTON, INPUT};
 use super::{Confirm, DangerSubmit, DataTable};
-use crate::api::relays::{
-    relay_events, relay_settings, CreateWebhookEndpoint, CreatedEndpoint, RelaySettingsData,
-    RevokeWebhookEndpoint, SaveBounceDomain, SaveBouncePolicy,
+use crate::api::feedback::{
+    feedback_events, feedback_settings, CreateWebhookEndpoint, CreatedEndpoint,
+    FeedbackSettingsData, RevokeWebhookEndpoint, SaveBounceDomain, SaveBouncePolicy,
 };
 use crate::domain::EventSource;
-use crate::model::RelayEventRow;
+use crate::model::FeedbackEventRow;
 
 #[component]
-pub fn RelaysPage() -> impl IntoView {
+pub fn FeedbackPage() -> impl IntoView {
     let policy = ServerAction::<SaveBouncePolicy>::new();
     let domain = ServerAction::<SaveBounceDomain>::new();
     let create = ServerAction::<CreateWebhookEndpoint>::new();
@@ -28,10 +28,10 @@ pub fn RelaysPage() -> impl IntoView {
                 revoke.version().get(),
             )
         },
-        |_| relay_settings(),
+        |_| feedback_settings(),
     );
     let unmatched = RwSignal::new(false);
-    let events = Resource::new(move || unmatched.get(), relay_events);
+    let events = Resource::new(move || unmatched.get(), feedback_events);
     view! {
         <SettingsTabs current="/settings/relays"/>
         {move || outcome(policy.value().get(), "policy-result")}
@@ -90,7 +90,7 @@ fn Created(c: CreatedEndpoint) -> impl IntoView {
 }
 
 #[component]
-fn Policy(s: RelaySettingsData, action: ServerAction<SaveBouncePolicy>) -> impl IntoView {
+fn Policy(s: FeedbackSettingsData, action: ServerAction<SaveBouncePolicy>) -> impl IntoView {
     let disabled = !s.can_manage;
     view! {
         <section class="rounded-lg bg-white p-4 shadow dark:bg-slate-900" aria-labelledby="policy-heading">
@@ -133,7 +133,7 @@ fn Policy(s: RelaySettingsData, action: ServerAction<SaveBouncePolicy>) -> impl 
 }
 
 #[component]
-fn BounceDomain(s: RelaySettingsData, action: ServerAction<SaveBounceDomain>) -> impl IntoView {
+fn BounceDomain(s: FeedbackSettingsData, action: ServerAction<SaveBounceDomain>) -> impl IntoView {
     let disabled = !s.can_manage;
     view! {
         <section class="mt-4 rounded-lg bg-white p-4 shadow dark:bg-slate-900" aria-labelledby="domain-heading">
@@ -157,7 +157,7 @@ fn BounceDomain(s: RelaySettingsData, action: ServerAction<SaveBounceDomain>) ->
 
 #[component]
 fn Endpoints(
-    s: RelaySettingsData,
+    s: FeedbackSettingsData,
     create: ServerAction<CreateWebhookEndpoint>,
     revoke: ServerAction<RevokeWebhookEndpoint>,
 ) -> impl IntoView {
@@ -227,7 +227,7 @@ fn Endpoints(
 }
 
 #[component]
-fn Events(rows: Vec<RelayEventRow>) -> impl IntoView {
+fn Events(rows: Vec<FeedbackEventRow>) -> impl IntoView {
     if rows.is_empty() {
         return view! { <p class="text-sm text-slate-500 dark:text-slate-400">"No events."</p> }
             .into_any();

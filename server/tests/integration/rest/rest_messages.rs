@@ -11,8 +11,8 @@ use reqwest::StatusCode;
 use serde_json::{json, Value};
 use testkit::SmtpSink;
 
-use super::rest_api::{call, token};
 use crate::support::helpers::{org_with_users, test_db};
+use crate::support::rest::{call, token};
 use crate::support::test_app::{json as parse, signed_in, spawn_app, TestApp};
 
 struct Setup {

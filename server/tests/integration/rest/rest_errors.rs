@@ -14,8 +14,8 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use super::rest_api::{call, send, token};
 use crate::support::helpers::{org_with_users, test_db};
+use crate::support::rest::{call, send, token};
 use crate::support::test_app::{api_config, signed_in, spawn_app_with, TestApp};
 
 /// An org with one list, its app (with `edge`), and a token that may write subscribers and

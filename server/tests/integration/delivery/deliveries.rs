@@ -438,7 +438,7 @@ async fn the_reaper_gives_way_to_a_ledger_write_that_waits_on_it() {
     let mut held = app::db::delivery::claim(&pool, 2, 60.0, "slow")
         .await
         .unwrap();
-    held.sort_by(|x, y| x.job_id().cmp(&y.job_id()));
+    held.sort_by_key(|c| c.job_id());
     let (sent, next) = (&held[0], &held[1]);
     let marked = app::db::delivery::mark_body_started(
         &mut pool.acquire().await.unwrap(),
@@ -452,7 +452,7 @@ async fn the_reaper_gives_way_to_a_ledger_write_that_waits_on_it() {
     // Something else holds the first row, so that the reaper, which locks it first, waits.
     let mut other = pool.begin().await.unwrap();
     sqlx::query("select 1 from deliveries where job_id = $1 for update")
-        .bind(&sent.job_id())
+        .bind(sent.job_id())
         .execute(&mut *other)
         .await
         .unwrap();

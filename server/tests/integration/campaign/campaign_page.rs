@@ -4,11 +4,11 @@
 
 use app::api::campaign::edit::{CampaignAction, NewCampaign};
 use app::api::campaign::CampaignDetail;
-use app::domain::Role;
 
-use crate::support::fixtures::{approved, audience_of, run_to_end};
-use crate::support::helpers::{org_with_users, test_db};
-use crate::support::test_app::{json, marked, signed_in, spawn_app, TestApp};
+use crate::support::fixtures::run_to_end;
+use crate::support::helpers::test_db;
+use crate::support::org::TestOrg;
+use crate::support::test_app::{json, marked, spawn_app, TestApp};
 use testkit::SmtpSink;
 
 async fn page(app: &TestApp, c: &reqwest::Client, id: i64) -> String {
@@ -18,15 +18,16 @@ async fn page(app: &TestApp, c: &reqwest::Client, id: i64) -> String {
 #[tokio::test]
 async fn the_campaign_page_shows_each_phase_of_a_send_as_it_is() {
     let pool = test_db().await;
-    let (org, users) = org_with_users(&pool, "acme", &[Role::Owner, Role::Admin]).await;
+    let acme = TestOrg::new(&pool, "acme").await;
+    let org = acme.id.0;
     sqlx::query("update orgs set timezone = 'UTC' where id = $1")
         .bind(org)
         .execute(&pool)
         .await
         .unwrap();
-    let (lists, _) = audience_of(&pool, org, 6).await;
+    let (lists, _) = acme.audience(6).await;
     let app = spawn_app(pool.clone()).await;
-    let admin = signed_in(&app, &users[1].1, &users[1].2).await;
+    let admin = acme.admin(0).signed_in(&app).await;
 
     // A draft: a note, no live panel, no rate.
     let (_, body) = app
@@ -47,7 +48,7 @@ async fn the_campaign_page_shows_each_phase_of_a_send_as_it_is() {
     }
 
     // Sending: the bar, the current rate and ETA, and a chart with both scales.
-    let id = approved(&pool, org, users[0].0, users[1].0, &lists, "Hi").await;
+    let id = acme.campaign().to(&lists).approved().await.0;
     mailroom::workers::campaign::start_due(&pool).await.unwrap();
     let html = page(&app, &admin, id).await;
     assert!(marked(&html, "not-started").is_none());
@@ -102,11 +103,11 @@ async fn the_campaign_page_shows_each_phase_of_a_send_as_it_is() {
 #[tokio::test]
 async fn a_sent_campaign_shows_one_delivered_figure() {
     let pool = test_db().await;
-    let (org, users) = org_with_users(&pool, "acme", &[Role::Owner, Role::Admin]).await;
-    let (lists, _) = audience_of(&pool, org, 7).await;
+    let acme = TestOrg::new(&pool, "acme").await;
+    let (lists, _) = acme.audience(7).await;
     let app = spawn_app(pool.clone()).await;
-    let owner = signed_in(&app, &users[0].1, &users[0].2).await;
-    let admin = signed_in(&app, &users[1].1, &users[1].2).await;
+    let owner = acme.owner().signed_in(&app).await;
+    let admin = acme.admin(0).signed_in(&app).await;
     let (id, _) = app
         .markdown_draft(&owner, "Hello {{ name }}", "Dear {{ name }}, news.", lists)
         .await;

@@ -75,6 +75,10 @@ async fn with_database_url_the_binary_uses_that_database_and_starts_no_cluster()
 async fn the_queue_migration_takes_back_attempts_in_flight_as_a_reaper_would() {
     use sqlx::migrate::Migrate;
     const QUEUE: i64 = 20261212000100;
+    // Test messages' job ids, in the order of the rows read back.
+    const M: &str = "test:1:1:m:b@example.org";
+    const U: &str = "test:1:1:u:c@example.org";
+    const W: &str = "test:1:1:w:a@example.org";
     let (pool, _) = empty_db_with_url().await;
     let migrator = app::db::migrate::migrator();
     let mut conn = pool.acquire().await.unwrap();
@@ -92,15 +96,15 @@ async fn the_queue_migration_takes_back_attempts_in_flight_as_a_reaper_would() {
     sqlx::query(
         "insert into deliveries (job_id, org_id, kind, priority, recipient, email_lower, status,
                                  attempt, claimed_by, lease_until)
-         values ('waiting', 1, 'test', 0, 'a@example.org', 'a@example.org', 'queued', 0, null, null),
-                ('marked', 1, 'test', 0, 'b@example.org', 'b@example.org', 'sending', 1, 'old', now()),
-                ('unmarked', 1, 'test', 0, 'c@example.org', 'c@example.org', 'sending', 2, 'old', now())",
+         values ('test:1:1:w:a@example.org', 1, 'test', 0, 'a@example.org', 'a@example.org', 'queued', 0, null, null),
+                ('test:1:1:m:b@example.org', 1, 'test', 0, 'b@example.org', 'b@example.org', 'sending', 1, 'old', now()),
+                ('test:1:1:u:c@example.org', 1, 'test', 0, 'c@example.org', 'c@example.org', 'sending', 2, 'old', now())",
     )
     .execute(&mut *conn)
     .await
     .unwrap();
     sqlx::query(
-        "insert into delivery_mark_groups (job_ids, attempts) values (array['marked'], array[1])",
+        "insert into delivery_mark_groups (job_ids, attempts) values (array['test:1:1:m:b@example.org'], array[1])",
     )
     .execute(&mut *conn)
     .await
@@ -119,15 +123,17 @@ async fn the_queue_migration_takes_back_attempts_in_flight_as_a_reaper_would() {
     assert_eq!(
         rows,
         vec![
-            ("marked".into(), "unknown".into(), 1, false),
-            ("unmarked".into(), "queued".into(), 2, true),
-            ("waiting".into(), "queued".into(), 0, true),
+            (M.into(), "unknown".into(), 1, false),
+            (U.into(), "queued".into(), 2, true),
+            (W.into(), "queued".into(), 0, true),
         ]
     );
-    let refused = sqlx::query("update deliveries set status = 'sending' where job_id = 'waiting'")
-        .execute(&pool)
-        .await
-        .unwrap_err();
+    let refused = sqlx::query(
+        "update deliveries set status = 'sending' where job_id = 'test:1:1:w:a@example.org'",
+    )
+    .execute(&pool)
+    .await
+    .unwrap_err();
     assert!(
         refused
             .to_string()
@@ -143,7 +149,7 @@ async fn the_queue_migration_takes_back_attempts_in_flight_as_a_reaper_would() {
     claimed.sort();
     assert_eq!(
         claimed,
-        vec![("unmarked".into(), 3), ("waiting".into(), 1)],
+        vec![(U.into(), 3), (W.into(), 1)],
         "a new attempt number each"
     );
 }

@@ -264,7 +264,7 @@ async fn a_scrape_does_not_scan_the_deliveries_table() {
     let (org, _) = org_with_users(&pool, "acme", &[Role::Owner]).await;
     sqlx::query(
         "insert into deliveries (job_id, org_id, kind, priority, recipient, email_lower, status, finished_at)
-         select 'bulk-' || i, $1, 'test', 0, 'b' || i || '@example.org', 'b' || i || '@example.org',
+         select 'test:1:1:bulk:b' || i || '@example.org', $1, 'test', 0, 'b' || i || '@example.org', 'b' || i || '@example.org',
                 case when i % 2 = 0 then 'queued' else 'delivered' end,
                 case when i % 2 = 0 then null else now() end
          from generate_series(1, 20000) i",

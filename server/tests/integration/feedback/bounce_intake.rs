@@ -461,9 +461,14 @@ async fn a_sending_campaign_pauses_itself_once_at_the_bounce_rate_and_says_why()
     // An admin resumes it: more bounces do not pause it again (the rates were overruled).
     {
         let mut conn = pool.acquire().await.unwrap();
-        app::db::campaign::states::change(&mut conn, org, cid, Transition::Resume)
-            .await
-            .unwrap();
+        app::db::campaign::states::change(
+            &mut conn,
+            app::domain::OrgId(org),
+            app::domain::CampaignId(cid),
+            Transition::Resume,
+        )
+        .await
+        .unwrap();
     }
     let mut c = ReportClient::connect(addr).await.unwrap();
     let (job, to) = &jobs[20];

@@ -7,8 +7,8 @@ use app::domain::{ApiScope, Role};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
-use super::rest_api::{call, send, token};
 use crate::support::helpers::{org_with_users, test_db};
+use crate::support::rest::{call, send, token};
 use crate::support::test_app::{signed_in, spawn_app, TestApp};
 
 async fn setup() -> (sqlx::PgPool, i64, TestApp, String) {

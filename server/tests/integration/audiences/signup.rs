@@ -9,8 +9,8 @@ use mailroom::workers::delivery::Worker;
 use reqwest::StatusCode;
 use testkit::SmtpSink;
 
-use super::rest_api::{send, token};
 use crate::support::helpers::{org_with_users, test_db};
+use crate::support::rest::{send, token};
 use crate::support::test_app::{api_config, signed_in, spawn_app, spawn_app_with, TestApp};
 
 struct Setup {

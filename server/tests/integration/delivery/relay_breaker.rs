@@ -208,7 +208,13 @@ async fn a_worker_started_after_an_outage_resumes_what_the_breaker_left_paused()
     let paused = app::db::relay_health::pause_campaigns(&pool, "Paused by Mailroom: test")
         .await
         .unwrap();
-    assert_eq!(paused, vec![(org, cid)]);
+    assert_eq!(
+        paused,
+        vec![app::db::campaign::states::OrgCampaign {
+            org_id: app::domain::OrgId(org),
+            id: app::domain::CampaignId(cid)
+        }]
+    );
     let relay = format!("{}:{}", sink.addr.ip(), sink.addr.port());
     app::db::relay_health::opened(
         &pool,

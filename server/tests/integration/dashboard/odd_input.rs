@@ -7,14 +7,14 @@ use app::api::campaign::edit::NewCampaign;
 use app::api::campaign::Campaigns;
 use app::api::deliveries::{CapturedMessage, RetryDelivery};
 use app::api::digests::SaveDigestSchedule;
-use app::api::relays::{CreateWebhookEndpoint, RevokeWebhookEndpoint, SaveBounceDomain};
+use app::api::feedback::{CreateWebhookEndpoint, RevokeWebhookEndpoint, SaveBounceDomain};
 use app::api::suppressions::{AddSuppressions, RemoveSuppression, Suppressions};
 use app::domain::{ApiScope, Role};
 use reqwest::StatusCode;
 use sqlx::PgPool;
 
-use super::rest_api::{send, token};
 use crate::support::helpers::{org_with_users, test_db};
+use crate::support::rest::{send, token};
 use crate::support::test_app::{json, signed_in, spawn_app, TestApp};
 
 /// An app over a fresh database and its org's owner, signed in.

@@ -5,14 +5,15 @@
 use std::collections::HashMap;
 
 use app::db::audience;
-use app::domain::{EmailAddress, Role, Transition};
+use app::domain::{EmailAddress, Transition};
 use mailroom::workers::campaign;
 use mailroom::workers::delivery::Worker;
 use mailroom::workers::progress::Notifier;
 use sqlx::PgPool;
 
-use crate::support::fixtures::{approved, audience_of, cfg, run_to_end, status};
-use crate::support::helpers::{org_with_users, test_db};
+use crate::support::fixtures::{cfg, run_to_end, status};
+use crate::support::helpers::test_db;
+use crate::support::org::TestOrg;
 use testkit::SmtpSink;
 
 async fn slots_equal_counts(pool: &PgPool, org: i64, id: i64) {
@@ -27,12 +28,14 @@ async fn slots_equal_counts(pool: &PgPool, org: i64, id: i64) {
 #[tokio::test]
 async fn a_campaign_being_started_is_passed_by_other_workers_not_waited_for() {
     let pool = test_db().await;
-    let (org, users) = org_with_users(&pool, "acme", &[Role::Owner, Role::Admin]).await;
-    let (lists, n) = audience_of(&pool, org, 50).await;
-    let id = approved(&pool, org, users[0].0, users[1].0, &lists, "Hi").await;
+    let acme = TestOrg::new(&pool, "acme").await;
+    let org = acme.id.0;
+    let (lists, n) = acme.audience(50).await;
+    let cid = acme.campaign().to(&lists).approved().await;
+    let id = cid.0;
     // The winner holds its start uncommitted, as during a long materialisation.
     let mut winner = pool.begin().await.unwrap();
-    assert!(app::db::campaign::states::start(&mut winner, id)
+    assert!(app::db::campaign::states::start(&mut winner, cid)
         .await
         .unwrap());
     let others = tokio::time::timeout(
@@ -44,12 +47,12 @@ async fn a_campaign_being_started_is_passed_by_other_workers_not_waited_for() {
     .unwrap();
     assert!(others.is_empty(), "{others:?}");
     assert_eq!(
-        app::db::campaign::sends::materialise(&mut winner, org, id)
+        app::db::campaign::sends::materialise(&mut winner, acme.id, cid)
             .await
             .unwrap(),
         n as i64
     );
-    app::db::campaign::states::materialized(&mut winner, id, n as i64)
+    app::db::campaign::states::materialized(&mut winner, cid, n as i64)
         .await
         .unwrap();
     winner.commit().await.unwrap();
@@ -63,9 +66,11 @@ async fn a_campaign_being_started_is_passed_by_other_workers_not_waited_for() {
 #[tokio::test]
 async fn two_racing_workers_start_a_campaign_once_and_build_one_send_per_address() {
     let pool = test_db().await;
-    let (org, users) = org_with_users(&pool, "acme", &[Role::Owner, Role::Admin]).await;
-    let (lists, n) = audience_of(&pool, org, 500).await;
-    let id = approved(&pool, org, users[0].0, users[1].0, &lists, "Hi").await;
+    let acme = TestOrg::new(&pool, "acme").await;
+    let org = acme.id.0;
+    let (lists, n) = acme.audience(500).await;
+    let cid = acme.campaign().to(&lists).approved().await;
+    let id = cid.0;
     // The oldest row wins, not the lowest id: this variant was added later but dates earlier.
     sqlx::query("update subscribers set created_at = now() - interval '1 day' where email = 'P20@EXAMPLE.org'")
         .execute(&pool)
@@ -75,14 +80,14 @@ async fn two_racing_workers_start_a_campaign_once_and_build_one_send_per_address
         let pool = pool.clone();
         tokio::spawn(async move { campaign::start_due(&pool).await.unwrap() })
     });
-    let started: Vec<(i64, i64)> = futures::future::join_all(racers)
+    let started: Vec<(app::domain::CampaignId, i64)> = futures::future::join_all(racers)
         .await
         .into_iter()
         .flat_map(|r| r.unwrap())
         .collect();
     assert_eq!(
         started,
-        vec![(id, n as i64)],
+        vec![(cid, n as i64)],
         "one start, one materialisation"
     );
     let (rows, distinct): (i64, i64) = sqlx::query_as(
@@ -133,7 +138,7 @@ async fn two_racing_workers_start_a_campaign_once_and_build_one_send_per_address
         .await
         .unwrap();
     assert_eq!(
-        app::db::campaign::sends::materialise(&mut tx, org, id)
+        app::db::campaign::sends::materialise(&mut tx, acme.id, cid)
             .await
             .unwrap(),
         0
@@ -145,40 +150,38 @@ async fn two_racing_workers_start_a_campaign_once_and_build_one_send_per_address
 #[tokio::test]
 async fn a_campaign_without_recipients_is_sent_at_once() {
     let pool = test_db().await;
-    let (org, users) = org_with_users(&pool, "acme", &[Role::Owner, Role::Admin]).await;
-    let mut c = pool.acquire().await.unwrap();
-    let empty = audience::create_list(&mut c, org, "empty").await.unwrap();
-    drop(c);
-    let id = approved(&pool, org, users[0].0, users[1].0, &[empty], "Hi").await;
-    assert_eq!(campaign::start_due(&pool).await.unwrap(), vec![(id, 0)]);
+    let acme = TestOrg::new(&pool, "acme").await;
+    let empty = acme.list("empty").await;
+    let cid = acme.campaign().to(&[empty]).approved().await;
+    let id = cid.0;
+    assert_eq!(campaign::start_due(&pool).await.unwrap(), vec![(cid, 0)]);
     assert_eq!(status(&pool, id).await, "sent");
 }
 
 #[tokio::test]
 async fn an_address_suppressed_while_paused_never_arrives_and_resume_finishes_the_rest() {
     let pool = test_db().await;
-    let (org, users) = org_with_users(&pool, "acme", &[Role::Owner, Role::Admin]).await;
-    let (lists, n) = audience_of(&pool, org, 200).await;
-    let id = approved(
-        &pool,
-        org,
-        users[0].0,
-        users[1].0,
-        &lists,
-        "Dear {{ name }}, see {{ unsubscribe_url }}",
-    )
-    .await;
+    let acme = TestOrg::new(&pool, "acme").await;
+    let org = acme.id.0;
+    let (lists, n) = acme.audience(200).await;
+    let cid = acme
+        .campaign()
+        .to(&lists)
+        .body("Dear {{ name }}, see {{ unsubscribe_url }}")
+        .approved()
+        .await;
+    let id = cid.0;
     let sink = SmtpSink::start();
     campaign::start_due(&pool).await.unwrap();
     app::db::campaign::sends::hand_off(&pool, 20, 1000, 8)
         .await
         .unwrap();
     let mut c = pool.acquire().await.unwrap();
-    app::db::campaign::states::change(&mut c, org, id, Transition::Pause)
+    app::db::campaign::states::change(&mut c, acme.id, cid, Transition::Pause)
         .await
         .unwrap();
     // Pausing twice is refused, naming the state.
-    let again = app::db::campaign::states::change(&mut c, org, id, Transition::Pause)
+    let again = app::db::campaign::states::change(&mut c, acme.id, cid, Transition::Pause)
         .await
         .unwrap_err();
     assert!(again.to_string().contains("it is paused"), "{again}");
@@ -206,7 +209,7 @@ async fn an_address_suppressed_while_paused_never_arrives_and_resume_finishes_th
     );
     assert_eq!(worker.drain().await.unwrap(), 0);
     assert!(sink.messages().is_empty());
-    app::db::campaign::states::change(&mut c, org, id, Transition::Resume)
+    app::db::campaign::states::change(&mut c, acme.id, cid, Transition::Resume)
         .await
         .unwrap();
     drop(c);
@@ -243,9 +246,11 @@ async fn an_address_suppressed_while_paused_never_arrives_and_resume_finishes_th
 #[tokio::test]
 async fn after_a_cancel_nothing_queued_is_sent_and_the_counts_add_up() {
     let pool = test_db().await;
-    let (org, users) = org_with_users(&pool, "acme", &[Role::Owner, Role::Admin]).await;
-    let (lists, n) = audience_of(&pool, org, 300).await;
-    let id = approved(&pool, org, users[0].0, users[1].0, &lists, "Hi").await;
+    let acme = TestOrg::new(&pool, "acme").await;
+    let org = acme.id.0;
+    let (lists, n) = acme.audience(300).await;
+    let cid = acme.campaign().to(&lists).approved().await;
+    let id = cid.0;
     let sink = SmtpSink::start();
     campaign::start_due(&pool).await.unwrap();
     app::db::campaign::sends::hand_off(&pool, 40, 1000, 8)
@@ -254,7 +259,7 @@ async fn after_a_cancel_nothing_queued_is_sent_and_the_counts_add_up() {
     let mut worker = Worker::new(pool.clone(), crate::support::fixtures::config(&sink), "c");
     worker.drain().await.unwrap();
     let mut c = pool.acquire().await.unwrap();
-    app::db::campaign::states::change(&mut c, org, id, Transition::Cancel)
+    app::db::campaign::states::change(&mut c, acme.id, cid, Transition::Cancel)
         .await
         .unwrap();
     drop(c);
@@ -282,9 +287,11 @@ async fn after_a_cancel_nothing_queued_is_sent_and_the_counts_add_up() {
 #[tokio::test]
 async fn the_leader_reconciles_a_finished_campaigns_slots_once() {
     let pool = test_db().await;
-    let (org, users) = org_with_users(&pool, "acme", &[Role::Owner, Role::Admin]).await;
-    let (lists, n) = audience_of(&pool, org, 50).await;
-    let id = approved(&pool, org, users[0].0, users[1].0, &lists, "Hi").await;
+    let acme = TestOrg::new(&pool, "acme").await;
+    let org = acme.id.0;
+    let (lists, n) = acme.audience(50).await;
+    let cid = acme.campaign().to(&lists).approved().await;
+    let id = cid.0;
     let sink = SmtpSink::start();
     run_to_end(&pool, id, &sink).await;
     // Damage the slots as a lost increment would, then let the leader's job run.
@@ -349,14 +356,16 @@ async fn the_leader_reconciles_a_finished_campaigns_slots_once() {
 #[tokio::test]
 async fn the_leader_purges_campaigns_binned_longer_than_the_retention_with_their_records() {
     let pool = test_db().await;
-    let (org, users) = org_with_users(&pool, "acme", &[Role::Owner, Role::Admin]).await;
-    let (lists, n) = audience_of(&pool, org, 30).await;
-    let old = approved(&pool, org, users[0].0, users[1].0, &lists, "Hi").await;
+    let acme = TestOrg::new(&pool, "acme").await;
+    let org = acme.id.0;
+    let (lists, n) = acme.audience(30).await;
+    let old_id = acme.campaign().to(&lists).approved().await;
+    let old = old_id.0;
     let sink = SmtpSink::start();
     run_to_end(&pool, old, &sink).await;
     let mut tx = pool.begin().await.unwrap();
     let recent =
-        crate::support::helpers::draft(&mut tx, org, users[0].0, "Deleted yesterday").await;
+        crate::support::helpers::draft(&mut tx, org, acme.owner().id.0, "Deleted yesterday").await;
     app::db::campaign::bin::delete(&mut tx, org, old)
         .await
         .unwrap();

@@ -7,9 +7,9 @@ use std::time::Duration;
 use app::domain::progress::Progress;
 use app::domain::Role;
 
-use crate::support::fixtures::{approved, audience_of};
-use crate::support::helpers::{org_with_users, test_db};
-use crate::support::test_app::{client, signed_in, spawn_app, TestApp};
+use crate::support::helpers::test_db;
+use crate::support::org::TestOrg;
+use crate::support::test_app::{client, spawn_app, TestApp};
 
 /// Reads server-sent events from a streaming response.
 struct Events {
@@ -49,20 +49,20 @@ async fn open(c: &reqwest::Client, app: &TestApp, id: i64) -> reqwest::Response 
 #[tokio::test]
 async fn a_campaign_page_streams_every_replicas_progress_and_rereads_when_a_notification_is_lost() {
     let pool = test_db().await;
-    let (org, users) = org_with_users(&pool, "acme", &[Role::Owner, Role::Admin]).await;
-    let (_, others) = org_with_users(&pool, "other", &[Role::Owner]).await;
-    let (lists, _) = audience_of(&pool, org, 30).await;
-    let id = approved(&pool, org, users[0].0, users[1].0, &lists, "Hi").await;
+    let acme = TestOrg::new(&pool, "acme").await;
+    let others = TestOrg::with_roles(&pool, "other", &[Role::Owner]).await;
+    let (lists, _) = acme.audience(30).await;
+    let id = acme.campaign().to(&lists).approved().await.0;
     mailroom::workers::campaign::start_due(&pool).await.unwrap();
     let app = spawn_app(pool.clone()).await;
 
     // Not signed in: refused; another organisation's campaign looks missing.
     let anonymous = client(&app);
     assert_eq!(open(&anonymous, &app, id).await.status(), 401);
-    let stranger = signed_in(&app, &others[0].1, &others[0].2).await;
+    let stranger = others.owner().signed_in(&app).await;
     assert_eq!(open(&stranger, &app, id).await.status(), 404);
 
-    let c = signed_in(&app, &users[1].1, &users[1].2).await;
+    let c = acme.admin(0).signed_in(&app).await;
     let response = open(&c, &app, id).await;
     assert_eq!(response.status(), 200);
     assert_eq!(
@@ -86,9 +86,13 @@ async fn a_campaign_page_streams_every_replicas_progress_and_rereads_when_a_noti
         .await
         .unwrap();
     assert_eq!(h.handed_off, 10);
-    app::db::campaign::states::notify_progress(&pool, mailroom::workers::progress::CHANNEL, &[id])
-        .await
-        .unwrap();
+    app::db::campaign::states::notify_progress(
+        &pool,
+        mailroom::workers::progress::CHANNEL,
+        &[app::domain::CampaignId(id)],
+    )
+    .await
+    .unwrap();
     let moved = events.next(3).await.unwrap();
     assert_eq!((moved.queued, moved.in_flight()), (20, 10));
     assert!(moved.at_ms >= first.at_ms);
@@ -131,9 +135,13 @@ async fn a_campaign_page_streams_every_replicas_progress_and_rereads_when_a_noti
         .await
         .unwrap();
     assert_eq!(h.handed_off, 5);
-    app::db::campaign::states::notify_progress(&pool, mailroom::workers::progress::CHANNEL, &[id])
-        .await
-        .unwrap();
+    app::db::campaign::states::notify_progress(
+        &pool,
+        mailroom::workers::progress::CHANNEL,
+        &[app::domain::CampaignId(id)],
+    )
+    .await
+    .unwrap();
     let after = events.next(3).await.unwrap();
     assert_eq!(after.queued, 15, "{after:?}");
 
@@ -148,11 +156,11 @@ async fn a_campaign_page_streams_every_replicas_progress_and_rereads_when_a_noti
 async fn a_session_holds_a_bounded_number_of_progress_streams() {
     use mailroom::http::progress_stream::MAX_STREAMS_PER_SESSION;
     let pool = test_db().await;
-    let (org, users) = org_with_users(&pool, "acme", &[Role::Owner, Role::Admin]).await;
-    let (lists, _) = audience_of(&pool, org, 3).await;
-    let id = approved(&pool, org, users[0].0, users[1].0, &lists, "Hi").await;
+    let acme = TestOrg::new(&pool, "acme").await;
+    let (lists, _) = acme.audience(3).await;
+    let id = acme.campaign().to(&lists).approved().await.0;
     let app = spawn_app(pool.clone()).await;
-    let c = signed_in(&app, &users[1].1, &users[1].2).await;
+    let c = acme.admin(0).signed_in(&app).await;
     let mut held = Vec::new();
     for _ in 0..MAX_STREAMS_PER_SESSION {
         let r = open(&c, &app, id).await;
@@ -168,7 +176,7 @@ async fn a_session_holds_a_bounded_number_of_progress_streams() {
         .unwrap()
         .contains("live progress views open"));
     // Another session of the same org is counted on its own.
-    let other = signed_in(&app, &users[0].1, &users[0].2).await;
+    let other = acme.owner().signed_in(&app).await;
     let r = open(&other, &app, id).await;
     assert_eq!(r.status(), 200);
     // A closed stream frees its place (once the server notices the connection is gone).

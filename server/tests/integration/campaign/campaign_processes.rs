@@ -362,9 +362,14 @@ fn a_pause_stops_the_campaign_within_one_message_per_connection_and_resume_finis
     let change = |t: Transition| {
         rt.block_on(async {
             let mut c = pool.acquire().await.unwrap();
-            app::db::campaign::states::change(&mut c, org, id, t)
-                .await
-                .unwrap();
+            app::db::campaign::states::change(
+                &mut c,
+                app::domain::OrgId(org),
+                app::domain::CampaignId(id),
+                t,
+            )
+            .await
+            .unwrap();
         })
     };
     change(Transition::Pause);

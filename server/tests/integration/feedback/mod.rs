@@ -1,0 +1,6 @@
+//! Bounce reports coming back: relay webhooks, the bounce listener, the mailbox, attribution.
+
+mod bounce_imap;
+mod bounce_intake;
+mod bounce_listener_limits;
+mod relay_webhooks;

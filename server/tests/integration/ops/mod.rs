@@ -1,0 +1,10 @@
+//! Operating the binary: the embedded cluster, backups, migrations, the CLI, metrics, logs.
+
+mod backup_restore;
+mod cli_errors;
+mod embedded_cluster;
+mod metrics;
+mod migrations;
+mod secrets_in_logs;
+mod user_commands;
+mod version;

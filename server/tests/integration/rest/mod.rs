@@ -1,0 +1,7 @@
+//! The REST API: its routes, errors, transactional mail, subscribers and its published schema.
+
+mod rest_api;
+mod rest_errors;
+mod rest_messages;
+mod rest_subscribers;
+mod schema;
