@@ -49,7 +49,7 @@ mod tests {
                     "migration {version} changed after it landed: restore it and put the change in a new migration"
                 ),
                 None => panic!(
-                    "migration {version} is not pinned: add `{version} {sum}` to app/src/db/migrations.sha384"
+                    "migration {version} is not pinned: add `{version} {sum}` to core/src/db/migrations.sha384"
                 ),
             }
         }
