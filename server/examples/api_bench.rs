@@ -117,7 +117,7 @@ async fn main() -> anyhow::Result<()> {
             owner,
             "bench",
             &app::auth::hash_token(TOKEN),
-            app::domain::ApiScope::ALL,
+            &app::domain::ApiScope::ALL,
         )
         .await?;
         let saved = app::db::transactional::save(

@@ -2,100 +2,38 @@
 //! row of an imported CSV file is checked. Kept free of the CSV parser so the browser build
 //! shares them.
 
-use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
-use std::fmt;
-use std::str::FromStr;
 
 use super::EmailAddress;
 
-/// Stored as text (`subscribers.status`). Opt-outs are not a status: they are suppressions.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum SubscriberStatus {
-    Unconfirmed,
-    Confirmed,
-    Blocklisted,
-}
-
-impl SubscriberStatus {
-    pub const ALL: [SubscriberStatus; 3] = [
-        SubscriberStatus::Confirmed,
-        SubscriberStatus::Unconfirmed,
-        SubscriberStatus::Blocklisted,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SubscriberStatus::Unconfirmed => "unconfirmed",
-            SubscriberStatus::Confirmed => "confirmed",
-            SubscriberStatus::Blocklisted => "blocklisted",
-        }
+text_enum! {
+    /// Stored as text (`subscribers.status`). Opt-outs are not a status: they are suppressions.
+    pub enum SubscriberStatus ("a subscriber status") {
+        Confirmed = "confirmed",
+        Unconfirmed = "unconfirmed",
+        Blocklisted = "blocklisted",
     }
 }
 
-impl fmt::Display for SubscriberStatus {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+text_enum! {
+    /// Why an address is suppressed (`suppressions.reason`).
+    pub enum SuppressionReason ("a suppression reason") {
+        /// The person used an unsubscribe link.
+        Unsubscribed = "unsubscribed",
+        /// A permanent delivery failure: the address does not exist.
+        HardBounce = "hard_bounce",
+        /// Temporary failures, repeated past the org's threshold within its window.
+        SoftBounce = "soft_bounce",
+        /// The person reported the mail as spam.
+        Complaint = "complaint",
+        /// An admin added it.
+        Manual = "manual",
+        /// It came with an import.
+        Import = "import",
     }
-}
-
-impl FromStr for SubscriberStatus {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Self::ALL
-            .into_iter()
-            .find(|v| v.as_str() == s)
-            .ok_or_else(|| {
-                format!(
-                    "The status {:?} is not one of confirmed, unconfirmed or blocklisted.",
-                    super::input::excerpt(s)
-                )
-            })
-    }
-}
-
-stored_as_text!(SubscriberStatus);
-
-/// Why an address is suppressed (`suppressions.reason`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum SuppressionReason {
-    /// The person used an unsubscribe link.
-    Unsubscribed,
-    /// A permanent delivery failure: the address does not exist.
-    HardBounce,
-    /// Temporary failures, repeated past the org's threshold within its window.
-    SoftBounce,
-    /// The person reported the mail as spam.
-    Complaint,
-    /// An admin added it.
-    Manual,
-    /// It came with an import.
-    Import,
 }
 
 impl SuppressionReason {
-    pub const ALL: [SuppressionReason; 6] = [
-        SuppressionReason::Unsubscribed,
-        SuppressionReason::HardBounce,
-        SuppressionReason::SoftBounce,
-        SuppressionReason::Complaint,
-        SuppressionReason::Manual,
-        SuppressionReason::Import,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SuppressionReason::Unsubscribed => "unsubscribed",
-            SuppressionReason::HardBounce => "hard_bounce",
-            SuppressionReason::SoftBounce => "soft_bounce",
-            SuppressionReason::Complaint => "complaint",
-            SuppressionReason::Manual => "manual",
-            SuppressionReason::Import => "import",
-        }
-    }
-
     /// It stops every kind of mail to the address, a digest to an admin and account mail too
     /// (the address cannot or must not receive anything); the other reasons stop only
     /// campaign content. A suppression for such a reason also replaces a weaker one.
@@ -115,29 +53,6 @@ impl SuppressionReason {
             .collect()
     }
 }
-
-impl fmt::Display for SuppressionReason {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for SuppressionReason {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Self::ALL
-            .into_iter()
-            .find(|v| v.as_str() == s)
-            .ok_or_else(|| {
-                format!(
-                    "{:?} is not a suppression reason.",
-                    super::input::excerpt(s)
-                )
-            })
-    }
-}
-
-stored_as_text!(SuppressionReason);
 
 text_enum! {
     /// Where a CSV import stands (`imports.status`; `interrupted` is read, never stored: a

@@ -1,33 +1,28 @@
 use serde::{Deserialize, Serialize};
-use std::fmt;
 use std::str::FromStr;
 
-/// A campaign's state (`campaigns.status`). Every change is a compare-and-set from the states
-/// its [`Transition`] allows (DESIGN "State machines").
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
-#[serde(rename_all = "lowercase")]
-pub enum CampaignStatus {
-    #[default]
-    Draft,
-    Submitted,
-    Approved,
-    Sending,
-    Paused,
-    Sent,
-    Cancelled,
+text_enum! {
+    /// A campaign's state (`campaigns.status`). Every change is a compare-and-set from the states
+    /// its [`Transition`] allows (DESIGN "State machines").
+    pub enum CampaignStatus ("a campaign status") {
+        Draft = "draft",
+        Submitted = "submitted",
+        Approved = "approved",
+        Sending = "sending",
+        Paused = "paused",
+        Sent = "sent",
+        Cancelled = "cancelled",
+    }
+}
+
+/// A new campaign is a draft.
+impl Default for CampaignStatus {
+    fn default() -> Self {
+        CampaignStatus::Draft
+    }
 }
 
 impl CampaignStatus {
-    pub const ALL: [CampaignStatus; 7] = [
-        CampaignStatus::Draft,
-        CampaignStatus::Submitted,
-        CampaignStatus::Approved,
-        CampaignStatus::Sending,
-        CampaignStatus::Paused,
-        CampaignStatus::Sent,
-        CampaignStatus::Cancelled,
-    ];
-
     /// The states whose content an editor may still change (saving a submitted campaign sends
     /// it back to draft).
     pub const CONTENT_EDITABLE: [CampaignStatus; 2] =
@@ -47,36 +42,6 @@ impl CampaignStatus {
 
     pub fn deletable(self) -> bool {
         Self::DELETABLE.contains(&self)
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            CampaignStatus::Draft => "draft",
-            CampaignStatus::Submitted => "submitted",
-            CampaignStatus::Approved => "approved",
-            CampaignStatus::Sending => "sending",
-            CampaignStatus::Paused => "paused",
-            CampaignStatus::Sent => "sent",
-            CampaignStatus::Cancelled => "cancelled",
-        }
-    }
-}
-
-impl fmt::Display for CampaignStatus {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-stored_as_text!(CampaignStatus);
-
-impl FromStr for CampaignStatus {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        CampaignStatus::ALL
-            .into_iter()
-            .find(|c| c.as_str() == s)
-            .ok_or_else(|| format!("“{}” is not a campaign status", super::input::excerpt(s)))
     }
 }
 

@@ -8,42 +8,20 @@ use std::str::FromStr;
 
 use super::{CampaignId, DigestSendId, JobId, SignupId, SubscriberId, TxMessageId, UserId};
 
-/// The state of one message (`deliveries.status`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum DeliveryStatus {
-    Queued,
-    Sending,
-    Delivered,
-    Failed,
-    Unknown,
-    Suppressed,
-    Cancelled,
+text_enum! {
+    /// The state of one message (`deliveries.status`).
+    pub enum DeliveryStatus ("a delivery status") {
+        Queued = "queued",
+        Sending = "sending",
+        Delivered = "delivered",
+        Failed = "failed",
+        Unknown = "unknown",
+        Suppressed = "suppressed",
+        Cancelled = "cancelled",
+    }
 }
 
 impl DeliveryStatus {
-    pub const ALL: [DeliveryStatus; 7] = [
-        DeliveryStatus::Queued,
-        DeliveryStatus::Sending,
-        DeliveryStatus::Delivered,
-        DeliveryStatus::Failed,
-        DeliveryStatus::Unknown,
-        DeliveryStatus::Suppressed,
-        DeliveryStatus::Cancelled,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            DeliveryStatus::Queued => "queued",
-            DeliveryStatus::Sending => "sending",
-            DeliveryStatus::Delivered => "delivered",
-            DeliveryStatus::Failed => "failed",
-            DeliveryStatus::Unknown => "unknown",
-            DeliveryStatus::Suppressed => "suppressed",
-            DeliveryStatus::Cancelled => "cancelled",
-        }
-    }
-
     /// Only an admin retries, and only these: failed (a final SMTP refusal) and unknown (the
     /// body may have arrived; never retried automatically, DESIGN guarantee 9). The SQL of the
     /// retry repeats this list in its `WHERE` as the compare-and-set.
@@ -57,60 +35,22 @@ impl DeliveryStatus {
     }
 }
 
-impl fmt::Display for DeliveryStatus {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+text_enum! {
+    /// What a message is (`deliveries.kind`), in the delivery worker's priority order.
+    pub enum DeliveryKind ("a delivery kind") {
+        Test = "test",
+        Digest = "digest",
+        Campaign = "campaign",
+        /// A set-password link: an invitation or a password reset.
+        Invite = "invite",
+        /// Mail the sending SaaS asked for through the API (`POST /api/v1/messages`).
+        Transactional = "transactional",
+        /// A sign-up's double opt-in mail, carrying its confirm link.
+        Confirm = "confirm",
     }
-}
-
-stored_as_text!(DeliveryStatus);
-
-impl FromStr for DeliveryStatus {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        DeliveryStatus::ALL
-            .into_iter()
-            .find(|d| d.as_str() == s)
-            .ok_or_else(|| format!("“{}” is not a delivery status", super::input::excerpt(s)))
-    }
-}
-
-/// What a message is (`deliveries.kind`), in the delivery worker's priority order.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum DeliveryKind {
-    Test,
-    Digest,
-    Campaign,
-    /// A set-password link: an invitation or a password reset.
-    Invite,
-    /// Mail the sending SaaS asked for through the API (`POST /api/v1/messages`).
-    Transactional,
-    /// A sign-up's double opt-in mail, carrying its confirm link.
-    Confirm,
 }
 
 impl DeliveryKind {
-    pub const ALL: [DeliveryKind; 6] = [
-        DeliveryKind::Test,
-        DeliveryKind::Digest,
-        DeliveryKind::Campaign,
-        DeliveryKind::Invite,
-        DeliveryKind::Transactional,
-        DeliveryKind::Confirm,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            DeliveryKind::Test => "test",
-            DeliveryKind::Digest => "digest",
-            DeliveryKind::Campaign => "campaign",
-            DeliveryKind::Invite => "invite",
-            DeliveryKind::Transactional => "transactional",
-            DeliveryKind::Confirm => "confirm",
-        }
-    }
-
     /// Any suppression stops it, an unsubscribe too: campaign content, tests of it included.
     /// The other kinds (a digest to an org's admin, account mail, transactional mail such as
     /// a receipt, a sign-up's confirmation) are stopped only by a hard bounce or a complaint:
@@ -133,24 +73,6 @@ impl DeliveryKind {
     /// read it, so the dashboard never opens a captured copy, whoever asks.
     pub fn carries_credential(self) -> bool {
         matches!(self, DeliveryKind::Invite | DeliveryKind::Confirm)
-    }
-}
-
-impl fmt::Display for DeliveryKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-stored_as_text!(DeliveryKind);
-
-impl FromStr for DeliveryKind {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        DeliveryKind::ALL
-            .into_iter()
-            .find(|d| d.as_str() == s)
-            .ok_or_else(|| format!("“{}” is not a delivery kind", super::input::excerpt(s)))
     }
 }
 

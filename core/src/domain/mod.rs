@@ -53,7 +53,7 @@ macro_rules! text_enum {
         }
 
         impl $t {
-            pub const ALL: &'static [$t] = &[$($t::$v),+];
+            pub const ALL: [$t; [$($s),+].len()] = [$($t::$v),+];
 
             pub fn as_str(self) -> &'static str {
                 match self {

@@ -1,27 +1,13 @@
-use serde::{Deserialize, Serialize};
-use std::fmt;
-use std::str::FromStr;
-
-/// A dashboard user's role within their organisation. Stored as text (`users.role`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Role {
-    Owner,
-    Admin,
-    Viewer,
+text_enum! {
+    /// A dashboard user's role within their organisation. Stored as text (`users.role`).
+    pub enum Role ("a role") {
+        Owner = "owner",
+        Admin = "admin",
+        Viewer = "viewer",
+    }
 }
 
 impl Role {
-    pub const ALL: [Role; 3] = [Role::Owner, Role::Admin, Role::Viewer];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Role::Owner => "owner",
-            Role::Admin => "admin",
-            Role::Viewer => "viewer",
-        }
-    }
-
     /// Owners and admins change things; viewers only look.
     pub fn can_act(self) -> bool {
         matches!(self, Role::Owner | Role::Admin)
@@ -38,29 +24,6 @@ impl Role {
             Role::Owner => true,
             Role::Admin => me == of,
             Role::Viewer => false,
-        }
-    }
-}
-
-impl fmt::Display for Role {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-stored_as_text!(Role);
-
-impl FromStr for Role {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "owner" => Ok(Role::Owner),
-            "admin" => Ok(Role::Admin),
-            "viewer" => Ok(Role::Viewer),
-            other => Err(format!(
-                "unknown role “{}” (expected owner, admin or viewer)",
-                super::input::excerpt(other)
-            )),
         }
     }
 }

@@ -28,17 +28,12 @@ use app::db::imap_cursor::{self, Cursor};
 
 use crate::feedback::attribution::BounceMail;
 use crate::ops::shutdown::Shutdown;
+use crate::smtp::service_url::Schemes;
 
 /// The lease that makes one replica the poller.
 pub const LEASE: &str = "bounce-imap";
 
-/// How the connection is secured.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Security {
-    Plain,
-    StartTls,
-    Tls,
-}
+pub use crate::smtp::Security;
 
 /// The mailbox to read, from `imap[s]://user:password@host[:port]/<folder>[?tls=starttls|none]`.
 #[derive(Clone)]
@@ -70,64 +65,31 @@ impl fmt::Debug for Mailbox {
 impl Mailbox {
     /// Parses the URL. Errors say what is wrong and never echo the password.
     pub fn from_url(raw: &str) -> Result<Self, String> {
-        const WHAT: &str = "MAILROOM_BOUNCE_IMAP";
-        let url =
-            url::Url::parse(raw.trim()).map_err(|e| format!("{WHAT} is not a valid URL ({e})"))?;
-        let (scheme_security, default_port) = match url.scheme() {
-            "imap" => (Security::StartTls, 143),
-            "imaps" => (Security::Tls, 993),
-            other => {
-                return Err(format!(
-                    "{WHAT} must start with imap:// or imaps://, not {other}://"
-                ))
-            }
-        };
-        let security = match url.query_pairs().find(|(k, _)| k == "tls") {
-            None => scheme_security,
-            Some((_, v)) => match (scheme_security, v.as_ref()) {
-                (Security::StartTls, "starttls") => Security::StartTls,
-                (Security::StartTls, "none") => Security::Plain,
-                (Security::Tls, "tls") => Security::Tls,
-                _ => {
-                    return Err(format!(
-                        "{WHAT}: tls={v} is not understood (imap:// takes tls=starttls, the default, or tls=none; imaps:// is always TLS)"
-                    ))
-                }
-            },
-        };
-        let host = url
-            .host_str()
-            .filter(|h| !h.is_empty())
-            .ok_or(format!("{WHAT} names no host"))?
-            .trim_start_matches('[')
-            .trim_end_matches(']')
-            .to_string();
-        let decode = |s: &str, what: &str| {
-            percent_encoding::percent_decode_str(s)
-                .decode_utf8()
-                .map(|c| c.into_owned())
-                .map_err(|_| format!("{WHAT}: the {what} is not valid UTF-8 once decoded"))
-        };
-        let user = decode(url.username(), "user")?;
-        let password = match url.password() {
-            Some(p) if !user.is_empty() => decode(p, "password")?,
+        let u = Schemes {
+            setting: "MAILROOM_BOUNCE_IMAP",
+            clear: ("imap", Security::StartTls, 143),
+            tls: ("imaps", 993),
+        }
+        .parse(raw)?;
+        let password = match u.password {
+            Some(p) if !u.user.is_empty() => p,
             _ => {
-                return Err(format!(
-                    "{WHAT} needs a user and a password (imaps://user:password@host/INBOX)"
-                ))
+                return Err(
+                    "MAILROOM_BOUNCE_IMAP needs a user and a password (imaps://user:password@host/INBOX)"
+                        .into(),
+                )
             }
         };
-        let folder = decode(url.path().trim_start_matches('/'), "folder")?;
         Ok(Mailbox {
-            host,
-            port: url.port().unwrap_or(default_port),
-            security,
-            user,
+            host: u.host,
+            port: u.port,
+            security: u.security,
+            user: u.user,
             password,
-            folder: if folder.is_empty() {
+            folder: if u.path.is_empty() {
                 "INBOX".into()
             } else {
-                folder
+                u.path
             },
             ca_pem: None,
         })

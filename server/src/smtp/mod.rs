@@ -6,6 +6,8 @@
 //! Sockets are our own with TCP_NODELAY: lettre writes the end-of-data marker as a separate
 //! small write, which Nagle's algorithm and delayed ACKs turn into ~40 ms per message.
 
+/// A mail service's URL (`smtp[s]://`, `imap[s]://`), read one way for both.
+pub mod service_url;
 /// Where mail goes (host, port, security, credentials), from flags or `MAILROOM_SMTP_URL`.
 mod target;
 /// Implicit TLS and STARTTLS on our own TCP_NODELAY socket.
@@ -20,7 +22,8 @@ use lettre::transport::smtp::commands::{Data, Ehlo, Mail, Rcpt, Rset};
 use lettre::transport::smtp::extension::{ClientId, Extension, MailBodyParameter, MailParameter};
 use lettre::transport::smtp::response::Severity;
 
-pub use target::{Security, Target};
+pub use service_url::Security;
+pub use target::Target;
 
 /// A refusal before the body: the message was not delivered.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -4,16 +4,7 @@
 
 use std::time::Duration;
 
-/// How the connection is secured.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Security {
-    /// No TLS (a local relay, a test sink).
-    Plain,
-    /// Plain connect, then STARTTLS before anything else; refused if the server does not offer it.
-    StartTls,
-    /// TLS from the first byte (SMTPS, usually port 465).
-    Tls,
-}
+use super::service_url::{Schemes, Security};
 
 #[derive(Clone)]
 pub struct Target {
@@ -60,49 +51,15 @@ impl Target {
     /// Parses `smtp://[user:pass@]host[:port][?tls=starttls|none]` or
     /// `smtps://[user:pass@]host[:port]`. Errors say what is wrong, never echoing the password.
     pub fn from_url(raw: &str, hello_name: &str, timeout: Duration) -> Result<Self, String> {
-        let url = url::Url::parse(raw.trim())
-            .map_err(|e| format!("MAILROOM_SMTP_URL is not a valid URL ({e})"))?;
-        let (security, default_port) = match url.scheme() {
-            "smtp" => (Security::Plain, 25),
-            "smtps" => (Security::Tls, 465),
-            other => {
-                return Err(format!(
-                    "MAILROOM_SMTP_URL must start with smtp:// or smtps://, not {other}://"
-                ))
-            }
-        };
-        let tls_param = url.query_pairs().find(|(k, _)| k == "tls");
-        let clear_text_allowed = tls_param.as_ref().is_some_and(|(_, v)| v == "none");
-        let security = match tls_param {
-            None => security,
-            Some((_, v)) => match (security, v.as_ref()) {
-                (Security::Plain, "starttls") => Security::StartTls,
-                (Security::Plain, "none") => Security::Plain,
-                (Security::Tls, "tls") => Security::Tls,
-                _ => {
-                    return Err(format!(
-                        "MAILROOM_SMTP_URL: tls={v} is not understood (smtp:// takes tls=starttls or tls=none; smtps:// is always TLS)"
-                    ))
-                }
-            },
-        };
-        let host = url
-            .host_str()
-            .filter(|h| !h.is_empty())
-            .ok_or("MAILROOM_SMTP_URL names no host")?
-            .to_string();
-        let decode = |s: &str| {
-            percent_encoding::percent_decode_str(s)
-                .decode_utf8()
-                .map(|c| c.into_owned())
-                .map_err(|_| {
-                    "MAILROOM_SMTP_URL: the user or password is not valid UTF-8 once decoded"
-                        .to_string()
-                })
-        };
-        let credentials = match (url.username(), url.password()) {
-            ("", None) => None,
-            (user, Some(pass)) => Some((decode(user)?, decode(pass)?)),
+        let u = Schemes {
+            setting: "MAILROOM_SMTP_URL",
+            clear: ("smtp", Security::Plain, 25),
+            tls: ("smtps", 465),
+        }
+        .parse(raw)?;
+        let credentials = match (u.user, u.password) {
+            (user, None) if user.is_empty() => None,
+            (user, Some(pass)) => Some((user, pass)),
             (_, None) => {
                 return Err(
                     "MAILROOM_SMTP_URL has a user but no password (smtp://user:password@host)"
@@ -110,15 +67,15 @@ impl Target {
                 )
             }
         };
-        if credentials.is_some() && security == Security::Plain && !clear_text_allowed {
+        if credentials.is_some() && u.security == Security::Plain && !u.clear_text_asked {
             return Err("MAILROOM_SMTP_URL would send the password in clear text: add ?tls=starttls, use smtps://, or say ?tls=none to allow it".into());
         }
         Ok(Target {
-            host,
-            port: url.port().unwrap_or(default_port),
+            host: u.host,
+            port: u.port,
             hello_name: hello_name.into(),
             timeout,
-            security,
+            security: u.security,
             credentials,
             ca_pem: None,
             max_messages: None,

@@ -310,7 +310,11 @@ async fn the_list_pages_over_http_with_the_cursor_it_hands_out() {
         after: None,
     };
     let (_, body) = app.call_fn(&c, lost).await;
-    assert!(body.contains("“lost” is not a delivery status"), "{body}");
+    // The JSON body escapes the quotes around the value.
+    assert!(
+        body.contains(r#"\"lost\" is not a delivery status (one of queued"#),
+        "{body}"
+    );
 }
 
 #[tokio::test]

@@ -163,8 +163,8 @@ async fn every_endpoint_needs_a_token_and_its_scope_and_never_reaches_another_or
     let app = spawn_app(pool.clone()).await;
     let a = signed_in(&app, &a_users[0].1, &a_users[0].2).await;
     let b = signed_in(&app, &b_users[0].1, &b_users[0].2).await;
-    let a_all = token(&app, &a, "all", ApiScope::ALL).await;
-    let b_all = token(&app, &b, "all", ApiScope::ALL).await;
+    let a_all = token(&app, &a, "all", &ApiScope::ALL).await;
+    let b_all = token(&app, &b, "all", &ApiScope::ALL).await;
     // Org B's object: a suppressed address.
     let theirs = "/api/v1/suppressions/bob@globex.example";
     let (s, _, _) = call(&app, "PUT", theirs, Some(&b_all)).await;
