@@ -86,7 +86,10 @@ fn demo_prints_logins_once_and_user_commands_manage_logins() {
         &[],
     );
     assert!(!status.success());
-    assert!(stderr.contains("--role: unknown role “root”"), "{stderr}");
+    assert!(
+        stderr.contains(r#"--role: "root" is not a role (one of owner, admin, viewer)"#),
+        "{stderr}"
+    );
 
     let (status, out, stderr) = run(
         &[
