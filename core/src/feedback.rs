@@ -12,7 +12,7 @@ use crate::db::audience;
 use crate::db::events::{self, NewEvent, Reported};
 use crate::domain::{
     is_erased, BouncePolicy, CampaignId, EmailAddress, EventEffect, EventKind, EventSource,
-    MatchedBy, OrgId, RelayEvent, SuppressionReason,
+    FeedbackReport, MatchedBy, OrgId, SuppressionReason,
 };
 use crate::verp::{self, VerpRef};
 
@@ -54,7 +54,7 @@ pub struct Intake<'a> {
 pub async fn record(
     conn: &mut PgConnection,
     cx: &Intake<'_>,
-    e: &RelayEvent,
+    e: &FeedbackReport,
 ) -> Result<Option<Recorded>, RecordError> {
     // An erased person's rows hold the hash of their address: an event about them is matched,
     // and kept, by that hash, and never writes the address back.
@@ -155,7 +155,7 @@ pub async fn record(
 async fn attribute(
     conn: &mut PgConnection,
     cx: &Intake<'_>,
-    e: &RelayEvent,
+    e: &FeedbackReport,
     lower: Option<&str>,
 ) -> Result<(Option<Reported>, MatchedBy), RecordError> {
     let org_id = cx.org_id;
@@ -213,7 +213,7 @@ async fn attribute(
 fn vouched(
     found: Option<Reported>,
     lower: Option<&str>,
-    e: &RelayEvent,
+    e: &FeedbackReport,
 ) -> (Option<Reported>, MatchedBy) {
     match found {
         Some(f)

@@ -26,6 +26,9 @@ pub mod digest;
 pub mod dkim_key;
 /// Domain types: `EmailAddress`, `JobId`, `WeekKey`, `Role` — parsed once at the edge.
 pub mod domain;
+/// Erasing a subscriber, from the dashboard or the API: one use case (server only).
+#[cfg(feature = "ssr")]
+pub mod erasure;
 /// What a bounce or complaint report does, once: attribution, the ledger row, suppression,
 /// soft-bounce counting and a campaign's pause (server only).
 #[cfg(feature = "ssr")]

@@ -98,7 +98,7 @@ pub struct Figures {
     /// Deliveries per status, by org (the Deliveries page).
     pub delivery_counts: Memo<i64, Vec<(crate::domain::DeliveryStatus, i64)>>,
     /// The org's lists with their member counts (the campaign editor's choice of lists).
-    pub list_sizes: Memo<i64, Vec<(i64, String, i64)>>,
+    pub list_sizes: Memo<i64, Vec<crate::db::lists::ListRow>>,
     /// A campaign's audience estimate, by (org, campaign, content version).
     pub estimate: Memo<(i64, i64, i32), i64>,
 }

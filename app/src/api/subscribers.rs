@@ -253,34 +253,26 @@ pub async fn remove_subscriber(id: i64) -> Result<String, AppError> {
 /// copies of the messages to them are removed.
 #[server(endpoint = "erase_subscriber")]
 pub async fn erase_subscriber(id: i64) -> Result<String, AppError> {
-    use crate::db::subscribers;
+    use crate::erasure::{erase, EraseError};
     let (me, pool) = super::signed_in_to_act().await?;
-    let mut tx = pool.begin().await?;
-    if subscribers::detail(&mut tx, me.org_id, id).await?.is_none() {
-        return Err(AppError::NotFound);
-    }
-    let erasure = subscribers::erase(&mut tx, me.org_id, id)
-        .await?
-        .ok_or_else(|| AppError::Conflict("This subscriber was erased already.".into()))?;
+    let by = audit::Entry::by(
+        &me,
+        crate::domain::AuditAction::SubscriberErase,
+        "subscriber",
+        Some(id.to_string()),
+    );
+    let captured = super::api_config().captured_dir;
+    let erasure = match erase(&pool, id, by, captured.as_deref()).await {
+        Ok(e) => e,
+        Err(EraseError::NotFound) => return Err(AppError::NotFound),
+        Err(EraseError::Already) => {
+            return Err(AppError::Conflict(
+                "This subscriber was erased already.".into(),
+            ))
+        }
+        Err(EraseError::Db(e)) => return Err(e.into()),
+    };
     let rows = erasure.subscribers;
-    audit::record(
-        &mut tx,
-        audit::Entry {
-            before: None,
-            after: Some(serde_json::json!({ "erased": true, "subscribers": rows })),
-            ..audit::Entry::by(
-                &me,
-                crate::domain::AuditAction::SubscriberErase,
-                "subscriber",
-                Some(id.to_string()),
-            )
-        },
-    )
-    .await?;
-    tx.commit().await?;
-    if let Some(dir) = super::api_config().captured_dir {
-        crate::capture::remove(&dir, me.org_id, &erasure.job_ids).await;
-    }
     let erased = erasure.email;
     let variants = if rows > 1 {
         format!(" (with {} other spellings of the address)", rows - 1)

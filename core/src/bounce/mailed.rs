@@ -27,7 +27,7 @@ use std::borrow::Cow;
 use mail_parser::{Message, MessageParser, MimeHeaders, PartType};
 use sha2::{Digest, Sha256};
 
-use crate::domain::{EmailAddress, EventKind, EventSource, RelayEvent, MAX_DIAGNOSTIC};
+use crate::domain::{EmailAddress, EventKind, EventSource, FeedbackReport, MAX_DIAGNOSTIC};
 
 /// The largest report parsed; a bigger one is refused before DATA ends.
 pub const MAX_REPORT_BYTES: usize = 10 * 1024 * 1024;
@@ -40,7 +40,7 @@ const MAX_GROUPS: usize = 100;
 pub struct Mailed {
     pub source: EventSource,
     /// Empty when the report is nothing to act on (a delay, a vacation notice, not-spam).
-    pub events: Vec<RelayEvent>,
+    pub events: Vec<FeedbackReport>,
 }
 
 /// Reads one report mailed to `rcpt` (the address it came to: our VERP address for a DSN).
@@ -142,17 +142,17 @@ impl Ctx<'_> {
         message_id: Option<&str>,
         status: Option<&str>,
         diagnostic: Option<&str>,
-    ) -> RelayEvent {
+    ) -> FeedbackReport {
         let who = recipient.as_ref().map_or("-", |r| r.lower());
-        RelayEvent {
+        FeedbackReport {
             id: cut(&format!("{}:{who}", self.report_id), 300),
             kind,
             recipient,
-            message_id: RelayEvent::field(message_id, 998),
+            message_id: FeedbackReport::field(message_id, 998),
             relay_id: None,
-            envelope_from: RelayEvent::field(envelope_from, 320),
-            status: RelayEvent::field(status, 32),
-            diagnostic: RelayEvent::field(diagnostic, MAX_DIAGNOSTIC),
+            envelope_from: FeedbackReport::field(envelope_from, 320),
+            status: FeedbackReport::field(status, 32),
+            diagnostic: FeedbackReport::field(diagnostic, MAX_DIAGNOSTIC),
             occurred_at: None,
         }
     }
@@ -192,7 +192,7 @@ fn returned<'m>(msg: &'m Message<'_>) -> Option<Message<'m>> {
 }
 
 /// Rule 1.
-fn arf(msg: &Message<'_>, ctx: &Ctx<'_>) -> Option<RelayEvent> {
+fn arf(msg: &Message<'_>, ctx: &Ctx<'_>) -> Option<FeedbackReport> {
     let part = msg
         .parts
         .iter()
@@ -266,7 +266,7 @@ fn fields(group: &str) -> Vec<(String, String)> {
 }
 
 /// Rules 2 and 3.
-fn dsn(msg: &Message<'_>, ctx: &Ctx<'_>) -> Vec<RelayEvent> {
+fn dsn(msg: &Message<'_>, ctx: &Ctx<'_>) -> Vec<FeedbackReport> {
     // The way to our job when no token says it.
     let message_id = returned(msg).and_then(|m| m.message_id().map(|id| format!("<{id}>")));
     let status_part = msg.parts.iter().find(|p| {
@@ -312,7 +312,11 @@ fn dsn(msg: &Message<'_>, ctx: &Ctx<'_>) -> Vec<RelayEvent> {
 }
 
 /// Rule 3.
-fn non_standard(msg: &Message<'_>, ctx: &Ctx<'_>, message_id: Option<&str>) -> Option<RelayEvent> {
+fn non_standard(
+    msg: &Message<'_>,
+    ctx: &Ctx<'_>,
+    message_id: Option<&str>,
+) -> Option<FeedbackReport> {
     let from = msg.from()?.first()?.address()?.to_ascii_lowercase();
     let local = from.split('@').next().unwrap_or_default();
     if local != "mailer-daemon" && local != "postmaster" {

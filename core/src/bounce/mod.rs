@@ -5,7 +5,7 @@
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
-use crate::domain::{EmailAddress, EventKind, RelayEvent, MAX_DIAGNOSTIC};
+use crate::domain::{EmailAddress, EventKind, FeedbackReport, MAX_DIAGNOSTIC};
 
 /// Standard Webhooks (`webhook-id`, `webhook-timestamp`, `webhook-signature`).
 pub mod generic;
@@ -43,7 +43,7 @@ impl Refused {
 /// What a verified request carries: its events, and (Mailgun) the nonce to take once.
 #[derive(Debug, Default)]
 pub struct Verified {
-    pub events: Vec<RelayEvent>,
+    pub events: Vec<FeedbackReport>,
     pub nonce: Option<Nonce>,
 }
 
@@ -82,17 +82,17 @@ pub(crate) fn event(
     status: Option<&str>,
     diagnostic: Option<&str>,
     occurred_at: Option<&str>,
-) -> RelayEvent {
-    RelayEvent {
+) -> FeedbackReport {
+    FeedbackReport {
         id,
         kind,
         recipient: Some(recipient),
-        message_id: RelayEvent::field(message_id, 998),
+        message_id: FeedbackReport::field(message_id, 998),
         relay_id: None,
         envelope_from: None,
-        status: RelayEvent::field(status, 32),
-        diagnostic: RelayEvent::field(diagnostic, MAX_DIAGNOSTIC),
-        occurred_at: RelayEvent::field(occurred_at, 64),
+        status: FeedbackReport::field(status, 32),
+        diagnostic: FeedbackReport::field(diagnostic, MAX_DIAGNOSTIC),
+        occurred_at: FeedbackReport::field(occurred_at, 64),
     }
 }
 

@@ -11,7 +11,7 @@ use openssl::sign::Verifier;
 use serde::Deserialize;
 
 use super::{event, fresh, malformed, recipient, Refused, Verified};
-use crate::domain::{EventKind, RelayEvent};
+use crate::domain::{EventKind, FeedbackReport};
 
 /// Seconds a signature stays good either side of the database's clock.
 pub const WINDOW: i64 = 600;
@@ -120,7 +120,7 @@ pub fn verify(
             e.reason.as_deref(),
             occurred.as_deref(),
         );
-        ev.relay_id = RelayEvent::field(
+        ev.relay_id = FeedbackReport::field(
             e.sg_message_id.as_deref().and_then(|m| m.split('.').next()),
             200,
         );

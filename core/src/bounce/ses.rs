@@ -13,7 +13,7 @@ use openssl::x509::X509;
 use serde::{Deserialize, Serialize};
 
 use super::{event, fresh, malformed, recipient, Refused, Verified};
-use crate::domain::{EventKind, RelayEvent};
+use crate::domain::{EventKind, FeedbackReport};
 
 /// Seconds a message stays good either side of the database's clock (SNS retries for at most
 /// an hour by default).
@@ -238,7 +238,7 @@ struct CommonHeaders {
 }
 
 /// SES's bounce or complaint, one event per recipient (`<feedbackId>:<address>`).
-fn ses_events(message: &str) -> Result<Vec<RelayEvent>, Refused> {
+fn ses_events(message: &str) -> Result<Vec<FeedbackReport>, Refused> {
     let m: SesMessage = serde_json::from_str(message).map_err(malformed)?;
     let (message_id, relay_id, envelope_from) = match m.mail {
         Some(mail) => (
@@ -248,9 +248,9 @@ fn ses_events(message: &str) -> Result<Vec<RelayEvent>, Refused> {
         ),
         None => (None, None, None),
     };
-    let with_ids = |mut e: RelayEvent| {
-        e.relay_id = RelayEvent::field(relay_id.as_deref(), 200);
-        e.envelope_from = RelayEvent::field(envelope_from.as_deref(), 320);
+    let with_ids = |mut e: FeedbackReport| {
+        e.relay_id = FeedbackReport::field(relay_id.as_deref(), 200);
+        e.envelope_from = FeedbackReport::field(envelope_from.as_deref(), 320);
         e
     };
     let kind = m.notification_type.or(m.event_type).unwrap_or_default();

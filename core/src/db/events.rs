@@ -7,7 +7,7 @@
 use sqlx::{PgConnection, PgPool};
 
 use crate::domain::{
-    BounceCounts, BouncePolicy, EventEffect, EventSource, JobId, MatchedBy, RelayEvent,
+    BounceCounts, BouncePolicy, EventEffect, EventSource, FeedbackReport, JobId, MatchedBy,
 };
 
 /// A webhook endpoint: where one org's relay posts.
@@ -331,7 +331,7 @@ pub async fn holds_erased(
 pub struct NewEvent<'a> {
     pub org_id: i64,
     pub source: EventSource,
-    pub event: &'a RelayEvent,
+    pub event: &'a FeedbackReport,
     pub delivery: Option<&'a Reported>,
     pub matched_by: MatchedBy,
     /// The comparison form (or erased form) of the address it is about.

@@ -29,7 +29,7 @@ pub async fn page(
          from suppressions x join orgs o on o.id = x.org_id
          where x.org_id = $1
            and ($2::text is null or strpos(x.email_lower, $2) > 0)
-           and x.email_lower not like 'erased-%'
+           and not starts_with(x.email_lower, $6)
            and ($3::timestamp is null
                 or (x.created_at, x.email_lower) < ($3::timestamp at time zone 'UTC', $4::text))
          order by x.created_at desc, x.email_lower desc
@@ -40,6 +40,7 @@ pub async fn page(
     .bind(after_at)
     .bind(after_email)
     .bind(limit + 1)
+    .bind(crate::domain::ERASED_PREFIX)
     .fetch_all(conn)
     .await?;
     Ok(crate::db::Page::of(rows, limit, |r| r.cursor.clone()))

@@ -91,7 +91,7 @@ impl EventKind {
 
 /// One event as a relay reported it, checked and normalised, before it is matched.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RelayEvent {
+pub struct FeedbackReport {
     /// The provider's own id for the event: unique per source.
     pub id: String,
     pub kind: EventKind,
@@ -154,7 +154,7 @@ pub fn relay_id(reply: &str) -> Option<String> {
 /// The longest diagnostic kept.
 pub const MAX_DIAGNOSTIC: usize = 2000;
 
-impl RelayEvent {
+impl FeedbackReport {
     /// The job the Message-ID names, if it is one of ours.
     pub fn job_id(&self) -> Option<JobId> {
         self.message_id.as_deref().and_then(JobId::from_message_id)
@@ -372,8 +372,8 @@ mod tests {
 
     #[test]
     fn fields_are_trimmed_cut_and_empty_is_none() {
-        assert_eq!(RelayEvent::field(Some("  "), 10), None);
-        assert_eq!(RelayEvent::field(Some(" ab "), 10), Some("ab".into()));
-        assert_eq!(RelayEvent::field(Some("äöüß"), 2), Some("äö".into()));
+        assert_eq!(FeedbackReport::field(Some("  "), 10), None);
+        assert_eq!(FeedbackReport::field(Some(" ab "), 10), Some("ab".into()));
+        assert_eq!(FeedbackReport::field(Some("äöüß"), 2), Some("äö".into()));
     }
 }

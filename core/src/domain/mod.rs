@@ -134,8 +134,8 @@ pub use audience::{CsvColumns, ImportStatus, SubscriberStatus, SuppressionReason
 pub use audit::AuditAction;
 pub use backoff::Backoff;
 pub use bounce::{
-    relay_id, BounceCounts, BouncePolicy, EventEffect, EventKind, EventSource, MatchedBy,
-    RelayEvent, MAX_DIAGNOSTIC,
+    relay_id, BounceCounts, BouncePolicy, EventEffect, EventKind, EventSource, FeedbackReport,
+    MatchedBy, MAX_DIAGNOSTIC,
 };
 pub use campaign::{BodyFormat, CampaignContent, CampaignStatus, Transition, TransitionError};
 pub use delivery::{

@@ -537,16 +537,26 @@ impl Token {
             app::db::audit::Entry {
                 before,
                 after,
-                ..app::db::audit::Entry::by_token(
-                    self.org_id(),
-                    self.0.token_id,
-                    action,
-                    object_type,
-                    object_id,
-                )
+                ..self.entry(action, object_type, object_id)
             },
         )
         .await
+    }
+
+    /// An audit entry of an action taken with this token, its before and after left empty.
+    pub fn entry<'a>(
+        &self,
+        action: app::domain::AuditAction,
+        object_type: &'a str,
+        object_id: Option<String>,
+    ) -> app::db::audit::Entry<'a> {
+        app::db::audit::Entry::by_token(
+            self.org_id(),
+            self.0.token_id,
+            action,
+            object_type,
+            object_id,
+        )
     }
 }
 

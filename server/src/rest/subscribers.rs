@@ -566,32 +566,25 @@ async fn erase(
     api: Option<axum::Extension<app::api::ApiConfig>>,
     Id(id): Id<i64>,
 ) -> Result<Json<Erased>, Problem> {
+    use app::erasure::{erase, EraseError};
     token.require(ApiScope::SubscribersWrite)?;
-    let org_id = token.org_id();
-    let mut tx = pool.begin().await?;
-    if subscriber_api::get(&mut tx, org_id, id).await?.is_none() {
-        return Err(Problem::not_found("subscriber"));
+    let by = token.entry(
+        app::domain::AuditAction::SubscriberErase,
+        "subscriber",
+        Some(id.to_string()),
+    );
+    let captured = api.and_then(|a| a.0.captured_dir);
+    match erase(&pool, id, by, captured.as_deref()).await {
+        Ok(erasure) => Ok(Json(Erased {
+            subscribers: erasure.subscribers,
+        })),
+        Err(EraseError::NotFound) => Err(Problem::not_found("subscriber")),
+        Err(EraseError::Already) => Err(Problem::new(
+            StatusCode::CONFLICT,
+            "This subscriber was erased already.",
+        )),
+        Err(EraseError::Db(e)) => Err(e.into()),
     }
-    let erasure = dashboard::erase(&mut tx, org_id, id)
-        .await?
-        .ok_or_else(|| Problem::new(StatusCode::CONFLICT, "This subscriber was erased already."))?;
-    let rows = erasure.subscribers;
-    token
-        .audit(
-            &mut tx,
-            app::domain::AuditAction::SubscriberErase,
-            "subscriber",
-            Some(id.to_string()),
-            None,
-            Some(serde_json::json!({ "erased": true, "subscribers": rows })),
-        )
-        .await?;
-    tx.commit().await?;
-    // Committed: the captured copies of the messages to them go too.
-    if let Some(dir) = api.and_then(|a| a.0.captured_dir) {
-        app::capture::remove(&dir, org_id, &erasure.job_ids).await;
-    }
-    Ok(Json(Erased { subscribers: rows }))
 }
 
 /// A list of the organisation.

@@ -103,7 +103,7 @@ fn is_bad_mailbox(reply: &str) -> bool {
     let (Some(code), Some(enhanced)) = (words.next(), words.next()) else {
         return false;
     };
-    code.starts_with('5')
+    code.parse::<u16>().is_ok_and(|c| (500..600).contains(&c))
         && matches!(
             enhanced.trim_end_matches([',', ';', ':']),
             "5.1.1" | "5.1.2" | "5.1.3" | "5.1.6" | "5.1.10"

@@ -39,19 +39,25 @@ const SWEEPS_PER_ROUND: usize = 20;
 /// What one round did.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Round {
-    /// (campaign, recipients) started by this worker.
-    /// Each campaign started, with its recipients.
-    pub started: Vec<(CampaignId, i64)>,
+    /// The campaigns this worker started.
+    pub started: Vec<Started>,
     pub handed_off: i64,
     pub suppressed: i64,
     pub cancelled: i64,
     pub finished: Vec<CampaignId>,
 }
 
+/// A campaign a worker started, with its recipients.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Started {
+    pub campaign: CampaignId,
+    pub recipients: i64,
+}
+
 /// Starts every due campaign this worker wins: the start compare-and-set and the
 /// materialisation commit together, so a crash in between starts nothing. One campaign that
 /// cannot start (logged, retried next round) does not hold back the others.
-pub async fn start_due(pool: &PgPool) -> sqlx::Result<Vec<(CampaignId, i64)>> {
+pub async fn start_due(pool: &PgPool) -> sqlx::Result<Vec<Started>> {
     let due = {
         let mut conn = pool.acquire().await?;
         app::db::campaign::states::due(&mut conn, 20).await?
@@ -61,7 +67,10 @@ pub async fn start_due(pool: &PgPool) -> sqlx::Result<Vec<(CampaignId, i64)>> {
         match start_one(pool, org_id, id).await {
             Ok(Some(n)) => {
                 tracing::info!(campaign = %id, recipients = n, "campaign started");
-                started.push((id, n));
+                started.push(Started {
+                    campaign: id,
+                    recipients: n,
+                });
             }
             Ok(None) => {} // another worker won it, or is starting it now
             Err(e) => {
@@ -91,7 +100,7 @@ pub async fn round(pool: &PgPool, cfg: &Config, notifier: &Notifier) -> anyhow::
         started: start_due(pool).await.context("starting due campaigns")?,
         ..Round::default()
     };
-    let started: Vec<CampaignId> = r.started.iter().map(|s| s.0).collect();
+    let started: Vec<CampaignId> = r.started.iter().map(|s| s.campaign).collect();
     notifier.touch(&started);
     for _ in 0..BATCHES_PER_ROUND {
         let h =

@@ -3,6 +3,8 @@ use std::time::Duration;
 
 use sqlx::PgPool;
 
+use app::db::delivery::TakenBack;
+
 use crate::ops::shutdown::Shutdown;
 use crate::workers::delivery::Transport;
 
@@ -167,8 +169,10 @@ pub async fn run(pool: PgPool, plan: Plan, mode: Mode, shutdown: Shutdown) {
         }
     }
     match released {
-        Ok((0, 0)) => {}
-        Ok((requeued, unknown)) => tracing::info!(requeued, unknown, "released held deliveries"),
+        Ok(t) if t == TakenBack::default() => {}
+        Ok(TakenBack { requeued, unknown }) => {
+            tracing::info!(requeued, unknown, "released held deliveries")
+        }
         Err(e) => {
             tracing::warn!(error = %e, "could not release held deliveries; their leases will expire")
         }

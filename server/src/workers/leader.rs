@@ -105,7 +105,7 @@ async fn jobs(pool: &PgPool, cfg: &Config, h: &Held, captured_dir: &Path, retent
         return;
     }
     match app::db::delivery::reap_expired(pool, lease).await {
-        Ok((requeued, unknown)) => {
+        Ok(app::db::delivery::TakenBack { requeued, unknown }) => {
             if requeued + unknown > 0 {
                 tracing::info!(
                     epoch = lease.epoch,

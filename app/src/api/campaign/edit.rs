@@ -90,15 +90,15 @@ pub async fn campaign_sheet(id: i64) -> Result<Sheet, AppError> {
         None => figures
             .list_sizes
             .get(me.org_id, async {
-                Ok(campaign::edit::lists(&mut conn, me.org_id).await?)
+                Ok(crate::db::lists::all(&mut conn, me.org_id).await?)
             })
             .await?
             .into_iter()
-            .map(|(list_id, name, members)| ListChoice {
-                chosen: c.list_ids.contains(&list_id),
-                id: list_id,
-                name,
-                members,
+            .map(|l| ListChoice {
+                chosen: c.list_ids.contains(&l.id),
+                id: l.id,
+                name: l.name,
+                members: l.members,
             })
             .collect(),
     };
@@ -154,10 +154,11 @@ pub async fn campaign_sheet(id: i64) -> Result<Sheet, AppError> {
 #[cfg(feature = "ssr")]
 fn render_preview(
     c: &campaign::edit::Editable,
-    sample: Option<(String, String)>,
+    sample: Option<campaign::edit::Sample>,
 ) -> Result<Preview, String> {
     use crate::campaign_render::{Compiled, Fields};
-    let (name, email) = sample.ok_or("No recipient yet: choose lists with subscribers.")?;
+    let sample = sample.ok_or("No recipient yet: choose lists with subscribers.")?;
+    let (name, email) = (sample.name, sample.email);
     let compiled = Compiled::new(&campaign::Content {
         id: c.id,
         org_id: 0,

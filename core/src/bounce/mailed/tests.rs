@@ -29,7 +29,7 @@ const ALL: [&str; 8] = [
     "arf_not_spam",
 ];
 
-fn who(e: &RelayEvent) -> Option<&str> {
+fn who(e: &FeedbackReport) -> Option<&str> {
     e.recipient.as_ref().map(|r| r.lower())
 }
 

@@ -195,13 +195,20 @@ pub async fn estimate(conn: &mut PgConnection, org_id: i64, id: i64) -> sqlx::Re
     .await
 }
 
-/// A real recipient for the preview: (name, email) of the first address of its audience, so an
-/// approver never sees the campaign addressed to someone it will not reach.
+/// A real recipient for the preview.
+#[derive(sqlx::FromRow, Debug, Clone)]
+pub struct Sample {
+    pub name: String,
+    pub email: String,
+}
+
+/// The first address of the campaign's audience, so an approver never sees the campaign
+/// addressed to someone it will not reach.
 pub async fn sample_recipient(
     conn: &mut PgConnection,
     org_id: i64,
     id: i64,
-) -> sqlx::Result<Option<(String, String)>> {
+) -> sqlx::Result<Option<Sample>> {
     sqlx::query_as(concat!(
         "select s.name, s.email ",
         audience_rows!(),
@@ -210,17 +217,6 @@ pub async fn sample_recipient(
     .bind(org_id)
     .bind(id)
     .fetch_optional(conn)
-    .await
-}
-
-/// The org's lists with their member counts, for the editor's choice of targets.
-pub async fn lists(conn: &mut PgConnection, org_id: i64) -> sqlx::Result<Vec<(i64, String, i64)>> {
-    sqlx::query_as(
-        "select l.id, l.name, (select count(*) from list_members m where m.org_id = l.org_id and m.list_id = l.id)
-         from lists l where l.org_id = $1 order by l.name, l.id",
-    )
-    .bind(org_id)
-    .fetch_all(conn)
     .await
 }
 

@@ -544,9 +544,9 @@ pub static MARK_AND_RECORD: LazyLock<String> = LazyLock::new(|| {
 /// write can never match the next claim); one that had becomes `unknown`, never retried by
 /// itself. Then deletes the marks and claims no attempt in flight needs any more.
 /// A leader job, fenced by its lease; idempotent, so an overlapping leader does no harm.
-/// Returns (requeued, unknown); a pass that yielded to a ledger write ([`give_back`]) fails
+/// Returns what it took back; a pass that yielded to a ledger write ([`give_back`]) fails
 /// with [`is_lock_timeout`] and is retried at the next one.
-pub async fn reap_expired(pool: &PgPool, lease: &Lease) -> sqlx::Result<(i64, i64)> {
+pub async fn reap_expired(pool: &PgPool, lease: &Lease) -> sqlx::Result<TakenBack> {
     let mut tx = pool.begin().await?;
     let sql = format!(
         "select id from delivery_claims where lease_until < now() and {}
@@ -591,8 +591,8 @@ async fn sweep_claims(pool: &PgPool) -> sqlx::Result<u64> {
 
 /// A stopping process gives back what it holds: claims whose body had not started go back to
 /// the queue at once; ones in flight become `unknown`, since their reply will never be read.
-/// Returns (requeued, unknown).
-pub async fn release_held(pool: &PgPool, holder: &str) -> sqlx::Result<(i64, i64)> {
+/// Returns what it took back.
+pub async fn release_held(pool: &PgPool, holder: &str) -> sqlx::Result<TakenBack> {
     let mut tx = pool.begin().await?;
     let claims: Vec<i64> = sqlx::query_scalar(
         "select id from delivery_claims where holder = $1 order by id for update",
@@ -614,7 +614,7 @@ pub async fn release_held(pool: &PgPool, holder: &str) -> sqlx::Result<(i64, i64
 /// The one rule for taking claims back (reaper, shutdown), for the claim rows the caller has
 /// just deleted in this transaction: each of their attempts still in flight with no body-start
 /// mark returns to the queue (attempt burned), a marked one becomes `unknown`; counted in the
-/// campaigns' progress slots. Returns (requeued, unknown). The texts are constants of this
+/// campaigns' progress slots. Returns what it took back. The texts are constants of this
 /// module, never input.
 ///
 /// Why two statements: locking the rows first waits for any mark being written on them (it
@@ -634,9 +634,9 @@ async fn give_back(
     claims: &[i64],
     requeued: &str,
     in_flight: &str,
-) -> sqlx::Result<(i64, i64)> {
+) -> sqlx::Result<TakenBack> {
     if claims.is_empty() {
-        return Ok((0, 0));
+        return Ok(TakenBack::default());
     }
     sqlx::query(
         "select set_config('lock_timeout',
@@ -673,7 +673,9 @@ async fn give_back(
          ),
          gone as (delete from delivery_claims where id = any($3)),
          {bump}
-         select count(*) filter (where status = 'queued'), count(*) filter (where status = 'unknown') from changed",
+         select count(*) filter (where status = 'queued') as requeued,
+                count(*) filter (where status = 'unknown') as unknown
+         from changed",
         bump = bump_changed!()
     );
     sqlx::query_as(&sql)
@@ -682,6 +684,14 @@ async fn give_back(
         .bind(claims)
         .fetch_one(tx)
         .await
+}
+
+/// What a reaper pass or a shutdown took back: attempts returned to the queue, and attempts in
+/// flight (their body started) made `unknown`.
+#[derive(sqlx::FromRow, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TakenBack {
+    pub requeued: i64,
+    pub unknown: i64,
 }
 
 /// Extends the leases of the claims `holder` still works on (`held`: their ids), one row per

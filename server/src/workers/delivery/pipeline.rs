@@ -25,7 +25,7 @@ use app::domain::CampaignId;
 use super::batch::{self, Loaded};
 use super::held::Guard;
 use super::ledger::{self, Marking, Recorded};
-use super::send::{not_marked, retry_or_fail, Mark};
+use super::send::{after_mark, Mark};
 use super::{quit_all, send_one, Engine, Until};
 use crate::ops::shutdown::Shutdown;
 use app::domain::relay::Signal;
@@ -277,11 +277,9 @@ async fn connection(
         let c = &job.claimed;
         let mark = match marking {
             None => Ok(Mark::AtBody),
-            Some(marking) => match marking.answer().await {
-                Ok(true) => Ok(Mark::Ahead),
-                Ok(false) => Err(not_marked(&w.cfg, c.attempt)),
-                Err(e) => Err(retry_or_fail(&w.cfg, c.attempt, e)),
-            },
+            Some(marking) => {
+                after_mark(&w.cfg, c.attempt, marking.answer().await).map(|()| Mark::Ahead)
+            }
         };
         let (outcome, signal) = match mark {
             Ok(mark) => {
@@ -321,7 +319,7 @@ fn waiting_now(queue: &mut mpsc::Receiver<Job>, n: usize) -> impl Iterator<Item 
 fn enter(w: &Engine, ahead: usize, job: Job) -> (Job, Option<Marking>) {
     let marking = (ahead > 1).then(|| {
         w.ledger
-            .request_mark(&job.claimed.job.to_string(), job.claimed.attempt)
+            .request_mark(&job.claimed.job_id(), job.claimed.attempt)
     });
     (job, marking)
 }

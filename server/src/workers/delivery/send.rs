@@ -142,21 +142,22 @@ async fn body_may_start(
     if mark == Mark::Ahead {
         return Ok(());
     }
-    match marks.mark(&c.job.to_string(), c.attempt).await {
-        Ok(true) => Ok(()),
-        Ok(false) => Err(not_marked(cfg, c.attempt)),
-        Err(e) => Err(retry_or_fail(cfg, c.attempt, e)),
-    }
+    after_mark(cfg, c.attempt, marks.mark(&c.job_id(), c.attempt).await)
 }
 
-/// The outcome of a message whose mark was refused: its claim was lost, its campaign paused or
-/// its address suppressed meanwhile (the mark statement has already settled which).
-pub fn not_marked(cfg: &Config, attempt: i32) -> Outcome {
-    retry_or_fail(
-        cfg,
-        attempt,
-        "lease lost, campaign paused or address suppressed before the body".into(),
-    )
+/// What a mark's answer means for its message: the body may go out, or this outcome instead.
+/// Refused: its claim was lost, its campaign paused or its address suppressed meanwhile (the
+/// mark statement has already settled which); not answered: retried.
+pub fn after_mark(cfg: &Config, attempt: i32, answer: Result<bool, String>) -> Result<(), Outcome> {
+    match answer {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(retry_or_fail(
+            cfg,
+            attempt,
+            "lease lost, campaign paused or address suppressed before the body".into(),
+        )),
+        Err(e) => Err(retry_or_fail(cfg, attempt, e)),
+    }
 }
 
 /// The embedded default transport: the message is written as an `.eml` file under a temporary

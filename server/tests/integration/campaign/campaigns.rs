@@ -80,14 +80,17 @@ async fn two_racing_workers_start_a_campaign_once_and_build_one_send_per_address
         let pool = pool.clone();
         tokio::spawn(async move { campaign::start_due(&pool).await.unwrap() })
     });
-    let started: Vec<(app::domain::CampaignId, i64)> = futures::future::join_all(racers)
+    let started: Vec<campaign::Started> = futures::future::join_all(racers)
         .await
         .into_iter()
         .flat_map(|r| r.unwrap())
         .collect();
     assert_eq!(
         started,
-        vec![(cid, n as i64)],
+        vec![campaign::Started {
+            campaign: cid,
+            recipients: n as i64
+        }],
         "one start, one materialisation"
     );
     let (rows, distinct): (i64, i64) = sqlx::query_as(
@@ -154,7 +157,13 @@ async fn a_campaign_without_recipients_is_sent_at_once() {
     let empty = acme.list("empty").await;
     let cid = acme.campaign().to(&[empty]).approved().await;
     let id = cid.0;
-    assert_eq!(campaign::start_due(&pool).await.unwrap(), vec![(cid, 0)]);
+    assert_eq!(
+        campaign::start_due(&pool).await.unwrap(),
+        vec![campaign::Started {
+            campaign: cid,
+            recipients: 0
+        }]
+    );
     assert_eq!(status(&pool, id).await, "sent");
 }
 

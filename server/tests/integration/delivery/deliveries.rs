@@ -39,9 +39,10 @@ async fn lead(pool: &PgPool) -> app::db::leader::Lease {
 
 /// One reaper pass as the leader: (requeued, made unknown).
 async fn reap(pool: &PgPool) -> (i64, i64) {
-    app::db::delivery::reap_expired(pool, &lead(pool).await)
+    let t = app::db::delivery::reap_expired(pool, &lead(pool).await)
         .await
-        .unwrap()
+        .unwrap();
+    (t.requeued, t.unknown)
 }
 
 /// The state a delivery shows and the attempt it is at: one in flight (`queued` in the table,
@@ -709,7 +710,10 @@ async fn a_stopping_process_releases_exactly_its_own_claims() {
     .unwrap();
     assert_eq!(
         app::db::delivery::release_held(&pool, "me").await.unwrap(),
-        (1, 1)
+        app::db::delivery::TakenBack {
+            requeued: 1,
+            unknown: 1
+        }
     );
     assert_eq!(
         status_of(&pool, &mine[0].job_id()).await,

@@ -75,12 +75,15 @@ async fn one_elector_of_three_leads_and_a_stale_epoch_is_fenced_out() {
         .unwrap();
     assert_eq!(
         app::db::delivery::reap_expired(&pool, &old).await.unwrap(),
-        (0, 0),
+        Default::default(),
         "the stale leader's reaper writes nothing"
     );
     assert_eq!(
         app::db::delivery::reap_expired(&pool, &new).await.unwrap(),
-        (1, 0)
+        app::db::delivery::TakenBack {
+            requeued: 1,
+            unknown: 0
+        }
     );
     assert!(
         leader::acquire(&pool, "leader", &old.holder, 30.0)

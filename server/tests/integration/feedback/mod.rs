@@ -3,4 +3,4 @@
 mod bounce_imap;
 mod bounce_intake;
 mod bounce_listener_limits;
-mod relay_webhooks;
+mod webhooks;
