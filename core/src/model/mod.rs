@@ -33,6 +33,17 @@ pub struct CurrentUser {
     pub org_name: String,
 }
 
+impl CurrentUser {
+    /// The user's organisation, as the type scoped statements take.
+    pub fn org(&self) -> crate::domain::OrgId {
+        crate::domain::OrgId(self.org_id)
+    }
+
+    pub fn user(&self) -> crate::domain::UserId {
+        crate::domain::UserId(self.user_id)
+    }
+}
+
 /// One line of the audit log.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ssr", derive(sqlx::FromRow))]

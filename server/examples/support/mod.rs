@@ -207,7 +207,15 @@ pub async fn submitted_campaign(
             list_ids: lists,
             scheduled_local: Some(&next_year),
         };
-        version = edit::save(&mut tx, org, id, author, version, &changes).await?;
+        version = edit::save(
+            &mut tx,
+            app::domain::OrgId(org),
+            app::domain::CampaignId(id),
+            app::domain::UserId(author),
+            version,
+            &changes,
+        )
+        .await?;
     }
     states::change(
         &mut tx,

@@ -23,6 +23,7 @@ use tokio::sync::broadcast;
 use crate::http::plain::{Refusal, SignedIn};
 use crate::ops::shutdown::Shutdown;
 use app::domain::progress::Progress;
+use app::domain::{CampaignId, OrgId};
 use app::error::AppError;
 
 const REREAD: Duration = Duration::from_secs(5);
@@ -190,9 +191,11 @@ pub async fn handler(
 
 async fn read(pool: &PgPool, org_id: i64, id: i64) -> sqlx::Result<Option<Progress>> {
     let mut conn = pool.acquire().await?;
-    Ok(app::db::campaign::live::snapshot(&mut conn, org_id, id)
-        .await?
-        .map(|s| s.progress()))
+    Ok(
+        app::db::campaign::live::snapshot(&mut conn, OrgId(org_id), CampaignId(id))
+            .await?
+            .map(|s| s.progress()),
+    )
 }
 
 /// One page's subscription.

@@ -204,7 +204,7 @@ async fn reconcile_finished(pool: &PgPool, lease: &Lease) {
             Ok(Some((before, after))) => {
                 if before != after {
                     tracing::warn!(
-                        campaign = id,
+                        campaign = %id,
                         ?before,
                         ?after,
                         "progress slots differed from count(*); corrected"
@@ -223,7 +223,7 @@ async fn reconcile_finished(pool: &PgPool, lease: &Lease) {
             }
             Ok(None) => {}
             Err(e) => {
-                tracing::warn!(campaign = id, error = %e, "reconciling progress failed; will retry")
+                tracing::warn!(campaign = %id, error = %e, "reconciling progress failed; will retry")
             }
         }
     }

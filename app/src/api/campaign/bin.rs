@@ -7,6 +7,8 @@ use crate::error::AppError;
 
 #[cfg(feature = "ssr")]
 use crate::db::{audit, campaign};
+#[cfg(feature = "ssr")]
+use crate::domain::CampaignId;
 pub use crate::model::Binned;
 
 #[server(endpoint = "campaign_bin")]
@@ -22,7 +24,7 @@ pub async fn delete_campaign(id: i64) -> Result<String, AppError> {
     use crate::db::campaign::bin::BinError;
     let (me, pool) = crate::api::signed_in_to_act().await?;
     let mut tx = pool.begin().await?;
-    match campaign::bin::delete(&mut tx, me.org_id, id).await {
+    match campaign::bin::delete(&mut tx, me.org(), CampaignId(id)).await {
         Ok(()) => {}
         Err(BinError::NotFound) => return Err(AppError::NotFound),
         Err(BinError::NotDeletable(status)) => {
@@ -49,7 +51,7 @@ pub async fn delete_campaign(id: i64) -> Result<String, AppError> {
 pub async fn restore_campaign(id: i64) -> Result<String, AppError> {
     let (me, pool) = crate::api::signed_in_to_act().await?;
     let mut tx = pool.begin().await?;
-    if !campaign::bin::restore(&mut tx, me.org_id, id).await? {
+    if !campaign::bin::restore(&mut tx, me.org(), CampaignId(id)).await? {
         return Err(AppError::NotFound);
     }
     audited(

@@ -13,6 +13,8 @@ use serde::{Deserialize, Serialize};
 
 #[cfg(feature = "ssr")]
 use crate::db::{audit, campaign};
+#[cfg(feature = "ssr")]
+use crate::domain::CampaignId;
 use crate::error::AppError;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -80,7 +82,7 @@ pub async fn campaign_sheet(id: i64) -> Result<Sheet, AppError> {
     let figures = crate::api::figures::figures();
     let (me, pool) = crate::api::signed_in().await?;
     let mut conn = pool.acquire().await?;
-    let c = campaign::edit::load(&mut conn, me.org_id, id)
+    let c = campaign::edit::load(&mut conn, me.org(), CampaignId(id))
         .await?
         .ok_or(AppError::NotFound)?;
     // The editor's choice of lists with member counts: only while the lists can still change
@@ -107,11 +109,12 @@ pub async fn campaign_sheet(id: i64) -> Result<Sheet, AppError> {
     // page view would be needless.
     let (estimate, preview) = match c.recipients_total {
         None => {
-            let sample = campaign::edit::sample_recipient(&mut conn, me.org_id, id).await?;
+            let sample =
+                campaign::edit::sample_recipient(&mut conn, me.org(), CampaignId(id)).await?;
             let estimate = figures
                 .estimate
                 .get((me.org_id, id, c.content_version), async {
-                    Ok(campaign::edit::estimate(&mut conn, me.org_id, id).await?)
+                    Ok(campaign::edit::estimate(&mut conn, me.org(), CampaignId(id)).await?)
                 })
                 .await?;
             (estimate, render_preview(&c, sample))
@@ -124,7 +127,8 @@ pub async fn campaign_sheet(id: i64) -> Result<Sheet, AppError> {
             )),
         ),
     };
-    let problems = campaign::live::problems(&mut conn, me.org_id, id, PROBLEMS_SHOWN).await?;
+    let problems =
+        campaign::live::problems(&mut conn, me.org(), CampaignId(id), PROBLEMS_SHOWN).await?;
     Ok(Sheet {
         id: c.id,
         status: c.status,
@@ -226,7 +230,7 @@ pub async fn new_campaign(name: String) -> Result<i64, AppError> {
 pub async fn clone_campaign(id: i64) -> Result<i64, AppError> {
     let (me, pool) = crate::api::signed_in_to_act().await?;
     let mut tx = pool.begin().await?;
-    let copy = campaign::edit::clone_draft(&mut tx, me.org_id, id, me.user_id)
+    let copy = campaign::edit::clone_draft(&mut tx, me.org(), CampaignId(id), me.user())
         .await?
         .ok_or(AppError::NotFound)?;
     audit::record(
@@ -274,7 +278,15 @@ pub async fn save_campaign(
         list_ids: &lists,
         scheduled_local: content.schedule.as_deref(),
     };
-    let saved = campaign::edit::save(&mut tx, me.org_id, id, me.user_id, version, &changes).await;
+    let saved = campaign::edit::save(
+        &mut tx,
+        me.org(),
+        CampaignId(id),
+        me.user(),
+        version,
+        &changes,
+    )
+    .await;
     let new_version = match saved {
         Ok(v) => v,
         Err(SaveError::NotFound) | Err(SaveError::UnknownList) => return Err(AppError::NotFound),
@@ -356,7 +368,7 @@ pub async fn campaign_action(
             // Never approve a campaign that would reach nobody (the estimate the dialog showed).
             // Checked after the compare-and-set, which says "not found" for another org's
             // campaign; returning here rolls the approval back.
-            if approved.is_ok() && campaign::edit::estimate(&mut tx, me.org_id, id).await? == 0 {
+            if approved.is_ok() && campaign::edit::estimate(&mut tx, org, campaign_id).await? == 0 {
                 return Err(AppError::Conflict(
                     "This campaign would reach nobody (0 recipients after de-duplication and suppression): choose lists with subscribers first.".into(),
                 ));

@@ -12,6 +12,8 @@ use crate::error::AppError;
 
 #[cfg(feature = "ssr")]
 use crate::db::campaign;
+#[cfg(feature = "ssr")]
+use crate::domain::CampaignId;
 pub use crate::model::CampaignSummary;
 
 /// The signed-in organisation's campaigns, all or those in `status`.
@@ -51,7 +53,7 @@ pub struct CampaignWithProgress {
 pub async fn campaign_detail(id: i64) -> Result<CampaignWithProgress, AppError> {
     let (me, pool) = crate::api::signed_in().await?;
     let mut conn = pool.acquire().await?;
-    let s = campaign::live::snapshot(&mut conn, me.org_id, id)
+    let s = campaign::live::snapshot(&mut conn, me.org(), CampaignId(id))
         .await?
         .ok_or(AppError::NotFound)?;
     let progress = s.progress();

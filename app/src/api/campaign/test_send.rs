@@ -27,7 +27,7 @@ pub async fn send_test(
     let (me, pool) = crate::api::signed_in_to_act().await?;
     let to = EmailAddress::parse_list(&addresses, MAX_TEST_ADDRESSES).map_err(AppError::Invalid)?;
     let mut tx = pool.begin().await?;
-    let now = campaign::edit::content_version(&mut tx, me.org_id, id)
+    let now = campaign::edit::content_version(&mut tx, me.org(), CampaignId(id))
         .await?
         .ok_or(AppError::NotFound)?;
     if now != version {

@@ -6,6 +6,7 @@ use sqlx::{PgConnection, PgPool};
 
 use crate::db::leader::{self, Lease};
 use crate::domain::CampaignStatus;
+use crate::domain::{CampaignId, OrgId};
 use crate::model::Binned;
 
 #[derive(Debug, thiserror::Error)]
@@ -20,7 +21,11 @@ pub enum BinError {
 }
 
 /// Moves a campaign to the bin (compare-and-set on its state).
-pub async fn delete(conn: &mut PgConnection, org_id: i64, id: i64) -> Result<(), BinError> {
+pub async fn delete(
+    conn: &mut PgConnection,
+    org_id: OrgId,
+    id: CampaignId,
+) -> Result<(), BinError> {
     let done: Option<i64> = sqlx::query_scalar(
         "update campaigns set deleted_at = now()
          where org_id = $1 and id = $2 and deleted_at is null and status = any($3)
@@ -45,7 +50,7 @@ pub async fn delete(conn: &mut PgConnection, org_id: i64, id: i64) -> Result<(),
 }
 
 /// Takes a campaign out of the bin; `false` if it is not in this org's bin.
-pub async fn restore(conn: &mut PgConnection, org_id: i64, id: i64) -> sqlx::Result<bool> {
+pub async fn restore(conn: &mut PgConnection, org_id: OrgId, id: CampaignId) -> sqlx::Result<bool> {
     let done: Option<i64> = sqlx::query_scalar(
         "update campaigns set deleted_at = null
          where org_id = $1 and id = $2 and deleted_at is not null returning id",

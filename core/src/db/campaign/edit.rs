@@ -7,6 +7,7 @@ use sqlx::PgConnection;
 
 use super::audience::audience_rows;
 use crate::domain::{BodyFormat, CampaignStatus};
+use crate::domain::{CampaignId, OrgId, UserId};
 
 #[derive(sqlx::FromRow, Clone, Debug, PartialEq, Eq)]
 pub struct Editable {
@@ -33,7 +34,11 @@ pub struct Editable {
     pub recipients_total: Option<i64>,
 }
 
-pub async fn load(conn: &mut PgConnection, org_id: i64, id: i64) -> sqlx::Result<Option<Editable>> {
+pub async fn load(
+    conn: &mut PgConnection,
+    org_id: OrgId,
+    id: CampaignId,
+) -> sqlx::Result<Option<Editable>> {
     sqlx::query_as(
         "select c.id, c.name, c.subject, c.body, c.body_format, c.status, c.content_version,
                 coalesce((select array_agg(cl.list_id order by cl.list_id) from campaign_lists cl
@@ -90,9 +95,9 @@ pub enum SaveError {
 /// goes back to `draft`), and replaces the target lists. Returns the new content version.
 pub async fn save(
     conn: &mut PgConnection,
-    org_id: i64,
-    id: i64,
-    editor: i64,
+    org_id: OrgId,
+    id: CampaignId,
+    editor: UserId,
     seen: i32,
     changes: &Changes<'_>,
 ) -> Result<i32, SaveError> {
@@ -171,8 +176,8 @@ pub async fn save(
 /// The content version of a campaign that is not in the recycle bin.
 pub async fn content_version(
     conn: &mut PgConnection,
-    org_id: i64,
-    id: i64,
+    org_id: OrgId,
+    id: CampaignId,
 ) -> sqlx::Result<Option<i32>> {
     sqlx::query_scalar(
         "select content_version from campaigns where org_id = $1 and id = $2 and deleted_at is null",
@@ -184,7 +189,7 @@ pub async fn content_version(
 }
 
 /// Recipients the campaign would reach now: distinct addresses of its audience.
-pub async fn estimate(conn: &mut PgConnection, org_id: i64, id: i64) -> sqlx::Result<i64> {
+pub async fn estimate(conn: &mut PgConnection, org_id: OrgId, id: CampaignId) -> sqlx::Result<i64> {
     sqlx::query_scalar(concat!(
         "select count(distinct s.email_lower) ",
         audience_rows!()
@@ -206,8 +211,8 @@ pub struct Sample {
 /// addressed to someone it will not reach.
 pub async fn sample_recipient(
     conn: &mut PgConnection,
-    org_id: i64,
-    id: i64,
+    org_id: OrgId,
+    id: CampaignId,
 ) -> sqlx::Result<Option<Sample>> {
     sqlx::query_as(concat!(
         "select s.name, s.email ",
@@ -224,9 +229,9 @@ pub async fn sample_recipient(
 /// "Copy of …" (cut to the name limit). `None` when `source` is not this org's.
 pub async fn clone_draft(
     conn: &mut PgConnection,
-    org_id: i64,
-    source: i64,
-    author: i64,
+    org_id: OrgId,
+    source: CampaignId,
+    author: UserId,
 ) -> sqlx::Result<Option<i64>> {
     let id: Option<i64> = sqlx::query_scalar(
         "insert into campaigns (org_id, name, subject, body, body_format, author_id, last_editor_id)

@@ -4,6 +4,7 @@
 use sqlx::PgConnection;
 
 use super::slots::{SlotSums, SLOT_SUMS};
+use crate::domain::{CampaignId, OrgId};
 use crate::model::Problem;
 
 #[derive(sqlx::FromRow, Clone, Debug, PartialEq, Eq)]
@@ -29,8 +30,8 @@ pub struct Snapshot {
 /// The campaign `campaign_id` of `org_id` now, or `None` (missing, deleted, or another org's).
 pub async fn snapshot(
     conn: &mut PgConnection,
-    org_id: i64,
-    campaign_id: i64,
+    org_id: OrgId,
+    campaign_id: CampaignId,
 ) -> sqlx::Result<Option<Snapshot>> {
     sqlx::query_as(&format!(
         "with c as (
@@ -83,8 +84,8 @@ impl Snapshot {
 /// The campaign's failed and unknown recipients, newest first (at most `limit`).
 pub async fn problems(
     conn: &mut PgConnection,
-    org_id: i64,
-    campaign_id: i64,
+    org_id: OrgId,
+    campaign_id: CampaignId,
     limit: i64,
 ) -> sqlx::Result<Vec<Problem>> {
     sqlx::query_as(

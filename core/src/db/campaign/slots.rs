@@ -8,6 +8,7 @@
 use sqlx::PgConnection;
 
 use crate::db::leader::{self, Lease};
+use crate::domain::{CampaignId, OrgId};
 
 /// The slot a statement adds to, as SQL: one of 16, picked per row of the insert
 /// (each campaign is one row of a bump, so it meets one slot). A macro so that statements
@@ -65,8 +66,8 @@ pub(crate) const SLOT_SUMS: &str =
 
 pub async fn progress(
     conn: &mut PgConnection,
-    org_id: i64,
-    campaign_id: i64,
+    org_id: OrgId,
+    campaign_id: CampaignId,
 ) -> sqlx::Result<SlotSums> {
     sqlx::query_as(&format!(
         "select {SLOT_SUMS} from progress_slots where org_id = $1 and campaign_id = $2"
@@ -93,7 +94,7 @@ fn counted_sql(c: &str) -> String {
 }
 
 /// The same figures counted from the rows themselves (`count(*)`): what the slots must equal.
-pub async fn counted(conn: &mut PgConnection, campaign_id: i64) -> sqlx::Result<SlotSums> {
+pub async fn counted(conn: &mut PgConnection, campaign_id: CampaignId) -> sqlx::Result<SlotSums> {
     sqlx::query_as(&counted_sql("$1"))
         .bind(campaign_id)
         .fetch_one(conn)
@@ -101,7 +102,7 @@ pub async fn counted(conn: &mut PgConnection, campaign_id: i64) -> sqlx::Result<
 }
 
 /// Finished campaigns whose slots were not reconciled yet (a leader job).
-pub async fn to_reconcile(conn: &mut PgConnection, limit: i64) -> sqlx::Result<Vec<i64>> {
+pub async fn to_reconcile(conn: &mut PgConnection, limit: i64) -> sqlx::Result<Vec<CampaignId>> {
     sqlx::query_scalar(
         "select c.id from campaigns c
          where c.progress_reconciled_at is null
@@ -123,7 +124,7 @@ pub async fn to_reconcile(conn: &mut PgConnection, limit: i64) -> sqlx::Result<V
 /// own slot and is never overwritten. Returns (slots before, counted).
 pub async fn reconcile(
     conn: &mut PgConnection,
-    campaign_id: i64,
+    campaign_id: CampaignId,
     lease: &Lease,
 ) -> sqlx::Result<Option<(SlotSums, SlotSums)>> {
     let sql = format!(

@@ -12,8 +12,9 @@ use app::api::suppressions::{AddSuppressions, RemoveSuppression, Suppressions};
 use app::domain::Role;
 use serde_json::Value;
 
-use crate::support::helpers::{org_with_users, test_db};
-use crate::support::test_app::{json, signed_in, spawn_app, TestApp};
+use crate::support::helpers::test_db;
+use crate::support::org::TestOrg;
+use crate::support::test_app::{json, spawn_app, TestApp};
 
 /// Calls a server function as the browser does; its answer as JSON.
 async fn call<F>(app: &TestApp, c: &reqwest::Client, f: F) -> Value
@@ -26,12 +27,11 @@ where
 #[tokio::test]
 async fn subscribers_page_by_keyset_filter_and_are_added_and_edited_with_clear_refusals() {
     let pool = test_db().await;
-    let (org, users) =
-        org_with_users(&pool, "acme", &[Role::Owner, Role::Admin, Role::Viewer]).await;
-    let (lists, _) = crate::support::fixtures::audience_of(&pool, org, 120).await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner, Role::Admin, Role::Viewer]).await;
+    let (lists, _) = acme.audience(120).await;
     let app = spawn_app(pool.clone()).await;
-    let admin = signed_in(&app, &users[1].1, &users[1].2).await;
-    let viewer = signed_in(&app, &users[2].1, &users[2].2).await;
+    let admin = acme.admin(0).signed_in(&app).await;
+    let viewer = acme.users[2].signed_in(&app).await;
 
     // Keyset pages: newest first, 50 a page, every subscriber once.
     let mut seen = Vec::new();
@@ -248,10 +248,9 @@ async fn subscribers_page_by_keyset_filter_and_are_added_and_edited_with_clear_r
 #[tokio::test]
 async fn a_reached_subscriber_cannot_be_removed_but_erased_everywhere_and_stays_suppressed() {
     let pool = test_db().await;
-    let (org, users) = org_with_users(&pool, "acme", &[Role::Owner, Role::Admin]).await;
-    let (lists, n) = crate::support::fixtures::audience_of(&pool, org, 10).await;
-    let id =
-        crate::support::fixtures::approved(&pool, org, users[0].0, users[1].0, &lists, "Hi").await;
+    let acme = TestOrg::new(&pool, "acme").await;
+    let (lists, n) = acme.audience(10).await;
+    let id = acme.campaign().to(&lists).approved().await.0;
     // The campaign starts and hands its sends off; nothing is delivered yet.
     let notifier = mailroom::workers::progress::Notifier::default();
     mailroom::workers::campaign::round(&pool, &crate::support::fixtures::cfg(), &notifier)
@@ -265,7 +264,7 @@ async fn a_reached_subscriber_cannot_be_removed_but_erased_everywhere_and_stays_
     .await
     .unwrap();
     let app = spawn_app(pool.clone()).await;
-    let admin = signed_in(&app, &users[1].1, &users[1].2).await;
+    let admin = acme.admin(0).signed_in(&app).await;
 
     let d = call(&app, &admin, Subscriber { id: subscriber }).await;
     assert_eq!(d["history"].as_array().unwrap().len(), 1, "{d}");
@@ -354,9 +353,10 @@ async fn a_reached_subscriber_cannot_be_removed_but_erased_everywhere_and_stays_
 #[tokio::test]
 async fn lists_are_created_renamed_and_deleted_but_not_under_a_live_campaign() {
     let pool = test_db().await;
-    let (org, users) = org_with_users(&pool, "acme", &[Role::Owner, Role::Admin]).await;
+    let acme = TestOrg::new(&pool, "acme").await;
+    let org = acme.id.0;
     let app = spawn_app(pool.clone()).await;
-    let admin = signed_in(&app, &users[1].1, &users[1].2).await;
+    let admin = acme.admin(0).signed_in(&app).await;
     assert_eq!(
         call(
             &app,
@@ -424,7 +424,7 @@ async fn lists_are_created_renamed_and_deleted_but_not_under_a_live_campaign() {
 
     // A draft sending to Events keeps it; once the draft is gone, it can be deleted.
     let mut tx = pool.begin().await.unwrap();
-    let draft = crate::support::helpers::draft(&mut tx, org, users[1].0, "Launch").await;
+    let draft = crate::support::helpers::draft(&mut tx, org, acme.admin(0).id.0, "Launch").await;
     sqlx::query("insert into campaign_lists (org_id, campaign_id, list_id) values ($1, $2, $3)")
         .bind(org)
         .bind(draft)
@@ -459,10 +459,10 @@ async fn lists_are_created_renamed_and_deleted_but_not_under_a_live_campaign() {
 #[tokio::test]
 async fn suppressions_are_added_searched_and_removed_by_admins_only() {
     let pool = test_db().await;
-    let (_, users) = org_with_users(&pool, "acme", &[Role::Owner, Role::Admin, Role::Viewer]).await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner, Role::Admin, Role::Viewer]).await;
     let app = spawn_app(pool.clone()).await;
-    let admin = signed_in(&app, &users[1].1, &users[1].2).await;
-    let viewer = signed_in(&app, &users[2].1, &users[2].2).await;
+    let admin = acme.admin(0).signed_in(&app).await;
+    let viewer = acme.users[2].signed_in(&app).await;
     assert_eq!(
         call(
             &app,
@@ -516,7 +516,10 @@ async fn suppressions_are_added_searched_and_removed_by_admins_only() {
         (rows[0]["email"].as_str(), rows[0]["reason"].as_str()),
         (Some("a@example.org"), Some("manual"))
     );
-    assert!(rows[0]["source"].as_str().unwrap().contains(&users[1].1));
+    assert!(rows[0]["source"]
+        .as_str()
+        .unwrap()
+        .contains(&acme.admin(0).email));
     assert_eq!(
         call(
             &app,

@@ -10,8 +10,9 @@ use app::domain::Role;
 use reqwest::StatusCode;
 use serde_json::Value;
 
-use crate::support::helpers::{org_with_users, test_db};
-use crate::support::test_app::{json, signed_in, spawn_app, TestApp};
+use crate::support::helpers::test_db;
+use crate::support::org::TestOrg;
+use crate::support::test_app::{json, spawn_app, TestApp};
 
 async fn list(app: &TestApp, c: &reqwest::Client, name: &str) -> i64 {
     let (status, body) = app
@@ -90,9 +91,9 @@ async fn members(app: &TestApp, list: i64) -> Vec<(String, String)> {
 async fn an_import_reports_each_bad_row_imports_the_good_ones_and_changes_nothing_the_second_time()
 {
     let pool = test_db().await;
-    let (_, users) = org_with_users(&pool, "acme", &[Role::Owner, Role::Admin]).await;
+    let acme = TestOrg::new(&pool, "acme").await;
     let app = spawn_app(pool.clone()).await;
-    let admin = signed_in(&app, &users[1].1, &users[1].2).await;
+    let admin = acme.admin(0).signed_in(&app).await;
     let news = list(&app, &admin, "News").await;
     let long_name = "n".repeat(1_000_000);
     let mut file = Vec::new();
@@ -205,10 +206,10 @@ async fn an_import_reports_each_bad_row_imports_the_good_ones_and_changes_nothin
 #[tokio::test]
 async fn a_file_that_cannot_be_read_as_a_whole_imports_nothing_and_says_why() {
     let pool = test_db().await;
-    let (_, users) = org_with_users(&pool, "acme", &[Role::Owner, Role::Admin, Role::Viewer]).await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner, Role::Admin, Role::Viewer]).await;
     let app = spawn_app(pool.clone()).await;
-    let admin = signed_in(&app, &users[1].1, &users[1].2).await;
-    let viewer = signed_in(&app, &users[2].1, &users[2].2).await;
+    let admin = acme.admin(0).signed_in(&app).await;
+    let viewer = acme.users[2].signed_in(&app).await;
     let news = list(&app, &admin, "News").await;
 
     let v = import(&app, &admin, news, b"mail,name\na@example.org,A\n".to_vec()).await;
@@ -274,9 +275,9 @@ async fn a_file_that_cannot_be_read_as_a_whole_imports_nothing_and_says_why() {
 #[tokio::test]
 async fn a_hundred_thousand_rows_stream_through_one_import() {
     let pool = test_db().await;
-    let (_, users) = org_with_users(&pool, "acme", &[Role::Owner, Role::Admin]).await;
+    let acme = TestOrg::new(&pool, "acme").await;
     let app = spawn_app(pool.clone()).await;
-    let admin = signed_in(&app, &users[1].1, &users[1].2).await;
+    let admin = acme.admin(0).signed_in(&app).await;
     let big = list(&app, &admin, "Big").await;
     let mut file = b"email,name\n".to_vec();
     for i in 0..100_000 {
@@ -311,11 +312,11 @@ async fn a_hundred_thousand_rows_stream_through_one_import() {
 #[tokio::test]
 async fn formula_cells_are_neutralised_in_the_export_and_read_back_by_the_import() {
     let pool = test_db().await;
-    let (_, a) = org_with_users(&pool, "acme", &[Role::Admin]).await;
-    let (_, b) = org_with_users(&pool, "beta", &[Role::Admin]).await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Admin]).await;
+    let beta = TestOrg::with_roles(&pool, "beta", &[Role::Admin]).await;
     let app = spawn_app(pool.clone()).await;
-    let admin_a = signed_in(&app, &a[0].1, &a[0].2).await;
-    let admin_b = signed_in(&app, &b[0].1, &b[0].2).await;
+    let admin_a = acme.admin(0).signed_in(&app).await;
+    let admin_b = beta.admin(0).signed_in(&app).await;
     let source = list(&app, &admin_a, "Source").await;
     let file = "email,name\n\
                 calc@example.org,=cmd|' /C calc'!A0\n\

@@ -11,9 +11,10 @@ use mailroom::workers::delivery::Worker;
 use reqwest::StatusCode;
 
 use crate::support::fixtures::config_for_capture;
-use crate::support::helpers::{enqueue_test_mail_to, org_with_users, test_db};
+use crate::support::helpers::{enqueue_test_mail_to, test_db};
+use crate::support::org::TestOrg;
 use crate::support::rest::{send, token};
-use crate::support::test_app::{api_config, json, signed_in, spawn_app, spawn_app_with, TestApp};
+use crate::support::test_app::{api_config, json, spawn_app, spawn_app_with, TestApp};
 
 /// Rows of `table` whose text (every column) contains `needle`, in any case.
 async fn rows_naming(pool: &sqlx::PgPool, table: &str, needle: &str) -> i64 {
@@ -52,9 +53,9 @@ async fn post_from(app: &TestApp, path: &str, ip: &str, fields: &[(&str, &str)])
 #[tokio::test]
 async fn an_erased_address_added_again_can_be_erased_again() {
     let pool = test_db().await;
-    let (_, users) = org_with_users(&pool, "acme", &[Role::Owner, Role::Admin]).await;
+    let acme = TestOrg::new(&pool, "acme").await;
     let app = spawn_app(pool.clone()).await;
-    let admin = signed_in(&app, &users[1].1, &users[1].2).await;
+    let admin = acme.admin(0).signed_in(&app).await;
     let mut erased = Vec::new();
     for round in 0..3 {
         let add = AddSubscriber {
@@ -104,7 +105,8 @@ async fn an_erased_address_added_again_can_be_erased_again() {
 #[tokio::test]
 async fn erasure_leaves_no_address_name_or_ip_behind_and_removes_captured_copies() {
     let pool = test_db().await;
-    let (org, users) = org_with_users(&pool, "acme", &[Role::Owner, Role::Admin]).await;
+    let acme = TestOrg::new(&pool, "acme").await;
+    let org = acme.id.0;
     let (list, key): (i64, String) = sqlx::query_as(
         "insert into lists (org_id, name) values ($1, 'Weekly news') returning id, signup_key",
     )
@@ -172,7 +174,7 @@ async fn erasure_leaves_no_address_name_or_ip_behind_and_removes_captured_copies
 
     // An admin renames them, adds and removes other spellings, and suppresses the address
     // together with someone else's: all of it audited.
-    let admin = signed_in(&app, &users[1].1, &users[1].2).await;
+    let admin = acme.admin(0).signed_in(&app).await;
     let save = SaveSubscriber {
         id,
         name: "Zedediah Q.".into(),
@@ -250,14 +252,15 @@ async fn erasure_leaves_no_address_name_or_ip_behind_and_removes_captured_copies
 #[tokio::test]
 async fn the_api_erasure_removes_captured_copies_too() {
     let pool = test_db().await;
-    let (org, owners) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
+    let org = acme.id.0;
     let captured = tempfile::tempdir().unwrap();
     let api = app::api::ApiConfig {
         captured_dir: Some(captured.path().into()),
         ..api_config()
     };
     let app = spawn_app_with(pool.clone(), api, mailroom::http::Edge::default()).await;
-    let owner = signed_in(&app, &owners[0].1, &owners[0].2).await;
+    let owner = acme.owner().signed_in(&app).await;
     let t = token(&app, &owner, "erase", &[ApiScope::SubscribersWrite]).await;
     let jobs = enqueue_test_mail_to(
         &pool,

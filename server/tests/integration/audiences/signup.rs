@@ -9,9 +9,10 @@ use mailroom::workers::delivery::Worker;
 use reqwest::StatusCode;
 use testkit::SmtpSink;
 
-use crate::support::helpers::{org_with_users, test_db};
+use crate::support::helpers::test_db;
+use crate::support::org::TestOrg;
 use crate::support::rest::{send, token};
-use crate::support::test_app::{api_config, signed_in, spawn_app, spawn_app_with, TestApp};
+use crate::support::test_app::{api_config, spawn_app, spawn_app_with, TestApp};
 
 struct Setup {
     pool: sqlx::PgPool,
@@ -23,7 +24,8 @@ struct Setup {
 
 async fn setup_with(edge: mailroom::http::Edge) -> Setup {
     let pool = test_db().await;
-    let (org, _) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
+    let org = acme.id.0;
     let (list, key): (i64, String) = sqlx::query_as(
         "insert into lists (org_id, name) values ($1, 'Weekly news') returning id, signup_key",
     )
@@ -481,9 +483,10 @@ async fn one_mailbox_signed_up_in_twenty_spellings_gets_one_sign_up_and_one_mail
 #[tokio::test]
 async fn the_api_signs_up_with_double_opt_in_once() {
     let pool = test_db().await;
-    let (org2, owners) = org_with_users(&pool, "initech", &[Role::Owner]).await;
+    let initech = TestOrg::with_roles(&pool, "initech", &[Role::Owner]).await;
+    let org2 = initech.id.0;
     let app = spawn_app(pool.clone()).await;
-    let owner = signed_in(&app, &owners[0].1, &owners[0].2).await;
+    let owner = initech.owner().signed_in(&app).await;
     let t = token(&app, &owner, "signup", &[ApiScope::SubscribersWrite]).await;
     let list: i64 =
         sqlx::query_scalar("insert into lists (org_id, name) values ($1, 'News') returning id")

@@ -7,7 +7,8 @@ use reqwest::StatusCode;
 use sqlx::PgPool;
 
 use crate::support::fixtures::campaign_deliveries;
-use crate::support::helpers::{org_with_users, test_db};
+use crate::support::helpers::test_db;
+use crate::support::org::TestOrg;
 use crate::support::test_app::spawn_app;
 use testkit::SmtpSink;
 
@@ -28,9 +29,10 @@ fn header<'a>(message: &'a str, name: &str) -> Option<&'a str> {
 #[tokio::test]
 async fn one_click_unsubscribe_from_a_sent_campaign_suppresses_and_a_get_never_does() {
     let pool = test_db().await;
-    let (org, users) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
+    let org = acme.id.0;
     let emails = vec!["Ann@Example.org".to_string()];
-    let (cid, jobs) = campaign_deliveries(&pool, org, users[0].0, "sending", &emails).await;
+    let (cid, jobs) = campaign_deliveries(&pool, org, acme.owner().id.0, "sending", &emails).await;
     let sink = SmtpSink::start();
     let mut worker = Worker::new(pool.clone(), crate::support::fixtures::config(&sink), "u");
     assert_eq!(worker.drain().await.unwrap(), 1);
@@ -118,7 +120,7 @@ async fn one_click_unsubscribe_from_a_sent_campaign_suppresses_and_a_get_never_d
     let (_, next) = campaign_deliveries(
         &pool,
         org,
-        users[0].0,
+        acme.owner().id.0,
         "sending",
         &["ann@example.org".to_string()],
     )
@@ -182,7 +184,8 @@ async fn the_preference_page_takes_a_subscriber_off_the_lists_they_uncheck_and_o
     use app::domain::EmailAddress;
     use app::unsubscribe::Claim;
     let pool = test_db().await;
-    let (org, _) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
+    let org = acme.id.0;
     let mut tx = pool.begin().await.unwrap();
     let news = audience::create_list(&mut tx, org, "News").await.unwrap();
     let events = audience::create_list(&mut tx, org, "Events <live>")

@@ -4,12 +4,11 @@
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-use app::domain::{JobId, Role, Transition};
+use app::domain::{JobId, Transition};
 use nix::sys::signal::Signal;
 use sqlx::PgPool;
 
-use crate::support::fixtures::{approved, audience_of};
-use crate::support::helpers::org_with_users;
+use crate::support::org::TestOrg;
 use crate::support::procs::{wait_until, Proc};
 use testkit::SmtpSink;
 
@@ -165,6 +164,7 @@ fn reconcile(
     assert_eq!(open, 0, "every send reached a terminal state");
     let (slots, counted) = rt.block_on(async {
         let mut c = pool.acquire().await.unwrap();
+        let (org, id) = (app::domain::OrgId(org), app::domain::CampaignId(id));
         let slots = app::db::campaign::slots::progress(&mut c, org, id)
             .await
             .unwrap();
@@ -243,19 +243,17 @@ fn setup(recipients: usize) -> (tokio::runtime::Runtime, PgPool, String, i64, i6
     let rt = tokio::runtime::Runtime::new().unwrap();
     let (pool, url) = rt.block_on(crate::support::helpers::migrated_db_with_url());
     let (org, id, n) = rt.block_on(async {
-        let (org, users) = org_with_users(&pool, "acme", &[Role::Owner, Role::Admin]).await;
-        let (lists, n) = audience_of(&pool, org, recipients).await;
+        let acme = TestOrg::new(&pool, "acme").await;
+        let org = acme.id.0;
+        let (lists, n) = acme.audience(recipients).await;
         (
             org,
-            approved(
-                &pool,
-                org,
-                users[0].0,
-                users[1].0,
-                &lists,
-                "Hello {{ name }}",
-            )
-            .await,
+            acme.campaign()
+                .to(&lists)
+                .body("Hello {{ name }}")
+                .approved()
+                .await
+                .0,
             n,
         )
     });

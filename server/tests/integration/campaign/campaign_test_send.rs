@@ -9,20 +9,19 @@ use app::api::campaign::test_send::SendTest;
 use app::domain::Role;
 use mailroom::workers::delivery::Worker;
 
-use crate::support::fixtures::audience_of;
-use crate::support::helpers::{org_with_users, test_db};
-use crate::support::test_app::{json, signed_in, spawn_app, TestApp};
+use crate::support::helpers::test_db;
+use crate::support::org::TestOrg;
+use crate::support::test_app::{json, spawn_app, TestApp};
 use testkit::SmtpSink;
 
 #[tokio::test]
 async fn a_test_send_goes_once_per_dialog_renders_the_version_shown_and_counts_nothing() {
     let pool = test_db().await;
-    let (org, users) =
-        org_with_users(&pool, "acme", &[Role::Owner, Role::Admin, Role::Viewer]).await;
-    let (lists, _) = audience_of(&pool, org, 5).await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner, Role::Admin, Role::Viewer]).await;
+    let (lists, _) = acme.audience(5).await;
     let app = spawn_app(pool.clone()).await;
-    let admin = signed_in(&app, &users[1].1, &users[1].2).await;
-    let viewer = signed_in(&app, &users[2].1, &users[2].2).await;
+    let admin = acme.admin(0).signed_in(&app).await;
+    let viewer = acme.users[2].signed_in(&app).await;
 
     let (id, sheet) = draft_with_content(&app, &admin, lists[0]).await;
     let token = sheet["test_token"].as_str().unwrap().to_string();
@@ -144,9 +143,10 @@ async fn a_test_send_goes_once_per_dialog_renders_the_version_shown_and_counts_n
 #[tokio::test]
 async fn a_test_queued_before_an_edit_fails_with_the_reason_instead_of_sending_other_text() {
     let pool = test_db().await;
-    let (org, users) = org_with_users(&pool, "acme", &[Role::Owner, Role::Admin]).await;
+    let acme = TestOrg::new(&pool, "acme").await;
+    let org = acme.id.0;
     let app = spawn_app(pool.clone()).await;
-    let admin = signed_in(&app, &users[1].1, &users[1].2).await;
+    let admin = acme.admin(0).signed_in(&app).await;
     let (_, body) = app
         .call_fn(
             &admin,
@@ -214,10 +214,11 @@ async fn draft_with_content(
 async fn a_test_send_never_reaches_a_suppressed_address() {
     use app::domain::EmailAddress;
     let pool = test_db().await;
-    let (org, users) = org_with_users(&pool, "acme", &[Role::Owner, Role::Admin]).await;
-    let (lists, _) = audience_of(&pool, org, 2).await;
+    let acme = TestOrg::new(&pool, "acme").await;
+    let org = acme.id.0;
+    let (lists, _) = acme.audience(2).await;
     let app = spawn_app(pool.clone()).await;
-    let admin = signed_in(&app, &users[1].1, &users[1].2).await;
+    let admin = acme.admin(0).signed_in(&app).await;
     let (id, sheet) = draft_with_content(&app, &admin, lists[0]).await;
     let token = sheet["test_token"].as_str().unwrap().to_string();
     let suppress = |email: &'static str| {
@@ -282,11 +283,12 @@ async fn a_test_send_never_reaches_a_suppressed_address() {
 async fn the_preview_never_addresses_a_suppressed_person() {
     use app::domain::EmailAddress;
     let pool = test_db().await;
-    let (org, users) = org_with_users(&pool, "acme", &[Role::Owner, Role::Admin]).await;
+    let acme = TestOrg::new(&pool, "acme").await;
+    let org = acme.id.0;
     // lists[0] holds p0, p10 (as "Variant 10"), p12, p15, p18, p3, p6, p8 and p9, in address order.
-    let (lists, _) = audience_of(&pool, org, 20).await;
+    let (lists, _) = acme.audience(20).await;
     let app = spawn_app(pool.clone()).await;
-    let admin = signed_in(&app, &users[1].1, &users[1].2).await;
+    let admin = acme.admin(0).signed_in(&app).await;
     let (id, sheet) = draft_with_content(&app, &admin, lists[0]).await;
     let html = sheet["preview"]["Ok"]["html"].as_str().unwrap();
     assert!(html.contains("<h1>News for Person 0</h1>"), "{html}");

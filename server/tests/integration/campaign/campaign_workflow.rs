@@ -11,9 +11,9 @@ use app::api::campaign::Campaigns;
 use app::domain::{Role, Transition};
 use serde_json::Value;
 
-use crate::support::fixtures::audience_of;
-use crate::support::helpers::{org_with_users, test_db};
-use crate::support::test_app::{json, signed_in, spawn_app, TestApp};
+use crate::support::helpers::test_db;
+use crate::support::org::TestOrg;
+use crate::support::test_app::{json, spawn_app, TestApp};
 
 /// The error a server function answered, as the browser shows it.
 fn conflict(body: &str) -> String {
@@ -49,14 +49,14 @@ async fn four_eyes_approve_the_exact_version_shown_and_every_refusal_says_why() 
         Role::Admin,
         Role::Viewer,
     ];
-    let (org, users) = org_with_users(&pool, "acme", &roles).await;
-    let (lists, n) = audience_of(&pool, org, 40).await;
+    let acme = TestOrg::with_roles(&pool, "acme", &roles).await;
+    let org = acme.id.0;
+    let (lists, n) = acme.audience(40).await;
     let app = spawn_app(pool.clone()).await;
-    let [a, b, c] = [1, 2, 3].map(|k| users[k].clone());
     let (a, b, c) = (
-        signed_in(&app, &a.1, &a.2).await,
-        signed_in(&app, &b.1, &b.2).await,
-        signed_in(&app, &c.1, &c.2).await,
+        acme.admin(0).signed_in(&app).await,
+        acme.admin(1).signed_in(&app).await,
+        acme.admin(2).signed_in(&app).await,
     );
 
     // A creates a draft and fills it in (two of the three lists, checked as the form sends them).
@@ -234,17 +234,22 @@ async fn four_eyes_approve_the_exact_version_shown_and_every_refusal_says_why() 
         .fetch_one(&pool)
         .await
         .unwrap();
-    assert_eq!(author, users[2].0, "the one who cloned it is its author");
+    assert_eq!(
+        author,
+        acme.admin(1).id.0,
+        "the one who cloned it is its author"
+    );
     assert_eq!(s["estimate"].as_i64(), Some(estimate));
 }
 
 #[tokio::test]
 async fn rejecting_needs_a_reason_approval_to_nobody_is_refused_and_self_approval_is_marked() {
     let pool = test_db().await;
-    let (org, users) = org_with_users(&pool, "acme", &[Role::Owner, Role::Admin]).await;
+    let acme = TestOrg::new(&pool, "acme").await;
+    let org = acme.id.0;
     let app = spawn_app(pool.clone()).await;
-    let owner = signed_in(&app, &users[0].1, &users[0].2).await;
-    let admin = signed_in(&app, &users[1].1, &users[1].2).await;
+    let owner = acme.owner().signed_in(&app).await;
+    let admin = acme.admin(0).signed_in(&app).await;
     let (_, body) = app
         .call_fn(
             &owner,
@@ -267,8 +272,8 @@ async fn rejecting_needs_a_reason_approval_to_nobody_is_refused_and_self_approva
         .unwrap();
     assert_eq!(still, "submitted", "the refused approval was rolled back");
     // A missing campaign and another org's are not found, not "would reach nobody".
-    let (_, intruders) = org_with_users(&pool, "intruders", &[Role::Admin]).await;
-    let intruder = signed_in(&app, &intruders[0].1, &intruders[0].2).await;
+    let intruders = TestOrg::with_roles(&pool, "intruders", &[Role::Admin]).await;
+    let intruder = intruders.admin(0).signed_in(&app).await;
     for (c, target) in [(&admin, id + 1000), (&intruder, id)] {
         assert_eq!(
             json(&act(&app, c, target, "approve", 1).await),
@@ -300,7 +305,7 @@ async fn rejecting_needs_a_reason_approval_to_nobody_is_refused_and_self_approva
     );
 
     // A one-person org may allow self-approval: it is marked on the campaign and in the log.
-    let (lists, _) = audience_of(&pool, org, 5).await;
+    let (lists, _) = acme.audience(5).await;
     sqlx::query("update orgs set allow_self_approval = true where id = $1")
         .bind(org)
         .execute(&pool)
@@ -343,13 +348,13 @@ async fn rejecting_needs_a_reason_approval_to_nobody_is_refused_and_self_approva
 #[tokio::test]
 async fn another_orgs_campaign_is_not_found_and_a_viewer_cannot_act() {
     let pool = test_db().await;
-    let (_, users) = org_with_users(&pool, "acme", &[Role::Owner, Role::Viewer]).await;
-    let (other_org, others) = org_with_users(&pool, "other", &[Role::Owner]).await;
-    let (their_lists, _) = audience_of(&pool, other_org, 3).await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner, Role::Viewer]).await;
+    let other = TestOrg::with_roles(&pool, "other", &[Role::Owner]).await;
+    let (their_lists, _) = other.audience(3).await;
     let app = spawn_app(pool.clone()).await;
-    let owner = signed_in(&app, &users[0].1, &users[0].2).await;
-    let viewer = signed_in(&app, &users[1].1, &users[1].2).await;
-    let stranger = signed_in(&app, &others[0].1, &others[0].2).await;
+    let owner = acme.owner().signed_in(&app).await;
+    let viewer = acme.users[1].signed_in(&app).await;
+    let stranger = other.owner().signed_in(&app).await;
     let (_, body) = app
         .call_fn(
             &owner,
@@ -411,16 +416,24 @@ async fn another_orgs_campaign_is_not_found_and_a_viewer_cannot_act() {
 #[tokio::test]
 async fn a_sending_campaign_pauses_and_resumes_once_and_lists_the_recipients_not_reached() {
     let pool = test_db().await;
-    let (org, users) = org_with_users(&pool, "acme", &[Role::Admin, Role::Admin]).await;
-    let (lists, _) = audience_of(&pool, org, 10).await;
-    let id =
-        crate::support::fixtures::approved(&pool, org, users[0].0, users[1].0, &lists, "Hi").await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Admin, Role::Admin]).await;
+    let org = acme.id.0;
+    let (lists, _) = acme.audience(10).await;
+    let id = crate::support::fixtures::approved(
+        &pool,
+        org,
+        acme.admin(0).id.0,
+        acme.admin(1).id.0,
+        &lists,
+        "Hi",
+    )
+    .await;
     mailroom::workers::campaign::start_due(&pool).await.unwrap();
     app::db::campaign::sends::hand_off(&pool, 100, 0, 8)
         .await
         .unwrap();
     let app = spawn_app(pool.clone()).await;
-    let b = signed_in(&app, &users[1].1, &users[1].2).await;
+    let b = acme.admin(1).signed_in(&app).await;
     // The list filters by state and shows progress from the counter slots.
     let listed = |status: &str| Campaigns {
         status: status.into(),
@@ -488,13 +501,21 @@ async fn a_sending_campaign_pauses_and_resumes_once_and_lists_the_recipients_not
 async fn a_deleted_campaign_waits_in_the_bin_and_can_be_restored_but_a_sending_one_cannot_be_deleted(
 ) {
     let pool = test_db().await;
-    let (org, users) = org_with_users(&pool, "acme", &[Role::Admin, Role::Admin]).await;
-    let (lists, _) = audience_of(&pool, org, 5).await;
-    let sending =
-        crate::support::fixtures::approved(&pool, org, users[0].0, users[1].0, &lists, "Hi").await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Admin, Role::Admin]).await;
+    let org = acme.id.0;
+    let (lists, _) = acme.audience(5).await;
+    let sending = crate::support::fixtures::approved(
+        &pool,
+        org,
+        acme.admin(0).id.0,
+        acme.admin(1).id.0,
+        &lists,
+        "Hi",
+    )
+    .await;
     mailroom::workers::campaign::start_due(&pool).await.unwrap();
     let app = spawn_app(pool.clone()).await;
-    let a = signed_in(&app, &users[0].1, &users[0].2).await;
+    let a = acme.admin(0).signed_in(&app).await;
     let (_, body) = app
         .call_fn(
             &a,

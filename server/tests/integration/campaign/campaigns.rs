@@ -17,6 +17,7 @@ use crate::support::org::TestOrg;
 use testkit::SmtpSink;
 
 async fn slots_equal_counts(pool: &PgPool, org: i64, id: i64) {
+    let (org, id) = (app::domain::OrgId(org), app::domain::CampaignId(id));
     let mut c = pool.acquire().await.unwrap();
     let slots = app::db::campaign::slots::progress(&mut c, org, id)
         .await
@@ -286,7 +287,9 @@ async fn after_a_cancel_nothing_queued_is_sent_and_the_counts_add_up() {
     );
     assert_eq!(status(&pool, id).await, "cancelled");
     let mut c = pool.acquire().await.unwrap();
-    let p = app::db::campaign::slots::counted(&mut c, id).await.unwrap();
+    let p = app::db::campaign::slots::counted(&mut c, cid)
+        .await
+        .unwrap();
     assert_eq!(p.queued, 0);
     assert_eq!(p.delivered as usize, sent_before);
     assert_eq!((p.delivered + p.cancelled) as usize, n, "{p:?}");
@@ -318,7 +321,7 @@ async fn the_leader_reconciles_a_finished_campaigns_slots_once() {
         app::db::campaign::slots::to_reconcile(&mut c, 10)
             .await
             .unwrap(),
-        vec![id]
+        vec![cid]
     );
     // A change to a delivery and its slot (as an operator's retry makes) is in flight while
     // the reconcile runs, and commits after it read the rows: its increment must survive.
@@ -337,7 +340,7 @@ async fn the_leader_reconciles_a_finished_campaigns_slots_once() {
         let pool = pool.clone();
         async move {
             let mut tx = pool.begin().await.unwrap();
-            let r = app::db::campaign::slots::reconcile(&mut tx, id, &lease)
+            let r = app::db::campaign::slots::reconcile(&mut tx, cid, &lease)
                 .await
                 .unwrap();
             tx.commit().await.unwrap();
@@ -375,10 +378,11 @@ async fn the_leader_purges_campaigns_binned_longer_than_the_retention_with_their
     let mut tx = pool.begin().await.unwrap();
     let recent =
         crate::support::helpers::draft(&mut tx, org, acme.owner().id.0, "Deleted yesterday").await;
-    app::db::campaign::bin::delete(&mut tx, org, old)
+    app::db::campaign::bin::delete(&mut tx, acme.id, old_id)
         .await
         .unwrap();
-    app::db::campaign::bin::delete(&mut tx, org, recent)
+    let recent_id = app::domain::CampaignId(recent);
+    app::db::campaign::bin::delete(&mut tx, acme.id, recent_id)
         .await
         .unwrap();
     tx.commit().await.unwrap();

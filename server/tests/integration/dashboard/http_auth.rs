@@ -4,8 +4,9 @@ use app::api::overview::GetOverview;
 use app::domain::Role;
 use reqwest::redirect;
 
-use crate::support::helpers::{org_with_users, test_db};
-use crate::support::test_app::{client, signed_in, spawn_app};
+use crate::support::helpers::test_db;
+use crate::support::org::TestOrg;
+use crate::support::test_app::{client, spawn_app};
 
 #[tokio::test]
 async fn health_and_readiness_reflect_the_database() {
@@ -48,8 +49,8 @@ async fn an_unknown_path_is_the_apps_not_found_page_with_status_404() {
 #[tokio::test]
 async fn login_sets_an_http_only_session_and_logout_ends_it() {
     let pool = test_db().await;
-    let (_, users) = org_with_users(&pool, "acme", &[Role::Owner]).await;
-    let (_, email, password) = &users[0];
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
+    let (email, password) = (&acme.owner().email, &acme.owner().password);
     let app = spawn_app(pool).await;
     let c = client(&app);
 
@@ -104,10 +105,12 @@ async fn login_sets_an_http_only_session_and_logout_ends_it() {
 #[tokio::test]
 async fn wrong_password_and_unknown_user_get_the_same_clear_error() {
     let pool = test_db().await;
-    let (_, users) = org_with_users(&pool, "acme", &[Role::Admin]).await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Admin]).await;
     let app = spawn_app(pool).await;
     let c = client(&app);
-    let wrong = app.login(&c, &users[0].1, "not the password").await;
+    let wrong = app
+        .login(&c, &acme.admin(0).email, "not the password")
+        .await;
     assert!(wrong.headers().get("set-cookie").is_none());
     let wrong = wrong.text().await.unwrap();
     let unknown = app
@@ -133,7 +136,7 @@ async fn wrong_password_and_unknown_user_get_the_same_clear_error() {
 #[tokio::test]
 async fn cross_site_writes_are_refused() {
     let pool = test_db().await;
-    let (_, users) = org_with_users(&pool, "acme", &[Role::Admin]).await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Admin]).await;
     let app = spawn_app(pool).await;
     let evil = reqwest::Client::builder()
         .redirect(redirect::Policy::none())
@@ -148,8 +151,8 @@ async fn cross_site_writes_are_refused() {
             .post(format!("{}/api/login", app.base))
             .header(name, value)
             .form(&[
-                ("email", users[0].1.as_str()),
-                ("password", users[0].2.as_str()),
+                ("email", acme.admin(0).email.as_str()),
+                ("password", acme.admin(0).password.as_str()),
             ])
             .send()
             .await
@@ -163,8 +166,8 @@ async fn cross_site_writes_are_refused() {
         .header("origin", "https://mail.example.com")
         .header("x-forwarded-host", "mail.example.com")
         .form(&[
-            ("email", users[0].1.as_str()),
-            ("password", users[0].2.as_str()),
+            ("email", acme.admin(0).email.as_str()),
+            ("password", acme.admin(0).password.as_str()),
         ])
         .send()
         .await
@@ -186,20 +189,23 @@ async fn cross_site_writes_are_refused() {
 #[tokio::test]
 async fn every_read_is_scoped_to_the_signed_in_organisation() {
     let pool = test_db().await;
-    let (org_a, a) = org_with_users(&pool, "alpha", &[Role::Owner]).await;
-    let (org_b, b) = org_with_users(&pool, "beta", &[Role::Owner]).await;
+    let alpha = TestOrg::with_roles(&pool, "alpha", &[Role::Owner]).await;
+    let org_a = alpha.id.0;
+    let beta = TestOrg::with_roles(&pool, "beta", &[Role::Owner]).await;
+    let org_b = beta.id.0;
     let mut tx = pool.begin().await.unwrap();
     let sub = app::domain::EmailAddress::parse("x@y.org").unwrap();
     app::db::audience::insert_subscribers(&mut tx, org_b, &[(sub, "X".into())])
         .await
         .unwrap();
-    crate::support::helpers::draft(&mut tx, org_b, b[0].0, "Beta secret plan").await;
-    crate::support::helpers::draft(&mut tx, org_a, a[0].0, "Alpha launch").await;
+    crate::support::helpers::draft(&mut tx, org_b, beta.owner().id.0, "Beta secret plan").await;
+    crate::support::helpers::draft(&mut tx, org_a, alpha.owner().id.0, "Alpha launch").await;
     tx.commit().await.unwrap();
 
     let app = spawn_app(pool).await;
     let c = client(&app);
-    app.login(&c, &a[0].1, &a[0].2).await;
+    app.login(&c, &alpha.owner().email, &alpha.owner().password)
+        .await;
     let (_, overview) = app.call_fn(&c, GetOverview {}).await;
     assert!(
         overview.contains("\"subscribers\":0"),
@@ -220,10 +226,11 @@ async fn every_read_is_scoped_to_the_signed_in_organisation() {
 #[tokio::test]
 async fn server_errors_reach_the_browser_without_internals() {
     let pool = test_db().await;
-    let (_, users) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
     let app = spawn_app(pool.clone()).await;
     let c = client(&app);
-    app.login(&c, &users[0].1, &users[0].2).await;
+    app.login(&c, &acme.owner().email, &acme.owner().password)
+        .await;
     // Break the schema under the running app: the error must not name the table.
     sqlx::query("alter table suppressions rename to suppressions_gone")
         .execute(&pool)
@@ -241,12 +248,13 @@ async fn server_errors_reach_the_browser_without_internals() {
 #[tokio::test]
 async fn a_password_change_ends_the_users_sessions() {
     let pool = test_db().await;
-    let (_, users) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
     let app = spawn_app(pool.clone()).await;
     let c = client(&app);
-    app.login(&c, &users[0].1, &users[0].2).await;
+    app.login(&c, &acme.owner().email, &acme.owner().password)
+        .await;
     assert_eq!(app.call_fn(&c, GetOverview {}).await.0, 200);
-    let email = app::domain::EmailAddress::parse(&users[0].1).unwrap();
+    let email = app::domain::EmailAddress::parse(&acme.owner().email).unwrap();
     assert!(app::db::user::set_password(
         &pool,
         &email,
@@ -268,11 +276,11 @@ async fn a_password_change_ends_the_users_sessions() {
 async fn a_page_shows_only_form_errors_this_server_signed_for_this_browser() {
     use base64::Engine;
     let pool = test_db().await;
-    let (_, users) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
     let app = spawn_app(pool).await;
     let no_js_login = |c: reqwest::Client| {
         let base = app.base.clone();
-        let email = users[0].1.clone();
+        let email = acme.owner().email.clone();
         async move {
             let r = c
                 .post(format!("{base}/api/login"))
@@ -343,9 +351,9 @@ async fn a_page_shows_only_form_errors_this_server_signed_for_this_browser() {
 #[tokio::test]
 async fn every_dashboard_page_redirects_a_browser_without_a_live_session() {
     let pool = test_db().await;
-    let (_, users) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
     let app = spawn_app(pool).await;
-    let stale = signed_in(&app, &users[0].1, &users[0].2).await;
+    let stale = acme.owner().signed_in(&app).await;
     let (status, _) = app.call_fn(&stale, Logout {}).await;
     assert!(status.is_success() || status.is_redirection());
     let pages = [

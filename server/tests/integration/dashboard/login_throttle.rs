@@ -10,7 +10,8 @@ use app::domain::login_throttle::{ACCOUNT, IP, PAIR};
 use app::domain::Role;
 use mailroom::http::Edge;
 
-use crate::support::helpers::{org_with_users, test_db};
+use crate::support::helpers::test_db;
+use crate::support::org::TestOrg;
 use crate::support::test_app::{client, spawn_app_with, TestApp};
 
 const WRONG: &str = "Wrong e-mail address or password.";
@@ -77,8 +78,8 @@ fn locked(o: &Outcome) -> bool {
 #[tokio::test]
 async fn a_burst_slows_down_then_locks_that_address_from_that_ip_only_on_every_replica_and_ends() {
     let pool = test_db().await;
-    let (_, users) = org_with_users(&pool, "acme", &[Role::Owner]).await;
-    let (_, email, password) = &users[0];
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
+    let (email, password) = (&acme.owner().email, &acme.owner().password);
     let app = app(pool.clone()).await;
     let replica = self::app(pool.clone()).await;
     let a = "203.0.113.1";
@@ -121,8 +122,8 @@ async fn a_burst_slows_down_then_locks_that_address_from_that_ip_only_on_every_r
 #[tokio::test]
 async fn many_ips_guessing_one_address_are_locked_but_a_clean_ip_with_the_password_gets_in() {
     let pool = test_db().await;
-    let (_, users) = org_with_users(&pool, "acme", &[Role::Owner]).await;
-    let (_, email, password) = &users[0];
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
+    let (email, password) = (&acme.owner().email, &acme.owner().password);
     let app = app(pool).await;
     for i in 1..=ACCOUNT.free + 1 {
         let ip = format!("10.0.0.{i}");
@@ -138,8 +139,8 @@ async fn many_ips_guessing_one_address_are_locked_but_a_clean_ip_with_the_passwo
 #[tokio::test]
 async fn one_ip_spraying_many_addresses_is_locked_for_every_address() {
     let pool = test_db().await;
-    let (_, users) = org_with_users(&pool, "acme", &[Role::Owner]).await;
-    let (_, email, password) = &users[0];
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
+    let (email, password) = (&acme.owner().email, &acme.owner().password);
     let app = app(pool).await;
     let sprayer = "2001:db8:7:7::1";
     for i in 0..=IP.free {
@@ -163,8 +164,8 @@ async fn one_ip_spraying_many_addresses_is_locked_for_every_address() {
 #[tokio::test]
 async fn concurrent_attempts_check_no_more_passwords_than_the_policy_allows() {
     let pool = test_db().await;
-    let (_, users) = org_with_users(&pool, "acme", &[Role::Owner]).await;
-    let email = users[0].1.clone();
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
+    let email = acme.owner().email.clone();
     let app = std::sync::Arc::new(app(pool).await);
     let tasks: Vec<_> = (0..16)
         .map(|_| {
@@ -185,8 +186,8 @@ async fn concurrent_attempts_check_no_more_passwords_than_the_policy_allows() {
 #[tokio::test]
 async fn an_unknown_address_gets_the_same_answers_at_the_same_steps_in_the_same_time() {
     let pool = test_db().await;
-    let (_, users) = org_with_users(&pool, "acme", &[Role::Owner, Role::Admin]).await;
-    let (_, known, _) = &users[0];
+    let acme = TestOrg::new(&pool, "acme").await;
+    let known = &acme.owner().email;
     let unknown = "nobody@acme.example";
     let app = app(pool).await;
 
@@ -202,7 +203,7 @@ async fn an_unknown_address_gets_the_same_answers_at_the_same_steps_in_the_same_
 
     // Each attempt from its own IP (no throttling): the unknown address pays the same Argon2
     // verification as a wrong password does. Medians, alternating, to ride out noise.
-    let known = &users[1].1;
+    let known = &acme.admin(0).email;
     let mut times = [Vec::new(), Vec::new()];
     for i in 0..7 {
         for (n, email) in [known.as_str(), unknown].iter().enumerate() {

@@ -13,16 +13,17 @@ use app::domain::{ApiScope, Role};
 use reqwest::StatusCode;
 use sqlx::PgPool;
 
-use crate::support::helpers::{org_with_users, test_db};
+use crate::support::helpers::test_db;
+use crate::support::org::TestOrg;
 use crate::support::rest::{send, token};
-use crate::support::test_app::{json, signed_in, spawn_app, TestApp};
+use crate::support::test_app::{json, spawn_app, TestApp};
 
 /// An app over a fresh database and its org's owner, signed in.
 async fn owner_app() -> (PgPool, TestApp, reqwest::Client) {
     let pool = test_db().await;
-    let (_, users) = org_with_users(&pool, "alpha", &[Role::Owner]).await;
+    let alpha = TestOrg::with_roles(&pool, "alpha", &[Role::Owner]).await;
     let app = spawn_app(pool.clone()).await;
-    let c = signed_in(&app, &users[0].1, &users[0].2).await;
+    let c = alpha.owner().signed_in(&app).await;
     (pool, app, c)
 }
 
@@ -307,9 +308,9 @@ async fn ordinary_values_pass_the_same_rule() {
 #[tokio::test]
 async fn a_nul_in_a_subscribers_email_or_name_through_the_api_is_a_422_problem_naming_the_field() {
     let pool = test_db().await;
-    let (_, users) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
     let app = spawn_app(pool.clone()).await;
-    let owner = signed_in(&app, &users[0].1, &users[0].2).await;
+    let owner = acme.owner().signed_in(&app).await;
     let t = token(&app, &owner, "crm", &[ApiScope::SubscribersWrite]).await;
     let before = written(&pool).await;
 

@@ -10,7 +10,8 @@ use mailroom::http::{Edge, MAX_REQUEST_BYTES};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::support::helpers::{draft, org_with_users, test_db};
+use crate::support::helpers::{draft, test_db};
+use crate::support::org::TestOrg;
 use crate::support::test_app::{client, spawn_app_with, TestApp};
 
 async fn app_timing_out_after_one_second(pool: sqlx::PgPool) -> TestApp {
@@ -106,10 +107,11 @@ async fn a_body_over_the_limit_is_refused_on_server_functions_and_public_routes(
 #[tokio::test]
 async fn a_stalled_request_times_out_but_an_import_upload_and_the_progress_stream_do_not() {
     let pool = test_db().await;
-    let (org, users) = org_with_users(&pool, "acme", &[Role::Owner]).await;
-    let (_, email, password) = &users[0];
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
+    let org = acme.id.0;
+    let (email, password) = (&acme.owner().email, &acme.owner().password);
     let mut conn = pool.acquire().await.unwrap();
-    let campaign = draft(&mut conn, org, users[0].0, "Hello").await;
+    let campaign = draft(&mut conn, org, acme.owner().id.0, "Hello").await;
     let list: i64 =
         sqlx::query_scalar("insert into lists (org_id, name) values ($1, 'News') returning id")
             .bind(org)

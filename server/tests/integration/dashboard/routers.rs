@@ -8,20 +8,21 @@ use std::sync::Arc;
 
 use app::domain::Role;
 
-use crate::support::helpers::{org_with_users, test_db};
-use crate::support::test_app::{build_router, client, signed_in, spawn_app_with};
+use crate::support::helpers::test_db;
+use crate::support::org::TestOrg;
+use crate::support::test_app::{build_router, client, spawn_app_with};
 
 #[tokio::test]
 async fn pages_render_while_other_routers_are_being_built() {
     let pool = test_db().await;
-    let (_, users) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
     // A short request timeout: a page that waits forever answers 408 in 3 s, not 30.
     let edge = mailroom::http::Edge {
         request_timeout: std::time::Duration::from_secs(3),
         ..mailroom::http::Edge::default()
     };
     let app = spawn_app_with(pool.clone(), crate::support::test_app::api_config(), edge).await;
-    let c = signed_in(&app, &users[0].1, &users[0].2).await;
+    let c = acme.owner().signed_in(&app).await;
     // Routers built back to back on a thread of their own for as long as the pages load.
     let (stop, built) = (
         Arc::new(AtomicBool::new(false)),

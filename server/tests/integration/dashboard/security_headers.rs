@@ -7,8 +7,9 @@ use app::domain::Role;
 use mailroom::http::Edge;
 use reqwest::header::HeaderMap;
 
-use crate::support::helpers::{draft, org_with_users, test_db};
-use crate::support::test_app::{client, signed_in, spawn_app, spawn_app_with};
+use crate::support::helpers::{draft, test_db};
+use crate::support::org::TestOrg;
+use crate::support::test_app::{client, spawn_app, spawn_app_with};
 
 fn header<'a>(h: &'a HeaderMap, name: &str) -> &'a str {
     h.get(name)
@@ -56,9 +57,10 @@ fn scripts_all_nonced(body: &str, nonce: &str) -> usize {
 #[tokio::test]
 async fn pages_carry_a_fresh_nonce_that_every_inline_script_has() {
     let pool = test_db().await;
-    let (org, users) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
+    let org = acme.id.0;
     let mut conn = pool.acquire().await.unwrap();
-    let campaign = draft(&mut conn, org, users[0].0, "Hello").await;
+    let campaign = draft(&mut conn, org, acme.owner().id.0, "Hello").await;
     drop(conn);
     let app = spawn_app(pool).await;
 
@@ -75,7 +77,7 @@ async fn pages_carry_a_fresh_nonce_that_every_inline_script_has() {
     assert_ne!(nonce_of(&again), nonce);
 
     // Signed in: the overview streams its parts in (out of order), the editor renders whole.
-    let c = signed_in(&app, &users[0].1, &users[0].2).await;
+    let c = acme.owner().signed_in(&app).await;
     for path in ["/".to_owned(), format!("/campaigns/{campaign}/edit")] {
         let (csp, body) = page(c.clone(), format!("{}{path}", app.base)).await;
         assert!(scripts_all_nonced(&body, &nonce_of(&csp)) >= 1, "{path}");
@@ -113,8 +115,8 @@ async fn every_other_response_has_the_headers_without_a_nonce() {
 #[tokio::test]
 async fn session_cookies_are_secure_when_configured_or_behind_a_trusted_https_proxy() {
     let pool = test_db().await;
-    let (_, users) = org_with_users(&pool, "acme", &[Role::Owner]).await;
-    let (_, email, password) = &users[0];
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
+    let (email, password) = (&acme.owner().email, &acme.owner().password);
     let api = |secure_cookies| app::api::ApiConfig {
         secure_cookies,
         captured_dir: None,
@@ -151,9 +153,9 @@ async fn session_cookies_are_secure_when_configured_or_behind_a_trusted_https_pr
 #[tokio::test]
 async fn responses_behind_a_session_are_never_stored() {
     let pool = test_db().await;
-    let (_, users) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
     let app = spawn_app(pool.clone()).await;
-    let c = signed_in(&app, &users[0].1, &users[0].2).await;
+    let c = acme.owner().signed_in(&app).await;
     for path in ["/", "/campaigns", "/settings", "/api/audience/export.csv"] {
         let r = c.get(format!("{}{path}", app.base)).send().await.unwrap();
         assert_eq!(r.status(), 200, "{path}");

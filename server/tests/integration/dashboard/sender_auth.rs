@@ -28,8 +28,9 @@ use serde_json::Value;
 use sqlx::PgPool;
 
 use crate::support::fixtures::{config, config_for_capture};
-use crate::support::helpers::{enqueue_test_mail_to, org_with_users, test_db};
-use crate::support::test_app::{json, marked, signed_in, spawn_app, TestApp};
+use crate::support::helpers::{enqueue_test_mail_to, test_db};
+use crate::support::org::TestOrg;
+use crate::support::test_app::{json, marked, spawn_app, TestApp};
 use testkit::SmtpSink;
 
 /// DNS as published: TXT records by name, nothing else (a miss is an error, never a query).
@@ -185,10 +186,11 @@ fn altered(message: &str, from: &str, to: &str) -> String {
 #[tokio::test]
 async fn dkim_signed_mail_verifies_against_the_published_record_and_fails_once_altered() {
     let pool = test_db().await;
-    let (org, u) = org_with_users(&pool, "acme", &[Role::Owner, Role::Admin]).await;
+    let acme = TestOrg::new(&pool, "acme").await;
+    let org = acme.id.0;
     let app = spawn_app(pool.clone()).await;
-    let owner = signed_in(&app, &u[0].1, &u[0].2).await;
-    let admin = signed_in(&app, &u[1].1, &u[1].2).await;
+    let owner = acme.owner().signed_in(&app).await;
+    let admin = acme.admin(0).signed_in(&app).await;
     let (name, value) = enable_dkim(&app, &owner).await;
     assert_eq!(name, "mr2026._domainkey.example.org");
     assert!(value.starts_with("v=DKIM1; k=rsa; p="), "{value}");
@@ -284,10 +286,11 @@ async fn dkim_signed_mail_verifies_against_the_published_record_and_fails_once_a
 #[tokio::test]
 async fn an_ed25519_key_signs_beside_the_rsa_key_and_each_signature_verifies_against_its_record() {
     let pool = test_db().await;
-    let (org, u) = org_with_users(&pool, "acme", &[Role::Owner, Role::Admin]).await;
+    let acme = TestOrg::new(&pool, "acme").await;
+    let org = acme.id.0;
     let app = spawn_app(pool.clone()).await;
-    let owner = signed_in(&app, &u[0].1, &u[0].2).await;
-    let admin = signed_in(&app, &u[1].1, &u[1].2).await;
+    let owner = acme.owner().signed_in(&app).await;
+    let admin = acme.admin(0).signed_in(&app).await;
     let add = |selector: &str| AddDkimEd25519Key {
         selector: selector.into(),
     };
@@ -455,9 +458,10 @@ async fn an_ed25519_key_signs_beside_the_rsa_key_and_each_signature_verifies_aga
 #[tokio::test]
 async fn captured_mail_is_signed_too() {
     let pool = test_db().await;
-    let (org, u) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
+    let org = acme.id.0;
     let app = spawn_app(pool.clone()).await;
-    let owner = signed_in(&app, &u[0].1, &u[0].2).await;
+    let owner = acme.owner().signed_in(&app).await;
     let (name, value) = enable_dkim(&app, &owner).await;
     let jobs = enqueue_test_mail_to(&pool, org, "cap", &["cap@example.com".to_string()]).await;
     let dir = tempfile::tempdir().unwrap();
@@ -480,9 +484,10 @@ async fn captured_mail_is_signed_too() {
 #[tokio::test]
 async fn the_return_path_is_the_envelope_sender_and_defaults_to_the_from_address() {
     let pool = test_db().await;
-    let (org, u) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
+    let org = acme.id.0;
     let app = spawn_app(pool.clone()).await;
-    let owner = signed_in(&app, &u[0].1, &u[0].2).await;
+    let owner = acme.owner().signed_in(&app).await;
     let sink = SmtpSink::start();
     let mut worker = Worker::new(pool.clone(), config(&sink), "rp");
 
@@ -534,12 +539,14 @@ async fn audit_rows(pool: &PgPool, org: i64) -> Vec<(String, Option<Value>, Opti
 #[tokio::test]
 async fn sender_auth_settings_are_owner_only_validated_audited_and_never_return_the_key() {
     let pool = test_db().await;
-    let (org, u) = org_with_users(&pool, "acme", &[Role::Owner, Role::Admin, Role::Viewer]).await;
-    let (other_org, _) = org_with_users(&pool, "beta", &[Role::Owner]).await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner, Role::Admin, Role::Viewer]).await;
+    let org = acme.id.0;
+    let beta = TestOrg::with_roles(&pool, "beta", &[Role::Owner]).await;
+    let other_org = beta.id.0;
     let app = spawn_app(pool.clone()).await;
-    let owner = signed_in(&app, &u[0].1, &u[0].2).await;
-    let admin = signed_in(&app, &u[1].1, &u[1].2).await;
-    let viewer = signed_in(&app, &u[2].1, &u[2].2).await;
+    let owner = acme.owner().signed_in(&app).await;
+    let admin = acme.admin(0).signed_in(&app).await;
+    let viewer = acme.users[2].signed_in(&app).await;
     let key = app::dkim_key::DkimKey::generate().unwrap();
     let pem = key.to_pkcs1_pem().unwrap();
     // Every response of this test, to search for the key afterwards.

@@ -14,8 +14,9 @@ use reqwest::StatusCode;
 use serde_json::Value;
 use sqlx::PgPool;
 
-use crate::support::helpers::{org_with_users, test_db};
-use crate::support::test_app::{client, json, signed_in, spawn_app, TestApp};
+use crate::support::helpers::test_db;
+use crate::support::org::TestOrg;
+use crate::support::test_app::{client, json, spawn_app, TestApp};
 
 /// The error variant and message of a refused call (`{"Invalid": "…"}` → ("Invalid", "…")).
 /// The answer's status is the refusal's own (a 4xx, never 500).
@@ -97,11 +98,12 @@ async fn can_login(app: &TestApp, email: &str, password: &str) -> bool {
 async fn the_sender_identity_is_owner_only_validated_field_by_field_and_audited() {
     let pool = test_db().await;
     let roles = [Role::Owner, Role::Admin, Role::Viewer, Role::Viewer];
-    let (org, u) = org_with_users(&pool, "acme", &roles).await;
+    let acme = TestOrg::with_roles(&pool, "acme", &roles).await;
+    let org = acme.id.0;
     let app = spawn_app(pool.clone()).await;
-    let owner = signed_in(&app, &u[0].1, &u[0].2).await;
-    let admin = signed_in(&app, &u[1].1, &u[1].2).await;
-    let viewer = signed_in(&app, &u[2].1, &u[2].2).await;
+    let owner = acme.owner().signed_in(&app).await;
+    let admin = acme.admin(0).signed_in(&app).await;
+    let viewer = acme.users[2].signed_in(&app).await;
     let save = |c: &reqwest::Client, name: &str, from: &str, reply: &str| {
         let sender = SaveSender {
             from_name: name.into(),
@@ -197,11 +199,12 @@ async fn the_sender_identity_is_owner_only_validated_field_by_field_and_audited(
 #[tokio::test]
 async fn an_invite_is_one_user_and_one_invite_delivery_and_its_link_sets_a_password_once() {
     let pool = test_db().await;
-    let (org, u) = org_with_users(&pool, "acme", &[Role::Owner, Role::Admin]).await;
-    let (_, other) = org_with_users(&pool, "other", &[Role::Owner]).await;
+    let acme = TestOrg::new(&pool, "acme").await;
+    let org = acme.id.0;
+    let other = TestOrg::with_roles(&pool, "other", &[Role::Owner]).await;
     let app = spawn_app(pool.clone()).await;
-    let owner = signed_in(&app, &u[0].1, &u[0].2).await;
-    let admin = signed_in(&app, &u[1].1, &u[1].2).await;
+    let owner = acme.owner().signed_in(&app).await;
+    let admin = acme.admin(0).signed_in(&app).await;
     let invite = |c: &reqwest::Client, email: &str, role: &str| {
         let invite = InviteUser {
             email: email.into(),
@@ -274,13 +277,13 @@ async fn an_invite_is_one_user_and_one_invite_delivery_and_its_link_sets_a_passw
     assert_eq!(after.unwrap()["role"], "admin");
 
     // Another organisation's login cannot be invited, and the refusal does not say whose it is.
-    let (status, body) = invite(&owner, &other[0].1, "viewer").await;
+    let (status, body) = invite(&owner, &other.owner().email, "viewer").await;
     let (_, message) = refusal(status, &body);
     assert_eq!(
         message,
         format!(
             "{} already has a Mailroom login, so it cannot be invited.",
-            other[0].1
+            other.owner().email
         )
     );
 
@@ -377,12 +380,13 @@ async fn an_invite_is_one_user_and_one_invite_delivery_and_its_link_sets_a_passw
 async fn disabling_ends_sessions_and_blocks_login_and_the_last_owner_is_kept() {
     let pool = test_db().await;
     let roles = [Role::Owner, Role::Admin, Role::Viewer, Role::Viewer];
-    let (org, u) = org_with_users(&pool, "acme", &roles).await;
+    let acme = TestOrg::with_roles(&pool, "acme", &roles).await;
+    let org = acme.id.0;
     let app = spawn_app(pool.clone()).await;
-    let owner = signed_in(&app, &u[0].1, &u[0].2).await;
-    let admin = signed_in(&app, &u[1].1, &u[1].2).await;
-    let viewer = signed_in(&app, &u[2].1, &u[2].2).await;
-    let (owner_id, admin_id) = (u[0].0, u[1].0);
+    let owner = acme.owner().signed_in(&app).await;
+    let admin = acme.admin(0).signed_in(&app).await;
+    let viewer = acme.users[2].signed_in(&app).await;
+    let (owner_id, admin_id) = (acme.owner().id.0, acme.admin(0).id.0);
     let disable = |c: &reqwest::Client, user_id: i64, disabled: bool| {
         let (app, c) = (&app, c.clone());
         async move { app.call_fn(&c, SetUserDisabled { user_id, disabled }).await }
@@ -411,12 +415,12 @@ async fn disabling_ends_sessions_and_blocks_login_and_the_last_owner_is_kept() {
     let (status, body) = app.call_fn(&admin, GetOverview {}).await;
     assert_eq!(refusal(status, &body).0, "NotSignedIn");
     let sessions: i64 = sqlx::query_scalar("select count(*) from sessions where user_id = $1")
-        .bind(u[1].0)
+        .bind(acme.admin(0).id.0)
         .fetch_one(&pool)
         .await
         .unwrap();
     assert_eq!(sessions, 0);
-    assert!(!can_login(&app, &u[1].1, &u[1].2).await);
+    assert!(!can_login(&app, &acme.admin(0).email, &acme.admin(0).password).await);
     let (before, after) = audit_rows(&pool, org, "user.disable").await.remove(0);
     assert_eq!(
         (
@@ -428,7 +432,7 @@ async fn disabling_ends_sessions_and_blocks_login_and_the_last_owner_is_kept() {
     // Enabled again: the same password works.
     let (status, _) = disable(&owner, admin_id, false).await;
     assert_eq!(status, 200);
-    assert!(can_login(&app, &u[1].1, &u[1].2).await);
+    assert!(can_login(&app, &acme.admin(0).email, &acme.admin(0).password).await);
 
     // The last active owner can be neither demoted nor disabled, even by themselves.
     for (status, body) in [
@@ -443,11 +447,14 @@ async fn disabling_ends_sessions_and_blocks_login_and_the_last_owner_is_kept() {
     let (status, body) = set_role(&owner, admin_id, "owner").await;
     assert_eq!(
         (status.as_u16(), json(&body)),
-        (200, Value::from(format!("{} is now owner.", u[1].1)))
+        (
+            200,
+            Value::from(format!("{} is now owner.", acme.admin(0).email))
+        )
     );
     let (status, body) = set_role(&owner, owner_id, "viewer").await;
     assert_eq!(status, 200, "{body}");
-    let second = signed_in(&app, &u[1].1, &u[1].2).await;
+    let second = acme.admin(0).signed_in(&app).await;
     let (status, body) = disable(&second, admin_id, true).await;
     assert!(refusal(status, &body).1.contains("last active owner"));
     let roles = audit_rows(&pool, org, "user.role").await;
@@ -459,17 +466,18 @@ async fn disabling_ends_sessions_and_blocks_login_and_the_last_owner_is_kept() {
 #[tokio::test]
 async fn two_owners_demoting_each_other_at_once_leave_one_owner() {
     let pool = test_db().await;
-    let (org, u) = org_with_users(&pool, "acme", &[Role::Owner, Role::Owner]).await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner, Role::Owner]).await;
+    let org = acme.id.0;
     let app = spawn_app(pool.clone()).await;
-    let a = signed_in(&app, &u[0].1, &u[0].2).await;
-    let b = signed_in(&app, &u[1].1, &u[1].2).await;
+    let a = acme.owner().signed_in(&app).await;
+    let b = acme.users[1].signed_in(&app).await;
     let demote = |user_id: i64| SetUserRole {
         user_id,
         role: "admin".into(),
     };
     let (ra, rb) = tokio::join!(
-        app.call_fn(&a, demote(u[1].0)),
-        app.call_fn(&b, demote(u[0].0))
+        app.call_fn(&a, demote(acme.users[1].id.0)),
+        app.call_fn(&b, demote(acme.owner().id.0))
     );
     let owners: i64 = sqlx::query_scalar(
         "select count(*) from users where org_id = $1 and role = 'owner' and not disabled",
@@ -484,11 +492,12 @@ async fn two_owners_demoting_each_other_at_once_leave_one_owner() {
 #[tokio::test]
 async fn a_reset_ends_the_old_password_and_sessions_and_its_link_sets_a_new_one() {
     let pool = test_db().await;
-    let (org, u) = org_with_users(&pool, "acme", &[Role::Owner, Role::Admin]).await;
+    let acme = TestOrg::new(&pool, "acme").await;
+    let org = acme.id.0;
     let app = spawn_app(pool.clone()).await;
-    let owner = signed_in(&app, &u[0].1, &u[0].2).await;
-    let admin = signed_in(&app, &u[1].1, &u[1].2).await;
-    let admin_id = u[1].0;
+    let owner = acme.owner().signed_in(&app).await;
+    let admin = acme.admin(0).signed_in(&app).await;
+    let admin_id = acme.admin(0).id.0;
 
     let (status, body) = app
         .call_fn(&owner, ResetPassword { user_id: admin_id })
@@ -499,10 +508,10 @@ async fn a_reset_ends_the_old_password_and_sessions_and_its_link_sets_a_new_one(
         .unwrap()
         .contains("old password no longer works"));
     // Decided: an owner's reset takes effect at once (the password may be known to someone else).
-    assert!(!can_login(&app, &u[1].1, &u[1].2).await);
+    assert!(!can_login(&app, &acme.admin(0).email, &acme.admin(0).password).await);
     let (status, body) = app.call_fn(&admin, GetOverview {}).await;
     assert_eq!(refusal(status, &body).0, "NotSignedIn");
-    let jobs = invite_jobs(&pool, &u[1].1).await;
+    let jobs = invite_jobs(&pool, &acme.admin(0).email).await;
     assert_eq!(jobs.len(), 1);
     let token = token_of(&pool, &jobs[0].0).await;
     let c = client(&app);
@@ -531,7 +540,7 @@ async fn a_reset_ends_the_old_password_and_sessions_and_its_link_sets_a_new_one(
         .call_fn(&owner, ResetPassword { user_id: admin_id })
         .await;
     assert_eq!(status, 200);
-    let jobs = invite_jobs(&pool, &u[1].1).await;
+    let jobs = invite_jobs(&pool, &acme.admin(0).email).await;
     assert_eq!(jobs.len(), 2);
     let (status, body) = accept(&app, &token, "", "the-first-links-password").await;
     assert!(
@@ -561,8 +570,8 @@ async fn a_reset_ends_the_old_password_and_sessions_and_its_link_sets_a_new_one(
     assert_eq!(disable(false).await.0, 200);
     let (status, body) = accept(&app, &newest, "", "the-new-password-123").await;
     assert!(status.is_success() || status.is_redirection(), "{body}");
-    assert!(can_login(&app, &u[1].1, "the-new-password-123").await);
-    assert!(!can_login(&app, &u[1].1, &u[1].2).await);
+    assert!(can_login(&app, &acme.admin(0).email, "the-new-password-123").await);
+    assert!(!can_login(&app, &acme.admin(0).email, &acme.admin(0).password).await);
     assert_eq!(audit_rows(&pool, org, "user.reset_password").await.len(), 2);
     assert_eq!(audit_rows(&pool, org, "user.set_password").await.len(), 1);
 }
@@ -571,15 +580,17 @@ async fn a_reset_ends_the_old_password_and_sessions_and_its_link_sets_a_new_one(
 async fn the_audit_log_lists_the_orgs_entries_filtered_and_a_page_at_a_time() {
     let pool = test_db().await;
     let roles = [Role::Owner, Role::Admin, Role::Viewer, Role::Viewer];
-    let (org, u) = org_with_users(&pool, "acme", &roles).await;
-    let (other_org, _) = org_with_users(&pool, "other", &[Role::Owner]).await;
+    let acme = TestOrg::with_roles(&pool, "acme", &roles).await;
+    let org = acme.id.0;
+    let other = TestOrg::with_roles(&pool, "other", &[Role::Owner]).await;
+    let other_org = other.id.0;
     let app = spawn_app(pool.clone()).await;
-    let owner = signed_in(&app, &u[0].1, &u[0].2).await;
-    let viewer = signed_in(&app, &u[2].1, &u[2].2).await;
-    let admin_id = u[1].0.to_string();
+    let owner = acme.owner().signed_in(&app).await;
+    let viewer = acme.users[2].signed_in(&app).await;
+    let admin_id = acme.admin(0).id.0.to_string();
     for role in ["viewer", "admin"] {
         let change = SetUserRole {
-            user_id: u[1].0,
+            user_id: acme.admin(0).id.0,
             role: role.into(),
         };
         app.call_fn(&owner, change).await;
@@ -593,7 +604,7 @@ async fn the_audit_log_lists_the_orgs_entries_filtered_and_a_page_at_a_time() {
     let mut tx = pool.begin().await.unwrap();
     for i in 0..60 {
         let (o, actor) = if i % 2 == 0 {
-            (org, Some(u[1].0))
+            (org, Some(acme.admin(0).id.0))
         } else {
             (other_org, None)
         };
@@ -633,7 +644,7 @@ async fn the_audit_log_lists_the_orgs_entries_filtered_and_a_page_at_a_time() {
     let p = page("user.role", "", "").await;
     let rows = p["rows"].as_array().unwrap();
     assert_eq!(rows.len(), 2);
-    assert_eq!(rows[0]["actor"], u[0].1.as_str());
+    assert_eq!(rows[0]["actor"], acme.owner().email.as_str());
     assert!(rows[0]["before"].as_str().unwrap().contains("\"viewer\""));
     assert!(rows[0]["after"].as_str().unwrap().contains("\"admin\""));
     assert!(p["actions"]
@@ -680,9 +691,10 @@ async fn the_audit_log_lists_the_orgs_entries_filtered_and_a_page_at_a_time() {
 async fn the_delivery_worker_sends_an_invite_with_its_link_and_never_a_retired_one() {
     use mailroom::workers::delivery::Worker;
     let pool = test_db().await;
-    let (org, u) = org_with_users(&pool, "acme", &[Role::Owner, Role::Admin]).await;
+    let acme = TestOrg::new(&pool, "acme").await;
+    let org = acme.id.0;
     let app = spawn_app(pool.clone()).await;
-    let owner = signed_in(&app, &u[0].1, &u[0].2).await;
+    let owner = acme.owner().signed_in(&app).await;
     let (status, body) = app
         .call_fn(
             &owner,
@@ -696,7 +708,14 @@ async fn the_delivery_worker_sends_an_invite_with_its_link_and_never_a_retired_o
     assert_eq!(status, 200, "{body}");
     // Two resets of the admin before any worker runs: only the newest link is worth sending.
     for _ in 0..2 {
-        let (status, _) = app.call_fn(&owner, ResetPassword { user_id: u[1].0 }).await;
+        let (status, _) = app
+            .call_fn(
+                &owner,
+                ResetPassword {
+                    user_id: acme.admin(0).id.0,
+                },
+            )
+            .await;
         assert_eq!(status, 200);
     }
 
@@ -725,12 +744,15 @@ async fn the_delivery_worker_sends_an_invite_with_its_link_and_never_a_retired_o
         ivy.data
     );
     assert!(ivy.message_id().contains("invite."), "{}", ivy.message_id());
-    let resets = invite_jobs(&pool, &u[1].1).await;
+    let resets = invite_jobs(&pool, &acme.admin(0).email).await;
     let newest = format!(
         "http://mailroom.test/invite/{}",
         token_of(&pool, &resets[1].0).await
     );
-    let reset = got.iter().find(|m| m.to == [u[1].1.clone()]).unwrap();
+    let reset = got
+        .iter()
+        .find(|m| m.to == [acme.admin(0).email.clone()])
+        .unwrap();
     assert!(reset
         .data
         .contains("Subject: Set a new Mailroom password for acme"));
@@ -761,10 +783,10 @@ async fn the_delivery_worker_sends_an_invite_with_its_link_and_never_a_retired_o
 #[tokio::test]
 async fn the_pages_render_on_the_server_so_their_forms_work_before_the_wasm_loads() {
     let pool = test_db().await;
-    let (_, u) = org_with_users(&pool, "acme", &[Role::Owner, Role::Viewer]).await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner, Role::Viewer]).await;
     let app = spawn_app(pool.clone()).await;
-    let owner = signed_in(&app, &u[0].1, &u[0].2).await;
-    let viewer = signed_in(&app, &u[1].1, &u[1].2).await;
+    let owner = acme.owner().signed_in(&app).await;
+    let viewer = acme.users[1].signed_in(&app).await;
     let get = |c: &reqwest::Client, path: &str| {
         let (c, url) = (c.clone(), format!("{}{path}", app.base));
         async move { c.get(url).send().await.unwrap().text().await.unwrap() }
@@ -815,11 +837,12 @@ async fn the_pages_render_on_the_server_so_their_forms_work_before_the_wasm_load
 async fn self_approval_is_off_by_default_and_only_an_owner_turns_it_on_which_lets_an_author_approve(
 ) {
     let pool = test_db().await;
-    let (org, users) = org_with_users(&pool, "acme", &[Role::Owner, Role::Admin]).await;
-    let (lists, _) = crate::support::fixtures::audience_of(&pool, org, 5).await;
+    let acme = TestOrg::new(&pool, "acme").await;
+    let org = acme.id.0;
+    let (lists, _) = acme.audience(5).await;
     let app = spawn_app(pool.clone()).await;
-    let owner = signed_in(&app, &users[0].1, &users[0].2).await;
-    let admin = signed_in(&app, &users[1].1, &users[1].2).await;
+    let owner = acme.owner().signed_in(&app).await;
+    let admin = acme.admin(0).signed_in(&app).await;
     let view = json(&app.call_fn(&owner, SettingsView {}).await.1);
     assert_eq!(view["allow_self_approval"], false);
 
@@ -912,14 +935,15 @@ async fn captured_invitations_and_resets_are_readable_by_no_dashboard_user() {
     use mailroom::workers::delivery::Worker;
     let pool = test_db().await;
     let roles = [Role::Owner, Role::Admin, Role::Viewer, Role::Viewer];
-    let (org, u) = org_with_users(&pool, "acme", &roles).await;
+    let acme = TestOrg::with_roles(&pool, "acme", &roles).await;
+    let org = acme.id.0;
     let dir = tempfile::tempdir().unwrap();
     let app =
         crate::support::test_app::spawn_app_capturing(pool.clone(), Some(dir.path().to_owned()))
             .await;
-    let owner = signed_in(&app, &u[0].1, &u[0].2).await;
-    let admin = signed_in(&app, &u[1].1, &u[1].2).await;
-    let viewer = signed_in(&app, &u[2].1, &u[2].2).await;
+    let owner = acme.owner().signed_in(&app).await;
+    let admin = acme.admin(0).signed_in(&app).await;
+    let viewer = acme.users[2].signed_in(&app).await;
     let (status, body) = app
         .call_fn(
             &owner,
@@ -931,7 +955,14 @@ async fn captured_invitations_and_resets_are_readable_by_no_dashboard_user() {
         )
         .await;
     assert_eq!(status, 200, "{body}");
-    let (status, body) = app.call_fn(&owner, ResetPassword { user_id: u[3].0 }).await;
+    let (status, body) = app
+        .call_fn(
+            &owner,
+            ResetPassword {
+                user_id: acme.users[3].id.0,
+            },
+        )
+        .await;
     assert_eq!(status, 200, "{body}");
     let mut worker = Worker::new(
         pool.clone(),
@@ -941,7 +972,7 @@ async fn captured_invitations_and_resets_are_readable_by_no_dashboard_user() {
     while worker.drain().await.unwrap() > 0 {}
 
     let invite = invite_jobs(&pool, "boss@acme.example").await.remove(0).0;
-    let reset = invite_jobs(&pool, &u[3].1).await.remove(0).0;
+    let reset = invite_jobs(&pool, &acme.users[3].email).await.remove(0).0;
     for job in [&invite, &reset] {
         // The copy exists on disk, with its live link: the operator can hand it over.
         let token = token_of(&pool, job).await;

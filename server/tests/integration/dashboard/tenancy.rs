@@ -5,7 +5,8 @@
 use app::domain::Role;
 use serde_json::Value;
 
-use crate::support::helpers::{draft, enqueue_test_mail_to, org_with_users, test_db};
+use crate::support::helpers::{draft, enqueue_test_mail_to, test_db};
+use crate::support::org::TestOrg;
 use crate::support::test_app::{client, spawn_app, TestApp};
 
 /// One org's objects, by id.
@@ -338,12 +339,14 @@ async fn call(
 #[tokio::test]
 async fn every_server_function_keeps_to_the_signed_in_org_and_viewers_cannot_act() {
     let pool = test_db().await;
-    let (org_a, a) = org_with_users(&pool, "alpha", &[Role::Owner, Role::Viewer]).await;
-    let (org_b, b) = org_with_users(&pool, "beta", &[Role::Owner]).await;
+    let alpha = TestOrg::with_roles(&pool, "alpha", &[Role::Owner, Role::Viewer]).await;
+    let org_a = alpha.id.0;
+    let beta = TestOrg::with_roles(&pool, "beta", &[Role::Owner]).await;
+    let org_b = beta.id.0;
     let mut objects = Vec::new();
     for (org, author, marker) in [
-        (org_a, a[0].0, "alpha-marker"),
-        (org_b, b[0].0, "beta-secret-marker"),
+        (org_a, alpha.owner().id.0, "alpha-marker"),
+        (org_b, beta.owner().id.0, "beta-secret-marker"),
     ] {
         let mut tx = pool.begin().await.unwrap();
         let campaign = draft(&mut tx, org, author, marker).await;
@@ -405,9 +408,11 @@ async fn every_server_function_keeps_to_the_signed_in_org_and_viewers_cannot_act
     let (ours, theirs) = (&objects[0], &objects[1]);
     let app = spawn_app(pool.clone()).await;
     let owner = client(&app);
-    app.login(&owner, &a[0].1, &a[0].2).await;
+    app.login(&owner, &alpha.owner().email, &alpha.owner().password)
+        .await;
     let viewer = client(&app);
-    app.login(&viewer, &a[1].1, &a[1].2).await;
+    app.login(&viewer, &alpha.users[1].email, &alpha.users[1].password)
+        .await;
     let before: String = sqlx::query_scalar(ORG_ROWS)
         .bind(org_b)
         .fetch_one(&pool)

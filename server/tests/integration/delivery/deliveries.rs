@@ -8,7 +8,8 @@ use app::domain::{CampaignId, DigestSendId, EmailAddress, JobId, OrgId, Referenc
 use sqlx::PgPool;
 
 use crate::support::fixtures::{campaign_deliveries, test_mail};
-use crate::support::helpers::{org_with_users, test_db};
+use crate::support::helpers::test_db;
+use crate::support::org::TestOrg;
 
 async fn enqueue_test_mail(pool: &PgPool, org: i64, n: usize) -> Vec<String> {
     let addresses: Vec<String> = (0..n).map(|i| format!("r{i}@example.org")).collect();
@@ -71,7 +72,8 @@ async fn expire_leases(pool: &PgPool) {
 #[tokio::test]
 async fn enqueueing_the_same_job_twice_stores_one_row() {
     let pool = test_db().await;
-    let (org, _) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
+    let org = acme.id.0;
     let to = EmailAddress::parse("a@example.org").unwrap();
     let job = JobId::test(1, 1, "dlg", &to).unwrap();
     let mut conn = pool.acquire().await.unwrap();
@@ -88,7 +90,8 @@ async fn enqueueing_the_same_job_twice_stores_one_row() {
 #[tokio::test]
 async fn a_claimed_row_that_does_not_decode_fails_for_good_and_holds_up_nothing() {
     let pool = test_db().await;
-    let (org, _) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
+    let org = acme.id.0;
     let mut conn = pool.acquire().await.unwrap();
     let mut jobs = Vec::new();
     for to in ["good@example.org", "bad@example.org"] {
@@ -132,7 +135,8 @@ async fn a_claimed_row_that_does_not_decode_fails_for_good_and_holds_up_nothing(
 #[tokio::test]
 async fn mail_of_any_kind_to_an_erased_person_is_suppressed_when_claimed() {
     let pool = test_db().await;
-    let (org, users) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
+    let org = acme.id.0;
     let email = EmailAddress::parse("Gone@Example.org").unwrap();
     let subscriber: i64 = sqlx::query_scalar(
         "insert into subscribers (org_id, email, email_lower) values ($1, $2, $3) returning id",
@@ -146,7 +150,7 @@ async fn mail_of_any_kind_to_an_erased_person_is_suppressed_when_claimed() {
     // Account mail, which an unsubscribe or a manual suppression does not stop.
     let job = JobId::Invite {
         org_id: org,
-        user_id: users[0].0,
+        user_id: acme.owner().id.0,
         token_id: 1,
     };
     let mut conn = pool.acquire().await.unwrap();
@@ -155,7 +159,7 @@ async fn mail_of_any_kind_to_an_erased_person_is_suppressed_when_claimed() {
         org: OrgId(org),
         recipient: &email,
         reference: Reference::Invite {
-            user: UserId(users[0].0),
+            user: UserId(acme.owner().id.0),
         },
     };
     assert!(app::db::delivery::enqueue(&mut conn, invite).await.unwrap());
@@ -176,7 +180,8 @@ async fn mail_of_any_kind_to_an_erased_person_is_suppressed_when_claimed() {
 #[tokio::test]
 async fn racing_claimers_take_disjoint_batches_and_lose_nothing() {
     let pool = test_db().await;
-    let (org, _) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
+    let org = acme.id.0;
     let all: HashSet<String> = enqueue_test_mail(&pool, org, 400)
         .await
         .into_iter()
@@ -214,9 +219,11 @@ async fn racing_claimers_take_disjoint_batches_and_lose_nothing() {
 #[tokio::test]
 async fn claims_follow_priority_and_skip_campaigns_that_are_not_sending() {
     let pool = test_db().await;
-    let (org, users) = org_with_users(&pool, "acme", &[Role::Owner]).await;
-    let sending = campaign_delivery(&pool, org, users[0].0, "sending", "c1@example.org").await;
-    let paused = campaign_delivery(&pool, org, users[0].0, "paused", "c2@example.org").await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
+    let org = acme.id.0;
+    let sending =
+        campaign_delivery(&pool, org, acme.owner().id.0, "sending", "c1@example.org").await;
+    let paused = campaign_delivery(&pool, org, acme.owner().id.0, "paused", "c2@example.org").await;
     let test = enqueue_test_mail(&pool, org, 1).await.remove(0);
     let first = app::db::delivery::claim(&pool, 1, 60.0, "t").await.unwrap();
     assert_eq!(first[0].job_id(), test, "test mail first");
@@ -237,8 +244,10 @@ async fn claims_follow_priority_and_skip_campaigns_that_are_not_sending() {
 #[tokio::test]
 async fn suppression_is_rechecked_at_claim_with_the_per_kind_rule() {
     let pool = test_db().await;
-    let (org, users) = org_with_users(&pool, "acme", &[Role::Owner]).await;
-    let campaign = campaign_delivery(&pool, org, users[0].0, "sending", "Gone@Example.org").await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
+    let org = acme.id.0;
+    let campaign =
+        campaign_delivery(&pool, org, acme.owner().id.0, "sending", "Gone@Example.org").await;
     let tests = enqueue_test_mail(&pool, org, 2).await; // r0@, r1@
     let mut conn = pool.acquire().await.unwrap();
     // A digest to an admin who also unsubscribed from the newsletter.
@@ -254,7 +263,7 @@ async fn suppression_is_rechecked_at_claim_with_the_per_kind_rule() {
     let digest = JobId::Digest {
         org_id: org,
         week_key: "2026-W48".parse().unwrap(),
-        user_id: users[0].0,
+        user_id: acme.owner().id.0,
     };
     app::db::delivery::enqueue(
         &mut conn,
@@ -264,7 +273,7 @@ async fn suppression_is_rechecked_at_claim_with_the_per_kind_rule() {
             recipient: &admin,
             reference: Reference::Digest {
                 send: DigestSendId(digest_send),
-                user: UserId(users[0].0),
+                user: UserId(acme.owner().id.0),
             },
         },
     )
@@ -314,7 +323,8 @@ async fn suppression_is_rechecked_at_claim_with_the_per_kind_rule() {
 #[tokio::test]
 async fn a_reaped_and_reclaimed_delivery_ignores_the_slow_workers_late_result() {
     let pool = test_db().await;
-    let (org, _) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
+    let org = acme.id.0;
     let job = enqueue_test_mail(&pool, org, 1).await.remove(0);
     let slow = app::db::delivery::claim(&pool, 1, 60.0, "t")
         .await
@@ -362,7 +372,8 @@ async fn a_reaped_and_reclaimed_delivery_ignores_the_slow_workers_late_result() 
 #[tokio::test]
 async fn the_reaper_requeues_unstarted_mail_and_marks_started_mail_unknown() {
     let pool = test_db().await;
-    let (org, _) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
+    let org = acme.id.0;
     enqueue_test_mail(&pool, org, 2).await;
     let held = app::db::delivery::claim(&pool, 2, 60.0, "t").await.unwrap();
     let started = &held[0];
@@ -434,7 +445,8 @@ async fn the_reaper_gives_way_to_a_ledger_write_that_waits_on_it() {
         pool.close().await;
         sqlx::PgPool::connect_with(options).await.unwrap()
     };
-    let (org, _) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
+    let org = acme.id.0;
     enqueue_test_mail(&pool, org, 2).await;
     let mut held = app::db::delivery::claim(&pool, 2, 60.0, "slow")
         .await
@@ -505,7 +517,8 @@ async fn the_reaper_gives_way_to_a_ledger_write_that_waits_on_it() {
 #[tokio::test]
 async fn a_retry_waits_for_its_backoff() {
     let pool = test_db().await;
-    let (org, _) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
+    let org = acme.id.0;
     let job = enqueue_test_mail(&pool, org, 1).await.remove(0);
     let c = app::db::delivery::claim(&pool, 1, 60.0, "t")
         .await
@@ -547,17 +560,24 @@ async fn a_retry_waits_for_its_backoff() {
 #[tokio::test]
 async fn claims_share_a_batch_round_robin_across_orgs_and_campaigns() {
     let pool = test_db().await;
-    let (acme, users) = org_with_users(&pool, "acme", &[Role::Owner]).await;
-    let (other, _) = org_with_users(&pool, "other", &[Role::Owner]).await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
+    let org = acme.id.0;
+    let other = TestOrg::with_roles(&pool, "other", &[Role::Owner]).await;
     let emails = |prefix: &str, n: usize| -> Vec<String> {
         (0..n).map(|i| format!("{prefix}{i}@example.org")).collect()
     };
     // A big campaign queued first must not starve a small one, nor another org's mail.
     let (big, _) =
-        campaign_deliveries(&pool, acme, users[0].0, "sending", &emails("big", 60)).await;
-    let (small, _) =
-        campaign_deliveries(&pool, acme, users[0].0, "sending", &emails("small", 5)).await;
-    enqueue_test_mail(&pool, other, 5).await;
+        campaign_deliveries(&pool, org, acme.owner().id.0, "sending", &emails("big", 60)).await;
+    let (small, _) = campaign_deliveries(
+        &pool,
+        org,
+        acme.owner().id.0,
+        "sending",
+        &emails("small", 5),
+    )
+    .await;
+    enqueue_test_mail(&pool, other.id.0, 5).await;
     let batch = app::db::delivery::claim(&pool, 12, 60.0, "t")
         .await
         .unwrap();
@@ -565,7 +585,7 @@ async fn claims_share_a_batch_round_robin_across_orgs_and_campaigns() {
         |f: &dyn Fn(&app::db::delivery::Claimed) -> bool| batch.iter().filter(|c| f(c)).count();
     assert_eq!(batch.len(), 12);
     assert_eq!(
-        count(&|c| c.org == OrgId(other)),
+        count(&|c| c.org == other.id),
         5,
         "test mail first, all of it"
     );
@@ -593,9 +613,10 @@ async fn progress(pool: &PgPool, campaign: i64) -> (i64, i64, i64, i64) {
 #[tokio::test]
 async fn progress_slots_move_in_the_same_statement_as_each_result() {
     let pool = test_db().await;
-    let (org, users) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
+    let org = acme.id.0;
     let emails: Vec<String> = (0..5).map(|i| format!("p{i}@example.org")).collect();
-    let (cid, _) = campaign_deliveries(&pool, org, users[0].0, "sending", &emails).await;
+    let (cid, _) = campaign_deliveries(&pool, org, acme.owner().id.0, "sending", &emails).await;
     let mut conn = pool.acquire().await.unwrap();
     app::db::audience::suppress(
         &mut conn,
@@ -673,7 +694,7 @@ async fn progress_slots_move_in_the_same_statement_as_each_result() {
         .await
         .unwrap();
     let actor = app::db::delivery::admin::Actor {
-        user_id: users[0].0,
+        user_id: acme.owner().id.0,
         name: "Owner",
     };
     let retried = app::db::delivery::admin::retry(&mut conn, org, &held[3].job_id(), actor)
@@ -694,7 +715,8 @@ async fn progress_slots_move_in_the_same_statement_as_each_result() {
 #[tokio::test]
 async fn a_stopping_process_releases_exactly_its_own_claims() {
     let pool = test_db().await;
-    let (org, _) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
+    let org = acme.id.0;
     enqueue_test_mail(&pool, org, 4).await;
     let mine = app::db::delivery::claim(&pool, 2, 60.0, "me")
         .await
@@ -736,7 +758,8 @@ async fn a_stopping_process_releases_exactly_its_own_claims() {
 #[tokio::test]
 async fn a_live_process_extends_only_the_leases_of_claims_it_is_still_working_on() {
     let pool = test_db().await;
-    let (org, _) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
+    let org = acme.id.0;
     enqueue_test_mail(&pool, org, 3).await;
     let mine = app::db::delivery::claim(&pool, 2, 60.0, "me")
         .await
@@ -810,7 +833,8 @@ async fn claims(pool: &PgPool) -> i64 {
 #[tokio::test]
 async fn extending_leases_skips_claims_another_transaction_holds_instead_of_waiting() {
     let pool = test_db().await;
-    let (org, _) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
+    let org = acme.id.0;
     enqueue_test_mail(&pool, org, 2).await;
     let mut mine = app::db::delivery::claim(&pool, 1, 60.0, "me")
         .await
@@ -858,7 +882,8 @@ async fn extending_leases_skips_claims_another_transaction_holds_instead_of_wait
 #[tokio::test]
 async fn a_hard_bounce_upgrades_an_unsubscribe_and_nothing_downgrades_it() {
     let pool = test_db().await;
-    let (org, _) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
+    let org = acme.id.0;
     let mut conn = pool.acquire().await.unwrap();
     let ann = EmailAddress::parse("ann@example.org").unwrap();
     let reason = |pool: PgPool| async move {
@@ -916,16 +941,17 @@ async fn a_hard_bounce_upgrades_an_unsubscribe_and_nothing_downgrades_it() {
 #[tokio::test]
 async fn an_opt_out_committed_after_the_claim_wins_at_the_body_start_mark() {
     let pool = test_db().await;
-    let (org, users) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
+    let org = acme.id.0;
     let emails: Vec<String> = (0..2).map(|i| format!("m{i}@example.org")).collect();
-    let (cid, _) = campaign_deliveries(&pool, org, users[0].0, "sending", &emails).await;
+    let (cid, _) = campaign_deliveries(&pool, org, acme.owner().id.0, "sending", &emails).await;
     // Account mail (an invitation): an unsubscribe does not stop it, a hard bounce does.
     let invite_to = ["m0@example.org", "m1@example.org", "t2@example.org"];
     let mut conn = pool.acquire().await.unwrap();
     for (i, to) in invite_to.iter().enumerate() {
         let job = JobId::Invite {
             org_id: org,
-            user_id: users[0].0,
+            user_id: acme.owner().id.0,
             token_id: i as i64 + 1,
         };
         let email = EmailAddress::parse(to).unwrap();
@@ -934,7 +960,7 @@ async fn an_opt_out_committed_after_the_claim_wins_at_the_body_start_mark() {
             org: OrgId(org),
             recipient: &email,
             reference: Reference::Invite {
-                user: UserId(users[0].0),
+                user: UserId(acme.owner().id.0),
             },
         };
         assert!(app::db::delivery::enqueue(&mut conn, invite).await.unwrap());
@@ -1026,7 +1052,8 @@ async fn mark_groups(pool: &PgPool) -> Vec<(i64, i64)> {
 #[tokio::test]
 async fn one_statement_records_outcomes_and_marks_other_attempts_and_both_are_counted() {
     let pool = test_db().await;
-    let (org, _) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
+    let org = acme.id.0;
     enqueue_test_mail(&pool, org, 4).await;
     let held = app::db::delivery::claim(&pool, 4, 60.0, "t").await.unwrap();
     assert_eq!(held.len(), 4);
@@ -1110,7 +1137,8 @@ async fn one_statement_records_outcomes_and_marks_other_attempts_and_both_are_co
 async fn a_groups_marks_are_one_row_deleted_with_its_last_outcome_or_swept_once_none_is_in_flight()
 {
     let pool = test_db().await;
-    let (org, _) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
+    let org = acme.id.0;
     enqueue_test_mail(&pool, org, 5).await;
     let held = app::db::delivery::claim(&pool, 5, 60.0, "t").await.unwrap();
     assert_eq!(held.len(), 5);
@@ -1177,7 +1205,8 @@ async fn a_groups_marks_are_one_row_deleted_with_its_last_outcome_or_swept_once_
 #[tokio::test]
 async fn of_an_expired_attempt_and_its_successor_marked_together_only_the_current_one_is_marked() {
     let pool = test_db().await;
-    let (org, _) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
+    let org = acme.id.0;
     enqueue_test_mail(&pool, org, 1).await;
     let first = app::db::delivery::claim(&pool, 1, 60.0, "t").await.unwrap();
     expire_leases(&pool).await;
@@ -1248,7 +1277,8 @@ async fn suppression_reads(
 #[tokio::test]
 async fn a_long_suppression_list_is_probed_per_message_not_read_per_claim_or_mark() {
     let pool = test_db().await;
-    let (org, _) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
+    let org = acme.id.0;
     let due = enqueue_test_mail(&pool, org, 300).await;
     // A long queue too: with it, the generic plan's estimates favour reading the whole list
     // once and hash-joining it.
@@ -1333,9 +1363,10 @@ async fn a_long_suppression_list_is_probed_per_message_not_read_per_claim_or_mar
 #[tokio::test]
 async fn cancelling_a_campaign_never_cancels_a_message_in_flight() {
     let pool = test_db().await;
-    let (org, users) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
+    let org = acme.id.0;
     let emails: Vec<String> = (0..3).map(|i| format!("c{i}@example.org")).collect();
-    let (cid, jobs) = campaign_deliveries(&pool, org, users[0].0, "sending", &emails).await;
+    let (cid, jobs) = campaign_deliveries(&pool, org, acme.owner().id.0, "sending", &emails).await;
     let held = app::db::delivery::claim(&pool, 2, 60.0, "me")
         .await
         .unwrap();

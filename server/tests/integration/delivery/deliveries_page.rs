@@ -10,8 +10,9 @@ use serde_json::Value;
 use sqlx::PgPool;
 
 use crate::support::fixtures::test_mail_in_states as seed;
-use crate::support::helpers::{org_with_users, test_db};
-use crate::support::test_app::{json, signed_in, spawn_app, spawn_app_capturing};
+use crate::support::helpers::test_db;
+use crate::support::org::TestOrg;
+use crate::support::test_app::{json, spawn_app, spawn_app_capturing};
 
 /// The Deliveries page's first page, unfiltered.
 fn every_delivery() -> DeliveriesPage {
@@ -61,8 +62,10 @@ async fn seed_failed_and_unknown(pool: &PgPool, org: i64) -> Vec<String> {
 #[tokio::test]
 async fn counts_list_retry_and_messages_are_scoped_to_the_org() {
     let pool = test_db().await;
-    let (org_a, a) = org_with_users(&pool, "alpha", &[Role::Owner]).await;
-    let (org_b, _) = org_with_users(&pool, "beta", &[Role::Owner]).await;
+    let alpha = TestOrg::with_roles(&pool, "alpha", &[Role::Owner]).await;
+    let org_a = alpha.id.0;
+    let beta = TestOrg::with_roles(&pool, "beta", &[Role::Owner]).await;
+    let org_b = beta.id.0;
     seed(
         &pool,
         org_a,
@@ -95,7 +98,7 @@ async fn counts_list_retry_and_messages_are_scoped_to_the_org() {
     std::fs::write(&b_file, "Subject: beta's secret\r\n\r\nhush").unwrap();
 
     let app = spawn_app_capturing(pool.clone(), Some(dir.path().to_owned())).await;
-    let c = signed_in(&app, &a[0].1, &a[0].2).await;
+    let c = alpha.owner().signed_in(&app).await;
 
     let (status, body) = app.call_fn(&c, DeliveryCounts {}).await;
     assert_eq!(status, 200, "{body}");
@@ -169,8 +172,10 @@ async fn at(pool: &PgPool, job: &str, seconds_ago: i64) {
 #[tokio::test]
 async fn keyset_pages_return_every_matching_row_exactly_once() {
     let pool = test_db().await;
-    let (org_a, _) = org_with_users(&pool, "alpha", &[Role::Owner]).await;
-    let (org_b, _) = org_with_users(&pool, "beta", &[Role::Owner]).await;
+    let alpha = TestOrg::with_roles(&pool, "alpha", &[Role::Owner]).await;
+    let org_a = alpha.id.0;
+    let beta = TestOrg::with_roles(&pool, "beta", &[Role::Owner]).await;
+    let org_b = beta.id.0;
     let states = [
         DeliveryStatus::Failed,
         DeliveryStatus::Delivered,
@@ -263,7 +268,8 @@ async fn keyset_pages_return_every_matching_row_exactly_once() {
 #[tokio::test]
 async fn the_list_pages_over_http_with_the_cursor_it_hands_out() {
     let pool = test_db().await;
-    let (org, users) = org_with_users(&pool, "alpha", &[Role::Viewer]).await;
+    let alpha = TestOrg::with_roles(&pool, "alpha", &[Role::Viewer]).await;
+    let org = alpha.id.0;
     let names: Vec<String> = (0..120).map(|i| format!("r{i}")).collect();
     let rows: Vec<_> = names
         .iter()
@@ -271,7 +277,7 @@ async fn the_list_pages_over_http_with_the_cursor_it_hands_out() {
         .collect();
     let jobs = seed(&pool, org, "a.example", &rows).await;
     let app = spawn_app(pool).await;
-    let c = signed_in(&app, &users[0].1, &users[0].2).await;
+    let c = alpha.users[0].signed_in(&app).await;
     let mut seen = Vec::new();
     let mut after = String::new();
     let mut pages = 0;
@@ -320,14 +326,15 @@ async fn the_list_pages_over_http_with_the_cursor_it_hands_out() {
 #[tokio::test]
 async fn retry_requeues_failed_and_unknown_with_an_audit_row_naming_the_actor() {
     let pool = test_db().await;
-    let (org, users) = org_with_users(&pool, "alpha", &[Role::Admin]).await;
+    let alpha = TestOrg::with_roles(&pool, "alpha", &[Role::Admin]).await;
+    let org = alpha.id.0;
     let jobs = seed_failed_and_unknown(&pool, org).await;
     sqlx::query("update deliveries set attempt = 3")
         .execute(&pool)
         .await
         .unwrap();
     let app = spawn_app(pool.clone()).await;
-    let c = signed_in(&app, &users[0].1, &users[0].2).await;
+    let c = alpha.admin(0).signed_in(&app).await;
     for (job, before) in jobs.iter().zip(["failed", "unknown"]) {
         let (status, body) = app
             .call_fn(
@@ -349,7 +356,7 @@ async fn retry_requeues_failed_and_unknown_with_an_audit_row_naming_the_actor() 
         .fetch_one(&pool)
         .await
         .unwrap();
-        let who = format!("retried by {}", users[0].1);
+        let who = format!("retried by {}", alpha.admin(0).email);
         assert_eq!(
             row,
             ("queued".into(), 3, true, true, true, Some(who), true),
@@ -364,7 +371,7 @@ async fn retry_requeues_failed_and_unknown_with_an_audit_row_naming_the_actor() 
         .fetch_one(&pool)
         .await
         .unwrap();
-        assert_eq!(audit.0, Some(users[0].0));
+        assert_eq!(audit.0, Some(alpha.admin(0).id.0));
         assert_eq!(audit.1, serde_json::json!({ "status": before }));
         assert_eq!(audit.2, serde_json::json!({ "status": "queued" }));
     }
@@ -373,7 +380,8 @@ async fn retry_requeues_failed_and_unknown_with_an_audit_row_naming_the_actor() 
 #[tokio::test]
 async fn retry_of_a_row_in_another_state_is_refused_naming_it_and_changes_nothing() {
     let pool = test_db().await;
-    let (org, users) = org_with_users(&pool, "alpha", &[Role::Owner]).await;
+    let alpha = TestOrg::with_roles(&pool, "alpha", &[Role::Owner]).await;
+    let org = alpha.id.0;
     let jobs = seed(
         &pool,
         org,
@@ -386,7 +394,7 @@ async fn retry_of_a_row_in_another_state_is_refused_naming_it_and_changes_nothin
     )
     .await;
     let app = spawn_app(pool.clone()).await;
-    let c = signed_in(&app, &users[0].1, &users[0].2).await;
+    let c = alpha.owner().signed_in(&app).await;
     for (job, state) in jobs.iter().zip(["delivered", "queued", "suppressed"]) {
         let before = snapshot(&pool, job).await;
         let (status, body) = app
@@ -414,11 +422,12 @@ async fn retry_of_a_row_in_another_state_is_refused_naming_it_and_changes_nothin
 #[tokio::test]
 async fn a_second_retry_is_refused_even_when_both_race() {
     let pool = test_db().await;
-    let (org, users) = org_with_users(&pool, "alpha", &[Role::Owner, Role::Admin]).await;
+    let alpha = TestOrg::new(&pool, "alpha").await;
+    let org = alpha.id.0;
     let jobs = seed_failed_and_unknown(&pool, org).await;
     let app = spawn_app(pool.clone()).await;
-    let owner = signed_in(&app, &users[0].1, &users[0].2).await;
-    let admin = signed_in(&app, &users[1].1, &users[1].2).await;
+    let owner = alpha.owner().signed_in(&app).await;
+    let admin = alpha.admin(0).signed_in(&app).await;
 
     // One after the other: the second sees the row queued.
     let retry = |job: &str| RetryDelivery {
@@ -455,7 +464,8 @@ async fn a_second_retry_is_refused_even_when_both_race() {
 #[tokio::test]
 async fn a_viewer_can_look_but_not_retry() {
     let pool = test_db().await;
-    let (org, users) = org_with_users(&pool, "alpha", &[Role::Viewer, Role::Admin]).await;
+    let alpha = TestOrg::with_roles(&pool, "alpha", &[Role::Viewer, Role::Admin]).await;
+    let org = alpha.id.0;
     let jobs = seed(
         &pool,
         org,
@@ -464,7 +474,7 @@ async fn a_viewer_can_look_but_not_retry() {
     )
     .await;
     let app = spawn_app(pool.clone()).await;
-    let viewer = signed_in(&app, &users[0].1, &users[0].2).await;
+    let viewer = alpha.users[0].signed_in(&app).await;
     let before = snapshot(&pool, &jobs[0]).await;
     let retry = RetryDelivery {
         job_id: jobs[0].clone(),
@@ -475,7 +485,7 @@ async fn a_viewer_can_look_but_not_retry() {
     assert_eq!(snapshot(&pool, &jobs[0]).await, before);
     let (_, body) = app.call_fn(&viewer, every_delivery()).await;
     assert_eq!(json(&body)["can_retry"], false);
-    let admin = signed_in(&app, &users[1].1, &users[1].2).await;
+    let admin = alpha.admin(0).signed_in(&app).await;
     let (_, body) = app.call_fn(&admin, every_delivery()).await;
     assert_eq!(json(&body)["can_retry"], true);
 }
@@ -483,7 +493,8 @@ async fn a_viewer_can_look_but_not_retry() {
 #[tokio::test]
 async fn a_captured_message_is_read_back_from_its_file_with_a_size_cap() {
     let pool = test_db().await;
-    let (org, users) = org_with_users(&pool, "alpha", &[Role::Viewer]).await;
+    let alpha = TestOrg::with_roles(&pool, "alpha", &[Role::Viewer]).await;
+    let org = alpha.id.0;
     let jobs = seed(
         &pool,
         org,
@@ -508,7 +519,7 @@ async fn a_captured_message_is_read_back_from_its_file_with_a_size_cap() {
     write(&jobs[1], &vec![b'x'; cap + 10]);
 
     let app = spawn_app_capturing(pool.clone(), Some(dir.path().to_owned())).await;
-    let c = signed_in(&app, &users[0].1, &users[0].2).await;
+    let c = alpha.users[0].signed_in(&app).await;
 
     let (status, body) = app
         .call_fn(
@@ -586,9 +597,9 @@ async fn a_captured_message_is_read_back_from_its_file_with_a_size_cap() {
 #[tokio::test]
 async fn hostile_filter_values_are_refused_naming_the_filter() {
     let pool = test_db().await;
-    let (_, users) = org_with_users(&pool, "alpha", &[Role::Owner]).await;
+    let alpha = TestOrg::with_roles(&pool, "alpha", &[Role::Owner]).await;
     let app = spawn_app(pool.clone()).await;
-    let c = signed_in(&app, &users[0].1, &users[0].2).await;
+    let c = alpha.owner().signed_in(&app).await;
     for (endpoint, field, value, says) in [
         ("deliveries", "recipient", "a\0b", "Recipient"),
         (
@@ -626,7 +637,7 @@ async fn hostile_filter_values_are_refused_naming_the_filter() {
 #[tokio::test]
 async fn the_page_says_when_the_relay_is_failing_without_naming_it() {
     let pool = test_db().await;
-    let (_, users) = org_with_users(&pool, "alpha", &[Role::Viewer]).await;
+    let alpha = TestOrg::with_roles(&pool, "alpha", &[Role::Viewer]).await;
     app::db::relay_health::opened(
         &pool,
         "10.1.2.3:2525",
@@ -638,7 +649,7 @@ async fn the_page_says_when_the_relay_is_failing_without_naming_it() {
     .await
     .unwrap();
     let app = spawn_app(pool.clone()).await;
-    let c = signed_in(&app, &users[0].1, &users[0].2).await;
+    let c = alpha.users[0].signed_in(&app).await;
     let page = |c: reqwest::Client| {
         let url = format!("{}/deliveries", app.base);
         async move { c.get(url).send().await.unwrap().text().await.unwrap() }

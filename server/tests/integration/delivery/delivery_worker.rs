@@ -8,14 +8,16 @@ use mailroom::smtp::Target;
 use mailroom::workers::delivery::{Config, Transport, Worker};
 
 use crate::support::fixtures::{config, config_for_capture};
-use crate::support::helpers::{enqueue_test_mail_to, org_with_users, test_db};
+use crate::support::helpers::{enqueue_test_mail_to, test_db};
+use crate::support::org::TestOrg;
 use crate::support::procs::wait_until;
 use testkit::SmtpSink;
 
 #[tokio::test]
 async fn racing_workers_deliver_each_message_exactly_once_and_classify_refusals() {
     let pool = test_db().await;
-    let (org, _) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
+    let org = acme.id.0;
     let mut addresses: Vec<String> = (0..150).map(|i| format!("r{i}@example.org")).collect();
     addresses.extend([
         "bounce@example.org".to_string(),
@@ -98,7 +100,8 @@ fn sigkill_mid_send_never_duplicates_and_loses_nothing() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let (pool, url) = rt.block_on(crate::support::helpers::migrated_db_with_url());
     rt.block_on(async {
-        let (org, _) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+        let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
+        let org = acme.id.0;
         let addresses: Vec<String> = (0..TOTAL).map(|i| format!("k{i}@example.org")).collect();
         enqueue_test_mail_to(&pool, org, "kill", &addresses).await;
     });
@@ -201,7 +204,8 @@ fn sigkill_mid_send_never_duplicates_and_loses_nothing() {
 #[tokio::test]
 async fn the_global_rate_limit_caps_what_a_round_claims() {
     let pool = test_db().await;
-    let (org, _) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
+    let org = acme.id.0;
     let addresses: Vec<String> = (0..30).map(|i| format!("q{i}@example.org")).collect();
     enqueue_test_mail_to(&pool, org, "rate", &addresses).await;
     let sink = SmtpSink::start();
@@ -224,7 +228,8 @@ async fn the_global_rate_limit_caps_what_a_round_claims() {
 #[tokio::test]
 async fn every_smtp_fault_ends_in_the_right_state_attempt_and_reply() {
     let pool = test_db().await;
-    let (org, _) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
+    let org = acme.id.0;
     let cases = [
         "ok",
         "rcpt4xx",
@@ -332,7 +337,8 @@ async fn every_smtp_fault_ends_in_the_right_state_attempt_and_reply() {
 #[tokio::test]
 async fn without_smtp_mail_is_captured_to_files_the_dashboard_can_read() {
     let pool = test_db().await;
-    let (org, _) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
+    let org = acme.id.0;
     let addresses: Vec<String> = (0..25).map(|i| format!("cap{i}@example.org")).collect();
     enqueue_test_mail_to(&pool, org, "cap", &addresses).await;
     let dir = tempfile::tempdir().unwrap();
@@ -373,7 +379,8 @@ fn sigterm_finishes_or_releases_the_batch_in_hand_within_the_timeout() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let (pool, url) = rt.block_on(crate::support::helpers::migrated_db_with_url());
     rt.block_on(async {
-        let (org, _) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+        let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
+        let org = acme.id.0;
         let mut many: Vec<String> = (0..8).map(|i| format!("ok{i}@example.org")).collect();
         many.push("hang@example.org".into());
         enqueue_test_mail_to(&pool, org, "term", &many).await;
@@ -454,7 +461,8 @@ fn two_worker_processes_share_one_rate_limit_measured_at_the_sink() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let (pool, url) = rt.block_on(crate::support::helpers::migrated_db_with_url());
     rt.block_on(async {
-        let (org, _) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+        let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
+        let org = acme.id.0;
         let addresses: Vec<String> = (0..TOTAL).map(|i| format!("rl{i}@example.org")).collect();
         enqueue_test_mail_to(&pool, org, "rate", &addresses).await;
     });

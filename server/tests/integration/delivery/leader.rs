@@ -8,6 +8,7 @@ use nix::sys::signal::Signal;
 use sqlx::PgPool;
 
 use crate::support::helpers::test_db;
+use crate::support::org::TestOrg;
 use crate::support::procs::{wait_until, Proc};
 
 async fn expire_lease(pool: &PgPool) {
@@ -56,9 +57,8 @@ async fn one_elector_of_three_leads_and_a_stale_epoch_is_fenced_out() {
 
     // The stalled leader wakes up: every write it attempts with its old epoch is rejected.
     assert!(!leader::log_action(&pool, &old, "reap", "").await.unwrap());
-    let org = crate::support::helpers::org_with_users(&pool, "acme", &[app::domain::Role::Owner])
-        .await
-        .0;
+    let acme = TestOrg::with_roles(&pool, "acme", &[app::domain::Role::Owner]).await;
+    let org = acme.id.0;
     let to = app::domain::EmailAddress::parse("a@example.org").unwrap();
     let job = app::domain::JobId::test(1, 1, "x", &to).unwrap();
     let mut conn = pool.acquire().await.unwrap();
@@ -193,9 +193,8 @@ fn a_sigstopped_leader_is_replaced_and_never_acts_again_on_its_old_epoch() {
 #[tokio::test]
 async fn retention_clears_old_details_and_files_but_keeps_the_ledger_rows() {
     let pool = test_db().await;
-    let org = crate::support::helpers::org_with_users(&pool, "acme", &[app::domain::Role::Owner])
-        .await
-        .0;
+    let acme = TestOrg::with_roles(&pool, "acme", &[app::domain::Role::Owner]).await;
+    let org = acme.id.0;
     let mut conn = pool.acquire().await.unwrap();
     for name in ["old", "new"] {
         let to = app::domain::EmailAddress::parse(&format!("{name}@example.org")).unwrap();

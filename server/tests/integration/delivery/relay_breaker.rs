@@ -15,7 +15,8 @@ use sqlx::PgPool;
 use testkit::{SinkOptions, SmtpSink};
 
 use crate::support::fixtures::{campaign_deliveries, config};
-use crate::support::helpers::{org_with_users, test_db};
+use crate::support::helpers::test_db;
+use crate::support::org::TestOrg;
 
 const RECIPIENTS: i64 = 40;
 const FAILURES: u32 = 3;
@@ -74,11 +75,12 @@ fn most_unknown(resumes: i64) -> i64 {
 #[tokio::test]
 async fn a_relay_that_hangs_up_after_the_body_stops_the_send_pauses_the_campaign_and_resumes_it() {
     let pool = test_db().await;
-    let (org, users) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
+    let org = acme.id.0;
     let emails: Vec<String> = (0..RECIPIENTS)
         .map(|i| format!("r{i}@example.org"))
         .collect();
-    let (cid, _) = campaign_deliveries(&pool, org, users[0].0, "sending", &emails).await;
+    let (cid, _) = campaign_deliveries(&pool, org, acme.owner().id.0, "sending", &emails).await;
     let options = SinkOptions::default();
     options.drop_after_body.store(true, Ordering::SeqCst);
     let sink = SmtpSink::start_with(options.clone());
@@ -118,10 +120,14 @@ async fn a_relay_that_hangs_up_after_the_body_stops_the_send_pauses_the_campaign
     assert!(lost <= bound, "{lost} unknown, at most {bound} expected");
     assert_eq!(sink.accepted_count(), 0, "nothing was taken with a reply");
     let mut conn = pool.acquire().await.unwrap();
-    let page = app::db::campaign::live::snapshot(&mut conn, org, cid)
-        .await
-        .unwrap()
-        .unwrap();
+    let page = app::db::campaign::live::snapshot(
+        &mut conn,
+        app::domain::OrgId(org),
+        app::domain::CampaignId(cid),
+    )
+    .await
+    .unwrap()
+    .unwrap();
     // The reason as the page showed it when it paused (a probe may have resumed it since).
     let reason: String = sqlx::query_scalar(
         "select after->>'reason' from audit_log where action = 'campaign.relay_pause'
@@ -199,9 +205,10 @@ async fn a_relay_that_hangs_up_after_the_body_stops_the_send_pauses_the_campaign
 #[tokio::test]
 async fn a_worker_started_after_an_outage_resumes_what_the_breaker_left_paused() {
     let pool = test_db().await;
-    let (org, users) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
+    let org = acme.id.0;
     let emails: Vec<String> = (0..3).map(|i| format!("r{i}@example.org")).collect();
-    let (cid, _) = campaign_deliveries(&pool, org, users[0].0, "sending", &emails).await;
+    let (cid, _) = campaign_deliveries(&pool, org, acme.owner().id.0, "sending", &emails).await;
     let sink = SmtpSink::start();
     // What a process killed mid-outage leaves: the campaign paused by its breaker, the relay
     // shown failing.

@@ -9,6 +9,7 @@ use lettre::Address;
 use mailroom::smtp::{BodyOutcome, Connection, Security, Target};
 
 use crate::support::canary::{smtp_password, SMTP_USER};
+use crate::support::org::TestOrg;
 use testkit::{SinkOptions, SmtpSink, Tls};
 
 /// A self-signed certificate for `localhost`: (certificate PEM, key PEM) files in `dir`.
@@ -164,7 +165,8 @@ fn a_worker_process_delivers_through_an_authenticating_relay_given_one_url() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let (pool, url) = rt.block_on(crate::support::helpers::migrated_db_with_url());
     rt.block_on(async {
-        let (org, _) = crate::support::helpers::org_with_users(&pool, "relay", &[]).await;
+        let relay = TestOrg::with_roles(&pool, "relay", &[]).await;
+        let org = relay.id.0;
         let to = ["bob@example.org".to_string()];
         crate::support::helpers::enqueue_test_mail_to(&pool, org, "relay", &to).await;
     });

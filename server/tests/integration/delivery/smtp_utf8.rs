@@ -10,7 +10,8 @@ use sqlx::PgPool;
 use testkit::{SinkOptions, SmtpSink};
 
 use crate::support::fixtures::config;
-use crate::support::helpers::{enqueue_test_mail_to, org_with_users, test_db};
+use crate::support::helpers::{enqueue_test_mail_to, test_db};
+use crate::support::org::TestOrg;
 
 const UNICODE: &str = "jörg@example.org";
 const ASCII: &str = "ann@example.org";
@@ -18,7 +19,8 @@ const ASCII: &str = "ann@example.org";
 /// An org whose display name is not ASCII, with test mail queued to both recipients; sends it
 /// all through `sink` and returns each delivery's (recipient, status, reply).
 async fn send_both(pool: &PgPool, sink: &SmtpSink) -> Vec<(String, String, String)> {
-    let (org, _) = org_with_users(pool, "acme", &[Role::Owner]).await;
+    let acme = TestOrg::with_roles(pool, "acme", &[Role::Owner]).await;
+    let org = acme.id.0;
     sqlx::query("update orgs set from_name = 'Zoë''s Café' where id = $1")
         .bind(org)
         .execute(pool)

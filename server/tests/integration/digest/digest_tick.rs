@@ -7,7 +7,8 @@ use app::domain::{JobId, Role, WeekKey};
 use chrono::{DateTime, TimeZone, Utc};
 use sqlx::PgPool;
 
-use crate::support::helpers::{draft, enqueue_test_mail_to, org_with_users, test_db};
+use crate::support::helpers::{draft, enqueue_test_mail_to, test_db};
+use crate::support::org::TestOrg;
 
 /// Monday 2026-11-30 09:30 in Berlin: the default slot (Monday 09:00) has just passed.
 fn monday() -> DateTime<Utc> {
@@ -19,25 +20,26 @@ fn in_week() -> DateTime<Utc> {
 }
 
 /// An org with an owner, two admins (the second opted out) and a viewer, and a week with a
-/// campaign, new subscribers, suppressions and an unknown delivery. Returns (org, users).
-async fn busy_org(pool: &PgPool, slug: &str) -> (i64, Vec<(i64, String, String)>) {
+/// campaign, new subscribers, suppressions and an unknown delivery.
+async fn busy_org(pool: &PgPool, slug: &str) -> TestOrg {
     let roles = [Role::Owner, Role::Admin, Role::Admin, Role::Viewer];
-    let (org, users) = org_with_users(pool, slug, &roles).await;
+    let org_a = TestOrg::with_roles(pool, slug, &roles).await;
+    let org = org_a.id.0;
     let mut c = pool.acquire().await.unwrap();
     let exec = |sql: &'static str| sqlx::query(sql);
     exec("update users set weekly_digest = false where id = $1")
-        .bind(users[2].0)
+        .bind(org_a.admin(1).id.0)
         .execute(&mut *c)
         .await
         .unwrap();
-    let campaign = draft(&mut c, org, users[0].0, "Launch <b>week</b>").await;
+    let campaign = draft(&mut c, org, org_a.owner().id.0, "Launch <b>week</b>").await;
     exec(
         "update campaigns set status = 'sent', scheduled_for = $2, approver_id = $3, approved_at = $2,
                 approved_version = 1, started_at = $2, finished_at = $2 where id = $1",
     )
     .bind(campaign)
     .bind(in_week())
-    .bind(users[1].0)
+    .bind(org_a.admin(0).id.0)
     .execute(&mut *c)
     .await
     .unwrap();
@@ -81,7 +83,7 @@ async fn busy_org(pool: &PgPool, slug: &str) -> (i64, Vec<(i64, String, String)>
         .execute(pool)
         .await
         .unwrap();
-    (org, users)
+    org_a
 }
 
 async fn digest_jobs(pool: &PgPool, org: i64) -> Vec<(String, String)> {
@@ -97,7 +99,8 @@ async fn digest_jobs(pool: &PgPool, org: i64) -> Vec<(String, String)> {
 #[tokio::test]
 async fn a_tick_reports_the_week_and_queues_one_digest_per_opted_in_admin() {
     let pool = test_db().await;
-    let (org, users) = busy_org(&pool, "acme").await;
+    let acme = busy_org(&pool, "acme").await;
+    let org = acme.id.0;
 
     let report = tick(&pool, Some(monday()), CHUNK, Templates::builtin())
         .await
@@ -111,7 +114,10 @@ async fn a_tick_reports_the_week_and_queues_one_digest_per_opted_in_admin() {
     // Opt-out first: the owner and the opted-in admin; not the opted-out admin, not the viewer.
     let jobs = digest_jobs(&pool, org).await;
     let recipients: Vec<&str> = jobs.iter().map(|j| j.1.as_str()).collect();
-    assert_eq!(recipients, vec![users[1].1.as_str(), users[0].1.as_str()]);
+    assert_eq!(
+        recipients,
+        vec![acme.admin(0).email.as_str(), acme.owner().email.as_str()]
+    );
     for (job, _) in &jobs {
         match job.parse::<JobId>().unwrap() {
             JobId::Digest {
@@ -168,7 +174,8 @@ async fn a_tick_reports_the_week_and_queues_one_digest_per_opted_in_admin() {
 #[tokio::test]
 async fn an_org_without_opted_in_admins_claims_its_week_with_zero_recipients_and_a_quiet_digest() {
     let pool = test_db().await;
-    let (org, _) = org_with_users(&pool, "quiet", &[Role::Owner, Role::Viewer]).await;
+    let quiet = TestOrg::with_roles(&pool, "quiet", &[Role::Owner, Role::Viewer]).await;
+    let org = quiet.id.0;
     sqlx::query("update users set weekly_digest = false where org_id = $1")
         .bind(org)
         .execute(&pool)
@@ -193,9 +200,10 @@ async fn an_org_without_opted_in_admins_claims_its_week_with_zero_recipients_and
 #[tokio::test]
 async fn an_org_whose_digest_cannot_be_built_does_not_stop_the_others() {
     let pool = test_db().await;
-    let (good1, _) = org_with_users(&pool, "good1", &[Role::Owner]).await;
-    let (bad, _) = org_with_users(&pool, "broken", &[Role::Owner]).await;
-    let (good2, _) = org_with_users(&pool, "good2", &[Role::Owner]).await;
+    let good1 = TestOrg::with_roles(&pool, "good1", &[Role::Owner]).await;
+    let broken = TestOrg::with_roles(&pool, "broken", &[Role::Owner]).await;
+    let bad = broken.id.0;
+    let good2 = TestOrg::with_roles(&pool, "good2", &[Role::Owner]).await;
     // A template that fails for one org only (an undefined function is an error).
     let failing = Templates::new(
         "{% if org_name == 'broken' %}{{ explode() }}{% endif %}ok",
@@ -205,7 +213,7 @@ async fn an_org_whose_digest_cannot_be_built_does_not_stop_the_others() {
     let report = tick(&pool, Some(monday()), CHUNK, &failing).await.unwrap();
     assert_eq!(report.failed_orgs, vec![bad]);
     assert_eq!((report.claimed, report.recipients), (2, 2));
-    for org in [good1, good2] {
+    for org in [good1.id.0, good2.id.0] {
         assert_eq!(digest_jobs(&pool, org).await.len(), 1);
     }
     // The bad org claimed nothing (its build rolled back) and is built by the next tick.
@@ -220,8 +228,9 @@ async fn an_org_whose_digest_cannot_be_built_does_not_stop_the_others() {
 #[tokio::test]
 async fn a_monday_resend_sends_once_per_dialog_refuses_stale_keys_and_blocks_no_scheduled_week() {
     let pool = test_db().await;
-    let (org, users) = busy_org(&pool, "acme").await;
-    let (owner, opted_out) = (users[0].0, users[2].0);
+    let acme = busy_org(&pool, "acme").await;
+    let org = acme.id.0;
+    let (owner, opted_out) = (acme.owner().id.0, acme.admin(1).id.0);
     let t = Templates::builtin();
     // Monday 2026-11-30 10:00 in Berlin, an hour after the slot, before any tick ran.
     let at = Utc.with_ymd_and_hms(2026, 11, 30, 9, 0, 0).unwrap();
@@ -316,7 +325,7 @@ async fn an_org_failing_on_the_database_is_narrowed_down_and_the_rest_of_its_chu
     let pool = test_db().await;
     let mut orgs = Vec::new();
     for slug in ["a", "b", "c", "d", "e"] {
-        orgs.push(org_with_users(&pool, slug, &[Role::Owner]).await.0);
+        orgs.push(TestOrg::with_roles(&pool, slug, &[Role::Owner]).await.id.0);
     }
     let bad = orgs[3];
     // A statement error for one org only: its deliveries cannot be written.
@@ -344,7 +353,8 @@ async fn an_org_failing_on_the_database_is_narrowed_down_and_the_rest_of_its_chu
 async fn the_worker_sends_a_digest_as_text_and_html_with_its_own_message_id() {
     use mailroom::workers::delivery::Worker;
     let pool = test_db().await;
-    let (org, users) = busy_org(&pool, "acme").await;
+    let acme = busy_org(&pool, "acme").await;
+    let org = acme.id.0;
     tick(&pool, Some(monday()), CHUNK, Templates::builtin())
         .await
         .unwrap();
@@ -363,7 +373,7 @@ async fn the_worker_sends_a_digest_as_text_and_html_with_its_own_message_id() {
     assert_eq!(got.len(), 2);
     let owner = got
         .iter()
-        .find(|m| m.to == [users[0].1.clone()])
+        .find(|m| m.to == [acme.owner().email.clone()])
         .expect("the owner's digest");
     assert!(
         owner.data.contains("Subject: Weekly digest for acme"),
@@ -378,7 +388,7 @@ async fn the_worker_sends_a_digest_as_text_and_html_with_its_own_message_id() {
     let job = JobId::Digest {
         org_id: org,
         week_key: "2026-W49".parse().unwrap(),
-        user_id: users[0].0,
+        user_id: acme.owner().id.0,
     };
     assert!(
         owner.message_id().contains(&job.message_id("acme.example")),

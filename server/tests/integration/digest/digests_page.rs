@@ -8,8 +8,9 @@ use app::domain::Role;
 use serde_json::Value;
 use sqlx::PgPool;
 
-use crate::support::helpers::{org_with_users, test_db};
-use crate::support::test_app::{json, signed_in, spawn_app};
+use crate::support::helpers::test_db;
+use crate::support::org::TestOrg;
+use crate::support::test_app::{json, spawn_app};
 
 async fn opted_in(pool: &PgPool, user: i64) -> bool {
     sqlx::query_scalar("select weekly_digest from users where id = $1")
@@ -23,12 +24,12 @@ async fn opted_in(pool: &PgPool, user: i64) -> bool {
 async fn admins_change_their_own_opt_in_owners_anyones_and_another_orgs_user_is_not_found() {
     let pool = test_db().await;
     let roles = [Role::Owner, Role::Admin, Role::Admin, Role::Viewer];
-    let (_, users) = org_with_users(&pool, "acme", &roles).await;
-    let (_, others) = org_with_users(&pool, "other", &[Role::Owner]).await;
+    let acme = TestOrg::with_roles(&pool, "acme", &roles).await;
+    let other = TestOrg::with_roles(&pool, "other", &[Role::Owner]).await;
     let app = spawn_app(pool.clone()).await;
-    let owner = signed_in(&app, &users[0].1, &users[0].2).await;
-    let admin = signed_in(&app, &users[1].1, &users[1].2).await;
-    let viewer = signed_in(&app, &users[3].1, &users[3].2).await;
+    let owner = acme.owner().signed_in(&app).await;
+    let admin = acme.admin(0).signed_in(&app).await;
+    let viewer = acme.users[3].signed_in(&app).await;
     let set = |c: &reqwest::Client, user_id: i64, enabled: bool| {
         let (app, c) = (&app, c.clone());
         async move { app.call_fn(&c, SetDigestOptIn { user_id, enabled }).await }
@@ -50,25 +51,25 @@ async fn admins_change_their_own_opt_in_owners_anyones_and_another_orgs_user_is_
     );
 
     // An admin: their own, yes; another admin's, no.
-    assert_eq!(set(&admin, users[1].0, false).await.0, 200);
-    assert!(!opted_in(&pool, users[1].0).await);
-    let (status, body) = set(&admin, users[2].0, false).await;
+    assert_eq!(set(&admin, acme.admin(0).id.0, false).await.0, 200);
+    assert!(!opted_in(&pool, acme.admin(0).id.0).await);
+    let (status, body) = set(&admin, acme.admin(1).id.0, false).await;
     assert_eq!(
         (status.as_u16(), json(&body)),
         (403, Value::from("Forbidden"))
     );
-    assert!(opted_in(&pool, users[2].0).await);
+    assert!(opted_in(&pool, acme.admin(1).id.0).await);
     // A viewer changes nothing, not even their own.
-    let (_, body) = set(&viewer, users[3].0, false).await;
+    let (_, body) = set(&viewer, acme.users[3].id.0, false).await;
     assert_eq!(json(&body), Value::from("Forbidden"));
     // An owner: anyone's in the org; another org's user looks missing.
-    assert_eq!(set(&owner, users[2].0, false).await.0, 200);
-    assert!(!opted_in(&pool, users[2].0).await);
-    let (_, body) = set(&owner, others[0].0, false).await;
+    assert_eq!(set(&owner, acme.admin(1).id.0, false).await.0, 200);
+    assert!(!opted_in(&pool, acme.admin(1).id.0).await);
+    let (_, body) = set(&owner, other.owner().id.0, false).await;
     assert_eq!(json(&body), Value::from("NotFound"));
-    assert!(opted_in(&pool, others[0].0).await);
+    assert!(opted_in(&pool, other.owner().id.0).await);
     // The viewer is no digest recipient, so it cannot be toggled into one either.
-    let (_, body) = set(&owner, users[3].0, true).await;
+    let (_, body) = set(&owner, acme.users[3].id.0, true).await;
     assert_eq!(json(&body), Value::from("NotFound"));
 
     let audits: i64 =
@@ -82,9 +83,10 @@ async fn admins_change_their_own_opt_in_owners_anyones_and_another_orgs_user_is_
 #[tokio::test]
 async fn the_schedule_is_validated_and_saved() {
     let pool = test_db().await;
-    let (org, users) = org_with_users(&pool, "acme", &[Role::Owner, Role::Viewer]).await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner, Role::Viewer]).await;
+    let org = acme.id.0;
     let app = spawn_app(pool.clone()).await;
-    let owner = signed_in(&app, &users[0].1, &users[0].2).await;
+    let owner = acme.owner().signed_in(&app).await;
     let save = |weekday: i16, hour: i16, tz: &'static str| {
         let schedule = SaveDigestSchedule {
             weekday,
@@ -125,7 +127,7 @@ async fn the_schedule_is_validated_and_saved() {
             .await
             .unwrap();
     assert_eq!(saved, (5, 17, "Asia/Kathmandu".into()));
-    let viewer = signed_in(&app, &users[1].1, &users[1].2).await;
+    let viewer = acme.users[1].signed_in(&app).await;
     let schedule = SaveDigestSchedule {
         weekday: 2,
         hour: 3,
@@ -138,10 +140,10 @@ async fn the_schedule_is_validated_and_saved() {
 #[tokio::test]
 async fn a_resend_dialog_submitted_twice_sends_once_and_a_forged_old_key_is_refused() {
     let pool = test_db().await;
-    let (org, users) =
-        org_with_users(&pool, "acme", &[Role::Owner, Role::Admin, Role::Viewer]).await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner, Role::Admin, Role::Viewer]).await;
+    let org = acme.id.0;
     let app = spawn_app(pool.clone()).await;
-    let owner = signed_in(&app, &users[0].1, &users[0].2).await;
+    let owner = acme.owner().signed_in(&app).await;
 
     let (status, body) = app.call_fn(&owner, ResendDialog {}).await;
     assert_eq!(status, 200, "{body}");
@@ -179,7 +181,7 @@ async fn a_resend_dialog_submitted_twice_sends_once_and_a_forged_old_key_is_refu
         .key(&pool)
         .await
         .unwrap();
-    let old = app::resend_key::issue(&signing, org, users[0].0, issued - 16 * 60);
+    let old = app::resend_key::issue(&signing, org, acme.owner().id.0, issued - 16 * 60);
     let (status, body) = app.call_fn(&owner, resend(&old, Some("on"))).await;
     assert_eq!(status, 410, "{body}");
     assert!(body.contains("This confirmation has expired"), "{body}");
@@ -188,7 +190,7 @@ async fn a_resend_dialog_submitted_twice_sends_once_and_a_forged_old_key_is_refu
     for forged in [
         secs.to_string(),
         format!("{secs}-00000000000000ff.AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"),
-        app::resend_key::issue(&signing, org, users[1].0, issued),
+        app::resend_key::issue(&signing, org, acme.admin(0).id.0, issued),
     ] {
         let (status, body) = app.call_fn(&owner, resend(&forged, None)).await;
         assert_eq!(status, 422, "{forged}: {body}");
@@ -206,7 +208,7 @@ async fn a_resend_dialog_submitted_twice_sends_once_and_a_forged_old_key_is_refu
             "{status}: {body}"
         );
     }
-    let viewer = signed_in(&app, &users[2].1, &users[2].2).await;
+    let viewer = acme.users[2].signed_in(&app).await;
     let (_, body) = app.call_fn(&viewer, ResendDialog {}).await;
     assert_eq!(json(&body), Value::from("Forbidden"));
     let (_, body) = app.call_fn(&viewer, resend(&key, None)).await;
@@ -217,7 +219,7 @@ async fn a_resend_dialog_submitted_twice_sends_once_and_a_forged_old_key_is_refu
     let history = json(&body)["history"].clone();
     assert_eq!(history.as_array().unwrap().len(), 3, "{body}");
     assert_eq!(history[0]["kind"], "manual");
-    assert_eq!(history[0]["triggered_by"], users[0].1.as_str());
+    assert_eq!(history[0]["triggered_by"], acme.owner().email.as_str());
     assert_eq!(history[0]["recipients"].as_array().unwrap().len(), 2);
 
     let (status, body) = app.call_fn(&owner, DigestPreview {}).await;

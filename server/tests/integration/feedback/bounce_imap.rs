@@ -16,7 +16,8 @@ use testkit::reports::{arf, dsn};
 
 use crate::support::bounces::{delivered_campaign, set_bounce_domain, tally};
 use crate::support::dovecot::Dovecot;
-use crate::support::helpers::{data_dir, migrated_db_with_url, org_with_users, test_db};
+use crate::support::helpers::{data_dir, migrated_db_with_url, test_db};
+use crate::support::org::TestOrg;
 use crate::support::procs::{wait_until, Proc};
 
 const DOMAIN: &str = "bounce.acme.test";
@@ -64,9 +65,10 @@ async fn cursor(pool: &PgPool, cfg: &Config) -> app::db::imap_cursor::Cursor {
 async fn reports_are_recorded_once_and_removed_and_other_mail_is_left_seen() {
     let server = Dovecot::start();
     let pool = test_db().await;
-    let (org, users) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
+    let org = acme.id.0;
     set_bounce_domain(&pool, org, DOMAIN).await;
-    let (_, jobs) = delivered_campaign(&pool, org, users[0].0, "sent", 51).await;
+    let (_, jobs) = delivered_campaign(&pool, org, acme.owner().id.0, "sent", 51).await;
     let key = app::signing::Purpose::Verp.key(&pool).await.unwrap();
     let mut imap = server.client().await;
     imap.create("Bounces").await;
@@ -136,7 +138,7 @@ async fn reports_are_recorded_once_and_removed_and_other_mail_is_left_seen() {
 
     // Nothing new: nothing read. New mail: only it.
     assert_eq!(pass(&pool, &cfg).await, Pass::default());
-    let (_, more) = delivered_campaign(&pool, org, users[0].0, "sent", 5).await;
+    let (_, more) = delivered_campaign(&pool, org, acme.owner().id.0, "sent", 5).await;
     for m in dsns_for(&pool, org, &more).await {
         imap.append("Bounces", &m.replace("imap-", "more-")).await;
     }
@@ -151,9 +153,10 @@ async fn two_pollers_racing_on_one_mailbox_record_each_report_once() {
     const N: usize = 200;
     let server = Dovecot::start();
     let pool = test_db().await;
-    let (org, users) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
+    let org = acme.id.0;
     set_bounce_domain(&pool, org, DOMAIN).await;
-    let (_, jobs) = delivered_campaign(&pool, org, users[0].0, "sent", N as i64).await;
+    let (_, jobs) = delivered_campaign(&pool, org, acme.owner().id.0, "sent", N as i64).await;
     let mut imap = server.client().await;
     for m in dsns_for(&pool, org, &jobs).await {
         imap.append("INBOX", &m).await;
@@ -182,9 +185,10 @@ async fn two_pollers_racing_on_one_mailbox_record_each_report_once() {
 async fn a_new_uidvalidity_reads_the_mailbox_again_without_duplicates() {
     let server = Dovecot::start();
     let pool = test_db().await;
-    let (org, users) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
+    let org = acme.id.0;
     set_bounce_domain(&pool, org, DOMAIN).await;
-    let (_, jobs) = delivered_campaign(&pool, org, users[0].0, "sent", 20).await;
+    let (_, jobs) = delivered_campaign(&pool, org, acme.owner().id.0, "sent", 20).await;
     let mail = dsns_for(&pool, org, &jobs).await;
     let mut imap = server.client().await;
     imap.create("Bounces").await;
@@ -227,9 +231,10 @@ fn worker_processes_killed_while_reading_lose_and_double_nothing() {
     let server = Dovecot::start();
     let (pool, url) = rt.block_on(migrated_db_with_url());
     let (org, jobs) = rt.block_on(async {
-        let (org, users) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+        let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
+        let org = acme.id.0;
         set_bounce_domain(&pool, org, DOMAIN).await;
-        let (_, jobs) = delivered_campaign(&pool, org, users[0].0, "sent", N as i64).await;
+        let (_, jobs) = delivered_campaign(&pool, org, acme.owner().id.0, "sent", N as i64).await;
         (org, jobs)
     });
     rt.block_on(async {
@@ -306,9 +311,10 @@ fn worker_processes_killed_while_reading_lose_and_double_nothing() {
 async fn what_a_crash_leaves_behind_the_cursor_is_finished_by_the_next_pass() {
     let server = Dovecot::start();
     let pool = test_db().await;
-    let (org, users) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
+    let org = acme.id.0;
     set_bounce_domain(&pool, org, DOMAIN).await;
-    let (_, jobs) = delivered_campaign(&pool, org, users[0].0, "sent", 12).await;
+    let (_, jobs) = delivered_campaign(&pool, org, acme.owner().id.0, "sent", 12).await;
     let mut imap = server.client().await;
     for m in dsns_for(&pool, org, &jobs).await {
         imap.append("INBOX", &m).await;

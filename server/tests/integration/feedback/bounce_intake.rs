@@ -12,9 +12,10 @@ use testkit::reports::{arf, dsn, dsn_naming};
 use testkit::{ReportClient, SmtpSink};
 
 use crate::support::bounces::{delivered_campaign, set_bounce_domain, tally};
-use crate::support::fixtures::{approved, audience_of, run_to_end};
-use crate::support::helpers::{org_with_users, test_db};
-use crate::support::test_app::{json, marked, signed_in, spawn_app};
+use crate::support::fixtures::run_to_end;
+use crate::support::helpers::test_db;
+use crate::support::org::TestOrg;
+use crate::support::test_app::{json, marked, spawn_app};
 
 /// The listener with its defaults.
 async fn listener(pool: &PgPool) -> SocketAddr {
@@ -26,9 +27,10 @@ async fn ten_thousand_dsns_from_twenty_connections_are_each_attributed_once() {
     const N: usize = 10_000;
     const CONNECTIONS: usize = 20;
     let pool = test_db().await;
-    let (org, users) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
+    let org = acme.id.0;
     set_bounce_domain(&pool, org, "bounce.acme.test").await;
-    let (_, jobs) = delivered_campaign(&pool, org, users[0].0, "sent", N as i64).await;
+    let (_, jobs) = delivered_campaign(&pool, org, acme.owner().id.0, "sent", N as i64).await;
     let key = app::signing::Purpose::Verp.key(&pool).await.unwrap();
     let mail: Vec<(String, String)> = jobs
         .iter()
@@ -102,12 +104,14 @@ async fn ten_thousand_dsns_from_twenty_connections_are_each_attributed_once() {
 #[tokio::test]
 async fn forged_foreign_and_unknown_recipients_are_refused_before_data() {
     let pool = test_db().await;
-    let (a, users_a) = org_with_users(&pool, "acme", &[Role::Owner]).await;
-    let (b, users_b) = org_with_users(&pool, "globex", &[Role::Owner]).await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
+    let a = acme.id.0;
+    let globex = TestOrg::with_roles(&pool, "globex", &[Role::Owner]).await;
+    let b = globex.id.0;
     set_bounce_domain(&pool, a, "bounce.acme.test").await;
     set_bounce_domain(&pool, b, "bounce.globex.test").await;
-    let (_, jobs_a) = delivered_campaign(&pool, a, users_a[0].0, "sent", 3).await;
-    let (_, jobs_b) = delivered_campaign(&pool, b, users_b[0].0, "sent", 1).await;
+    let (_, jobs_a) = delivered_campaign(&pool, a, acme.owner().id.0, "sent", 3).await;
+    let (_, jobs_b) = delivered_campaign(&pool, b, globex.owner().id.0, "sent", 1).await;
     let key = app::signing::Purpose::Verp.key(&pool).await.unwrap();
     let addr = listener(&pool).await;
     let mut c = ReportClient::connect(addr).await.unwrap();
@@ -200,9 +204,10 @@ async fn forged_foreign_and_unknown_recipients_are_refused_before_data() {
 #[tokio::test]
 async fn reports_through_one_token_naming_other_addresses_change_nothing_for_them() {
     let pool = test_db().await;
-    let (org, users) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
+    let org = acme.id.0;
     set_bounce_domain(&pool, org, "bounce.acme.test").await;
-    let (campaign, jobs) = delivered_campaign(&pool, org, users[0].0, "sending", 600).await;
+    let (campaign, jobs) = delivered_campaign(&pool, org, acme.owner().id.0, "sending", 600).await;
     let key = app::signing::Purpose::Verp.key(&pool).await.unwrap();
     let (job_x, x) = &jobs[0];
     let verp_x = app::verp::address(&key, org, job_x, "bounce.acme.test").unwrap();
@@ -314,18 +319,17 @@ fn job_sub(job: &JobId) -> i64 {
 #[tokio::test]
 async fn a_campaign_sent_with_verp_then_three_percent_bounced_shows_the_rate_and_suppresses_them() {
     let pool = test_db().await;
-    let (org, users) = org_with_users(&pool, "acme", &[Role::Owner, Role::Admin]).await;
+    let acme = TestOrg::new(&pool, "acme").await;
+    let org = acme.id.0;
     set_bounce_domain(&pool, org, "bounce.acme.test").await;
-    let (lists, _) = audience_of(&pool, org, 1000).await;
-    let id = approved(
-        &pool,
-        org,
-        users[0].0,
-        users[1].0,
-        &lists,
-        "Hello {{ name }}",
-    )
-    .await;
+    let (lists, _) = acme.audience(1000).await;
+    let id = acme
+        .campaign()
+        .to(&lists)
+        .body("Hello {{ name }}")
+        .approved()
+        .await
+        .0;
     let sink = SmtpSink::start();
     run_to_end(&pool, id, &sink).await;
     let messages = sink.messages();
@@ -362,7 +366,7 @@ async fn a_campaign_sent_with_verp_then_three_percent_bounced_shows_the_rate_and
     c.quit().await.unwrap();
 
     let app = spawn_app(pool.clone()).await;
-    let admin = signed_in(&app, &users[1].1, &users[1].2).await;
+    let admin = acme.admin(0).signed_in(&app).await;
     let (status, body) = app.call_fn(&admin, CampaignDetail { id }).await;
     assert_eq!(status, 200, "{body}");
     let detail = json(&body);
@@ -397,7 +401,8 @@ async fn a_campaign_sent_with_verp_then_three_percent_bounced_shows_the_rate_and
 #[tokio::test]
 async fn a_sending_campaign_pauses_itself_once_at_the_bounce_rate_and_says_why() {
     let pool = test_db().await;
-    let (org, users) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
+    let org = acme.id.0;
     set_bounce_domain(&pool, org, "bounce.acme.test").await;
     {
         let mut conn = pool.acquire().await.unwrap();
@@ -406,7 +411,7 @@ async fn a_sending_campaign_pauses_itself_once_at_the_bounce_rate_and_says_why()
             .await
             .unwrap();
     }
-    let (cid, jobs) = delivered_campaign(&pool, org, users[0].0, "sending", 200).await;
+    let (cid, jobs) = delivered_campaign(&pool, org, acme.owner().id.0, "sending", 200).await;
     let key = app::signing::Purpose::Verp.key(&pool).await.unwrap();
     let addr = listener(&pool).await;
     // Twelve bounces (6 %) mailed at once over four connections: the tenth crosses 5 %.
@@ -488,7 +493,7 @@ async fn a_sending_campaign_pauses_itself_once_at_the_bounce_rate_and_says_why()
 
     // The page says why it paused.
     let app = spawn_app(pool.clone()).await;
-    let owner = signed_in(&app, &users[0].1, &users[0].2).await;
+    let owner = acme.owner().signed_in(&app).await;
     let html = app.get_html(&owner, &format!("/campaigns/{cid}")).await;
     assert_eq!(
         marked(&html, "pause-reason").as_deref(),
@@ -500,9 +505,10 @@ async fn a_sending_campaign_pauses_itself_once_at_the_bounce_rate_and_says_why()
 #[tokio::test]
 async fn reports_about_an_erased_subscriber_attach_to_the_hash_and_never_bring_the_address_back() {
     let pool = test_db().await;
-    let (org, users) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
+    let org = acme.id.0;
     set_bounce_domain(&pool, org, "bounce.acme.test").await;
-    let (_, jobs) = delivered_campaign(&pool, org, users[0].0, "sent", 2).await;
+    let (_, jobs) = delivered_campaign(&pool, org, acme.owner().id.0, "sent", 2).await;
     let key = app::signing::Purpose::Verp.key(&pool).await.unwrap();
     let addr = listener(&pool).await;
     let (job, to) = &jobs[0];

@@ -14,8 +14,9 @@ use serde_json::Value;
 use sqlx::PgPool;
 
 use crate::support::fixtures::test_mail_in_states;
-use crate::support::helpers::{org_with_users, test_db};
-use crate::support::test_app::{json, signed_in, spawn_app, TestApp};
+use crate::support::helpers::test_db;
+use crate::support::org::TestOrg;
+use crate::support::test_app::{json, spawn_app, TestApp};
 
 /// Request headers, as (name, value).
 type Headers = [(&'static str, String)];
@@ -131,7 +132,8 @@ fn sendgrid_headers(
 #[tokio::test]
 async fn the_same_event_posted_five_times_at_once_writes_one_event_and_one_suppression() {
     let pool = test_db().await;
-    let (org, users) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
+    let org = acme.id.0;
     let jobs = test_mail_in_states(
         &pool,
         org,
@@ -145,7 +147,7 @@ async fn the_same_event_posted_five_times_at_once_writes_one_event_and_one_suppr
     )
     .await;
     let app = spawn_app(pool.clone()).await;
-    let owner = signed_in(&app, &users[0].1, &users[0].2).await;
+    let owner = acme.owner().signed_in(&app).await;
     let now = db_now(&pool).await;
 
     // Generic: a hard bounce naming the job by our Message-ID.
@@ -313,8 +315,9 @@ async fn the_same_event_posted_five_times_at_once_writes_one_event_and_one_suppr
 #[tokio::test]
 async fn forged_stale_replayed_revoked_or_other_org_events_are_refused_and_write_nothing() {
     let pool = test_db().await;
-    let (_, users) = org_with_users(&pool, "acme", &[Role::Owner]).await;
-    let (other_org, _) = org_with_users(&pool, "other", &[Role::Owner]).await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
+    let other = TestOrg::with_roles(&pool, "other", &[Role::Owner]).await;
+    let other_org = other.id.0;
     let theirs = test_mail_in_states(
         &pool,
         other_org,
@@ -323,7 +326,7 @@ async fn forged_stale_replayed_revoked_or_other_org_events_are_refused_and_write
     )
     .await;
     let app = spawn_app(pool.clone()).await;
-    let owner = signed_in(&app, &users[0].1, &users[0].2).await;
+    let owner = acme.owner().signed_in(&app).await;
     let (g_path, g_secret) = endpoint(&app, &owner, "generic", "").await;
     let (m_path, _) = endpoint(&app, &owner, "mailgun", MAILGUN_KEY).await;
     let (p_path, p_secret) = endpoint(&app, &owner, "postmark", "").await;
@@ -506,9 +509,10 @@ async fn forged_stale_replayed_revoked_or_other_org_events_are_refused_and_write
 #[tokio::test]
 async fn soft_bounces_arriving_at_once_suppress_exactly_at_the_threshold() {
     let pool = test_db().await;
-    let (org, users) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
+    let org = acme.id.0;
     let app = spawn_app(pool.clone()).await;
-    let owner = signed_in(&app, &users[0].1, &users[0].2).await;
+    let owner = acme.owner().signed_in(&app).await;
     let (path, secret) = endpoint(&app, &owner, "generic", "").await;
     for round in 0..3 {
         let to = format!("full{round}@example.org");
@@ -561,10 +565,10 @@ async fn soft_bounces_arriving_at_once_suppress_exactly_at_the_threshold() {
 #[tokio::test]
 async fn unmatched_events_are_kept_and_listed_and_the_policy_is_the_owners() {
     let pool = test_db().await;
-    let (_, users) = org_with_users(&pool, "acme", &[Role::Owner, Role::Viewer]).await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner, Role::Viewer]).await;
     let app = spawn_app(pool.clone()).await;
-    let owner = signed_in(&app, &users[0].1, &users[0].2).await;
-    let viewer = signed_in(&app, &users[1].1, &users[1].2).await;
+    let owner = acme.owner().signed_in(&app).await;
+    let viewer = acme.users[1].signed_in(&app).await;
     let (path, secret) = endpoint(&app, &owner, "generic", "").await;
     let (body, headers) = generic_request(
         &secret,
@@ -649,7 +653,8 @@ async fn unmatched_events_are_kept_and_listed_and_the_policy_is_the_owners() {
     assert_eq!(status, 200, "{body}");
     let (_, body) = app.call_fn(&viewer, FeedbackSettings {}).await;
     assert_eq!(json(&body)["bounce_domain"], "bounce.acme.test");
-    let (other, _) = org_with_users(&pool, "globex", &[Role::Owner]).await;
+    let globex = TestOrg::with_roles(&pool, "globex", &[Role::Owner]).await;
+    let other = globex.id.0;
     let mut conn = pool.acquire().await.unwrap();
     let taken =
         app::db::events::save_bounce_domain(&mut conn, other, Some("bounce.acme.test")).await;
@@ -695,7 +700,8 @@ async fn ses_through_sns_keeps_the_confirmation_link_and_records_a_pinned_bounce
     use openssl::pkey::PKey;
     use openssl::x509::X509Builder;
     let pool = test_db().await;
-    let (org, users) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
+    let org = acme.id.0;
     let jobs = test_mail_in_states(
         &pool,
         org,
@@ -704,7 +710,7 @@ async fn ses_through_sns_keeps_the_confirmation_link_and_records_a_pinned_bounce
     )
     .await;
     let app = spawn_app(pool.clone()).await;
-    let owner = signed_in(&app, &users[0].1, &users[0].2).await;
+    let owner = acme.owner().signed_in(&app).await;
     let key = PKey::from_rsa(openssl::rsa::Rsa::generate(2048).unwrap()).unwrap();
     let mut b = X509Builder::new().unwrap();
     b.set_pubkey(&key).unwrap();
@@ -809,11 +815,13 @@ async fn ses_through_sns_keeps_the_confirmation_link_and_records_a_pinned_bounce
 #[tokio::test]
 async fn another_orgs_event_id_or_token_never_pre_empts_this_orgs_event() {
     let pool = test_db().await;
-    let (a, users_a) = org_with_users(&pool, "acme", &[Role::Owner]).await;
-    let (b, users_b) = org_with_users(&pool, "globex", &[Role::Owner]).await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
+    let a = acme.id.0;
+    let globex = TestOrg::with_roles(&pool, "globex", &[Role::Owner]).await;
+    let b = globex.id.0;
     let app = spawn_app(pool.clone()).await;
-    let owner_a = signed_in(&app, &users_a[0].1, &users_a[0].2).await;
-    let owner_b = signed_in(&app, &users_b[0].1, &users_b[0].2).await;
+    let owner_a = acme.owner().signed_in(&app).await;
+    let owner_b = globex.owner().signed_in(&app).await;
     let (ga_path, ga_secret) = endpoint(&app, &owner_a, "generic", "").await;
     let (gb_path, gb_secret) = endpoint(&app, &owner_b, "generic", "").await;
     const KEY_B: &str = "key-bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
@@ -889,9 +897,10 @@ async fn another_orgs_event_id_or_token_never_pre_empts_this_orgs_event() {
 #[tokio::test]
 async fn an_event_about_an_erased_address_keeps_only_its_hash() {
     let pool = test_db().await;
-    let (org, users) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
+    let org = acme.id.0;
     let (_, jobs) =
-        crate::support::bounces::delivered_campaign(&pool, org, users[0].0, "sent", 1).await;
+        crate::support::bounces::delivered_campaign(&pool, org, acme.owner().id.0, "sent", 1).await;
     let (job, to) = &jobs[0];
     let JobId::Campaign { subscriber_id, .. } = job else {
         unreachable!("a campaign job")
@@ -912,7 +921,7 @@ async fn an_event_about_an_erased_address_keeps_only_its_hash() {
         "one erasure rule, in SQL and in Rust"
     );
     let app = spawn_app(pool.clone()).await;
-    let owner = signed_in(&app, &users[0].1, &users[0].2).await;
+    let owner = acme.owner().signed_in(&app).await;
     let (p_path, p_secret) = endpoint(&app, &owner, "postmark", "").await;
     let body = serde_json::to_vec(&serde_json::json!({
         "RecordType": "Bounce", "ID": 4242, "TypeCode": 1, "Email": to.to_uppercase(),

@@ -3,7 +3,8 @@
 use app::domain::Role;
 use mailroom::workers::delivery::Worker;
 
-use crate::support::helpers::{org_with_users, test_db};
+use crate::support::helpers::test_db;
+use crate::support::org::TestOrg;
 use crate::support::test_app::spawn_app;
 use testkit::SmtpSink;
 
@@ -21,7 +22,8 @@ fn value(text: &str, series: &str) -> f64 {
 #[tokio::test]
 async fn metrics_report_deliveries_queue_depth_age_latency_and_leader_epoch() {
     let pool = test_db().await;
-    let (org, _) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
+    let org = acme.id.0;
     let addresses: Vec<String> = (0..5).map(|i| format!("m{i}@example.org")).collect();
     crate::support::helpers::enqueue_test_mail_to(&pool, org, "m", &addresses).await;
     sqlx::query("update deliveries set created_at = now() - interval '90 seconds', next_attempt_at = now() - interval '90 seconds'")
@@ -170,7 +172,8 @@ async fn kept(pool: &sqlx::PgPool) -> Vec<(String, String, i64)> {
 #[tokio::test]
 async fn delivery_counts_stay_exact_under_racing_writers_and_folds() {
     let pool = test_db().await;
-    let (org, _) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
+    let org = acme.id.0;
     let mut writers = Vec::new();
     for w in 0..4 {
         let pool = pool.clone();
@@ -261,7 +264,8 @@ async fn delivery_counts_stay_exact_under_racing_writers_and_folds() {
 #[tokio::test]
 async fn a_scrape_does_not_scan_the_deliveries_table() {
     let pool = test_db().await;
-    let (org, _) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
+    let org = acme.id.0;
     sqlx::query(
         "insert into deliveries (job_id, org_id, kind, priority, recipient, email_lower, status, finished_at)
          select 'test:1:1:bulk:b' || i || '@example.org', $1, 'test', 0, 'b' || i || '@example.org', 'b' || i || '@example.org',

@@ -10,9 +10,10 @@ use app::domain::{ApiScope, Role};
 use reqwest::StatusCode;
 use serde_json::Value;
 
-use crate::support::helpers::{draft, enqueue_test_mail_to, org_with_users, test_db};
+use crate::support::helpers::{draft, enqueue_test_mail_to, test_db};
+use crate::support::org::TestOrg;
 use crate::support::rest::{call, send, token};
-use crate::support::test_app::{api_config, json, signed_in, spawn_app, spawn_app_with, TestApp};
+use crate::support::test_app::{api_config, json, spawn_app, spawn_app_with, TestApp};
 
 /// Every operation of the served OpenAPI document: (method, path template, its scope).
 async fn operations(app: &TestApp) -> Vec<(String, String, ApiScope)> {
@@ -44,10 +45,10 @@ async fn operations(app: &TestApp) -> Vec<(String, String, ApiScope)> {
 async fn owners_make_and_revoke_tokens_shown_once_and_audited_and_a_revoked_one_is_refused_at_once()
 {
     let pool = test_db().await;
-    let (_, users) = org_with_users(&pool, "acme", &[Role::Owner, Role::Admin]).await;
+    let acme = TestOrg::new(&pool, "acme").await;
     let app = spawn_app(pool.clone()).await;
-    let owner = signed_in(&app, &users[0].1, &users[0].2).await;
-    let admin = signed_in(&app, &users[1].1, &users[1].2).await;
+    let owner = acme.owner().signed_in(&app).await;
+    let admin = acme.admin(0).signed_in(&app).await;
 
     let create = |name: &str, scopes: &[&str]| CreateApiToken {
         name: name.into(),
@@ -146,8 +147,8 @@ async fn owners_make_and_revoke_tokens_shown_once_and_audited_and_a_revoked_one_
     assert_eq!(
         actions,
         [
-            ("api_token.create".to_string(), Some(users[0].0)),
-            ("api_token.revoke".to_string(), Some(users[0].0)),
+            ("api_token.create".to_string(), Some(acme.owner().id.0)),
+            ("api_token.revoke".to_string(), Some(acme.owner().id.0)),
         ]
     );
 }
@@ -158,11 +159,12 @@ async fn owners_make_and_revoke_tokens_shown_once_and_audited_and_a_revoked_one_
 #[tokio::test]
 async fn every_endpoint_needs_a_token_and_its_scope_and_never_reaches_another_org() {
     let pool = test_db().await;
-    let (_, a_users) = org_with_users(&pool, "acme", &[Role::Owner]).await;
-    let (b_org, b_users) = org_with_users(&pool, "globex", &[Role::Owner]).await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
+    let globex = TestOrg::with_roles(&pool, "globex", &[Role::Owner]).await;
+    let b_org = globex.id.0;
     let app = spawn_app(pool.clone()).await;
-    let a = signed_in(&app, &a_users[0].1, &a_users[0].2).await;
-    let b = signed_in(&app, &b_users[0].1, &b_users[0].2).await;
+    let a = acme.owner().signed_in(&app).await;
+    let b = globex.owner().signed_in(&app).await;
     let a_all = token(&app, &a, "all", &ApiScope::ALL).await;
     let b_all = token(&app, &b, "all", &ApiScope::ALL).await;
     // Org B's object: a suppressed address.
@@ -216,7 +218,7 @@ async fn every_endpoint_needs_a_token_and_its_scope_and_never_reaches_another_or
     let b_msg = b_msg["id"].as_str().unwrap().to_string();
     let b_campaign = {
         let mut conn = pool.acquire().await.unwrap();
-        draft(&mut conn, b_org, b_users[0].0, "B's launch").await
+        draft(&mut conn, b_org, globex.owner().id.0, "B's launch").await
     };
 
     let ops = operations(&app).await;
@@ -365,9 +367,10 @@ async fn every_endpoint_needs_a_token_and_its_scope_and_never_reaches_another_or
 #[tokio::test]
 async fn suppressions_through_the_api_are_checked_added_lifted_and_audited_under_the_token() {
     let pool = test_db().await;
-    let (org, users) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
+    let org = acme.id.0;
     let app = spawn_app(pool.clone()).await;
-    let owner = signed_in(&app, &users[0].1, &users[0].2).await;
+    let owner = acme.owner().signed_in(&app).await;
     let t = token(
         &app,
         &owner,
@@ -449,9 +452,10 @@ async fn suppressions_through_the_api_are_checked_added_lifted_and_audited_under
 #[tokio::test]
 async fn a_delivery_is_looked_up_by_its_job_id() {
     let pool = test_db().await;
-    let (org, users) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
+    let org = acme.id.0;
     let app = spawn_app(pool.clone()).await;
-    let owner = signed_in(&app, &users[0].1, &users[0].2).await;
+    let owner = acme.owner().signed_in(&app).await;
     let t = token(&app, &owner, "status page", &[ApiScope::DeliveriesRead]).await;
     let jobs = enqueue_test_mail_to(&pool, org, "dlg", &["Ann@Example.com".into()]).await;
     let (s, _, body) = call(
@@ -486,7 +490,7 @@ async fn a_delivery_is_looked_up_by_its_job_id() {
 #[tokio::test]
 async fn the_rate_limit_per_token_is_shared_by_replicas_and_says_when_to_retry() {
     let pool = test_db().await;
-    let (_, users) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
     let edge = mailroom::http::Edge {
         api_limits: mailroom::rest::Limits {
             per_second: 0.01,
@@ -496,7 +500,7 @@ async fn the_rate_limit_per_token_is_shared_by_replicas_and_says_when_to_retry()
     };
     let one = spawn_app_with(pool.clone(), api_config(), edge.clone()).await;
     let two = spawn_app_with(pool.clone(), api_config(), edge).await;
-    let owner = signed_in(&one, &users[0].1, &users[0].2).await;
+    let owner = acme.owner().signed_in(&one).await;
     let t = token(&one, &owner, "busy", &[ApiScope::SuppressionsRead]).await;
     let answers = futures::future::join_all((0..30).map(|i| {
         let app = if i % 2 == 0 { &one } else { &two };
@@ -525,13 +529,14 @@ async fn the_rate_limit_per_token_is_shared_by_replicas_and_says_when_to_retry()
 #[tokio::test]
 async fn campaigns_are_read_with_their_status_and_progress() {
     let pool = test_db().await;
-    let (org, users) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
+    let org = acme.id.0;
     let app = spawn_app(pool.clone()).await;
-    let owner = signed_in(&app, &users[0].1, &users[0].2).await;
+    let owner = acme.owner().signed_in(&app).await;
     let t = token(&app, &owner, "reports", &[ApiScope::CampaignsRead]).await;
     let mut conn = pool.acquire().await.unwrap();
-    let first = draft(&mut conn, org, users[0].0, "Spring").await;
-    let second = draft(&mut conn, org, users[0].0, "Summer").await;
+    let first = draft(&mut conn, org, acme.owner().id.0, "Spring").await;
+    let second = draft(&mut conn, org, acme.owner().id.0, "Summer").await;
     // The second as if it had been sent to four: three delivered, one failed.
     sqlx::query(
         "update campaigns set status = 'sent', recipients_total = 4, scheduled_for = now(),

@@ -14,15 +14,17 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::support::helpers::{org_with_users, test_db};
+use crate::support::helpers::test_db;
+use crate::support::org::TestOrg;
 use crate::support::rest::{call, send, token};
-use crate::support::test_app::{api_config, signed_in, spawn_app_with, TestApp};
+use crate::support::test_app::{api_config, spawn_app_with, TestApp};
 
 /// An org with one list, its app (with `edge`), and a token that may write subscribers and
 /// send mail.
 async fn setup(edge: Edge) -> (sqlx::PgPool, i64, i64, TestApp, String) {
     let pool = test_db().await;
-    let (org, users) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
+    let org = acme.id.0;
     let list: i64 =
         sqlx::query_scalar("insert into lists (org_id, name) values ($1, 'News') returning id")
             .bind(org)
@@ -30,7 +32,7 @@ async fn setup(edge: Edge) -> (sqlx::PgPool, i64, i64, TestApp, String) {
             .await
             .unwrap();
     let app = spawn_app_with(pool.clone(), api_config(), edge).await;
-    let owner = signed_in(&app, &users[0].1, &users[0].2).await;
+    let owner = acme.owner().signed_in(&app).await;
     let t = token(
         &app,
         &owner,

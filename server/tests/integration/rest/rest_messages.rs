@@ -11,9 +11,10 @@ use reqwest::StatusCode;
 use serde_json::{json, Value};
 use testkit::SmtpSink;
 
-use crate::support::helpers::{org_with_users, test_db};
+use crate::support::helpers::test_db;
+use crate::support::org::TestOrg;
 use crate::support::rest::{call, token};
-use crate::support::test_app::{json as parse, signed_in, spawn_app, TestApp};
+use crate::support::test_app::{json as parse, spawn_app, TestApp};
 
 struct Setup {
     pool: sqlx::PgPool,
@@ -25,9 +26,10 @@ struct Setup {
 
 async fn setup() -> Setup {
     let pool = test_db().await;
-    let (org, users) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
+    let org = acme.id.0;
     let app = spawn_app(pool.clone()).await;
-    let owner = signed_in(&app, &users[0].1, &users[0].2).await;
+    let owner = acme.owner().signed_in(&app).await;
     let token = token(&app, &owner, "shop", &[ApiScope::MessagesSend]).await;
     let s = Setup {
         pool,

@@ -7,15 +7,17 @@ use app::domain::{ApiScope, Role};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
-use crate::support::helpers::{org_with_users, test_db};
+use crate::support::helpers::test_db;
+use crate::support::org::TestOrg;
 use crate::support::rest::{call, send, token};
-use crate::support::test_app::{signed_in, spawn_app, TestApp};
+use crate::support::test_app::{spawn_app, TestApp};
 
 async fn setup() -> (sqlx::PgPool, i64, TestApp, String) {
     let pool = test_db().await;
-    let (org, users) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
+    let org = acme.id.0;
     let app = spawn_app(pool.clone()).await;
-    let owner = signed_in(&app, &users[0].1, &users[0].2).await;
+    let owner = acme.owner().signed_in(&app).await;
     let t = token(
         &app,
         &owner,
@@ -168,7 +170,8 @@ async fn a_subscriber_is_upserted_by_address_read_changed_deleted_and_erased() {
 async fn bad_input_is_a_problem_document_naming_the_field_and_writes_nothing() {
     let (pool, org, app, t) = setup().await;
     let theirs = {
-        let (other, _) = org_with_users(&pool, "globex", &[Role::Owner]).await;
+        let globex = TestOrg::with_roles(&pool, "globex", &[Role::Owner]).await;
+        let other = globex.id.0;
         list(&pool, other, "Theirs").await
     };
     for (body, status, pointer, says) in [

@@ -1,12 +1,15 @@
 use app::domain::{EmailAddress, Role};
 
-use crate::support::helpers::{org_with_users, test_db};
+use crate::support::helpers::test_db;
+use crate::support::org::TestOrg;
 
 #[tokio::test]
 async fn composite_keys_refuse_rows_that_mix_two_organisations() {
     let pool = test_db().await;
-    let (org_a, _) = org_with_users(&pool, "alpha", &[Role::Owner]).await;
-    let (org_b, _) = org_with_users(&pool, "beta", &[Role::Owner]).await;
+    let alpha = TestOrg::with_roles(&pool, "alpha", &[Role::Owner]).await;
+    let org_a = alpha.id.0;
+    let beta = TestOrg::with_roles(&pool, "beta", &[Role::Owner]).await;
+    let org_b = beta.id.0;
     let mut tx = pool.begin().await.unwrap();
     let list_a = app::db::audience::create_list(&mut tx, org_a, "A list")
         .await
@@ -56,7 +59,8 @@ async fn time_zones_are_checked_against_postgresql() {
     .unwrap_err();
     assert!(err.to_string().contains("Mars/Olympus_Mons"), "{err}");
     // Changing a zone is checked too (the check runs once per statement, on changed zones).
-    let (org, _) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
+    let org = acme.id.0;
     let set = |tz: &'static str| {
         sqlx::query("update orgs set timezone = $2 where id = $1")
             .bind(org)
@@ -77,7 +81,8 @@ async fn time_zones_are_checked_against_postgresql() {
 #[tokio::test]
 async fn one_login_per_address_whatever_its_case() {
     let pool = test_db().await;
-    let (org, _) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
+    let org = acme.id.0;
     let mut conn = pool.acquire().await.unwrap();
     let first = EmailAddress::parse("Sam@Acme.example").unwrap();
     let again = EmailAddress::parse("sam@ACME.example").unwrap();
@@ -111,7 +116,8 @@ async fn one_login_per_address_whatever_its_case() {
 #[tokio::test]
 async fn case_variant_subscribers_coexist_but_share_their_lower_form() {
     let pool = test_db().await;
-    let (org, _) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
+    let org = acme.id.0;
     let mut tx = pool.begin().await.unwrap();
     let people: Vec<_> = ["Ann@Example.org", "ann@example.ORG", "Ann@Example.org"]
         .iter()
@@ -132,9 +138,10 @@ async fn case_variant_subscribers_coexist_but_share_their_lower_form() {
 #[tokio::test]
 async fn campaign_and_delivery_invariants_are_enforced_by_the_schema() {
     let pool = test_db().await;
-    let (org, users) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
+    let org = acme.id.0;
     let mut tx = pool.begin().await.unwrap();
-    let cid = crate::support::helpers::draft(&mut tx, org, users[0].0, "C").await;
+    let cid = crate::support::helpers::draft(&mut tx, org, acme.owner().id.0, "C").await;
     tx.commit().await.unwrap();
     // approved without a schedule
     let e = sqlx::query("update campaigns set status = 'approved' where id = $1")
@@ -179,9 +186,10 @@ async fn campaign_and_delivery_invariants_are_enforced_by_the_schema() {
 #[tokio::test]
 async fn four_eyes_is_enforced_by_the_schema_unless_self_approval_is_marked() {
     let pool = test_db().await;
-    let (org, users) = org_with_users(&pool, "acme", &[Role::Owner]).await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
+    let org = acme.id.0;
     let mut tx = pool.begin().await.unwrap();
-    let cid = crate::support::helpers::draft(&mut tx, org, users[0].0, "C").await;
+    let cid = crate::support::helpers::draft(&mut tx, org, acme.owner().id.0, "C").await;
     tx.commit().await.unwrap();
     let approve = "update campaigns set status = 'approved', approver_id = author_id, approved_at = now(), approved_version = 1,
                    scheduled_for = now(), self_approved = $2 where id = $1";
