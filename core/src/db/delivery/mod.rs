@@ -304,8 +304,9 @@ pub static CLAIM: LazyLock<String> = LazyLock::new(|| {
 /// missing one lost its claim (reaped) and must not be sent. A campaign message whose campaign
 /// was paused or cancelled since the claim is given back to the queue instead (attempt burned):
 /// after a pause commits, each connection sends at most the messages it had marked. A message
-/// whose address was suppressed since the claim (by the rule of [`claim`]) becomes `suppressed`
-/// here, counted in its campaign's progress: an opt-out that commits before the mark always wins.
+/// whose address was suppressed since the claim (by the rule of [`claim`]), or whose person was
+/// erased since, becomes `suppressed` here, counted in its campaign's progress: an opt-out or an
+/// erasure that commits before the mark always wins.
 ///
 /// The group's marks are one row of `delivery_mark_groups` (the attempts as arrays), not a row
 /// per message and not a change of the wide, many-indexed `deliveries` row: the delivery rows
@@ -498,7 +499,7 @@ pub static MARK_AND_RECORD: LazyLock<String> = LazyLock::new(|| {
          live as (
              select d.job_id, h.attempt,
                     coalesce(c.status not in ('sending', 'sent'), false) as stopped,
-                    exists ({blocks}) as blocked
+                    (starts_with(d.email_lower, '{erased}') or exists ({blocks})) as blocked
              from deliveries d
              join held h on d.job_id = h.job_id and d.attempt = h.attempt - 1
              left join campaigns c on c.id = d.campaign_id
@@ -535,6 +536,7 @@ pub static MARK_AND_RECORD: LazyLock<String> = LazyLock::new(|| {
                     from grouped g cross join lateral unnest(g.job_ids, g.attempts) as x(job_id, attempt)) m
            on true",
         blocks = blocks!("d", "$3", "$4"),
+        erased = crate::domain::ERASED_PREFIX,
         bump = bump_changed!(),
     )
 });

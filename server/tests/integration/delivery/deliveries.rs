@@ -132,10 +132,10 @@ async fn a_claimed_row_that_does_not_decode_fails_for_good_and_holds_up_nothing(
     assert!(reply.contains("cannot be read"), "{reply}");
 }
 
-#[tokio::test]
-async fn mail_of_any_kind_to_an_erased_person_is_suppressed_when_claimed() {
-    let pool = test_db().await;
-    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
+/// An invitation (account mail, which an unsubscribe or a manual suppression does not stop)
+/// queued to an address that is also a subscriber's: (org, subscriber, job).
+async fn invite_to_a_subscriber(pool: &PgPool) -> (i64, i64, JobId) {
+    let acme = TestOrg::with_roles(pool, "acme", &[Role::Owner]).await;
     let org = acme.id.0;
     let email = EmailAddress::parse("Gone@Example.org").unwrap();
     let subscriber: i64 = sqlx::query_scalar(
@@ -144,10 +144,9 @@ async fn mail_of_any_kind_to_an_erased_person_is_suppressed_when_claimed() {
     .bind(org)
     .bind(email.as_str())
     .bind(email.lower())
-    .fetch_one(&pool)
+    .fetch_one(pool)
     .await
     .unwrap();
-    // Account mail, which an unsubscribe or a manual suppression does not stop.
     let job = JobId::Invite {
         org_id: org,
         user_id: acme.owner().id.0,
@@ -159,10 +158,18 @@ async fn mail_of_any_kind_to_an_erased_person_is_suppressed_when_claimed() {
         org: OrgId(org),
         recipient: &email,
         reference: Reference::Invite {
-            user: UserId(acme.owner().id.0),
+            user: acme.owner().id,
         },
     };
     assert!(app::db::delivery::enqueue(&mut conn, invite).await.unwrap());
+    (org, subscriber, job)
+}
+
+#[tokio::test]
+async fn mail_of_any_kind_to_an_erased_person_is_suppressed_when_claimed() {
+    let pool = test_db().await;
+    let (org, subscriber, job) = invite_to_a_subscriber(&pool).await;
+    let mut conn = pool.acquire().await.unwrap();
     app::db::subscribers::erase(&mut conn, org, subscriber)
         .await
         .unwrap()
@@ -171,6 +178,30 @@ async fn mail_of_any_kind_to_an_erased_person_is_suppressed_when_claimed() {
         .await
         .unwrap();
     assert!(claimed.is_empty(), "{claimed:?}");
+    assert_eq!(
+        status_of(&pool, &job.to_string()).await,
+        ("suppressed".to_string(), 1)
+    );
+}
+
+#[tokio::test]
+async fn an_erasure_between_the_claim_and_the_mark_stops_the_body() {
+    let pool = test_db().await;
+    let (org, subscriber, job) = invite_to_a_subscriber(&pool).await;
+    let claimed = app::db::delivery::claim(&pool, 10, 60.0, "t")
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 1, "claimed before the erasure");
+    let mut conn = pool.acquire().await.unwrap();
+    app::db::subscribers::erase(&mut conn, org, subscriber)
+        .await
+        .unwrap()
+        .expect("erased");
+    let held = [(claimed[0].job_id(), claimed[0].attempt)];
+    let marked = app::db::delivery::mark_body_started(&mut conn, &held)
+        .await
+        .unwrap();
+    assert!(marked.attempts.is_empty(), "the body may not start");
     assert_eq!(
         status_of(&pool, &job.to_string()).await,
         ("suppressed".to_string(), 1)
