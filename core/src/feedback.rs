@@ -4,12 +4,12 @@
 //! kept it applies its effect: a suppression through [`audience::suppress_all`], a soft bounce
 //! counted towards the org's rule, and a campaign paused when its bounce or complaint rate
 //! crosses the org's limits. Everything runs in the caller's transaction; the statements are
-//! `db::events`'.
+//! `db::reports`'.
 
 use sqlx::PgConnection;
 
 use crate::db::audience;
-use crate::db::events::{self, NewEvent, Reported};
+use crate::db::reports::{self, NewReport, Reported};
 use crate::domain::{
     is_erased, BouncePolicy, CampaignId, EmailAddress, EventEffect, EventKind, EventSource,
     FeedbackReport, MatchedBy, OrgId, SuppressionReason,
@@ -70,7 +70,7 @@ pub async fn record(
         (None, None) => return Ok(None),
     };
     let erased = is_erased(&lower);
-    let kept = NewEvent {
+    let kept = NewReport {
         org_id: cx.org_id,
         source: cx.source,
         event: e,
@@ -84,7 +84,7 @@ pub async fn record(
         },
         verified,
     };
-    let Some(id) = events::insert(conn, &kept).await? else {
+    let Some(id) = reports::insert(conn, &kept).await? else {
         return Ok(None);
     };
     let campaign_id = found.as_ref().and_then(|f| f.campaign_id);
@@ -107,7 +107,7 @@ pub async fn record(
         Some(r) => Some(r),
         None if e.kind == EventKind::SoftBounce => {
             let n =
-                events::soft_bounces_within(conn, cx.org_id, &lower, cx.policy.soft_days).await?;
+                reports::soft_bounces_within(conn, cx.org_id, &lower, cx.policy.soft_days).await?;
             cx.policy
                 .soft_suppresses(n)
                 .then_some(SuppressionReason::SoftBounce)
@@ -127,11 +127,11 @@ pub async fn record(
         None if e.kind == EventKind::SoftBounce => EventEffect::Counted,
         None => EventEffect::None,
     };
-    events::set_effect(conn, id, recorded.effect).await?;
+    reports::set_effect(conn, id, recorded.effect).await?;
     if let (Some(campaign), EventKind::HardBounce | EventKind::Complaint) = (campaign_id, e.kind) {
         // Counted one at a time, so concurrent reports cannot all stay one short of the limit.
-        events::lock_campaign_reports(conn, campaign).await?;
-        let counts = events::campaign_counts(conn, cx.org_id, campaign).await?;
+        reports::lock_campaign_reports(conn, campaign).await?;
+        let counts = reports::campaign_counts(conn, cx.org_id, campaign).await?;
         if let Some(reason) = cx.policy.pause_reason(counts) {
             if crate::db::campaign::states::auto_pause(
                 conn,
@@ -165,7 +165,7 @@ async fn attribute(
         .and_then(|(key, from)| verp::verify_address(key, org_id, from));
     match token {
         Some(VerpRef::Job(job)) => {
-            let found = events::delivery_of_org(conn, org_id, &job).await?;
+            let found = reports::delivery_of_org(conn, org_id, &job).await?;
             return Ok(vouched(found, lower, e));
         }
         Some(VerpRef::Test {
@@ -175,7 +175,7 @@ async fn attribute(
             // A test job's id ends in the address it went to: the report's recipient picks it.
             let found = match lower {
                 Some(lower) => {
-                    events::delivered_test(conn, org_id, lower, campaign_id, content_version)
+                    reports::delivered_test(conn, org_id, lower, campaign_id, content_version)
                         .await?
                 }
                 None => None,
@@ -185,19 +185,19 @@ async fn attribute(
         None => {}
     }
     if let Some(job) = e.job_id() {
-        match events::delivery_of_any_org(conn, &job).await? {
+        match reports::delivery_of_any_org(conn, &job).await? {
             Some(f) if f.org_id == org_id => return Ok((Some(f), MatchedBy::MessageId)),
             Some(_) => return Err(RecordError::OtherOrg(e.id.clone())),
             None => {}
         }
     }
     if let Some(relay_id) = &e.relay_id {
-        if let Some(f) = events::delivery_by_relay_id(conn, org_id, relay_id).await? {
+        if let Some(f) = reports::delivery_by_relay_id(conn, org_id, relay_id).await? {
             return Ok((Some(f), MatchedBy::RelayId));
         }
     }
     Ok(match lower {
-        Some(lower) => match events::latest_delivered_to(conn, org_id, lower).await? {
+        Some(lower) => match reports::latest_delivered_to(conn, org_id, lower).await? {
             Some(f) => (Some(f), MatchedBy::Recipient),
             None => (None, MatchedBy::None),
         },
@@ -238,7 +238,7 @@ async fn erased_or_clear(
 ) -> sqlx::Result<String> {
     let hashed = r.erased_form();
     Ok(
-        if events::holds_erased(conn, org_id, &hashed, r.lower()).await? {
+        if reports::holds_erased(conn, org_id, &hashed, r.lower()).await? {
             hashed
         } else {
             r.lower().to_owned()

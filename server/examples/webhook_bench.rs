@@ -49,7 +49,7 @@ async fn seed(pool: &PgPool, org: i64, n: usize) -> anyhow::Result<Vec<JobId>> {
         app::db::demo::delivery(&mut tx, org, d).await?;
         jobs.push(job);
     }
-    app::db::events::create_endpoint(&mut tx, org, ENDPOINT, EventSource::Generic, SECRET).await?;
+    app::db::reports::create_endpoint(&mut tx, org, ENDPOINT, EventSource::Generic, SECRET).await?;
     tx.commit().await?;
     Ok(jobs)
 }
@@ -140,7 +140,7 @@ async fn main() -> anyhow::Result<()> {
     let jobs = Arc::new(seed(&pool, org, events * 3).await?);
     {
         let mut conn = pool.acquire().await?;
-        app::db::events::save_bounce_domain(&mut conn, org, Some(BOUNCE_DOMAIN)).await?;
+        app::db::reports::save_bounce_domain(&mut conn, org, Some(BOUNCE_DOMAIN)).await?;
     }
     println!(
         "seeded {} delivered messages in {:.1}s (not measured)",

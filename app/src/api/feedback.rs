@@ -6,7 +6,7 @@ use leptos::prelude::*;
 use serde::{Deserialize, Serialize};
 
 #[cfg(feature = "ssr")]
-use crate::db::{audit, events};
+use crate::db::{audit, reports};
 use crate::domain::BouncePolicy;
 use crate::error::AppError;
 use crate::model::{FeedbackEventRow, WebhookEndpoint};
@@ -35,9 +35,9 @@ pub async fn feedback_settings() -> Result<FeedbackSettingsData, AppError> {
     let (me, pool) = super::signed_in().await?;
     let mut conn = pool.acquire().await?;
     Ok(FeedbackSettingsData {
-        policy: events::policy(&mut conn, me.org_id).await?,
-        bounce_domain: events::bounce_domain(&mut conn, me.org_id).await?,
-        endpoints: events::endpoints(&mut conn, me.org_id).await?,
+        policy: reports::policy(&mut conn, me.org_id).await?,
+        bounce_domain: reports::bounce_domain(&mut conn, me.org_id).await?,
+        endpoints: reports::endpoints(&mut conn, me.org_id).await?,
         can_manage: me.role.manages_org(),
     })
 }
@@ -109,7 +109,7 @@ pub async fn create_webhook_endpoint(
         EventSource::Dsn | EventSource::Arf => return Err(AppError::Internal),
     };
     let mut tx = pool.begin().await?;
-    events::create_endpoint(&mut tx, me.org_id, &id, source, &secret).await?;
+    reports::create_endpoint(&mut tx, me.org_id, &id, source, &secret).await?;
     audit::record(
         &mut tx,
         audit::Entry {
@@ -140,7 +140,7 @@ pub async fn revoke_webhook_endpoint(id: String) -> Result<String, AppError> {
     // Ids are 24 characters of base64; anything far longer names none.
     crate::domain::input::line_input("Endpoint", id.trim(), 100)?;
     let mut tx = pool.begin().await?;
-    let source = events::revoke_endpoint(&mut tx, me.org_id, id.trim())
+    let source = reports::revoke_endpoint(&mut tx, me.org_id, id.trim())
         .await?
         .ok_or(AppError::NotFound)?;
     audit::record(
@@ -184,7 +184,7 @@ pub async fn save_bounce_policy(
     )
     .map_err(AppError::Invalid)?;
     let mut tx = pool.begin().await?;
-    let before = events::save_policy(&mut tx, me.org_id, p).await?;
+    let before = reports::save_policy(&mut tx, me.org_id, p).await?;
     audit::org_setting(
         &mut tx,
         &me,
@@ -217,14 +217,14 @@ pub async fn save_bounce_domain(domain: String) -> Result<String, AppError> {
     };
     let new = domain.as_ref().map(DkimDomain::as_str);
     let mut tx = pool.begin().await?;
-    let before = events::save_bounce_domain(&mut tx, me.org_id, new)
+    let before = reports::save_bounce_domain(&mut tx, me.org_id, new)
         .await
         .map_err(|e| match e {
-            events::DomainError::Taken => AppError::Conflict(
+            reports::DomainError::Taken => AppError::Conflict(
                 "Bounce domain: another organisation uses it already; each org needs its own."
                     .into(),
             ),
-            events::DomainError::Db(e) => e.into(),
+            reports::DomainError::Db(e) => e.into(),
         })?;
     audit::setting_changed(
         &mut tx,
@@ -249,5 +249,5 @@ pub async fn feedback_events(
 ) -> Result<Vec<FeedbackEventRow>, AppError> {
     let (me, pool) = super::signed_in().await?;
     let mut conn = pool.acquire().await?;
-    Ok(events::recent(&mut conn, me.org_id, unmatched).await?)
+    Ok(reports::recent(&mut conn, me.org_id, unmatched).await?)
 }

@@ -18,8 +18,6 @@ pub mod delivery;
 pub mod demo;
 /// The weekly digest: claims, contents, the admin page, figures.
 pub mod digest;
-/// What relays report later (bounces, complaints): the event ledger, its effects, endpoints.
-pub mod events;
 /// Whether the database answers a query (`/readyz`).
 pub mod health;
 /// Each worker host's heartbeat row, timed by the database clock.
@@ -48,6 +46,8 @@ pub mod password_tokens;
 pub mod rate_limit;
 /// What the relays' circuit breakers publish, and the campaigns they pause and resume.
 pub mod relay_health;
+/// What relays report later (bounces, complaints): the event ledger, its effects, endpoints.
+pub mod reports;
 /// Generated secrets shared by every replica: created once, then read by all.
 pub mod secrets;
 /// Server-side sessions, stored by the hash of their token.

@@ -3,7 +3,7 @@
 //! `fbl@`/`postmaster@`), and recording a parsed report's events in the caller's transaction.
 
 use app::bounce::mailed::{self, Mailed};
-use app::db::events;
+use app::db::reports;
 use app::domain::BouncePolicy;
 use app::feedback::{self, Intake, RecordError};
 use sqlx::{PgConnection, PgPool};
@@ -75,7 +75,7 @@ impl BounceMail {
             return Ok(Err(NotOurs::BadAddress));
         }
         let domain = domain.to_ascii_lowercase();
-        let Some((org_id, policy)) = events::org_of_bounce_domain(&self.pool, &domain).await?
+        let Some((org_id, policy)) = reports::org_of_bounce_domain(&self.pool, &domain).await?
         else {
             return Ok(Err(NotOurs::NotABounceDomain));
         };

@@ -1,6 +1,6 @@
 //! Feedback: what relays and remote mail systems report after the SMTP conversation (bounces,
 //! complaints, unsubscribes), by webhook or by mail. The parsers and the event ledger are the
-//! `app` crate's (`app::bounce`, `app::db::events`); this is how reports get in.
+//! `app` crate's (`app::bounce`, `app::db::reports`); this is how reports get in.
 
 /// What the listener and the mailbox share: which addresses are ours, recording a report.
 pub mod attribution;

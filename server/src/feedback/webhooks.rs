@@ -15,7 +15,7 @@ use sqlx::PgPool;
 
 use app::bounce::ses::Sns;
 use app::bounce::{self, generic, Verified};
-use app::db::events::{self, NonceTaken};
+use app::db::reports::{self, NonceTaken};
 use app::domain::EventSource;
 use app::feedback::{self, RecordError};
 
@@ -102,12 +102,12 @@ async fn handle(
         .ok()
         .filter(|s: &EventSource| s.is_webhook())
         .ok_or_else(not_found)?;
-    let ep = events::endpoint(pool, endpoint)
+    let ep = reports::endpoint(pool, endpoint)
         .await?
         .filter(|e| e.source == source)
         .ok_or_else(not_found)?;
     let mut tx = pool.begin().await?;
-    let now = events::now_unix(&mut tx).await?;
+    let now = reports::now_unix(&mut tx).await?;
     let Verified {
         events: batch,
         nonce,
@@ -128,7 +128,7 @@ async fn handle(
         EventSource::Ses => match bounce::ses::verify(&ep.secret, body, now).map_err(refused)? {
             Sns::Events(v) => Ok(v),
             Sns::Confirm { subscribe_url } => {
-                events::set_subscribe_url(&mut tx, &ep.id, &subscribe_url).await?;
+                reports::set_subscribe_url(&mut tx, &ep.id, &subscribe_url).await?;
                 tx.commit().await?;
                 tracing::info!(
                     org = ep.org_id,
@@ -150,7 +150,7 @@ async fn handle(
     }
     .map_err(refused)?;
     if let Some(n) = &nonce {
-        match events::take_nonce(&mut tx, ep.org_id, source, &n.value, &n.body_sha256).await? {
+        match reports::take_nonce(&mut tx, ep.org_id, source, &n.value, &n.body_sha256).await? {
             NonceTaken::Fresh => {}
             NonceTaken::Retry => {
                 tx.commit().await?;
@@ -165,7 +165,7 @@ async fn handle(
             )),
         }
     }
-    let policy = events::policy(&mut tx, ep.org_id).await?;
+    let policy = reports::policy(&mut tx, ep.org_id).await?;
     // Only SES says which envelope sender it used; the key is read only then.
     let verp_key = match batch.iter().any(|e| e.envelope_from.is_some()) {
         true => Some(app::signing::Purpose::Verp.key(pool).await?),

@@ -171,7 +171,7 @@ async fn jobs(pool: &PgPool, cfg: &Config, h: &Held, captured_dir: &Path, retent
         .await
         .unwrap_or(0);
     // Outside every signature window: a replay this old is refused by its timestamp.
-    let nonces = app::db::events::forget_nonces(pool).await.unwrap_or(0);
+    let nonces = app::db::reports::forget_nonces(pool).await.unwrap_or(0);
     let buckets = app::db::rate_limit::forget_full(pool).await.unwrap_or(0);
     log(
         pool,

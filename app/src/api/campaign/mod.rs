@@ -61,7 +61,7 @@ pub async fn campaign_detail(id: i64) -> Result<CampaignWithProgress, AppError> 
     // show two figures for one thing.
     let bounces = crate::domain::BounceCounts {
         delivered: progress.delivered,
-        ..crate::db::events::campaign_counts(&mut conn, me.org_id, id).await?
+        ..crate::db::reports::campaign_counts(&mut conn, me.org_id, id).await?
     };
     Ok(CampaignWithProgress {
         id: s.id,

@@ -296,11 +296,11 @@ async fn audience_objects(
 
 /// An org's webhook endpoint and one unmatched relay event naming `marker`; the endpoint's id.
 async fn relay_objects(pool: &sqlx::PgPool, org: i64, marker: &str) -> String {
-    use app::db::events;
+    use app::db::reports;
     use app::domain::{BouncePolicy, EmailAddress, EventKind, EventSource, FeedbackReport};
     let id = format!("{marker}-endpoint-id");
     let mut tx = pool.begin().await.unwrap();
-    events::create_endpoint(&mut tx, org, &id, EventSource::Generic, "whsec_AAAA")
+    reports::create_endpoint(&mut tx, org, &id, EventSource::Generic, "whsec_AAAA")
         .await
         .unwrap();
     let e = FeedbackReport {

@@ -276,12 +276,14 @@ async fn reports_through_one_token_naming_other_addresses_change_nothing_for_the
     .unwrap();
     assert_eq!(kept, (104, 104, 0, 0));
     let mut conn = pool.acquire().await.unwrap();
-    let unmatched = app::db::events::recent(&mut conn, org, true).await.unwrap();
+    let unmatched = app::db::reports::recent(&mut conn, org, true)
+        .await
+        .unwrap();
     assert!(
         unmatched.iter().any(|e| e.recipient == "ceo@acme.test"),
         "the forged complaint is listed as unmatched"
     );
-    let counts = app::db::events::campaign_counts(&mut conn, org, campaign)
+    let counts = app::db::reports::campaign_counts(&mut conn, org, campaign)
         .await
         .unwrap();
     assert_eq!((counts.hard_bounces, counts.complaints), (0, 0));
@@ -303,7 +305,7 @@ async fn reports_through_one_token_naming_other_addresses_change_nothing_for_the
             .await
             .unwrap();
     assert_eq!(suppressed, vec![(x.clone(), "hard_bounce".to_string())]);
-    let counts = app::db::events::campaign_counts(&mut conn, org, campaign)
+    let counts = app::db::reports::campaign_counts(&mut conn, org, campaign)
         .await
         .unwrap();
     assert_eq!(counts.hard_bounces, 1);
@@ -407,7 +409,7 @@ async fn a_sending_campaign_pauses_itself_once_at_the_bounce_rate_and_says_why()
     {
         let mut conn = pool.acquire().await.unwrap();
         let p = BouncePolicy::new(3, 30, 5.0, 0.1, 100).unwrap();
-        app::db::events::save_policy(&mut conn, org, p)
+        app::db::reports::save_policy(&mut conn, org, p)
             .await
             .unwrap();
     }

@@ -657,8 +657,8 @@ async fn unmatched_events_are_kept_and_listed_and_the_policy_is_the_owners() {
     let other = globex.id.0;
     let mut conn = pool.acquire().await.unwrap();
     let taken =
-        app::db::events::save_bounce_domain(&mut conn, other, Some("bounce.acme.test")).await;
-    assert!(matches!(taken, Err(app::db::events::DomainError::Taken)));
+        app::db::reports::save_bounce_domain(&mut conn, other, Some("bounce.acme.test")).await;
+    assert!(matches!(taken, Err(app::db::reports::DomainError::Taken)));
     drop(conn);
     let (status, _) = app.call_fn(&owner, domain("")).await;
     assert_eq!(status, 200);

@@ -29,7 +29,7 @@ pub(crate) async fn listener(
 
 pub(crate) async fn set_bounce_domain(pool: &PgPool, org: i64, domain: &str) {
     let mut conn = pool.acquire().await.unwrap();
-    app::db::events::save_bounce_domain(&mut conn, org, Some(domain))
+    app::db::reports::save_bounce_domain(&mut conn, org, Some(domain))
         .await
         .unwrap();
 }

@@ -1,5 +1,5 @@
-//! The event ledger's statements: webhook endpoints and their one-time tokens, the org's
-//! feedback policy and bounce domain, the deliveries a report may be about, and the ledger row
+//! The report ledger's statements (table `delivery_events`): webhook endpoints and their
+//! one-time tokens, the org's feedback policy and bounce domain, the deliveries a report may be about, and the ledger row
 //! itself under `UNIQUE (org_id, source, provider_event_id)`. What a report does (which delivery
 //! it is about, whether it proves itself, what it suppresses, counts or pauses) is decided in
 //! [`crate::feedback`]. Everything runs in the caller's transaction.
@@ -328,7 +328,7 @@ pub async fn holds_erased(
 }
 
 /// One event as the ledger keeps it.
-pub struct NewEvent<'a> {
+pub struct NewReport<'a> {
     pub org_id: i64,
     pub source: EventSource,
     pub event: &'a FeedbackReport,
@@ -343,7 +343,7 @@ pub struct NewEvent<'a> {
 
 /// Inserts the event under the ledger's unique key with no effect yet: its id, or `None` when
 /// the org recorded it before (the insert is the check).
-pub async fn insert(conn: &mut PgConnection, n: &NewEvent<'_>) -> sqlx::Result<Option<i64>> {
+pub async fn insert(conn: &mut PgConnection, n: &NewReport<'_>) -> sqlx::Result<Option<i64>> {
     sqlx::query_scalar(
         "insert into delivery_events (org_id, source, provider_event_id, kind, job_id, matched_by,
                                       email_lower, status, diagnostic, effect, occurred_at,
