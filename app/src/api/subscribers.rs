@@ -37,8 +37,13 @@ pub struct SubscriberDetail {
     /// Every list of the org, checked where they are a member.
     pub lists: Vec<(ListOption, bool)>,
     pub history: Vec<Reached>,
+    /// Their latest events, newest first.
+    pub events: Vec<crate::model::TimelineEvent>,
     pub can_act: bool,
 }
+
+/// How many events a subscriber's timeline shows.
+pub const EVENTS_SHOWN: i64 = 100;
 
 /// How many campaigns a subscriber's history shows.
 pub const HISTORY_SHOWN: i64 = 100;
@@ -117,10 +122,18 @@ pub async fn subscriber(id: i64) -> Result<SubscriberDetail, AppError> {
         })
         .collect();
     let history = subscribers::history(&mut conn, me.org_id, id, HISTORY_SHOWN).await?;
+    let events = crate::db::events::timeline(
+        &mut conn,
+        me.org(),
+        crate::domain::SubscriberId(id),
+        EVENTS_SHOWN,
+    )
+    .await?;
     Ok(SubscriberDetail {
         subscriber: d,
         lists,
         history,
+        events,
         can_act: me.role.can_act(),
     })
 }

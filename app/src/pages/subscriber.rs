@@ -1,5 +1,6 @@
 //! One subscriber: edit their name, status and lists; which campaigns reached them and how;
-//! remove them (only before any campaign did) or erase their personal data.
+//! the events the SaaS reported about them; remove them (only before any campaign did) or
+//! erase their personal data.
 
 use leptos::prelude::*;
 use leptos_router::components::A;
@@ -121,9 +122,30 @@ fn Detail(
                 </super::DataTable>
         }.into_any()
     };
+    let timeline = if d.events.is_empty() {
+        view! { <p class="text-sm text-slate-600 dark:text-slate-300" data-test="no-events">"No events reported about them."</p> }.into_any()
+    } else {
+        view! {
+            <super::DataTable test="events" headings=&["Event", "When", "Properties"]>
+                {d.events.into_iter().map(|e| view! {
+                    <tr class="border-t border-slate-100 dark:border-slate-800" data-test="event-row">
+                        <td class="p-3 font-medium">{e.name}</td>
+                        <td class="p-3 whitespace-nowrap text-slate-500 dark:text-slate-400">{e.at}</td>
+                        <td class="p-3 font-mono text-xs text-slate-600 break-all dark:text-slate-300">{e.properties}</td>
+                    </tr>
+                }).collect_view()}
+            </super::DataTable>
+        }.into_any()
+    };
+    let external = d
+        .subscriber
+        .external_id
+        .clone()
+        .map(|x| format!(" · external id {x}"))
+        .unwrap_or_default();
     view! {
         <h2 class="mb-1 text-xl font-semibold" data-test="subscriber-email">{d.subscriber.email.clone()}</h2>
-        <p class="mb-3 text-sm text-slate-500 dark:text-slate-400">{format!("{} · added {}", d.subscriber.status, d.subscriber.created)}</p>
+        <p class="mb-3 text-sm text-slate-500 dark:text-slate-400" data-test="subscriber-facts">{format!("{} · added {}{external}", d.subscriber.status, d.subscriber.created)}</p>
         <p class="mb-3 text-sm" data-test="consent">{consent(&d.subscriber)}</p>
         {suppression}
         {erased}
@@ -131,6 +153,8 @@ fn Detail(
         {actions}
         <h3 class="mb-2 font-semibold">"History"</h3>
         {history}
+        <h3 class="mb-2 mt-6 font-semibold">"Events"</h3>
+        {timeline}
     }
 }
 

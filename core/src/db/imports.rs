@@ -7,7 +7,7 @@ use sqlx::{PgConnection, PgExecutor, PgPool};
 
 use crate::model::{Import, RowError};
 
-use crate::domain::EmailAddress;
+use crate::domain::CsvRow;
 
 pub async fn start(
     conn: &mut PgConnection,
@@ -28,22 +28,26 @@ pub async fn start(
 }
 
 /// Inserts a batch of checked rows: new subscribers are created (an address already there,
-/// same spelling, is kept as it was) and every row's subscriber joins the list. Importing the
-/// same rows again changes nothing. Returns (subscribers created, memberships added).
+/// same spelling, is kept as it was, but takes the row's external id when it has none) and
+/// every row's subscriber joins the list. Importing the same rows again changes nothing. The
+/// external ids must not be another subscriber's (the caller checked). Returns (subscribers
+/// created, memberships added).
 pub async fn insert_batch(
     conn: &mut PgConnection,
     org_id: i64,
     list_id: i64,
-    rows: &[(EmailAddress, String)],
+    rows: &[CsvRow],
 ) -> sqlx::Result<(i64, i64)> {
-    let emails: Vec<&str> = rows.iter().map(|(e, _)| e.as_str()).collect();
-    let lowers: Vec<&str> = rows.iter().map(|(e, _)| e.lower()).collect();
-    let names: Vec<&str> = rows.iter().map(|(_, n)| n.as_str()).collect();
-    sqlx::query_as(
-        "with input as (select * from unnest($3::text[], $4::text[], $5::text[]) as t(email, lower, name)),
+    let emails: Vec<&str> = rows.iter().map(|r| r.email.as_str()).collect();
+    let lowers: Vec<&str> = rows.iter().map(|r| r.email.lower()).collect();
+    let names: Vec<&str> = rows.iter().map(|r| r.name.as_str()).collect();
+    let externals: Vec<Option<&str>> = rows.iter().map(|r| r.external_id.as_deref()).collect();
+    let counts: (i64, i64) = sqlx::query_as(
+        "with input as (select * from unnest($3::text[], $4::text[], $5::text[], $6::text[])
+                          as t(email, lower, name, external_id)),
          created as (
-             insert into subscribers (org_id, email, email_lower, name, optin_source, optin_at)
-             select $1, email, lower, name, 'import', now() from input
+             insert into subscribers (org_id, email, email_lower, name, external_id, optin_source, optin_at)
+             select $1, email, lower, name, external_id, 'import', now() from input
              on conflict (org_id, email) do nothing
              returning id
          ),
@@ -65,8 +69,30 @@ pub async fn insert_batch(
     .bind(&emails)
     .bind(&lowers)
     .bind(&names)
-    .fetch_one(conn)
-    .await
+    .bind(&externals)
+    .fetch_one(&mut *conn)
+    .await?;
+    // Rows there before take the file's external id when they have none (those just created
+    // have it). Only the rows that give one are looked up, each through `(org_id, email)`.
+    let named: Vec<(&str, &str)> = rows
+        .iter()
+        .filter_map(|r| r.external_id.as_deref().map(|x| (r.email.as_str(), x)))
+        .collect();
+    if !named.is_empty() {
+        let (emails, ids): (Vec<&str>, Vec<&str>) = named.into_iter().unzip();
+        sqlx::query(
+            "update subscribers s set external_id = i.external_id
+             from unnest($2::text[], $3::text[]) as i(email, external_id)
+             where s.org_id = $1 and s.email = i.email and s.external_id is null
+               and s.erased_at is null",
+        )
+        .bind(org_id)
+        .bind(&emails)
+        .bind(&ids)
+        .execute(&mut *conn)
+        .await?;
+    }
+    Ok(counts)
 }
 
 /// How many refused rows an import keeps to show.

@@ -13,6 +13,9 @@ pub struct Snapshot {
     pub oldest_queued_seconds: f64,
     /// The leader lease's current epoch (0 before any election).
     pub leader_epoch: i64,
+    /// How long past its org's retention the oldest event still stored is (0: retention
+    /// keeps up). One index probe per org.
+    pub events_overdue_seconds: f64,
 }
 
 /// The figures, summed from `delivery_counts` (a few rows per kind and status between two
@@ -36,11 +39,15 @@ pub const COUNTS: &str = concat!(
 pub const OLDEST_AND_EPOCH: &str =
     "select coalesce(extract(epoch from now() - (select min(next_attempt_at) from delivery_queue
                                                  where next_attempt_at <= now())), 0)::float8,
-            coalesce((select epoch from leader_lease where name = 'leader'), 0)";
+            coalesce((select epoch from leader_lease where name = 'leader'), 0),
+            coalesce((select max(extract(epoch from
+                          (now() - make_interval(days => o.event_retention_days))
+                          - (select min(e.occurred_at) from events e where e.org_id = o.id)))
+                      from orgs o), 0)::float8";
 
 pub async fn snapshot(pool: &PgPool) -> sqlx::Result<Snapshot> {
     let counts: Vec<(String, String, i64)> = sqlx::query_as(COUNTS).fetch_all(pool).await?;
-    let (oldest_queued_seconds, leader_epoch): (f64, i64) =
+    let (oldest_queued_seconds, leader_epoch, overdue): (f64, i64, f64) =
         sqlx::query_as(OLDEST_AND_EPOCH).fetch_one(pool).await?;
     // Present even when nothing is in flight, so that an alert's series never vanishes.
     let mut by_status: Vec<(String, i64)> = vec![("sending".to_string(), 0)];
@@ -59,6 +66,7 @@ pub async fn snapshot(pool: &PgPool) -> sqlx::Result<Snapshot> {
         queued_by_kind,
         oldest_queued_seconds,
         leader_epoch,
+        events_overdue_seconds: overdue.max(0.0),
     })
 }
 

@@ -18,6 +18,8 @@ pub mod delivery;
 pub mod demo;
 /// The weekly digest: claims, contents, the admin page, figures.
 pub mod digest;
+/// The SaaS's events about its people, stored once per event id.
+pub mod events;
 /// Whether the database answers a query (`/readyz`).
 pub mod health;
 /// Each worker host's heartbeat row, timed by the database clock.

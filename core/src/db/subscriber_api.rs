@@ -14,6 +14,7 @@ pub struct ApiSubscriber {
     pub id: i64,
     pub email: String,
     pub name: String,
+    pub external_id: Option<String>,
     pub status: SubscriberStatus,
     pub attributes: Json<serde_json::Value>,
     pub list_ids: Vec<i64>,
@@ -23,7 +24,7 @@ pub struct ApiSubscriber {
     pub updated_at: String,
 }
 
-const COLUMNS: &str = "s.id, s.email, s.name, s.status, s.attributes,
+const COLUMNS: &str = "s.id, s.email, s.name, s.external_id, s.status, s.attributes,
     coalesce((select array_agg(m.list_id order by m.list_id) from list_members m
               where m.org_id = s.org_id and m.subscriber_id = s.id), '{}') as list_ids,
     s.erased_at is not null as erased,
@@ -44,14 +45,24 @@ pub async fn get(
     .await
 }
 
-/// A page in id order after `after`, optionally one list's members or one address (compared
-/// in lower case); `limit + 1` rows are read so the caller knows whether a next page exists.
+/// Which subscribers a page holds.
+pub struct Filter<'a> {
+    /// Ids after this one.
+    pub after: i64,
+    /// Only this list's members.
+    pub list_id: Option<i64>,
+    /// Only this address, in any spelling.
+    pub email_lower: Option<&'a str>,
+    /// Only the one with this external id.
+    pub external_id: Option<&'a str>,
+}
+
+/// A page in id order, filtered; `limit + 1` rows are read so the caller knows whether a next
+/// page exists.
 pub async fn page(
     conn: &mut PgConnection,
     org_id: i64,
-    after: i64,
-    list_id: Option<i64>,
-    email_lower: Option<&str>,
+    f: Filter<'_>,
     limit: i64,
 ) -> sqlx::Result<crate::db::Page<ApiSubscriber, i64>> {
     let rows: Vec<ApiSubscriber> = sqlx::query_as(&format!(
@@ -60,13 +71,15 @@ pub async fn page(
            and ($3::bigint is null or exists (select 1 from list_members m
                 where m.org_id = s.org_id and m.list_id = $3 and m.subscriber_id = s.id))
            and ($4::text is null or s.email_lower = $4)
+           and ($6::text is null or s.external_id = $6)
          order by s.id limit $5"
     ))
     .bind(org_id)
-    .bind(after)
-    .bind(list_id)
-    .bind(email_lower)
+    .bind(f.after)
+    .bind(f.list_id)
+    .bind(f.email_lower)
     .bind(limit + 1)
+    .bind(f.external_id)
     .fetch_all(conn)
     .await?;
     Ok(crate::db::Page::of(rows, limit, |r| r.id))
@@ -77,6 +90,8 @@ pub async fn page(
 pub struct Upsert<'a> {
     pub email: &'a EmailAddress,
     pub name: Option<&'a str>,
+    /// Unique in the org: the caller checked that no other subscriber has it.
+    pub external_id: Option<&'a str>,
     pub status: Option<SubscriberStatus>,
     pub attributes: Option<&'a serde_json::Value>,
     /// Lists to add the subscriber to (the org's: the caller checked them).
@@ -104,6 +119,7 @@ pub async fn upsert(
     let emails: Vec<&str> = rows.iter().map(|r| r.email.as_str()).collect();
     let lowers: Vec<&str> = rows.iter().map(|r| r.email.lower()).collect();
     let names: Vec<Option<&str>> = rows.iter().map(|r| r.name).collect();
+    let externals: Vec<Option<&str>> = rows.iter().map(|r| r.external_id).collect();
     let statuses: Vec<Option<&str>> = rows
         .iter()
         .map(|r| r.status.map(SubscriberStatus::as_str))
@@ -132,19 +148,21 @@ pub async fn upsert(
         .unzip();
     sqlx::query_as(
         "with input as (
-             select * from unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::jsonb[])
-                 with ordinality as t(email, lower, name, status, attributes, n)
+             select * from unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::jsonb[],
+                                  $10::text[])
+                 with ordinality as t(email, lower, name, status, attributes, external_id, n)
          ),
          written as (
              insert into subscribers as s (org_id, email, email_lower, name, status, attributes,
-                                           optin_source, optin_at)
+                                           external_id, optin_source, optin_at)
              select $1, email, lower, coalesce(name, ''), coalesce(status, 'confirmed'),
-                    coalesce(attributes, '{}'), 'api', now()
+                    coalesce(attributes, '{}'), external_id, 'api', now()
              from input order by email
              on conflict (org_id, email) do update
              set name = coalesce($9::jsonb -> excluded.email ->> 'name', s.name),
                  status = coalesce($9::jsonb -> excluded.email ->> 'status', s.status),
-                 attributes = s.attributes || excluded.attributes
+                 attributes = s.attributes || excluded.attributes,
+                 external_id = coalesce(excluded.external_id, s.external_id)
              -- xmax is 0 only on a row this statement inserted.
              returning s.id, s.email, (s.xmax = 0) as created
          ),
@@ -168,6 +186,7 @@ pub async fn upsert(
     .bind(&member_rows)
     .bind(&member_lists)
     .bind(Json(&given))
+    .bind(&externals)
     .fetch_all(conn)
     .await
 }
@@ -188,27 +207,60 @@ pub async fn foreign_lists(
     .await
 }
 
+/// What a patch changes; `None` keeps what the subscriber has.
+pub struct Change<'a> {
+    pub name: Option<&'a str>,
+    pub external_id: Option<&'a str>,
+    pub status: Option<SubscriberStatus>,
+    /// Merged key by key.
+    pub attributes: Option<&'a serde_json::Value>,
+}
+
+/// The addresses of the `(address, external id)` pairs whose external id another subscriber of
+/// the org (not the one with that address, same spelling) already has.
+pub async fn external_ids_taken(
+    conn: &mut PgConnection,
+    org_id: i64,
+    pairs: &[(&str, &str)],
+) -> sqlx::Result<Vec<String>> {
+    if pairs.is_empty() {
+        return Ok(Vec::new());
+    }
+    let (emails, externals): (Vec<&str>, Vec<&str>) = pairs.iter().copied().unzip();
+    sqlx::query_scalar(
+        "select t.email from unnest($2::text[], $3::text[]) as t(email, external_id)
+         join subscribers s on s.org_id = $1 and s.external_id = t.external_id
+         where s.email <> t.email",
+    )
+    .bind(org_id)
+    .bind(&emails)
+    .bind(&externals)
+    .fetch_all(conn)
+    .await
+}
+
 /// Changes what is given of a subscriber that is not erased; attributes are merged key by
 /// key (a key set to null stays null: the caller owns the attribute's meaning). False when
-/// there is no such subscriber.
+/// there is no such subscriber. An external id another subscriber has fails on the org's
+/// unique index (`subscribers_external_id`).
 pub async fn patch(
     conn: &mut PgConnection,
     org_id: i64,
     id: i64,
-    name: Option<&str>,
-    status: Option<SubscriberStatus>,
-    attributes: Option<&serde_json::Value>,
+    c: Change<'_>,
 ) -> sqlx::Result<bool> {
     let r = sqlx::query(
         "update subscribers set name = coalesce($3, name), status = coalesce($4, status),
-                attributes = attributes || coalesce($5, '{}')
+                attributes = attributes || coalesce($5, '{}'),
+                external_id = coalesce($6, external_id)
          where org_id = $1 and id = $2 and erased_at is null",
     )
     .bind(org_id)
     .bind(id)
-    .bind(name)
-    .bind(status)
-    .bind(attributes.map(Json))
+    .bind(c.name)
+    .bind(c.status)
+    .bind(c.attributes.map(Json))
+    .bind(c.external_id)
     .execute(conn)
     .await?;
     Ok(r.rows_affected() == 1)

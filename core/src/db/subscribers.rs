@@ -55,7 +55,7 @@ pub async fn detail(
     id: i64,
 ) -> sqlx::Result<Option<SubscriberProfile>> {
     sqlx::query_as(
-        "select s.id, s.email, s.name, s.status,
+        "select s.id, s.email, s.name, s.external_id, s.status,
                 to_char(s.erased_at at time zone o.timezone, 'YYYY-MM-DD HH24:MI') as erased,
                 to_char(s.created_at at time zone o.timezone, 'YYYY-MM-DD HH24:MI') as created,
                 x.reason as suppression, x.source as suppression_source,
@@ -277,6 +277,7 @@ pub async fn erase(conn: &mut PgConnection, org_id: i64, id: i64) -> sqlx::Resul
     .execute(&mut *conn)
     .await?;
     scrub_audit(conn, org_id, &rows, &lower, &hashed).await?;
+    crate::db::events::forget(conn, crate::domain::OrgId(org_id), &rows).await?;
     let (erased, job_ids): (i64, Vec<String>) = sqlx::query_as(
         "with hashed as (select $3::text as h),
          members as (
@@ -319,7 +320,8 @@ pub async fn erase(conn: &mut PgConnection, org_id: i64, id: i64) -> sqlx::Resul
              update subscribers
              set email = (select h from hashed) || '-' || id,
                  email_lower = (select h from hashed),
-                 name = '', attributes = '{}', status = 'blocklisted', erased_at = now()
+                 name = '', attributes = '{}', external_id = null, status = 'blocklisted',
+                 erased_at = now()
              where org_id = $1 and email_lower = $2 and erased_at is null
              returning 1
          )

@@ -8,6 +8,9 @@ text_enum! {
         MessagesSend = "messages:send",
         CampaignsRead = "campaigns:read",
         DeliveriesRead = "deliveries:read",
+        EventsWrite = "events:write",
+        SegmentsRead = "segments:read",
+        SegmentsWrite = "segments:write",
     }
 }
 
@@ -22,6 +25,9 @@ impl ApiScope {
             ApiScope::MessagesSend => "send transactional mail",
             ApiScope::CampaignsRead => "read campaigns and their progress",
             ApiScope::DeliveriesRead => "look up deliveries",
+            ApiScope::EventsWrite => "record events about subscribers",
+            ApiScope::SegmentsRead => "read segments, their counts and members",
+            ApiScope::SegmentsWrite => "create, change and delete segments",
         }
     }
 
@@ -61,7 +67,7 @@ mod tests {
         assert!(ApiScope::parse_list::<&str>(&[]).is_err());
         assert_eq!(
             ApiScope::ALL.len(),
-            7,
+            10,
             "the migration's check lists each scope"
         );
     }

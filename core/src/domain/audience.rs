@@ -125,11 +125,28 @@ pub fn csv_value(cell: &str) -> &str {
 }
 
 /// Where the columns of an imported file are, found by its header row (case-insensitive):
-/// `email` is required, `name` is optional; other columns are ignored.
+/// `email` is required, `name` and `external_id` are optional; other columns are ignored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CsvColumns {
     pub email: usize,
     pub name: Option<usize>,
+    pub external_id: Option<usize>,
+}
+
+/// One checked row of an imported file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CsvRow {
+    pub email: EmailAddress,
+    pub name: String,
+    /// The SaaS's own id for them; an empty cell is none.
+    pub external_id: Option<String>,
+}
+
+/// What the earlier rows of a file held: a repeat is reported, never silently merged.
+#[derive(Debug, Default)]
+pub struct SeenRows {
+    addresses: HashSet<String>,
+    external_ids: HashSet<String>,
 }
 
 impl CsvColumns {
@@ -150,16 +167,12 @@ impl CsvColumns {
         Ok(CsvColumns {
             email,
             name: at("name"),
+            external_id: at("external_id"),
         })
     }
 
-    /// Checks one data row: `seen` holds the addresses of earlier rows of the same file, so a
-    /// duplicate is reported instead of silently merged.
-    pub fn check(
-        &self,
-        fields: &[&[u8]],
-        seen: &mut HashSet<String>,
-    ) -> Result<(EmailAddress, String), String> {
+    /// Checks one data row against the rules and the earlier rows of the same file.
+    pub fn check(&self, fields: &[&[u8]], seen: &mut SeenRows) -> Result<CsvRow, String> {
         let text = |i: usize, what: &str| -> Result<&str, String> {
             let raw = fields.get(i).copied().unwrap_or_default();
             let s = std::str::from_utf8(raw)
@@ -179,13 +192,35 @@ impl CsvColumns {
             None => "",
         };
         let name = person_name(name).map_err(|e| lower_first(e.trim_end_matches('.')))?;
-        if !seen.insert(email.lower().to_owned()) {
+        let external_id = match self.external_id {
+            Some(i) => match text(i, "external id")?.trim() {
+                "" => None,
+                x => Some(
+                    super::event::external_id("external_id", x)
+                        .map_err(|e| format!("the external id: {}", e.fault))?,
+                ),
+            },
+            None => None,
+        };
+        if seen.addresses.contains(email.lower()) {
             return Err(format!(
                 "{} appears earlier in the file (kept once)",
                 email.as_str()
             ));
         }
-        Ok((email, name))
+        if let Some(x) = &external_id {
+            if !seen.external_ids.insert(x.clone()) {
+                return Err(format!(
+                    "the external id {x:?} appears earlier in the file (an external id names one subscriber)"
+                ));
+            }
+        }
+        seen.addresses.insert(email.lower().to_owned());
+        Ok(CsvRow {
+            email,
+            name,
+            external_id,
+        })
     }
 }
 
@@ -255,13 +290,14 @@ mod tests {
             cols,
             CsvColumns {
                 email: 1,
-                name: Some(0)
+                name: Some(0),
+                external_id: None,
             }
         );
-        let mut seen = HashSet::new();
-        let (e, n) = cols.check(&[b" Ann ", b"Ann@X.org"], &mut seen).unwrap();
-        assert_eq!((e.as_str(), n.as_str()), ("Ann@X.org", "Ann"));
-        let err = |f: &[&[u8]], seen: &mut HashSet<String>| cols.check(f, seen).unwrap_err();
+        let mut seen = SeenRows::default();
+        let r = cols.check(&[b" Ann ", b"Ann@X.org"], &mut seen).unwrap();
+        assert_eq!((r.email.as_str(), r.name.as_str()), ("Ann@X.org", "Ann"));
+        let err = |f: &[&[u8]], seen: &mut SeenRows| cols.check(f, seen).unwrap_err();
         assert_eq!(
             err(&[b"Ann", b"ann@x.org"], &mut seen),
             "ann@x.org appears earlier in the file (kept once)"
@@ -284,5 +320,24 @@ mod tests {
             "the name is too long (at most 200 characters)"
         );
         assert!(err(&[b"E"], &mut seen).contains("empty"), "a short row");
+    }
+
+    #[test]
+    fn an_external_id_column_is_optional_checked_and_once_per_file() {
+        let cols = CsvColumns::from_header(&[b"email", b"External_ID"]).unwrap();
+        assert_eq!(cols.external_id, Some(1));
+        let mut seen = SeenRows::default();
+        let r = cols.check(&[b"a@x.org", b" u-1 "], &mut seen).unwrap();
+        assert_eq!(r.external_id.as_deref(), Some("u-1"));
+        let r = cols.check(&[b"b@x.org", b""], &mut seen).unwrap();
+        assert_eq!(r.external_id, None);
+        let e = cols.check(&[b"c@x.org", b"u-1"], &mut seen).unwrap_err();
+        assert!(e.contains("appears earlier"), "{e}");
+        let e = cols
+            .check(&[b"d@x.org", b"tab\tid"], &mut seen)
+            .unwrap_err();
+        assert!(e.starts_with("the external id"), "{e}");
+        // A refused row's address is not taken: fixed on a later line, it goes in.
+        assert!(cols.check(&[b"c@x.org", b"u-2"], &mut seen).is_ok());
     }
 }

@@ -105,6 +105,8 @@ mod delivery;
 mod dkim;
 /// `EmailAddress`: the one place its comparison form `email_lower` is computed.
 mod email;
+/// Events the SaaS reports about its people, and its own ids for them.
+pub mod event;
 /// Row ids as types (`OrgId`, `CampaignId`, …).
 mod ids;
 /// The edge's rule for every text and time a request brings: no NUL, no control character in a
@@ -130,7 +132,9 @@ pub mod text;
 mod week_key;
 
 pub use api_scope::ApiScope;
-pub use audience::{CsvColumns, ImportStatus, SubscriberStatus, SuppressionReason};
+pub use audience::{
+    CsvColumns, CsvRow, ImportStatus, SeenRows, SubscriberStatus, SuppressionReason,
+};
 pub use audit::AuditAction;
 pub use backoff::Backoff;
 pub use bounce::{

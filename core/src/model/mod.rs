@@ -150,6 +150,8 @@ pub struct SubscriberProfile {
     pub id: i64,
     pub email: String,
     pub name: String,
+    /// The sending SaaS's own id for them, when it gave one.
+    pub external_id: Option<String>,
     pub status: crate::domain::SubscriberStatus,
     /// When their personal data was erased, in the org's time zone.
     pub erased: Option<String>,
@@ -167,6 +169,18 @@ pub struct SubscriberProfile {
     pub optin_at: Option<String>,
     pub confirmed_ip: Option<String>,
     pub confirmed_at: Option<String>,
+}
+
+/// One event the SaaS reported about a subscriber, as their timeline shows it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(sqlx::FromRow))]
+pub struct TimelineEvent {
+    pub id: i64,
+    pub name: String,
+    /// The properties as compact JSON (`{}` when none).
+    pub properties: String,
+    /// When it happened, in the org's time zone.
+    pub at: String,
 }
 
 /// A campaign that reached (or tried to reach) a subscriber, and how.

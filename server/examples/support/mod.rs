@@ -332,7 +332,13 @@ pub async fn import(
     for chunk in people.chunks(IMPORT_BATCH) {
         let rows = chunk
             .iter()
-            .map(|(e, n)| Ok((app::domain::EmailAddress::parse(e)?, n.clone())))
+            .map(|(e, n)| {
+                Ok(app::domain::CsvRow {
+                    email: app::domain::EmailAddress::parse(e)?,
+                    name: n.clone(),
+                    external_id: None,
+                })
+            })
             .collect::<anyhow::Result<Vec<_>>>()?;
         app::db::imports::insert_batch(&mut tx, org, list, &rows).await?;
     }

@@ -7,7 +7,6 @@
 //! column, not CSV) imports nothing; a bad row is reported with its line and the reason, and the
 //! good rows go in. Importing the same file again changes nothing.
 
-use std::collections::HashSet;
 use std::path::{Path as FsPath, PathBuf};
 
 use axum::body::Body;
@@ -23,7 +22,7 @@ use tokio::io::AsyncWriteExt;
 use app::api::CurrentUser;
 use app::db::imports::{self, Tally};
 use app::domain::audience::csv_cell;
-use app::domain::{CsvColumns, EmailAddress};
+use app::domain::{CsvColumns, CsvRow, SeenRows};
 use app::error::AppError;
 
 use crate::http::plain::{Refusal, SignedIn};
@@ -143,7 +142,8 @@ fn too_large() -> Refusal {
 
 /// What the reader hands the writer: checked rows, and the errors of the others.
 struct Batch {
-    rows: Vec<(EmailAddress, String)>,
+    /// Each checked row with its line in the file.
+    rows: Vec<(u64, CsvRow)>,
     errors: Vec<(u64, String)>,
     read: u64,
 }
@@ -188,8 +188,27 @@ async fn write(
         for (row, error) in b.errors {
             t.refuse(row as i64, error);
         }
-        if !b.rows.is_empty() {
-            let (c, a) = imports::insert_batch(&mut tx, me.org_id, list_id, &b.rows).await?;
+        // An external id another subscriber has refuses its row.
+        let claimed: Vec<(&str, &str)> = b
+            .rows
+            .iter()
+            .filter_map(|(_, r)| r.external_id.as_deref().map(|x| (r.email.as_str(), x)))
+            .collect();
+        let taken =
+            app::db::subscriber_api::external_ids_taken(&mut tx, me.org_id, &claimed).await?;
+        let mut rows = Vec::with_capacity(b.rows.len());
+        for (line, r) in b.rows {
+            if r.external_id.is_some() && taken.iter().any(|t| t == r.email.as_str()) {
+                t.refuse(
+                    line as i64,
+                    "another subscriber already has this external id".into(),
+                );
+            } else {
+                rows.push(r);
+            }
+        }
+        if !rows.is_empty() {
+            let (c, a) = imports::insert_batch(&mut tx, me.org_id, list_id, &rows).await?;
             t.created += c;
             t.added += a;
         }
@@ -234,7 +253,7 @@ fn read(path: &FsPath, out: &tokio::sync::mpsc::Sender<Batch>) -> Result<(), Str
     }
     let header: Vec<&[u8]> = record.iter().collect();
     let columns = CsvColumns::from_header(&header)?;
-    let mut seen = HashSet::new();
+    let mut seen = SeenRows::default();
     let mut batch = Batch {
         rows: Vec::new(),
         errors: Vec::new(),
@@ -249,7 +268,7 @@ fn read(path: &FsPath, out: &tokio::sync::mpsc::Sender<Batch>) -> Result<(), Str
         batch.read += 1;
         let fields: Vec<&[u8]> = record.iter().collect();
         match columns.check(&fields, &mut seen) {
-            Ok(row) => batch.rows.push(row),
+            Ok(row) => batch.rows.push((line, row)),
             Err(e) => batch.errors.push((line, e)),
         }
         if batch.read as usize >= BATCH {

@@ -95,6 +95,13 @@ pub async fn handler(
         "Epoch of the current leader lease",
         epoch,
     );
+    let overdue = Gauge::<f64, AtomicU64>::default();
+    overdue.set(snapshot.events_overdue_seconds);
+    registry.register(
+        "mailroom_events_retention_overdue_seconds",
+        "How long past its organisation's retention the oldest stored event is (0: retention keeps up)",
+        overdue,
+    );
     registry.register(
         "mailroom_smtp_latency_seconds",
         "Seconds from MAIL FROM to the final reply, per message, this process",

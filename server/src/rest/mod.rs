@@ -28,6 +28,8 @@ use app::domain::ApiScope;
 pub mod campaigns;
 /// One delivery by its job id.
 pub mod deliveries;
+/// The SaaS's events about its people, exactly once per event id.
+pub mod events;
 /// Transactional mail, exactly once per Idempotency-Key.
 pub mod messages;
 /// Subscribers (one at a time and in bulk), lists and membership.
@@ -107,7 +109,7 @@ fn parts() -> (Router<RestState>, utoipa::openapi::OpenApi) {
         .nest(
             "/api/v1",
             body_limit(ordinary, crate::http::MAX_REQUEST_BYTES).merge(body_limit(
-                subscribers::bulk_routes(),
+                subscribers::bulk_routes().merge(events::routes()),
                 subscribers::BULK_MAX_BYTES,
             )),
         )
@@ -328,6 +330,15 @@ impl Problem {
         }
     }
 
+    /// The same problem under another status (a field at fault that is a conflict, 409).
+    pub fn with_status(self, status: StatusCode) -> Self {
+        Problem {
+            title: status.canonical_reason().unwrap_or("Error").to_owned(),
+            status: status.as_u16(),
+            ..self
+        }
+    }
+
     pub fn not_found(what: &str) -> Self {
         Problem::new(StatusCode::NOT_FOUND, format!("No such {what}."))
     }
@@ -362,6 +373,14 @@ impl From<sqlx::Error> for Problem {
                         "The database is not answering: please retry shortly.",
                     )
                 }
+            }
+            // Two writers gave one external id to two people at once: the index refereed.
+            sqlx::Error::Database(d) if d.constraint() == Some("subscribers_external_id") => {
+                Problem::field(
+                    "#/external_id",
+                    "external_id: another subscriber of this organisation has it.",
+                )
+                .with_status(StatusCode::CONFLICT)
             }
             other => Problem::internal(other),
         }

@@ -50,6 +50,8 @@ pub struct Subscriber {
     pub id: i64,
     pub email: String,
     pub name: String,
+    /// The sending SaaS's own id for them, unique in the organisation, when it gave one.
+    pub external_id: Option<String>,
     /// `confirmed`, `unconfirmed` (no campaign reaches them) or `blocklisted`.
     #[schema(value_type = String)]
     pub status: SubscriberStatus,
@@ -71,6 +73,7 @@ impl From<ApiSubscriber> for Subscriber {
             id: s.id,
             email: s.email,
             name: s.name,
+            external_id: s.external_id,
             status: s.status,
             attributes: s.attributes.0,
             list_ids: s.list_ids,
@@ -88,6 +91,9 @@ impl From<ApiSubscriber> for Subscriber {
 pub struct SubscriberInput {
     pub email: String,
     pub name: Option<String>,
+    /// The SaaS's own id for them (1 to 200 characters), unique in the organisation: events
+    /// may name them by it.
+    pub external_id: Option<String>,
     /// `confirmed`, `unconfirmed` or `blocklisted`.
     #[schema(value_type = Option<String>)]
     pub status: Option<SubscriberStatus>,
@@ -104,6 +110,8 @@ pub struct SubscriberInput {
 #[serde(deny_unknown_fields)]
 pub struct SubscriberPatch {
     pub name: Option<String>,
+    /// The SaaS's own id for them, unique in the organisation.
+    pub external_id: Option<String>,
     /// `confirmed`, `unconfirmed` or `blocklisted`.
     #[schema(value_type = Option<String>)]
     pub status: Option<SubscriberStatus>,
@@ -129,6 +137,8 @@ pub struct ListQuery {
     pub list_id: Option<i64>,
     /// Only this address (compared in lower case).
     pub email: Option<String>,
+    /// Only the subscriber with this external id.
+    pub external_id: Option<String>,
 }
 
 /// A page of subscribers in id order.
@@ -170,13 +180,23 @@ async fn list(
         Some(e) => Some(address(e, "email")?.lower().to_owned()),
         None => None,
     };
+    let external = match q.external_id.as_deref() {
+        Some(x) => Some(
+            app::domain::event::external_id("external_id", x)
+                .map_err(|e| Problem::field("external_id", format!("{e}.")))?,
+        ),
+        None => None,
+    };
     let mut conn = pool.acquire().await?;
     let page = subscriber_api::page(
         &mut conn,
         token.org_id(),
-        q.after.unwrap_or(0),
-        q.list_id,
-        email.as_deref(),
+        subscriber_api::Filter {
+            after: q.after.unwrap_or(0),
+            list_id: q.list_id,
+            email_lower: email.as_deref(),
+            external_id: external.as_deref(),
+        },
         limit,
     )
     .await?;
@@ -230,6 +250,7 @@ async fn upsert(
             None,
             Some(serde_json::json!({
                 "email": row.email.as_str(), "name": row.name, "status": row.status,
+                "external_id": row.external_id,
                 "lists": input.list_ids,
             })),
         )
@@ -340,6 +361,46 @@ async fn bulk(
             bad.is_none()
         });
     }
+    let claimed: Vec<(&str, &str)> = accepted
+        .iter()
+        .filter_map(|(_, r)| r.external_id.as_deref().map(|x| (r.email.as_str(), x)))
+        .collect();
+    let taken = subscriber_api::external_ids_taken(&mut tx, org_id, &claimed).await?;
+    if !taken.is_empty() {
+        accepted.retain(|(i, row)| {
+            let held = row.external_id.is_some() && taken.iter().any(|t| t == row.email.as_str());
+            if held {
+                errors.push(FieldError {
+                    pointer: format!("#/subscribers/{i}/external_id"),
+                    detail: "external_id: another subscriber of this organisation has it.".into(),
+                });
+            }
+            !held
+        });
+    }
+    // An external id names one person: a second row giving it to someone is refused.
+    let mut external_seen = std::collections::HashMap::new();
+    accepted.retain(|(i, row)| {
+        let Some(x) = &row.external_id else {
+            return true;
+        };
+        match external_seen.entry(x.clone()) {
+            std::collections::hash_map::Entry::Occupied(first) => {
+                errors.push(FieldError {
+                    pointer: format!("#/subscribers/{i}/external_id"),
+                    detail: format!(
+                        "external_id: also given by row {} of this request; an external id names one subscriber.",
+                        first.get()
+                    ),
+                });
+                false
+            }
+            std::collections::hash_map::Entry::Vacant(v) => {
+                v.insert(*i);
+                true
+            }
+        }
+    });
     let batch: Vec<Upsert<'_>> = accepted
         .iter()
         .map(|(i, row)| row.upsert(&rows[*i].list_ids))
@@ -443,6 +504,13 @@ async fn update(
     if let Some(a) = &patch.attributes {
         attributes(a).map_err(|e| Problem::field("#/attributes", e))?;
     }
+    let external = match &patch.external_id {
+        Some(x) => Some(
+            app::domain::event::external_id("external_id", x)
+                .map_err(|e| Problem::field("#/external_id", format!("{e}.")))?,
+        ),
+        None => None,
+    };
     let org_id = token.org_id();
     let mut tx = pool.begin().await?;
     let before = subscriber_api::get(&mut tx, org_id, id)
@@ -461,9 +529,12 @@ async fn update(
         &mut tx,
         org_id,
         id,
-        name.as_deref(),
-        patch.status,
-        patch.attributes.as_ref(),
+        subscriber_api::Change {
+            name: name.as_deref(),
+            external_id: external.as_deref(),
+            status: patch.status,
+            attributes: patch.attributes.as_ref(),
+        },
     )
     .await?;
     if let Some(lists) = &patch.list_ids {
@@ -479,7 +550,8 @@ async fn update(
                 "name": before.name, "status": before.status, "lists": before.list_ids,
             })),
             Some(serde_json::json!({
-                "name": name, "status": patch.status, "lists": patch.list_ids,
+                "name": name, "external_id": external, "status": patch.status,
+                "lists": patch.list_ids,
             })),
         )
         .await?;
@@ -803,6 +875,7 @@ async fn signup(
 struct Checked {
     email: EmailAddress,
     name: Option<String>,
+    external_id: Option<String>,
     status: Option<SubscriberStatus>,
     attributes: Option<serde_json::Value>,
 }
@@ -812,6 +885,7 @@ impl Checked {
         Upsert {
             email: &self.email,
             name: self.name.as_deref(),
+            external_id: self.external_id.as_deref(),
             status: self.status,
             attributes: self.attributes.as_ref(),
             list_ids,
@@ -838,9 +912,19 @@ fn checked(input: &SubscriberInput) -> Result<Checked, FieldError> {
     if let Some(a) = &input.attributes {
         attributes(a).map_err(|e| fail("attributes", e))?;
     }
+    let external_id = match &input.external_id {
+        Some(x) => Some(
+            app::domain::event::external_id("external_id", x).map_err(|e| FieldError {
+                pointer: "#/external_id".into(),
+                detail: format!("{e}."),
+            })?,
+        ),
+        None => None,
+    };
     Ok(Checked {
         email,
         name,
+        external_id,
         status: input.status,
         attributes: input.attributes.clone(),
     })

@@ -365,3 +365,74 @@ async fn formula_cells_are_neutralised_in_the_export_and_read_back_by_the_import
     assert_eq!(v["error_count"].as_i64(), Some(0), "{v}");
     assert_eq!(members(&app, copy).await, stored);
 }
+
+#[tokio::test]
+async fn an_external_id_column_sets_each_subscribers_id_once_and_refuses_one_another_has() {
+    let pool = test_db().await;
+    let acme = TestOrg::new(&pool, "acme").await;
+    let app = spawn_app(pool.clone()).await;
+    let admin = acme.admin(0).signed_in(&app).await;
+    let news = list(&app, &admin, "News").await;
+    // Bo is there already without an id; Di already has u-4.
+    sqlx::query(
+        "insert into subscribers (org_id, email, email_lower, external_id)
+         values ($1, 'bo@example.org', 'bo@example.org', null),
+                ($1, 'di@example.org', 'di@example.org', 'u-4')",
+    )
+    .bind(acme.id.0)
+    .execute(&pool)
+    .await
+    .unwrap();
+    let file = b"email,external_id\n\
+        ann@example.org,u-1\n\
+        bo@example.org,u-2\n\
+        cy@example.org,u-1\n\
+        ed@example.org,u-4\n\
+        fay@example.org,\n"
+        .to_vec();
+    let v = import(&app, &admin, news, file.clone()).await;
+    assert_eq!(v["status"], "done", "{v}");
+    let errors: Vec<(i64, String)> = v["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["row"].as_i64().unwrap(),
+                e["error"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(errors.len(), 2, "{v}");
+    assert_eq!(errors[0].0, 4);
+    assert!(errors[0].1.contains("appears earlier"), "{errors:?}");
+    assert_eq!(errors[1].0, 5);
+    assert!(errors[1].1.contains("another subscriber"), "{errors:?}");
+    let ids: Vec<(String, Option<String>)> = sqlx::query_as(
+        "select email, external_id from subscribers where org_id = $1 order by email",
+    )
+    .bind(acme.id.0)
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        ids,
+        vec![
+            ("ann@example.org".into(), Some("u-1".into())),
+            ("bo@example.org".into(), Some("u-2".into())),
+            ("di@example.org".into(), Some("u-4".into())),
+            ("fay@example.org".into(), None),
+        ]
+    );
+    // The same file again changes nothing.
+    let again = import(&app, &admin, news, file).await;
+    assert_eq!(again["created_subscribers"], 0, "{again}");
+    let after: Vec<(String, Option<String>)> = sqlx::query_as(
+        "select email, external_id from subscribers where org_id = $1 order by email",
+    )
+    .bind(acme.id.0)
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(after, ids);
+}

@@ -2,6 +2,7 @@
 
 mod rest_api;
 mod rest_errors;
+mod rest_events;
 mod rest_messages;
 mod rest_subscribers;
 mod schema;

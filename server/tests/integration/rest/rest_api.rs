@@ -255,6 +255,9 @@ async fn every_endpoint_needs_a_token_and_its_scope_and_never_reaches_another_or
             ("POST", "/api/v1/lists/{list_id}/signups") => {
                 Some(serde_json::json!({"email": "carol@globex.example"}))
             }
+            ("POST", "/api/v1/events") => Some(serde_json::json!({"events": [
+                {"id": "t1", "subscriber_id": b_sub, "name": "logged_in"},
+            ]})),
             _ => None,
         };
         let body = body.as_ref();
@@ -321,6 +324,19 @@ async fn every_endpoint_needs_a_token_and_its_scope_and_never_reaches_another_or
             }
             ("DELETE", "/api/v1/suppressions/{email}") => {
                 assert_eq!(s, StatusCode::NOT_FOUND, "{body}");
+            }
+            ("POST", "/api/v1/events") => {
+                // B's subscriber is no one A knows: refused, never attached.
+                assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+                assert_eq!(
+                    body["errors"][0]["pointer"], "#/events/0/subscriber_id",
+                    "{body}"
+                );
+                let stored: i64 = sqlx::query_scalar("select count(*) from events")
+                    .fetch_one(&pool)
+                    .await
+                    .unwrap();
+                assert_eq!(stored, 0);
             }
             ("GET", "/api/v1/deliveries/{job_id}") => {
                 assert_eq!(s, StatusCode::NOT_FOUND, "{body}");
