@@ -52,6 +52,8 @@ pub mod relay_health;
 pub mod reports;
 /// Generated secrets shared by every replica: created once, then read by all.
 pub mod secrets;
+/// Segments: the tree compiled to one parameterised predicate, counts and members.
+pub mod segment;
 /// Server-side sessions, stored by the hash of their token.
 pub mod sessions;
 /// The org's sender identity, envelope sender and DKIM key.

@@ -126,6 +126,8 @@ pub mod progress;
 pub mod relay;
 /// A user's role within their organisation.
 mod role;
+/// A segment's definition: one typed tree of conditions.
+pub mod segment;
 /// What a one-line name typed by a person may not hold.
 pub mod text;
 /// `WeekKey`: a digest's dedupe key, an ISO week or a forced resend's `manual-…` key.

@@ -21,3 +21,5 @@ mod feedback;
 mod ops;
 /// The REST API: its routes, errors, transactional mail, subscribers and its published schema.
 mod rest;
+/// Segments: saved filters over subscribers, their events and engagement, as campaign targets.
+mod segments;

@@ -1,0 +1,362 @@
+//! A segment's tree compiled to SQL, in this one place: a predicate over `s` (a row of
+//! `subscribers`) in which every value, attribute name, id, date and count is a bound
+//! parameter (`QueryBuilder::push_bind`) and no text a person or a caller sent is ever part of
+//! the statement. Equal tree shapes therefore compile to the same statement text, whatever
+//! their names and values hold (quotes, `$1`, `;`, comments, JSON path syntax).
+//!
+//! Each condition is a membership test `s.id in (select … )` (or `not in`) where it reads
+//! another table: PostgreSQL runs each such subquery once and probes its hash per subscriber,
+//! nested under any mix of and / or / not. Every condition is wrapped in `coalesce(…, false)`,
+//! so a missing attribute is "no", never SQL's unknown, and `none` is a plain `not`.
+
+use chrono::{DateTime, Duration, NaiveDate, Utc};
+use sqlx::{PgConnection, Postgres, QueryBuilder};
+
+use crate::domain::segment::{DateTest, Engagement, Group, GroupOp, Node, ValueTest};
+use crate::domain::OrgId;
+
+/// The moment a segment is evaluated at, as the organisation reads it: the database's now
+/// (or a pinned one), its calendar day in the org's time zone, and that zone.
+#[derive(Clone, Debug)]
+pub struct Clock {
+    pub now: DateTime<Utc>,
+    pub today: NaiveDate,
+    pub tz: String,
+}
+
+impl Clock {
+    /// The first instant of "the last `days` days" for event and engagement windows.
+    fn since(&self, days: u32) -> DateTime<Utc> {
+        self.now - Duration::days(i64::from(days))
+    }
+
+    /// The first calendar day of "within the last `days` days" (today is one of them).
+    fn first_day(&self, days: u32) -> NaiveDate {
+        self.today - Duration::days(i64::from(days.saturating_sub(1)))
+    }
+}
+
+/// The org's clock now, or at `pinned` (tests and the fake clock pin it).
+pub async fn clock(
+    conn: &mut PgConnection,
+    org: OrgId,
+    pinned: Option<DateTime<Utc>>,
+) -> sqlx::Result<Clock> {
+    let (now, today, tz): (DateTime<Utc>, NaiveDate, String) = sqlx::query_as(
+        "select coalesce($2, now()), (coalesce($2, now()) at time zone timezone)::date, timezone
+         from orgs where id = $1",
+    )
+    .bind(org)
+    .bind(pinned)
+    .fetch_one(conn)
+    .await?;
+    Ok(Clock { now, today, tz })
+}
+
+/// Pushes the predicate of `g` over `s` (a row of `subscribers` of `org`).
+pub fn push_predicate(qb: &mut QueryBuilder<'_, Postgres>, org: OrgId, g: &Group, clock: &Clock) {
+    let (joiner, empty) = match g.op {
+        GroupOp::All | GroupOp::None => (" and ", "true"),
+        GroupOp::Any => (" or ", "false"),
+    };
+    if g.op == GroupOp::None {
+        // none of them = not any of them
+        qb.push("not ");
+        return push_predicate(
+            qb,
+            org,
+            &Group {
+                op: GroupOp::Any,
+                children: g.children.clone(),
+            },
+            clock,
+        );
+    }
+    if g.children.is_empty() {
+        qb.push(empty);
+        return;
+    }
+    qb.push("(");
+    for (i, n) in g.children.iter().enumerate() {
+        if i > 0 {
+            qb.push(joiner);
+        }
+        match n {
+            Node::Group(inner) => push_predicate(qb, org, inner, clock),
+            condition => {
+                qb.push("coalesce((");
+                push_condition(qb, org, condition, clock);
+                qb.push("), false)");
+            }
+        }
+    }
+    qb.push(")");
+}
+
+fn push_condition(qb: &mut QueryBuilder<'_, Postgres>, org: OrgId, n: &Node, clock: &Clock) {
+    match n {
+        Node::Group(g) => push_predicate(qb, org, g, clock),
+        Node::Attribute { name, test } => push_value_test(qb, "s.attributes", name, test, clock),
+        Node::List { list_id, member } => {
+            qb.push(if *member { "s.id in" } else { "s.id not in" });
+            qb.push(" (select m.subscriber_id from list_members m where m.org_id = ");
+            qb.push_bind(org);
+            qb.push(" and m.list_id = ");
+            qb.push_bind(*list_id);
+            qb.push(")");
+        }
+        Node::Status { status } => {
+            qb.push("s.status = ");
+            qb.push_bind(status.as_str());
+        }
+        Node::Source { source } => {
+            qb.push("s.optin_source = ");
+            qb.push_bind(source.as_str());
+        }
+        Node::SignedUp { test } => match test {
+            DateTest::Before { date } => {
+                qb.push("s.created_at < ");
+                push_day_start(qb, *date, clock);
+            }
+            DateTest::After { date } => {
+                qb.push("s.created_at >= ");
+                push_day_start(qb, *date + Duration::days(1), clock);
+            }
+            DateTest::WithinDays { days } => {
+                qb.push("s.created_at >= ");
+                push_day_start(qb, clock.first_day(*days), clock);
+            }
+        },
+        Node::Engagement {
+            what,
+            campaign_id,
+            within_days,
+        } => {
+            qb.push("s.id in (select d.subscriber_id from deliveries d");
+            let reported = match what {
+                Engagement::Received | Engagement::Delivered => None,
+                Engagement::Bounced => Some("r.kind in ('hard_bounce', 'soft_bounce')"),
+                Engagement::Complained => Some("r.kind = 'complaint'"),
+            };
+            if let Some(kind) = reported {
+                qb.push(" join delivery_events r on r.job_id = d.job_id and ");
+                qb.push(kind);
+            }
+            qb.push(" where d.org_id = ");
+            qb.push_bind(org);
+            qb.push(" and d.kind = 'campaign' and d.subscriber_id is not null");
+            if reported.is_none() {
+                qb.push(" and d.status = 'delivered'");
+            }
+            if *what == Engagement::Delivered {
+                qb.push(
+                    " and not exists (select 1 from delivery_events b where b.job_id = d.job_id
+                      and b.kind in ('hard_bounce', 'soft_bounce'))",
+                );
+            }
+            if let Some(c) = campaign_id {
+                qb.push(" and d.campaign_id = ");
+                qb.push_bind(*c);
+            }
+            if let Some(days) = within_days {
+                // When it happened: the relay's acceptance, or the report's arrival.
+                qb.push(if reported.is_some() {
+                    " and r.received_at >= "
+                } else {
+                    " and d.finished_at >= "
+                });
+                qb.push_bind(clock.since(*days));
+            }
+            qb.push(")");
+        }
+        Node::Event {
+            name,
+            did,
+            at_least,
+            within_days,
+            property,
+        } => {
+            qb.push(if *did { "s.id in" } else { "s.id not in" });
+            qb.push(" (select e.subscriber_id from events e where e.org_id = ");
+            qb.push_bind(org);
+            qb.push(" and e.name = ");
+            qb.push_bind(name.clone());
+            if let Some(days) = within_days {
+                qb.push(" and e.occurred_at >= ");
+                qb.push_bind(clock.since(*days));
+            }
+            if let Some(p) = property {
+                qb.push(" and coalesce((");
+                push_value_test(qb, "e.properties", &p.name, &p.test, clock);
+                qb.push("), false)");
+            }
+            if *did {
+                qb.push(" group by e.subscriber_id having count(*) >= ");
+                qb.push_bind(i64::from(*at_least));
+            }
+            qb.push(")");
+        }
+    }
+}
+
+/// The first instant of `day` in the org's time zone.
+fn push_day_start(qb: &mut QueryBuilder<'_, Postgres>, day: NaiveDate, clock: &Clock) {
+    qb.push("(");
+    qb.push_bind(day);
+    qb.push("::date::timestamp at time zone ");
+    qb.push_bind(clock.tz.clone());
+    qb.push(")");
+}
+
+/// A test of `column -> key` (`column` is one of this module's own, never input). Each typed
+/// test reads the value only in a `case` branch that checked its JSON type first, so a value
+/// of another type is "no", never a cast error.
+fn push_value_test(
+    qb: &mut QueryBuilder<'_, Postgres>,
+    column: &'static str,
+    key: &str,
+    t: &ValueTest,
+    clock: &Clock,
+) {
+    let value = |qb: &mut QueryBuilder<'_, Postgres>| {
+        qb.push(column);
+        qb.push(" -> ");
+        qb.push_bind(key.to_owned());
+    };
+    let text = |qb: &mut QueryBuilder<'_, Postgres>| {
+        qb.push("(");
+        qb.push(column);
+        qb.push(" ->> ");
+        qb.push_bind(key.to_owned());
+        qb.push(")");
+    };
+    let typed = |qb: &mut QueryBuilder<'_, Postgres>, json_type: &str| {
+        qb.push("case when jsonb_typeof(");
+        value(qb);
+        qb.push(") = '");
+        qb.push(json_type);
+        qb.push("' then ");
+    };
+    match t {
+        ValueTest::Exists => {
+            qb.push(column);
+            qb.push(" ? ");
+            qb.push_bind(key.to_owned());
+        }
+        ValueTest::TextEquals { value: v } => {
+            typed(qb, "string");
+            text(qb);
+            qb.push(" = ");
+            qb.push_bind(v.clone());
+            qb.push(" end");
+        }
+        ValueTest::TextContains { value: v } => {
+            typed(qb, "string");
+            qb.push("strpos(");
+            text(qb);
+            qb.push(", ");
+            qb.push_bind(v.clone());
+            qb.push(") > 0 end");
+        }
+        ValueTest::TextStartsWith { value: v } => {
+            typed(qb, "string");
+            qb.push("starts_with(");
+            text(qb);
+            qb.push(", ");
+            qb.push_bind(v.clone());
+            qb.push(") end");
+        }
+        ValueTest::TextIn { values } => {
+            typed(qb, "string");
+            text(qb);
+            qb.push(" = any(");
+            qb.push_bind(values.clone());
+            qb.push(") end");
+        }
+        ValueTest::NumberEquals { value: v }
+        | ValueTest::NumberLess { value: v }
+        | ValueTest::NumberGreater { value: v } => {
+            typed(qb, "number");
+            text(qb);
+            qb.push(match t {
+                ValueTest::NumberEquals { .. } => "::float8 = ",
+                ValueTest::NumberLess { .. } => "::float8 < ",
+                _ => "::float8 > ",
+            });
+            qb.push_bind(*v);
+            qb.push(" end");
+        }
+        ValueTest::Bool { value: v } => {
+            typed(qb, "boolean");
+            text(qb);
+            qb.push("::boolean = ");
+            qb.push_bind(*v);
+            qb.push(" end");
+        }
+        ValueTest::Date { test } => {
+            // A string starting with YYYY-MM-DD, compared as that day (text order is day order).
+            qb.push("case when jsonb_typeof(");
+            value(qb);
+            qb.push(") = 'string' and ");
+            text(qb);
+            qb.push(" ~ '^[0-9]{4}-[0-9]{2}-[0-9]{2}' then left(");
+            text(qb);
+            qb.push(", 10)");
+            let day = |d: NaiveDate| d.format("%Y-%m-%d").to_string();
+            match test {
+                DateTest::Before { date } => {
+                    qb.push(" < ");
+                    qb.push_bind(day(*date));
+                }
+                DateTest::After { date } => {
+                    qb.push(" > ");
+                    qb.push_bind(day(*date));
+                }
+                DateTest::WithinDays { days } => {
+                    qb.push(" between ");
+                    qb.push_bind(day(clock.first_day(*days)));
+                    qb.push(" and ");
+                    qb.push_bind(day(clock.today));
+                }
+            }
+            qb.push(" end");
+        }
+    }
+}
+
+/// `select count(*)` of the org's subscribers (erased ones never) that match `g`.
+pub fn count_query<'a>(org: OrgId, g: &Group, clock: &Clock) -> QueryBuilder<'a, Postgres> {
+    let mut qb = QueryBuilder::new("select count(*) from subscribers s where s.org_id = ");
+    qb.push_bind(org);
+    qb.push(" and s.erased_at is null and ");
+    push_predicate(&mut qb, org, g, clock);
+    qb
+}
+
+/// How many of the org's subscribers match `g` at `clock`.
+pub async fn count(
+    conn: &mut PgConnection,
+    org: OrgId,
+    g: &Group,
+    clock: &Clock,
+) -> sqlx::Result<i64> {
+    count_query(org, g, clock)
+        .build_query_scalar()
+        .fetch_one(conn)
+        .await
+}
+
+/// The ids of the org's subscribers that match `g`, in id order (tests and samples).
+pub async fn ids(
+    conn: &mut PgConnection,
+    org: OrgId,
+    g: &Group,
+    clock: &Clock,
+) -> sqlx::Result<Vec<i64>> {
+    let mut qb = QueryBuilder::new("select s.id from subscribers s where s.org_id = ");
+    qb.push_bind(org);
+    qb.push(" and s.erased_at is null and ");
+    push_predicate(&mut qb, org, g, clock);
+    qb.push(" order by s.id");
+    qb.build_query_scalar().fetch_all(conn).await
+}

@@ -1,0 +1,4 @@
+//! Segments: the compiler against an independent evaluator, injection, the API, and
+//! campaigns sent to segments.
+
+mod differential;
