@@ -776,7 +776,10 @@ fn segment_sql_matches_an_independent_evaluator_on_random_worlds_and_trees() {
         "{checked} trees checked"
     );
     let telling = telling.into_inner();
-    assert!(telling * 4 >= checked, "only {telling} of {checked} trees split their world");
+    assert!(
+        telling * 4 >= checked,
+        "only {telling} of {checked} trees split their world"
+    );
     eprintln!(
         "segments: {checked} trees over {cases} worlds agreed, {telling} of them splitting their world (seed {seed})"
     );

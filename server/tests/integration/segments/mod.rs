@@ -2,3 +2,4 @@
 //! campaigns sent to segments.
 
 mod differential;
+mod injection;
