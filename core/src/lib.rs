@@ -41,6 +41,9 @@ pub mod password_token;
 /// The forced-resend dialog's key, signed so only keys the server issued are accepted.
 #[cfg(feature = "ssr")]
 pub mod resend_key;
+/// Saving a segment: its name, tree and references checked, then stored (server only).
+#[cfg(feature = "ssr")]
+pub mod segments;
 /// One home for signed tags: each purpose's key and context (server only).
 #[cfg(feature = "ssr")]
 pub mod signing;

@@ -34,6 +34,8 @@ text_enum! {
         ListImport = "list.import",
         ListRename = "list.rename",
         OrgAdd = "org.add",
+        SegmentDelete = "segment.delete",
+        SegmentSave = "segment.save",
         SettingsApproval = "settings.approval",
         SettingsBounceDomain = "settings.bounce_domain",
         SettingsBouncePolicy = "settings.bounce_policy",

@@ -195,6 +195,33 @@ pub struct TreeError {
     pub fault: String,
 }
 
+impl TreeError {
+    /// The node as a JSON pointer under `root` (`#/definition/children/2/name`).
+    pub fn pointer(&self, root: &str) -> String {
+        let mut p = root.to_owned();
+        for part in self.path.split('.').filter(|s| !s.is_empty()) {
+            match part.split_once('[') {
+                Some((name, index)) => {
+                    p.push('/');
+                    p.push_str(name);
+                    p.push('/');
+                    p.push_str(index.trim_end_matches(']'));
+                }
+                None => {
+                    p.push('/');
+                    p.push_str(part);
+                }
+            }
+        }
+        p
+    }
+}
+
+/// A segment's name: as a list's (trimmed, 1 to 200 characters, no control character).
+pub fn segment_name(input: &str) -> Result<String, String> {
+    super::audience::list_name(input).map_err(|e| e.replace("list's", "segment's"))
+}
+
 impl Group {
     /// Checks the whole tree: its size and depth, and every condition's names and values.
     pub fn check(&self) -> Result<(), TreeError> {
@@ -480,6 +507,22 @@ mod tests {
             {"type": "attribute", "name": "n", "test": {"op": "text_in", "values": ["a", "b\u{0}"]}},
         ]}));
         assert_eq!(g.check().unwrap_err().path, "children[0].test.values[1]");
+    }
+
+    #[test]
+    fn a_path_reads_as_a_json_pointer() {
+        let e = TreeError {
+            path: "children[2].children[0].test.values[1]".into(),
+            fault: String::new(),
+        };
+        assert_eq!(
+            e.pointer("#/definition"),
+            "#/definition/children/2/children/0/test/values/1"
+        );
+        assert_eq!(
+            segment_name(" ").unwrap_err(),
+            "The segment's name is empty: give it a name."
+        );
     }
 
     #[test]

@@ -32,6 +32,8 @@ pub mod deliveries;
 pub mod events;
 /// Transactional mail, exactly once per Idempotency-Key.
 pub mod messages;
+/// Saved segments: their definitions, counts and members.
+pub mod segments;
 /// Subscribers (one at a time and in bulk), lists and membership.
 pub mod subscribers;
 /// The suppression list: check, add, remove.
@@ -104,7 +106,8 @@ fn parts() -> (Router<RestState>, utoipa::openapi::OpenApi) {
         .merge(deliveries::routes())
         .merge(subscribers::routes())
         .merge(campaigns::routes())
-        .merge(messages::routes());
+        .merge(messages::routes())
+        .merge(segments::routes());
     let (router, mut doc) = OpenApiRouter::with_openapi(ApiDoc::openapi())
         .nest(
             "/api/v1",

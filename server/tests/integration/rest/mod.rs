@@ -4,5 +4,6 @@ mod rest_api;
 mod rest_errors;
 mod rest_events;
 mod rest_messages;
+mod rest_segments;
 mod rest_subscribers;
 mod schema;

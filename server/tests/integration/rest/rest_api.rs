@@ -221,6 +221,16 @@ async fn every_endpoint_needs_a_token_and_its_scope_and_never_reaches_another_or
         draft(&mut conn, b_org, globex.owner().id.0, "B's launch").await
     };
 
+    // A segment of B's.
+    let b_segment = {
+        let mut conn = pool.acquire().await.unwrap();
+        let def: app::domain::segment::Group =
+            serde_json::from_value(serde_json::json!({"op": "all"})).unwrap();
+        app::db::segment::create(&mut conn, globex.id, "B's segment", &def)
+            .await
+            .unwrap()
+    };
+
     let ops = operations(&app).await;
     let mut covered = BTreeSet::new();
     for (method, template, scope) in &ops {
@@ -233,6 +243,8 @@ async fn every_endpoint_needs_a_token_and_its_scope_and_never_reaches_another_or
                 "{id}",
                 &if template.starts_with("/api/v1/campaigns") {
                     b_campaign.to_string()
+                } else if template.starts_with("/api/v1/segments") {
+                    b_segment.to_string()
                 } else if template.starts_with("/api/v1/messages") {
                     b_msg.clone()
                 } else {
@@ -255,6 +267,11 @@ async fn every_endpoint_needs_a_token_and_its_scope_and_never_reaches_another_or
             ("POST", "/api/v1/lists/{list_id}/signups") => {
                 Some(serde_json::json!({"email": "carol@globex.example"}))
             }
+            ("POST" | "PUT", "/api/v1/segments" | "/api/v1/segments/{id}") => Some(
+                serde_json::json!({"name": "Mine", "definition": {"op": "all", "children": [
+                    {"type": "list", "list_id": b_list},
+                ]}}),
+            ),
             ("POST", "/api/v1/events") => Some(serde_json::json!({"events": [
                 {"id": "t1", "subscriber_id": b_sub, "name": "logged_in"},
             ]})),
@@ -280,7 +297,10 @@ async fn every_endpoint_needs_a_token_and_its_scope_and_never_reaches_another_or
         // With the scope, A's token acts on A's org only.
         let (s, _, body) = send(&app, method, &path, Some(&a_all), body).await;
         match (method.as_str(), template.as_str()) {
-            ("GET", "/api/v1/subscribers" | "/api/v1/lists" | "/api/v1/campaigns") => {
+            (
+                "GET",
+                "/api/v1/subscribers" | "/api/v1/lists" | "/api/v1/campaigns" | "/api/v1/segments",
+            ) => {
                 assert_eq!(s, StatusCode::OK, "{body}");
                 let text = body.to_string();
                 assert!(
@@ -323,6 +343,12 @@ async fn every_endpoint_needs_a_token_and_its_scope_and_never_reaches_another_or
                 );
             }
             ("DELETE", "/api/v1/suppressions/{email}") => {
+                assert_eq!(s, StatusCode::NOT_FOUND, "{body}");
+            }
+            // B's segment is no one's here; B's list inside a tree names nothing.
+            ("GET" | "PUT" | "DELETE", "/api/v1/segments/{id}")
+            | ("GET", "/api/v1/segments/{id}/count" | "/api/v1/segments/{id}/members")
+            | ("POST", "/api/v1/segments") => {
                 assert_eq!(s, StatusCode::NOT_FOUND, "{body}");
             }
             ("POST", "/api/v1/events") => {

@@ -360,3 +360,34 @@ pub async fn ids(
     qb.push(" order by s.id");
     qb.build_query_scalar().fetch_all(conn).await
 }
+
+/// A subscriber a segment matches, as a page of members lists them.
+#[derive(sqlx::FromRow, Debug, Clone, PartialEq, Eq)]
+pub struct Member {
+    pub id: i64,
+    pub email: String,
+    pub name: String,
+}
+
+/// Up to `limit` of the org's subscribers matching `g` after id `after`, in id order (`limit
+/// + 1` are read, so the page knows whether another follows).
+pub async fn members(
+    conn: &mut PgConnection,
+    org: OrgId,
+    g: &Group,
+    clock: &Clock,
+    after: i64,
+    limit: i64,
+) -> sqlx::Result<super::super::Page<Member, i64>> {
+    let mut qb =
+        QueryBuilder::new("select s.id, s.email, s.name from subscribers s where s.org_id = ");
+    qb.push_bind(org);
+    qb.push(" and s.erased_at is null and s.id > ");
+    qb.push_bind(after);
+    qb.push(" and ");
+    push_predicate(&mut qb, org, g, clock);
+    qb.push(" order by s.id limit ");
+    qb.push_bind(limit + 1);
+    let rows: Vec<Member> = qb.build_query_as().fetch_all(conn).await?;
+    Ok(super::super::Page::of(rows, limit, |m| m.id))
+}

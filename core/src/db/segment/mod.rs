@@ -1,0 +1,11 @@
+//! Segments in the database: their tree compiled to one parameterised predicate (`compile`,
+//! the only place a tree becomes SQL) and the saved, versioned segments themselves (`store`).
+
+mod compile;
+mod store;
+
+pub use compile::{clock, count, count_query, ids, members, push_predicate, Clock, Member};
+pub use store::{
+    create, definition_at, delete, foreign_reference, get, list, update, DeleteError, Saved,
+    StoreError,
+};
