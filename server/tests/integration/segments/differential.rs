@@ -526,14 +526,6 @@ impl Model<'_> {
         }
     }
 
-    fn date(&self, t: &DateTest, day: NaiveDate) -> bool {
-        match t {
-            DateTest::Before { date } => day < *date,
-            DateTest::After { date } => day > *date,
-            DateTest::WithinDays { days } => day >= self.first_day(*days) && day <= self.today(),
-        }
-    }
-
     fn value(&self, v: Option<&Value>, t: &ValueTest) -> bool {
         match (t, v) {
             (ValueTest::Exists, v) => v.is_some(),
