@@ -5,7 +5,7 @@
 
 use sqlx::PgConnection;
 
-use super::audience::audience_rows;
+use super::audience;
 use crate::domain::{BodyFormat, CampaignStatus};
 use crate::domain::{CampaignId, OrgId, UserId};
 
@@ -190,14 +190,11 @@ pub async fn content_version(
 
 /// Recipients the campaign would reach now: distinct addresses of its audience.
 pub async fn estimate(conn: &mut PgConnection, org_id: OrgId, id: CampaignId) -> sqlx::Result<i64> {
-    sqlx::query_scalar(concat!(
-        "select count(distinct s.email_lower) ",
-        audience_rows!()
-    ))
-    .bind(org_id)
-    .bind(id)
-    .fetch_one(conn)
-    .await
+    let targets = audience::targets(conn, org_id, id).await?;
+    let clock = crate::db::segment::clock(conn, org_id, None).await?;
+    let mut qb = sqlx::QueryBuilder::new("select count(distinct s.email_lower)");
+    audience::push_from(&mut qb, org_id, &targets, &clock);
+    qb.build_query_scalar().fetch_one(conn).await
 }
 
 /// A real recipient for the preview.
@@ -214,15 +211,12 @@ pub async fn sample_recipient(
     org_id: OrgId,
     id: CampaignId,
 ) -> sqlx::Result<Option<Sample>> {
-    sqlx::query_as(concat!(
-        "select s.name, s.email ",
-        audience_rows!(),
-        " order by s.email_lower limit 1"
-    ))
-    .bind(org_id)
-    .bind(id)
-    .fetch_optional(conn)
-    .await
+    let targets = audience::targets(conn, org_id, id).await?;
+    let clock = crate::db::segment::clock(conn, org_id, None).await?;
+    let mut qb = sqlx::QueryBuilder::new("select s.name, s.email");
+    audience::push_from(&mut qb, org_id, &targets, &clock);
+    qb.push(" order by s.email_lower limit 1");
+    qb.build_query_as().fetch_optional(conn).await
 }
 
 /// A new draft by `author` with the content and target lists of `source` (any state), named

@@ -5,21 +5,39 @@
 
 use sqlx::{PgConnection, PgPool};
 
-use super::audience::audience_rows;
+use super::audience;
 use super::slots::slot;
 use crate::domain::{campaign_job_sql, CampaignId, OrgId};
 
-/// The materialisation statement ($1 org, $2 campaign); public so the benchmark can run it
-/// bare in psql.
-pub const MATERIALISE_SQL: &str = concat!(
-    "with added as (
+/// Builds the recipient list of a campaign that just started, in the start's transaction: one
+/// send per address (`DISTINCT ON (email_lower)`, the oldest subscriber row wins) over its
+/// audience (`audience`: lists and segments, minus exclusions; confirmed, never erased, never
+/// suppressed), the segments evaluated in this transaction. The unique keys `(campaign_id,
+/// subscriber_id)` and `(campaign_id, email_lower)` make a rerun add nothing for an address
+/// that already has a send. Counts the new sends as `queued` progress. Returns how many it
+/// added.
+pub async fn materialise(
+    conn: &mut PgConnection,
+    org_id: OrgId,
+    campaign_id: CampaignId,
+) -> sqlx::Result<i64> {
+    let targets = audience::targets(conn, org_id, campaign_id).await?;
+    let clock = crate::db::segment::clock(conn, org_id, None).await?;
+    let mut qb = sqlx::QueryBuilder::new("with k as (select ");
+    qb.push_bind(org_id);
+    qb.push("::bigint as org, ");
+    qb.push_bind(campaign_id);
+    qb.push(concat!(
+        "::bigint as campaign),
+         added as (
              insert into sends (org_id, campaign_id, subscriber_id, email_lower, job_id)
-             select distinct on (s.email_lower) s.org_id, $2::bigint, s.id, s.email_lower,
-                    ",
-    campaign_job_sql!("$2::bigint", "s.id"),
-    " ",
-    audience_rows!(),
-    "
+             select distinct on (s.email_lower) s.org_id, (select campaign from k), s.id,
+                    s.email_lower, ",
+        campaign_job_sql!("(select campaign from k)", "s.id")
+    ));
+    audience::push_from(&mut qb, org_id, &targets, &clock);
+    qb.push(concat!(
+        "
              order by s.email_lower, s.created_at, s.id
              on conflict do nothing
              returning 1
@@ -27,30 +45,14 @@ pub const MATERIALISE_SQL: &str = concat!(
          n as (select count(*) as n from added),
          bump as (
              insert into progress_slots as p (org_id, campaign_id, slot, queued)
-             select $1, $2::bigint, ",
-    slot!(),
-    ", n from n where n > 0
+             select (select org from k), (select campaign from k), ",
+        slot!(),
+        ", n from n where n > 0
              on conflict (campaign_id, slot) do update set queued = p.queued + excluded.queued
          )
          select n from n"
-);
-
-/// Builds the recipient list of a campaign that just started, in the start's transaction: one
-/// send per address (`DISTINCT ON (email_lower)`, the oldest subscriber row wins) over all its
-/// lists, confirmed subscribers only, already-suppressed addresses left out. The unique keys
-/// `(campaign_id, subscriber_id)` and `(campaign_id, email_lower)` make a rerun add nothing for
-/// an address that already has a send. Counts the new sends as `queued` progress. Returns how
-/// many it added.
-pub async fn materialise(
-    conn: &mut PgConnection,
-    org_id: OrgId,
-    campaign_id: CampaignId,
-) -> sqlx::Result<i64> {
-    sqlx::query_scalar(MATERIALISE_SQL)
-        .bind(org_id)
-        .bind(campaign_id)
-        .fetch_one(conn)
-        .await
+    ));
+    qb.build_query_scalar().fetch_one(conn).await
 }
 
 /// What one hand-off did.
