@@ -204,7 +204,7 @@ pub async fn submitted_campaign(
             subject,
             body,
             body_format: BodyFormat::Markdown,
-            list_ids: lists,
+            audience: &edit::Audience::of_lists(lists),
             scheduled_local: Some(&next_year),
         };
         version = edit::save(

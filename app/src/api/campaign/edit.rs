@@ -23,6 +23,17 @@ pub struct ListChoice {
     pub name: String,
     pub members: i64,
     pub chosen: bool,
+    /// Its members are left out.
+    pub excluded: bool,
+}
+
+/// A segment the editor may send to or leave out.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SegmentChoice {
+    pub id: i64,
+    pub name: String,
+    pub chosen: bool,
+    pub excluded: bool,
 }
 
 /// The campaign rendered for one real recipient of its lists.
@@ -62,9 +73,13 @@ pub struct Sheet {
     pub approved_at: Option<String>,
     pub rejection_reason: Option<String>,
     pub lists: Vec<ListChoice>,
+    pub segments: Vec<SegmentChoice>,
     /// Recipients after de-duplication and suppression, now; from the start on, the
     /// materialised recipients.
     pub estimate: i64,
+    /// The count the approver was shown, when it differs from the recipients materialised at
+    /// the start (the audience's data changed in between).
+    pub approved_estimate_differs: Option<i64>,
     /// The recipient list was built (the campaign started).
     pub started: bool,
     /// `Err`: why the templates cannot be rendered (or that no list has a recipient).
@@ -98,9 +113,23 @@ pub async fn campaign_sheet(id: i64) -> Result<Sheet, AppError> {
             .into_iter()
             .map(|l| ListChoice {
                 chosen: c.list_ids.contains(&l.id),
+                excluded: c.excluded_list_ids.contains(&l.id),
                 id: l.id,
                 name: l.name,
                 members: l.members,
+            })
+            .collect(),
+    };
+    let segments = match c.recipients_total {
+        Some(_) => Vec::new(),
+        None => crate::db::segment::list(&mut conn, me.org())
+            .await?
+            .into_iter()
+            .map(|s| SegmentChoice {
+                chosen: c.segment_ids.contains(&s.id),
+                excluded: c.excluded_segment_ids.contains(&s.id),
+                id: s.id,
+                name: s.name,
             })
             .collect(),
     };
@@ -141,7 +170,11 @@ pub async fn campaign_sheet(id: i64) -> Result<Sheet, AppError> {
         approved_at: c.approved_at,
         rejection_reason: c.rejection_reason,
         lists,
+        segments,
         estimate,
+        approved_estimate_differs: c
+            .approved_estimate
+            .filter(|shown| c.recipients_total.is_some_and(|total| total != *shown)),
         preview,
         can_act: me.role.can_act(),
         mine: me.user_id == c.author_id || me.user_id == c.last_editor_id,
@@ -252,7 +285,9 @@ pub async fn clone_campaign(id: i64) -> Result<i64, AppError> {
     Ok(copy)
 }
 
-/// Saves the editor over the version it loaded (`version`); `lists` are the chosen list ids.
+/// Saves the editor over the version it loaded (`version`); `lists` and `segments` are the
+/// ones sent to, `excluded_lists` and `excluded_segments` those left out.
+#[allow(clippy::too_many_arguments)] // One per field of the editor's form.
 #[server(endpoint = "save_campaign")]
 pub async fn save_campaign(
     id: i64,
@@ -262,20 +297,36 @@ pub async fn save_campaign(
     body: String,
     #[server(default)] format: String,
     #[server(default)] lists: Vec<i64>,
+    #[server(default)] excluded_lists: Vec<i64>,
+    #[server(default)] segments: Vec<i64>,
+    #[server(default)] excluded_segments: Vec<i64>,
     #[server(default)] schedule: String,
 ) -> Result<String, AppError> {
-    use crate::db::campaign::edit::{Changes, SaveError};
+    use crate::db::campaign::edit::{Audience, Changes, SaveError};
     use crate::domain::CampaignContent;
     let (me, pool) = crate::api::signed_in_to_act().await?;
     let content = CampaignContent::parse(&name, &subject, &body, &format, &schedule)
         .map_err(AppError::Invalid)?;
+    if lists.iter().any(|l| excluded_lists.contains(l))
+        || segments.iter().any(|s| excluded_segments.contains(s))
+    {
+        return Err(AppError::Invalid(
+            "Audience: a list or segment is either sent to or left out, not both.".into(),
+        ));
+    }
+    let audience = Audience {
+        lists,
+        excluded_lists,
+        segments,
+        excluded_segments,
+    };
     let mut tx = pool.begin().await?;
     let changes = Changes {
         name: &content.name,
         subject: &content.subject,
         body: &content.body,
         body_format: content.format,
-        list_ids: &lists,
+        audience: &audience,
         scheduled_local: content.schedule.as_deref(),
     };
     let saved = campaign::edit::save(
@@ -313,7 +364,9 @@ pub async fn save_campaign(
             before: Some(serde_json::json!({ "version": version })),
             after: Some(serde_json::json!({
                 "version": new_version, "name": content.name, "subject": content.subject,
-                "format": content.format.as_str(), "lists": lists, "schedule": content.schedule,
+                "format": content.format.as_str(), "lists": audience.lists,
+                "excluded_lists": audience.excluded_lists, "segments": audience.segments,
+                "excluded_segments": audience.excluded_segments, "schedule": content.schedule,
             })),
             ..audit::Entry::by(
                 &me,
@@ -368,10 +421,14 @@ pub async fn campaign_action(
             // Never approve a campaign that would reach nobody (the estimate the dialog showed).
             // Checked after the compare-and-set, which says "not found" for another org's
             // campaign; returning here rolls the approval back.
-            if approved.is_ok() && campaign::edit::estimate(&mut tx, org, campaign_id).await? == 0 {
-                return Err(AppError::Conflict(
-                    "This campaign would reach nobody (0 recipients after de-duplication and suppression): choose lists with subscribers first.".into(),
-                ));
+            if approved.is_ok() {
+                let estimate = campaign::edit::estimate(&mut tx, org, campaign_id).await?;
+                if estimate == 0 {
+                    return Err(AppError::Conflict(
+                        "This campaign would reach nobody (0 recipients after de-duplication and suppression): choose lists or segments with subscribers first.".into(),
+                    ));
+                }
+                campaign::states::record_estimate(&mut tx, org, campaign_id, estimate).await?;
             }
             approved
         }

@@ -1,5 +1,5 @@
 //! The draft editor: name, subject and body (templates with `{{ name }}`, `{{ email }}`,
-//! `{{ unsubscribe_url }}`), target lists, schedule in the org's time zone; a preview for a
+//! `{{ unsubscribe_url }}`), the audience (lists and segments sent to or left out), schedule in the org's time zone; a preview for a
 //! real recipient and the recipient estimate, refreshed after each save. A plain form
 //! (`ActionForm`), so it works before the wasm has loaded.
 
@@ -56,10 +56,35 @@ fn Editor(
         .enumerate()
         .map(|(k, l)| {
             view! {
-                <label class="flex items-center gap-2">
-                    <input type="checkbox" name=format!("lists[{k}]") value=l.id.to_string() checked=l.chosen data-test="list-choice"/>
-                    {l.name.clone()} <span class="text-slate-500 dark:text-slate-400">{format!("({} members)", l.members)}</span>
-                </label>
+                <div class="flex flex-wrap items-center gap-3">
+                    <label class="flex items-center gap-2">
+                        <input type="checkbox" name=format!("lists[{k}]") value=l.id.to_string() checked=l.chosen data-test="list-choice"/>
+                        {l.name.clone()} <span class="text-slate-500 dark:text-slate-400">{format!("({} members)", l.members)}</span>
+                    </label>
+                    <label class="flex items-center gap-1 text-sm text-slate-600 dark:text-slate-300">
+                        <input type="checkbox" name=format!("excluded_lists[{k}]") value=l.id.to_string() checked=l.excluded data-test="list-exclude"/>
+                        "leave out"
+                    </label>
+                </div>
+            }
+        })
+        .collect_view();
+    let segments = s
+        .segments
+        .iter()
+        .enumerate()
+        .map(|(k, g)| {
+            view! {
+                <div class="flex flex-wrap items-center gap-3">
+                    <label class="flex items-center gap-2">
+                        <input type="checkbox" name=format!("segments[{k}]") value=g.id.to_string() checked=g.chosen data-test="segment-choice"/>
+                        {format!("Segment: {}", g.name)}
+                    </label>
+                    <label class="flex items-center gap-1 text-sm text-slate-600 dark:text-slate-300">
+                        <input type="checkbox" name=format!("excluded_segments[{k}]") value=g.id.to_string() checked=g.excluded data-test="segment-exclude"/>
+                        "leave out"
+                    </label>
+                </div>
             }
         })
         .collect_view();
@@ -99,8 +124,9 @@ fn Editor(
                 </label>
                 <span class="text-xs text-slate-500 dark:text-slate-400">"Fields: {{ name }}, {{ email }}, {{ unsubscribe_url }} (an unsubscribe link is also added to every message)."</span>
                 <fieldset class="grid gap-1">
-                    <legend>"Send to"</legend>
+                    <legend>"Send to (members of any chosen list or segment, minus those left out)"</legend>
                     {lists}
+                    {segments}
                 </fieldset>
                 <label class="grid gap-1">{format!("Send at ({}; empty: as soon as approved)", s.timezone)}
                     <input type="datetime-local" name="schedule" value=s.schedule.clone().unwrap_or_default() class=FIELD/>

@@ -107,6 +107,9 @@ pub fn Panel(
             <ul class="mb-3 text-sm text-slate-600 dark:text-slate-300">
                 <li>"Version " <span data-test="version">{s.version}</span> " · written by " {s.author.clone()} " · last edited by " {s.last_editor.clone()}</li>
                 <li>"Goes out " {schedule} " · " <span data-test="estimate">{s.estimate}</span> {if s.started { " recipients" } else { " recipients now" }}</li>
+                {s.approved_estimate_differs.map(|shown| view! {
+                    <li data-test="estimate-moved">{format!("Approved for {shown} recipients; {} were chosen at the start: the audience's data changed in between.", s.estimate)}</li>
+                })}
                 {approval}
             </ul>
             <div class="flex flex-wrap items-start gap-2">

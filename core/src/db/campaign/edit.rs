@@ -18,7 +18,12 @@ pub struct Editable {
     pub body_format: BodyFormat,
     pub status: CampaignStatus,
     pub content_version: i32,
+    /// The lists sent to, and those whose members are left out.
     pub list_ids: Vec<i64>,
+    pub excluded_list_ids: Vec<i64>,
+    /// The segments sent to, and those whose matches are left out.
+    pub segment_ids: Vec<i64>,
+    pub excluded_segment_ids: Vec<i64>,
     /// `YYYY-MM-DDTHH:MM` in the org's time zone; `None`: as soon as approved.
     pub scheduled_local: Option<String>,
     pub timezone: String,
@@ -32,6 +37,8 @@ pub struct Editable {
     pub rejection_reason: Option<String>,
     /// Recipients materialised at the start (`None` before it).
     pub recipients_total: Option<i64>,
+    /// The count the approver was shown.
+    pub approved_estimate: Option<i64>,
 }
 
 pub async fn load(
@@ -42,12 +49,22 @@ pub async fn load(
     sqlx::query_as(
         "select c.id, c.name, c.subject, c.body, c.body_format, c.status, c.content_version,
                 coalesce((select array_agg(cl.list_id order by cl.list_id) from campaign_lists cl
-                          where cl.org_id = c.org_id and cl.campaign_id = c.id), '{}') as list_ids,
+                          where cl.org_id = c.org_id and cl.campaign_id = c.id and not cl.exclude),
+                         '{}') as list_ids,
+                coalesce((select array_agg(cl.list_id order by cl.list_id) from campaign_lists cl
+                          where cl.org_id = c.org_id and cl.campaign_id = c.id and cl.exclude),
+                         '{}') as excluded_list_ids,
+                coalesce((select array_agg(cs.segment_id order by cs.segment_id) from campaign_segments cs
+                          where cs.org_id = c.org_id and cs.campaign_id = c.id and not cs.exclude),
+                         '{}') as segment_ids,
+                coalesce((select array_agg(cs.segment_id order by cs.segment_id) from campaign_segments cs
+                          where cs.org_id = c.org_id and cs.campaign_id = c.id and cs.exclude),
+                         '{}') as excluded_segment_ids,
                 to_char(c.scheduled_for at time zone o.timezone, 'YYYY-MM-DD\"T\"HH24:MI') as scheduled_local,
                 o.timezone, a.name as author, e.name as last_editor, c.author_id, c.last_editor_id,
                 p.name as approver,
                 to_char(c.approved_at at time zone o.timezone, 'YYYY-MM-DD HH24:MI') as approved_at,
-                c.rejection_reason, c.recipients_total
+                c.rejection_reason, c.recipients_total, c.approved_estimate
          from campaigns c
          join orgs o on o.id = c.org_id
          join users a on a.org_id = c.org_id and a.id = c.author_id
@@ -67,9 +84,28 @@ pub struct Changes<'a> {
     pub subject: &'a str,
     pub body: &'a str,
     pub body_format: BodyFormat,
-    pub list_ids: &'a [i64],
+    pub audience: &'a Audience,
     /// `YYYY-MM-DDTHH:MM` in the org's time zone; `None`: as soon as approved.
     pub scheduled_local: Option<&'a str>,
+}
+
+/// The lists and segments a campaign sends to, and those it leaves out.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Audience {
+    pub lists: Vec<i64>,
+    pub excluded_lists: Vec<i64>,
+    pub segments: Vec<i64>,
+    pub excluded_segments: Vec<i64>,
+}
+
+impl Audience {
+    /// Sends to these lists, excluding nothing.
+    pub fn of_lists(lists: &[i64]) -> Audience {
+        Audience {
+            lists: lists.to_vec(),
+            ..Audience::default()
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -82,8 +118,8 @@ pub enum SaveError {
     },
     #[error("the campaign does not exist")]
     NotFound,
-    /// A target list is not this org's.
-    #[error("unknown list")]
+    /// A target list or segment is not this org's.
+    #[error("unknown list or segment")]
     UnknownList,
     #[error("the scheduled time is in the past")]
     PastSchedule,
@@ -101,11 +137,22 @@ pub async fn save(
     seen: i32,
     changes: &Changes<'_>,
 ) -> Result<i32, SaveError> {
+    let a = changes.audience;
+    let lists: Vec<i64> = a.lists.iter().chain(&a.excluded_lists).copied().collect();
+    let segments: Vec<i64> = a
+        .segments
+        .iter()
+        .chain(&a.excluded_segments)
+        .copied()
+        .collect();
     let lists_ok: bool = sqlx::query_scalar(
-        "select count(*) = cardinality($2::bigint[]) from lists where org_id = $1 and id = any($2)",
+        "select (select count(*) from lists where org_id = $1 and id = any($2)) = cardinality($2::bigint[])
+            and (select count(*) from segments where org_id = $1 and id = any($3) and deleted_at is null)
+                = cardinality($3::bigint[])",
     )
     .bind(org_id)
-    .bind(changes.list_ids)
+    .bind(&lists)
+    .bind(&segments)
     .fetch_one(&mut *conn)
     .await?;
     if !lists_ok {
@@ -156,21 +203,49 @@ pub async fn save(
             Some((status, version, _)) => SaveError::Moved { status, version },
         });
     };
-    sqlx::query("delete from campaign_lists where org_id = $1 and campaign_id = $2")
-        .bind(org_id)
-        .bind(id)
-        .execute(&mut *conn)
-        .await?;
+    set_audience(conn, org_id, id, a).await?;
+    Ok(version)
+}
+
+/// Replaces a campaign's lists and segments (the caller checked they are the org's; the
+/// segments' versions are frozen at approval).
+pub async fn set_audience(
+    conn: &mut PgConnection,
+    org_id: OrgId,
+    id: CampaignId,
+    a: &Audience,
+) -> sqlx::Result<()> {
     sqlx::query(
-        "insert into campaign_lists (org_id, campaign_id, list_id)
-         select $1, $2, l from unnest($3::bigint[]) as l",
+        "with l as (delete from campaign_lists where org_id = $1 and campaign_id = $2)
+         delete from campaign_segments where org_id = $1 and campaign_id = $2",
     )
     .bind(org_id)
     .bind(id)
-    .bind(changes.list_ids)
     .execute(&mut *conn)
     .await?;
-    Ok(version)
+    sqlx::query(
+        "with l as (
+             insert into campaign_lists (org_id, campaign_id, list_id, exclude)
+             select $1, $2, l, false from unnest($3::bigint[]) as l
+             union all
+             select $1, $2, l, true from unnest($4::bigint[]) as l
+             on conflict do nothing
+         )
+         insert into campaign_segments (org_id, campaign_id, segment_id, exclude)
+         select $1, $2, g, false from unnest($5::bigint[]) as g
+         union all
+         select $1, $2, g, true from unnest($6::bigint[]) as g
+         on conflict do nothing",
+    )
+    .bind(org_id)
+    .bind(id)
+    .bind(&a.lists)
+    .bind(&a.excluded_lists)
+    .bind(&a.segments)
+    .bind(&a.excluded_segments)
+    .execute(conn)
+    .await?;
+    Ok(())
 }
 
 /// The content version of a campaign that is not in the recycle bin.
@@ -240,8 +315,15 @@ pub async fn clone_draft(
     .await?;
     if let Some(id) = id {
         sqlx::query(
-            "insert into campaign_lists (org_id, campaign_id, list_id)
-             select org_id, $3, list_id from campaign_lists where org_id = $1 and campaign_id = $2",
+            "with l as (
+                 insert into campaign_lists (org_id, campaign_id, list_id, exclude)
+                 select org_id, $3, list_id, exclude from campaign_lists
+                 where org_id = $1 and campaign_id = $2
+             )
+             insert into campaign_segments (org_id, campaign_id, segment_id, exclude)
+             select cs.org_id, $3, cs.segment_id, cs.exclude from campaign_segments cs
+             join segments s on s.org_id = cs.org_id and s.id = cs.segment_id and s.deleted_at is null
+             where cs.org_id = $1 and cs.campaign_id = $2",
         )
         .bind(org_id)
         .bind(source)

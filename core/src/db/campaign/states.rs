@@ -221,11 +221,37 @@ pub async fn approve(
         )
         .await);
     };
+    // The segments are sent as they are now, whatever later edits make of them.
+    sqlx::query(
+        "update campaign_segments cs set version = s.version from segments s
+         where cs.org_id = $1 and cs.campaign_id = $2 and s.org_id = cs.org_id and s.id = cs.segment_id",
+    )
+    .bind(org_id)
+    .bind(id)
+    .execute(&mut *conn)
+    .await?;
     sqlx::query("select pg_notify('mailroom_campaign_approved', $1::text)")
         .bind(id)
         .execute(conn)
         .await?;
     Ok(self_approved)
+}
+
+/// Records the recipient count the approver was shown (the estimate in the approval's
+/// transaction), for the campaign page to set beside the count materialised at the start.
+pub async fn record_estimate(
+    conn: &mut PgConnection,
+    org_id: OrgId,
+    id: CampaignId,
+    estimate: i64,
+) -> sqlx::Result<()> {
+    sqlx::query("update campaigns set approved_estimate = $3 where org_id = $1 and id = $2")
+        .bind(org_id)
+        .bind(id)
+        .bind(estimate)
+        .execute(conn)
+        .await
+        .map(drop)
 }
 
 /// A campaign of an organisation.

@@ -172,6 +172,9 @@ async fn a_test_queued_before_an_edit_fails_with_the_reason_instead_of_sending_o
         body: "<p>x</p>".into(),
         format: "html".into(),
         lists: vec![],
+        excluded_lists: vec![],
+        segments: vec![],
+        excluded_segments: vec![],
         schedule: String::new(),
     };
     let (status, body) = app.call_fn(&admin, edit).await;

@@ -78,6 +78,9 @@ async fn four_eyes_approve_the_exact_version_shown_and_every_refusal_says_why() 
         body: "Dear {{ name }}, we launch.".into(),
         format: String::new(),
         lists: vec![lists[0], lists[2]],
+        excluded_lists: vec![],
+        segments: vec![],
+        excluded_segments: vec![],
         schedule: schedule.into(),
     };
     // The first save as the editor's form encodes it: the checked boxes keep their positions.
@@ -319,6 +322,9 @@ async fn rejecting_needs_a_reason_approval_to_nobody_is_refused_and_self_approva
         body: "B".into(),
         format: String::new(),
         lists: vec![lists[0]],
+        excluded_lists: vec![],
+        segments: vec![],
+        excluded_segments: vec![],
         schedule: String::new(),
     };
     let (_, body) = app.call_fn(&owner, solo).await;
@@ -378,6 +384,9 @@ async fn another_orgs_campaign_is_not_found_and_a_viewer_cannot_act() {
         body: String::new(),
         format: String::new(),
         lists,
+        excluded_lists: vec![],
+        segments: vec![],
+        excluded_segments: vec![],
         schedule: String::new(),
     };
     let (_, body) = app.call_fn(&stranger, bare(vec![])).await;
@@ -424,7 +433,7 @@ async fn a_sending_campaign_pauses_and_resumes_once_and_lists_the_recipients_not
         org,
         acme.admin(0).id.0,
         acme.admin(1).id.0,
-        &lists,
+        &app::db::campaign::edit::Audience::of_lists(&lists),
         "Hi",
     )
     .await;
@@ -509,7 +518,7 @@ async fn a_deleted_campaign_waits_in_the_bin_and_can_be_restored_but_a_sending_o
         org,
         acme.admin(0).id.0,
         acme.admin(1).id.0,
-        &lists,
+        &app::db::campaign::edit::Audience::of_lists(&lists),
         "Hi",
     )
     .await;

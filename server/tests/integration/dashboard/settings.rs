@@ -864,6 +864,9 @@ async fn self_approval_is_off_by_default_and_only_an_owner_turns_it_on_which_let
         body: "x".into(),
         format: String::new(),
         lists: vec![lists[0]],
+        excluded_lists: vec![],
+        segments: vec![],
+        excluded_segments: vec![],
         schedule: String::new(),
     };
     let (status, body) = app.call_fn(&admin, edit).await;

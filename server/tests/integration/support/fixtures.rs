@@ -74,7 +74,7 @@ pub(crate) async fn approved(
     org: i64,
     author: i64,
     approver: i64,
-    lists: &[i64],
+    audience: &app::db::campaign::edit::Audience,
     body: &str,
 ) -> i64 {
     let mut tx = pool.begin().await.unwrap();
@@ -86,12 +86,15 @@ pub(crate) async fn approved(
             name: "Launch",
             subject: "Hello {{ name }}",
             body,
-            list_ids: lists,
+            list_ids: &[],
         },
     )
     .await
     .unwrap();
     let (org, id) = (app::domain::OrgId(org), app::domain::CampaignId(id));
+    app::db::campaign::edit::set_audience(&mut tx, org, id, audience)
+        .await
+        .unwrap();
     app::db::campaign::states::change(&mut tx, org, id, Transition::Submit)
         .await
         .unwrap();

@@ -2,6 +2,7 @@
 //! owns, so a test reads as what it needs (`org.campaign().to(&lists).approved()`) rather than
 //! as tuple positions.
 
+use app::db::campaign::edit::Audience;
 use app::domain::{CampaignId, OrgId, Role, UserId};
 use sqlx::PgPool;
 
@@ -92,7 +93,7 @@ impl TestOrg {
     pub fn campaign(&self) -> CampaignBuilder<'_> {
         CampaignBuilder {
             org: self,
-            lists: Vec::new(),
+            audience: Audience::default(),
             body: "Hi".into(),
             author: self.users[0].id,
         }
@@ -102,14 +103,27 @@ impl TestOrg {
 /// A campaign to be made by [`TestOrg::campaign`].
 pub struct CampaignBuilder<'a> {
     org: &'a TestOrg,
-    lists: Vec<i64>,
+    audience: Audience,
     body: String,
     author: UserId,
 }
 
 impl CampaignBuilder<'_> {
     pub fn to(mut self, lists: &[i64]) -> Self {
-        self.lists = lists.to_vec();
+        self.audience.lists = lists.to_vec();
+        self
+    }
+
+    /// Also to the matches of these segments.
+    pub fn to_segments(mut self, segments: &[i64]) -> Self {
+        self.audience.segments = segments.to_vec();
+        self
+    }
+
+    /// Leaving out the members of these lists and the matches of these segments.
+    pub fn excluding(mut self, lists: &[i64], segments: &[i64]) -> Self {
+        self.audience.excluded_lists = lists.to_vec();
+        self.audience.excluded_segments = segments.to_vec();
         self
     }
 
@@ -127,7 +141,7 @@ impl CampaignBuilder<'_> {
             org,
             self.author.0,
             approver.0,
-            &self.lists,
+            &self.audience,
             &self.body,
         )
         .await;

@@ -214,6 +214,9 @@ impl TestApp {
             body: body.into(),
             format: "markdown".into(),
             lists,
+            excluded_lists: vec![],
+            segments: vec![],
+            excluded_segments: vec![],
             schedule: String::new(),
         };
         let (status, saved) = self.call_fn(c, edit).await;
