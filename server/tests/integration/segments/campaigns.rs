@@ -123,7 +123,7 @@ async fn a_campaign_to_a_segment_and_a_list_minus_exclusions_reaches_each_matchi
     let id = acme
         .campaign()
         .to(&lists[..1])
-        .to_segments(&[pro])
+        .and_segments(&[pro])
         .excluding(&lists[2..3], &[inviters])
         .approved()
         .await;
@@ -170,7 +170,7 @@ async fn the_page_says_when_the_materialised_count_differs_from_the_one_approved
     let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner, Role::Admin]).await;
     let org = acme.id;
     let app = spawn_app(pool.clone()).await;
-    let (lists, _) = acme.audience(20).await;
+    acme.audience(20).await;
     sqlx::query("update subscribers set attributes = '{\"plan\": \"pro\"}' where org_id = $1")
         .bind(org)
         .execute(&pool)

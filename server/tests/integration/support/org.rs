@@ -115,7 +115,7 @@ impl CampaignBuilder<'_> {
     }
 
     /// Also to the matches of these segments.
-    pub fn to_segments(mut self, segments: &[i64]) -> Self {
+    pub fn and_segments(mut self, segments: &[i64]) -> Self {
         self.audience.segments = segments.to_vec();
         self
     }
