@@ -291,27 +291,115 @@ fn sigkill_with_marks_ahead_leaves_at_most_k_unknown_per_connection_and_no_dupli
 /// without having been sent, and at most a batch more arrived before their outcome was written.
 fn kill_again_and_again(recipients: usize, extra: &[&str], ahead: usize) {
     let (rt, pool, url, org, id, n) = setup(recipients);
+    let sink = kill_until_sent(&rt, &pool, &url, org, id, n, extra, ahead, &[]);
+    drop(sink);
+    close(rt, pool);
+}
+
+/// A campaign to a segment (the pro plan: every other subscriber row, case variants
+/// included), its workers SIGKILLed from their first moments (the start's materialisation is
+/// where the segment is evaluated) and on through the sending: each matching address gets
+/// one message, and no other address any.
+#[test]
+fn sigkill_during_materialisation_and_sending_of_a_segment_campaign() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (pool, url) = rt.block_on(crate::support::helpers::migrated_db_with_url());
+    let (org, id, n) = rt.block_on(async {
+        let acme = TestOrg::new(&pool, "acme").await;
+        let org = acme.id;
+        acme.audience(4000).await;
+        sqlx::query(
+            "update subscribers set attributes = case when id % 2 = 0 then '{\"plan\": \"pro\"}'::jsonb
+                                                      else '{}'::jsonb end
+             where org_id = $1",
+        )
+        .bind(org)
+        .execute(&pool)
+        .await
+        .unwrap();
+        let def: app::domain::segment::Group = serde_json::from_value(serde_json::json!(
+            {"op": "all", "children": [
+                {"type": "attribute", "name": "plan", "test": {"op": "text_equals", "value": "pro"}}]}
+        ))
+        .unwrap();
+        let mut c = pool.acquire().await.unwrap();
+        let (pro, _) = app::segments::save(&mut c, org, None, None, "Pro", &def)
+            .await
+            .unwrap();
+        let n: i64 = sqlx::query_scalar(
+            "select count(distinct email_lower) from subscribers
+             where org_id = $1 and attributes ->> 'plan' = 'pro'",
+        )
+        .bind(org)
+        .fetch_one(&mut *c)
+        .await
+        .unwrap();
+        let id = acme.campaign().and_segments(&[pro]).body("Hello {{ name }}").approved().await;
+        (org.0, id.0, n as usize)
+    });
+    assert!(n > 1500 && n < 4000, "{n}");
+    // Kills 0.2 s, 0.4 s, 0.6 s in (the start), then every 1.5 s.
+    let sink = kill_until_sent(&rt, &pool, &url, org, id, n, &[], 1, &[200, 200, 200]);
+    let pro: std::collections::HashSet<String> = rt
+        .block_on(
+            sqlx::query_scalar::<_, String>(
+                "select email_lower from subscribers where org_id = $1 and attributes ->> 'plan' = 'pro'",
+            )
+            .bind(org)
+            .fetch_all(&pool),
+        )
+        .unwrap()
+        .into_iter()
+        .collect();
+    for m in sink.messages() {
+        assert!(
+            pro.contains(&m.to[0].to_lowercase()),
+            "{} is not in the segment but got the campaign",
+            m.to[0]
+        );
+    }
+    close(rt, pool);
+}
+
+/// Three workers send campaign `id` while a random one is SIGKILLed (first after each of
+/// `first_ms`, then every 1.5 s) and restarted until it is sent; then everything is
+/// reconciled against the `n` distinct addresses it must reach. Returns the SMTP sink.
+#[allow(clippy::too_many_arguments)]
+fn kill_until_sent(
+    rt: &tokio::runtime::Runtime,
+    pool: &PgPool,
+    url: &str,
+    org: i64,
+    id: i64,
+    n: usize,
+    extra: &[&str],
+    ahead: usize,
+    first_ms: &[u64],
+) -> SmtpSink {
+    let (rt, pool, url) = (rt, pool, url);
+    let recipients = n;
     let sink = SmtpSink::start();
     let dir = crate::support::helpers::data_dir();
     let args = worker_args(&sink, extra);
     let mut procs: Vec<Proc> = (0..3)
-        .map(|i| start(&format!("w{i}"), dir.path(), &args, &url))
+        .map(|i| start(&format!("w{i}"), dir.path(), &args, url))
         .collect();
     let mut kills = 0;
     let deadline = Instant::now() + Duration::from_secs(300);
-    while campaign_status(&rt, &pool, id) != "sent" {
+    while campaign_status(rt, pool, id) != "sent" {
         assert!(Instant::now() < deadline, "the campaign did not finish");
-        std::thread::sleep(Duration::from_millis(1500));
-        if campaign_status(&rt, &pool, id) == "sent" {
+        let pause = first_ms.get(kills).copied().unwrap_or(1500);
+        std::thread::sleep(Duration::from_millis(pause));
+        if campaign_status(rt, pool, id) == "sent" {
             break;
         }
         let victim = rand::random::<usize>() % procs.len();
         procs[victim].signal(Signal::SIGKILL);
         procs[victim].wait_exit(10);
         kills += 1;
-        procs[victim] = start(&format!("k{kills}"), dir.path(), &args, &url);
+        procs[victim] = start(&format!("k{kills}"), dir.path(), &args, url);
     }
-    slots_were_exact(&rt, &pool, id);
+    slots_were_exact(rt, pool, id);
     for mut p in procs {
         p.signal(Signal::SIGTERM);
         p.wait_exit(60);
@@ -325,13 +413,13 @@ fn kill_again_and_again(recipients: usize, extra: &[&str], ahead: usize) {
         unknown: never_arrived + kills * BATCH,
         never_arrived,
     };
-    let unknown = reconcile(&rt, &pool, org, id, n, &sink, allowed);
+    let unknown = reconcile(rt, pool, org, id, n, &sink, allowed);
     eprintln!(
         "{kills} kills over {recipients} recipients ({CONNECTIONS} connections per worker, {extra:?}): \
          {unknown} unknown, {:.1} per kill",
         unknown as f64 / kills as f64
     );
-    close(rt, pool);
+    sink
 }
 
 /// Closes the pool inside the runtime (its connections need one to shut down).
