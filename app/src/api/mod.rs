@@ -31,6 +31,8 @@ pub mod sender_auth;
 pub mod settings;
 /// The first-run page: the first organisation and its owner, behind the setup token.
 pub mod setup;
+/// Segments: the list with counts, the builder's sheet, live previews, save and delete.
+pub mod segments;
 /// The Audience page's subscribers: search, one subscriber, changes and erasure.
 pub mod subscribers;
 /// The Audience page's suppression list: search, add one or many, remove.

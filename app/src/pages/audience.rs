@@ -27,6 +27,7 @@ pub fn AudienceTabs(current: &'static str) -> impl IntoView {
         <nav class="mb-4 flex gap-2 border-b border-slate-200 text-sm dark:border-slate-700" aria-label="Audience">
             {tab("/audience", "Subscribers")}
             {tab("/audience/lists", "Lists")}
+            {tab("/audience/segments", "Segments")}
             {tab("/audience/suppressions", "Suppressions")}
         </nav>
     }

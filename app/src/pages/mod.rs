@@ -28,6 +28,8 @@ mod login;
 mod not_found;
 /// The Overview: the organisation's figures at a glance.
 mod overview;
+/// Segments: the list and the builder with its live count.
+mod segments;
 /// Settings › sender authentication: envelope sender, DKIM key and its DNS record.
 mod sender_auth;
 /// Settings: sender identity, time zone, and the users.
@@ -284,6 +286,8 @@ pub fn App() -> impl IntoView {
                         <Route path=path!("audience/lists") view=lists::ListsPage ssr=SsrMode::Async/>
                         <Route path=path!("audience/imports/:id") view=import::ImportPage ssr=SsrMode::Async/>
                         <Route path=path!("audience/suppressions") view=suppressions::SuppressionsPage ssr=SsrMode::Async/>
+                        <Route path=path!("audience/segments") view=segments::SegmentsPage ssr=SsrMode::Async/>
+                        <Route path=path!("audience/segments/:id") view=segments::SegmentBuilderPage ssr=SsrMode::Async/>
                         // Async: rendered whole on the server, so the filtered list reads without JavaScript.
                         <Route path=path!("deliveries") view=deliveries::DeliveriesPage ssr=SsrMode::Async/>
                         <Route path=path!("deliveries/message") view=deliveries::CapturedPage ssr=SsrMode::Async/>

@@ -217,6 +217,93 @@ impl TreeError {
     }
 }
 
+/// The value tests a form offers, by the word the form sends and the words it shows.
+pub const VALUE_OPS: [(&str, &str); 12] = [
+    ("exists", "is set"),
+    ("text_equals", "is"),
+    ("text_contains", "contains"),
+    ("text_starts_with", "starts with"),
+    ("text_in", "is one of (comma-separated)"),
+    ("number_equals", "= (number)"),
+    ("number_less", "< (number)"),
+    ("number_greater", "> (number)"),
+    ("bool", "is (true or false)"),
+    ("date_before", "is a date before (YYYY-MM-DD)"),
+    ("date_after", "is a date after (YYYY-MM-DD)"),
+    ("date_within_days", "is a date within the last (days)"),
+];
+
+impl ValueTest {
+    /// The test a form's operator and text make; the error says what the text should be.
+    pub fn from_form(op: &str, raw: &str) -> Result<ValueTest, String> {
+        let raw = raw.trim();
+        let number = || {
+            raw.parse::<f64>()
+                .ok()
+                .filter(|n| n.is_finite())
+                .ok_or_else(|| format!("{raw:?} is not a number"))
+        };
+        let date = || {
+            chrono::NaiveDate::parse_from_str(raw, "%Y-%m-%d")
+                .map_err(|_| format!("{raw:?} is not a date (YYYY-MM-DD)"))
+        };
+        Ok(match op {
+            "exists" => ValueTest::Exists,
+            "text_equals" => ValueTest::TextEquals { value: raw.into() },
+            "text_contains" => ValueTest::TextContains { value: raw.into() },
+            "text_starts_with" => ValueTest::TextStartsWith { value: raw.into() },
+            "text_in" => ValueTest::TextIn {
+                values: raw.split(',').map(|v| v.trim().to_owned()).collect(),
+            },
+            "number_equals" => ValueTest::NumberEquals { value: number()? },
+            "number_less" => ValueTest::NumberLess { value: number()? },
+            "number_greater" => ValueTest::NumberGreater { value: number()? },
+            "bool" => ValueTest::Bool {
+                value: match raw {
+                    "true" => true,
+                    "false" => false,
+                    _ => return Err(format!("{raw:?} is neither true nor false")),
+                },
+            },
+            "date_before" => ValueTest::Date {
+                test: DateTest::Before { date: date()? },
+            },
+            "date_after" => ValueTest::Date {
+                test: DateTest::After { date: date()? },
+            },
+            "date_within_days" => ValueTest::Date {
+                test: DateTest::WithinDays {
+                    days: raw
+                        .parse()
+                        .map_err(|_| format!("{raw:?} is not a number of days"))?,
+                },
+            },
+            other => return Err(format!("{other:?} is not a test")),
+        })
+    }
+
+    /// The form's operator and text for this test (what `from_form` reads back).
+    pub fn form_parts(&self) -> (&'static str, String) {
+        let n = |v: &f64| v.to_string();
+        match self {
+            ValueTest::Exists => ("exists", String::new()),
+            ValueTest::TextEquals { value } => ("text_equals", value.clone()),
+            ValueTest::TextContains { value } => ("text_contains", value.clone()),
+            ValueTest::TextStartsWith { value } => ("text_starts_with", value.clone()),
+            ValueTest::TextIn { values } => ("text_in", values.join(", ")),
+            ValueTest::NumberEquals { value } => ("number_equals", n(value)),
+            ValueTest::NumberLess { value } => ("number_less", n(value)),
+            ValueTest::NumberGreater { value } => ("number_greater", n(value)),
+            ValueTest::Bool { value } => ("bool", value.to_string()),
+            ValueTest::Date { test } => match test {
+                DateTest::Before { date } => ("date_before", date.to_string()),
+                DateTest::After { date } => ("date_after", date.to_string()),
+                DateTest::WithinDays { days } => ("date_within_days", days.to_string()),
+            },
+        }
+    }
+}
+
 /// A segment's name: as a list's (trimmed, 1 to 200 characters, no control character).
 pub fn segment_name(input: &str) -> Result<String, String> {
     super::audience::list_name(input).map_err(|e| e.replace("list's", "segment's"))
@@ -523,6 +610,24 @@ mod tests {
             segment_name(" ").unwrap_err(),
             "The segment's name is empty: give it a name."
         );
+    }
+
+    #[test]
+    fn a_form_s_operator_and_text_read_back_as_they_were_written() {
+        for (op, _) in VALUE_OPS {
+            let raw = match op {
+                "exists" => "",
+                "text_in" => "a, b",
+                "bool" => "true",
+                "date_before" | "date_after" => "2026-03-01",
+                o if o.starts_with("number") || o == "date_within_days" => "7",
+                _ => "pro",
+            };
+            let t = ValueTest::from_form(op, raw).unwrap();
+            assert_eq!(t.form_parts(), (op, raw.to_string()), "{op}");
+        }
+        assert!(ValueTest::from_form("number_less", "seven").unwrap_err().contains("not a number"));
+        assert!(ValueTest::from_form("date_after", "1/3/2026").is_err());
     }
 
     #[test]
