@@ -34,9 +34,9 @@ test('segments: built with forms, nested, counted live as they grow, a bad condi
 
   // A nested group: none of (did an event nobody did) leaves the count as it was.
   await root.locator('[data-test=add-condition]').first().selectOption('group');
-  const inner = root.locator('[data-test=group] [data-test=group]').first();
-  await inner.locator('[data-test=group-op]').selectOption('none');
-  await inner.locator('[data-test=add-condition]').selectOption('event');
+  const inner = root.locator('[data-test=group]').first();
+  await inner.locator('[data-test=group-op]').first().selectOption('none');
+  await inner.locator('[data-test=add-condition]').first().selectOption('event');
   await inner.locator('[data-test=event-name]').fill('e2e_never_happened');
   await inner.locator('[data-test=event-name]').press('Tab');
   await expect(page.locator('[data-test=definition]')).toHaveValue(/e2e_never_happened/);
