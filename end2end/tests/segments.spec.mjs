@@ -40,6 +40,13 @@ test('segments: built with forms, nested, counted live as they grow, a bad condi
   await inner.locator('[data-test=event-name]').fill('e2e_never_happened');
   await inner.locator('[data-test=event-name]').press('Tab');
   await expect(page.locator('[data-test=definition]')).toHaveValue(/e2e_never_happened/);
+  // An event's property takes any value test, as an attribute does.
+  await inner.locator('[data-test=property-name]').fill('plan');
+  await inner.locator('[data-test=property-name]').press('Tab');
+  await inner.locator('[data-test=property-op]').selectOption('text_in');
+  await inner.locator('[data-test=property-value]').fill('pro, team');
+  await inner.locator('[data-test=property-value]').press('Tab');
+  await expect(page.locator('[data-test=definition]')).toHaveValue(/"property":\{"name":"plan","test":\{"op":"text_in","values":\["pro","team"\]\}\}/);
   await expect(count).toHaveText(members);
   await page.screenshot({ path: 'end2end/test-results/segment-builder.png', fullPage: true });
 

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use sqlx::PgPool;
 
+use app::db::campaign::edit::Audience;
 use mailroom::embedded_pg::{self, EmbeddedPg};
 
 #[path = "support/mod.rs"]
@@ -50,7 +51,16 @@ async fn seed(pool: &PgPool, n: i64) -> anyhow::Result<(i64, (i64, i64), i64)> {
 /// (id, the version to approve).
 async fn campaign(pool: &PgPool, org: i64, author: i64, list: i64) -> anyhow::Result<(i64, i32)> {
     let body = "Dear {{ name }}, this is the bench campaign.";
-    support::submitted_campaign(pool, org, author, &[list], "Bench", body, false).await
+    support::submitted_campaign(
+        pool,
+        org,
+        author,
+        &Audience::of_lists(&[list]),
+        "Bench",
+        body,
+        false,
+    )
+    .await
 }
 
 /// `mailroom serve` on the bench's cluster, sending to the sink with campaign_bench's tuning.

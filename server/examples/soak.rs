@@ -39,6 +39,7 @@ use anyhow::{bail, Context};
 use sqlx::PgPool;
 use testkit::{Record, SinkOptions, SmtpSink};
 
+use app::db::campaign::edit::Audience;
 use mailroom::embedded_pg::{self, EmbeddedPg};
 
 #[path = "support/mod.rs"]
@@ -210,9 +211,16 @@ async fn seed(pool: &PgPool, recipients: i64, orgs: i64) -> anyhow::Result<Seede
     app::db::audience::suppress_many(&mut tx, org, &suppressed, "soak").await?;
     tx.commit().await?;
     let body = "Dear {{ name }}, this is the soak campaign.";
-    let campaign =
-        support::approved_campaign(pool, org, (owner, approver), &[list], "Soak", body, false)
-            .await?;
+    let campaign = support::approved_campaign(
+        pool,
+        org,
+        (owner, approver),
+        &Audience::of_lists(&[list]),
+        "Soak",
+        body,
+        false,
+    )
+    .await?;
     for table in [
         "orgs",
         "users",

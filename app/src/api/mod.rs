@@ -25,14 +25,14 @@ pub mod invites;
 pub mod lists;
 /// The Overview page's figures of the signed-in organisation.
 pub mod overview;
+/// Segments: the list with counts, the builder's sheet, live previews, save and delete.
+pub mod segments;
 /// Sender authentication: the org's DKIM key and envelope sender (owners change them).
 pub mod sender_auth;
 /// Settings: the sender identity and the approval policy (owners change them).
 pub mod settings;
 /// The first-run page: the first organisation and its owner, behind the setup token.
 pub mod setup;
-/// Segments: the list with counts, the builder's sheet, live previews, save and delete.
-pub mod segments;
 /// The Audience page's subscribers: search, one subscriber, changes and erasure.
 pub mod subscribers;
 /// The Audience page's suppression list: search, add one or many, remove.

@@ -121,10 +121,12 @@ pub async fn preview_segment(definition: String) -> Result<SegmentPreview, AppEr
     let g = parse(&definition)?;
     g.check().map_err(|e| AppError::Invalid(format!("{e}.")))?;
     let mut conn = pool.acquire().await?;
-    if let Some(path) = segment::foreign_reference(&mut conn, me.org(), &g).await? {
-        return Err(AppError::Invalid(format!(
-            "{path}: no such list or campaign in this organisation."
-        )));
+    // Another org's list or campaign is not found, as it is everywhere.
+    if segment::foreign_reference(&mut conn, me.org(), &g)
+        .await?
+        .is_some()
+    {
+        return Err(AppError::NotFound);
     }
     let clock = segment::clock(&mut conn, me.org(), None).await?;
     let count = segment::count(&mut conn, me.org(), &g, &clock).await?;
@@ -159,9 +161,8 @@ pub async fn save_segment(
         .map_err(|e| match e {
             SaveError::Name(why) => AppError::Invalid(why),
             SaveError::Tree(t) => AppError::Invalid(format!("{t}.")),
-            SaveError::Unknown(path) => AppError::Invalid(format!(
-                "{path}: no such list or campaign in this organisation."
-            )),
+            // Another org's list or campaign is not found, as it is everywhere.
+            SaveError::Unknown(_) => AppError::NotFound,
             SaveError::Store(StoreError::NotFound) => AppError::NotFound,
             SaveError::Store(StoreError::Taken) => {
                 AppError::Conflict("Another segment has this name: choose another.".into())

@@ -1,5 +1,6 @@
-//! Settings: the organisation's sender identity and its approval policy (four eyes, unless the
-//! owner allows self-approval). Everyone reads them; only an owner changes them.
+//! Settings: the organisation's sender identity, its approval policy (four eyes, unless the
+//! owner allows self-approval) and how long it keeps the SaaS's events. Everyone reads them;
+//! only an owner changes them.
 
 use leptos::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -17,6 +18,8 @@ pub struct SettingsData {
     pub timezone: String,
     /// An admin may approve a campaign they wrote or last edited (marked in the audit log).
     pub allow_self_approval: bool,
+    /// How many days events are kept (by when they happened).
+    pub event_retention_days: i32,
     /// The signed-in user is an owner: may change settings and manage users.
     pub can_manage: bool,
 }
@@ -31,8 +34,11 @@ pub async fn settings_view() -> Result<SettingsData, AppError> {
     let s = crate::db::settings::sender(&mut conn, me.org_id).await?;
     let allow_self_approval =
         crate::db::settings::allows_self_approval(&mut conn, me.org_id).await?;
+    let event_retention_days =
+        crate::db::events::retention_days(&mut conn, crate::domain::OrgId(me.org_id)).await?;
     Ok(SettingsData {
         allow_self_approval,
+        event_retention_days,
         from_name: s.from_name,
         from_address: s.from_address,
         reply_to: s.reply_to.unwrap_or_default(),
@@ -135,4 +141,31 @@ pub async fn save_approval_policy(
     } else {
         "Four eyes: a campaign is approved by an admin who neither wrote nor last edited it.".into()
     })
+}
+
+/// How many days the org keeps the events its SaaS posts (owner only); older ones are deleted
+/// by the leader's retention job on its next pass.
+#[server(endpoint = "save_event_retention")]
+pub async fn save_event_retention(event_retention_days: String) -> Result<String, AppError> {
+    use crate::db::settings;
+    let (me, pool) = super::signed_in().await?;
+    if !me.role.manages_org() {
+        return Err(AppError::Forbidden);
+    }
+    let days = crate::domain::event::retention_days("Keep events", &event_retention_days)?;
+    let mut tx = pool.begin().await?;
+    let before = settings::set_event_retention_days(&mut tx, me.org_id, days).await?;
+    audit::setting_changed(
+        &mut tx,
+        &me,
+        crate::domain::AuditAction::SettingsEventRetention,
+        "event_retention_days",
+        before,
+        days,
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(format!(
+        "Events are kept for {days} days after they happened; older ones are deleted within the hour."
+    ))
 }

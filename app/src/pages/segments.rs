@@ -382,38 +382,13 @@ fn condition_view(
     };
     let fields: AnyView = match n.clone() {
         Node::Group(_) => ().into_any(),
-        Node::Attribute { name, test } => {
-            let (op, raw) = test.form_parts();
-            let (s1, s2, s3) = (set.clone(), set.clone(), set.clone());
-            let (name1, name2) = (name.clone(), name.clone());
-            let raw2 = raw.clone();
-            view! {
-                <input class=FIELD placeholder="attribute" value=name data-test="attribute-name"
-                    on:change=move |ev| {
-                        let t = ValueTest::from_form(op, &raw).unwrap_or(ValueTest::Exists);
-                        s1(Node::Attribute { name: event_target_value(&ev), test: t });
-                    }/>
-                <select class=FIELD data-test="attribute-op" on:change=move |ev| {
-                    let o = event_target_value(&ev);
-                    match ValueTest::from_form(&o, &raw2) {
-                        Ok(t) => s2(Node::Attribute { name: name1.clone(), test: t }),
-                        Err(_) => s2(Node::Attribute { name: name1.clone(), test: ValueTest::from_form(&o, "").unwrap_or(ValueTest::Exists) }),
-                    }
-                }>
-                    {VALUE_OPS.iter().map(|(k, label)| view! { <option value=*k selected=*k == op>{*label}</option> }).collect_view()}
-                </select>
-                {(op != "exists").then(|| view! {
-                    <input class=FIELD placeholder="value" value=test.form_parts().1 data-test="attribute-value"
-                        on:change=move |ev| {
-                            match ValueTest::from_form(op, &event_target_value(&ev)) {
-                                Ok(t) => s3(Node::Attribute { name: name2.clone(), test: t }),
-                                Err(e) => problem.set(Some(format!("Attribute {name2:?}: {e}."))),
-                            }
-                        }/>
-                })}
-            }
-            .into_any()
-        }
+        Node::Attribute { name, test } => value_test_fields(
+            "attribute",
+            name,
+            test,
+            move |name, test| set(Node::Attribute { name, test }),
+            problem,
+        ),
         Node::List { list_id, member } => {
             let (s1, s2) = (set.clone(), set.clone());
             let lists = choices.with_value(|c| c.lists.clone());
@@ -518,10 +493,11 @@ fn condition_view(
             };
             let (s1, s2, s3, s4, s5) = (set.clone(), set.clone(), set.clone(), set.clone(), set);
             let (r1, r2, r3, r4, r5) = (rebuild.clone(), rebuild.clone(), rebuild.clone(), rebuild.clone(), rebuild);
-            let prop_value = property
-                .as_ref()
-                .map(|p| format!("{}={}", p.name, p.test.form_parts().1))
-                .unwrap_or_default();
+            // No property test: an empty name (typing one adds the test).
+            let (property_name, property_test) = match &property {
+                Some(p) => (p.name.clone(), p.test.clone()),
+                None => (String::new(), ValueTest::TextEquals { value: String::new() }),
+            };
             view! {
                 <select class=FIELD data-test="event-did" on:change=move |ev| {
                     let d = event_target_value(&ev) == "did";
@@ -543,20 +519,71 @@ fn condition_view(
                     </label>
                 })}
                 {days_input(within_days, "event-days", move |d| s4(r4(&|n| if let Node::Event { within_days, .. } = n { *within_days = d; })), problem)}
-                <input class=FIELD placeholder="property=value (optional)" value=prop_value data-test="event-property"
-                    on:change=move |ev| {
-                        let v = event_target_value(&ev);
-                        let p = v.split_once('=').map(|(k, val)| PropertyTest {
-                            name: k.trim().to_string(),
-                            test: ValueTest::TextEquals { value: val.trim().to_string() },
-                        });
+                <span class="text-sm">"with"</span>
+                {value_test_fields(
+                    "property",
+                    property_name,
+                    property_test,
+                    move |key: String, test| {
+                        let p = (!key.trim().is_empty()).then(|| PropertyTest { name: key.trim().to_string(), test });
                         s5(r5(&|n| if let Node::Event { property, .. } = n { *property = p.clone(); }));
-                    }/>
+                    },
+                    problem,
+                )}
             }
             .into_any()
         }
     };
     view! { <div class="flex flex-wrap items-center gap-2">{kind}{fields}</div> }.into_any()
+}
+
+/// The key, operator and value of a test of one member of a JSON object (an attribute, or an
+/// event's property); `what` names the fields (`attribute-name`, `property-op`, …). Each
+/// change calls `set` with the key and the test they make; a value that does not fit its
+/// operator is named in `problem` instead.
+fn value_test_fields(
+    what: &'static str,
+    name: String,
+    test: ValueTest,
+    set: impl Fn(String, ValueTest) + Clone + 'static,
+    problem: RwSignal<Option<String>>,
+) -> AnyView {
+    let (op, raw) = test.form_parts();
+    let (s1, s2, s3) = (set.clone(), set.clone(), set);
+    let (name1, name2) = (name.clone(), name.clone());
+    let raw2 = raw.clone();
+    let shown = if what == "attribute" {
+        "Attribute"
+    } else {
+        "Property"
+    };
+    view! {
+        <input class=FIELD placeholder=what value=name data-test=format!("{what}-name")
+            on:change=move |ev| {
+                let t = ValueTest::from_form(op, &raw).unwrap_or(ValueTest::Exists);
+                s1(event_target_value(&ev), t);
+            }/>
+        <select class=FIELD data-test=format!("{what}-op") on:change=move |ev| {
+            // Keep the value where it fits the new operator; otherwise start it empty.
+            let o = event_target_value(&ev);
+            let t = ValueTest::from_form(&o, &raw2)
+                .or_else(|_| ValueTest::from_form(&o, ""))
+                .unwrap_or(ValueTest::Exists);
+            s2(name1.clone(), t);
+        }>
+            {VALUE_OPS.iter().map(|(k, label)| view! { <option value=*k selected=*k == op>{*label}</option> }).collect_view()}
+        </select>
+        {(op != "exists").then(|| view! {
+            <input class=FIELD placeholder="value" value=test.form_parts().1 data-test=format!("{what}-value")
+                on:change=move |ev| {
+                    match ValueTest::from_form(op, &event_target_value(&ev)) {
+                        Ok(t) => s3(name2.clone(), t),
+                        Err(e) => problem.set(Some(format!("{shown} {name2:?}: {e}."))),
+                    }
+                }/>
+        })}
+    }
+    .into_any()
 }
 
 /// "within the last N days" (empty: ever).

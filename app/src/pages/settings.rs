@@ -9,7 +9,9 @@ use leptos_router::components::A;
 use super::action_outcome as outcome;
 use super::sender_auth::{SenderAuth, SenderAuthActions};
 use crate::api::sender_auth::sender_auth_view;
-use crate::api::settings::{settings_view, SaveApprovalPolicy, SaveSender, SettingsData};
+use crate::api::settings::{
+    settings_view, SaveApprovalPolicy, SaveEventRetention, SaveSender, SettingsData,
+};
 use crate::api::users::{
     users_view, InviteUser, ResetPassword, SetUserDisabled, SetUserRole, UserEntry,
 };
@@ -51,8 +53,15 @@ pub fn SettingsPage() -> impl IntoView {
     let disable = ServerAction::<SetUserDisabled>::new();
     let reset = ServerAction::<ResetPassword>::new();
     let approval = ServerAction::<SaveApprovalPolicy>::new();
+    let retention = ServerAction::<SaveEventRetention>::new();
     let settings = Resource::new(
-        move || (save.version().get(), approval.version().get()),
+        move || {
+            (
+                save.version().get(),
+                approval.version().get(),
+                retention.version().get(),
+            )
+        },
         |_| settings_view(),
     );
     let auth_actions = SenderAuthActions::new();
@@ -79,7 +88,7 @@ pub fn SettingsPage() -> impl IntoView {
             {move || Suspend::new(async move {
                 match settings.await {
                     Err(e) => crate::pages::load_error(e),
-                    Ok(s) => view! { <Sender s=s.clone() action=save/> <Approval s action=approval/> }.into_any(),
+                    Ok(s) => view! { <Sender s=s.clone() action=save/> <Approval s=s.clone() action=approval/> <EventRetention s action=retention/> }.into_any(),
                 }
             })}
         </Suspense>
@@ -170,6 +179,35 @@ fn Approval(s: SettingsData, action: ServerAction<SaveApprovalPolicy>) -> impl I
                 </label>
                 {s.can_manage.then(|| view! {
                     <button type="submit" id="save-approval" disabled=move || action.pending().get() class=BUTTON>"Save"</button>
+                })}
+            </ActionForm>
+        </section>
+    }
+}
+
+/// How long the events the SaaS posts are kept.
+#[component]
+fn EventRetention(s: SettingsData, action: ServerAction<SaveEventRetention>) -> impl IntoView {
+    let disabled = !s.can_manage;
+    let (low, high) = (
+        *crate::domain::event::RETENTION_DAYS.start(),
+        *crate::domain::event::RETENTION_DAYS.end(),
+    );
+    view! {
+        <section class="mt-6 rounded-lg bg-white p-4 shadow dark:bg-slate-900" aria-labelledby="retention-heading">
+            <h2 id="retention-heading" class="text-lg font-semibold mb-1">"Events"</h2>
+            <p class="mb-2 text-sm text-slate-600 dark:text-slate-300">
+                "Events your application posts to the API are kept this long after they happened, then deleted; segments only see the events kept."
+            </p>
+            {move || outcome(action.value().get(), "retention-result")}
+            <ActionForm action=action attr:id="retention-form" attr:class="flex flex-wrap items-end gap-3 text-sm">
+                <label class="block">
+                    "Keep events for (days)"
+                    <input type="number" name="event_retention_days" min=low max=high required
+                        value=s.event_retention_days disabled=disabled class=INPUT data-test="event-retention-days"/>
+                </label>
+                {s.can_manage.then(|| view! {
+                    <button type="submit" id="save-retention" disabled=move || action.pending().get() class=BUTTON>"Save"</button>
                 })}
             </ActionForm>
         </section>

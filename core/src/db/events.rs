@@ -67,7 +67,10 @@ pub async fn resolve(
 
 /// Creates a subscriber for each address that has none: unconfirmed (no campaign reaches them
 /// until they confirm), on no list, from the API. An address that became a subscriber
-/// meanwhile is left as it is: the caller resolves again afterwards.
+/// meanwhile is left as it is: the caller resolves again afterwards. Each mailbox is locked
+/// until the caller's transaction ends (in address order, so callers never deadlock), so
+/// requests racing to create one person in two spellings create one subscriber: the later
+/// sees the earlier's row once it commits.
 pub async fn create_unknown(
     conn: &mut PgConnection,
     org: OrgId,
@@ -75,6 +78,15 @@ pub async fn create_unknown(
 ) -> sqlx::Result<u64> {
     let spelled: Vec<&str> = emails.iter().map(|e| e.as_str()).collect();
     let lowers: Vec<&str> = emails.iter().map(|e| e.lower()).collect();
+    sqlx::query(
+        "select pg_advisory_xact_lock(hashtextextended('subscriber:' || $1::text || ':' || lower, 0))
+         from (select distinct lower from unnest($2::text[]) as t(lower) order by lower) m",
+    )
+    .bind(org)
+    .bind(&lowers)
+    .execute(&mut *conn)
+    .await?;
+    // A new statement: its snapshot sees what a request that held the lock before committed.
     let done = sqlx::query(
         "insert into subscribers (org_id, email, email_lower, status, optin_source, optin_at)
          select $1, email, lower, 'unconfirmed', 'api', now()

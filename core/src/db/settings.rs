@@ -55,10 +55,21 @@ pub async fn set_self_approval(
     swap(conn, org_id, Column::AllowSelfApproval, allow).await
 }
 
+/// Sets how many days the org keeps events; returns what it was (for the audit row). The
+/// retention job reads it on its next pass.
+pub async fn set_event_retention_days(
+    conn: &mut PgConnection,
+    org_id: i64,
+    days: i32,
+) -> sqlx::Result<i32> {
+    swap(conn, org_id, Column::EventRetentionDays, days).await
+}
+
 /// The settings that are one column of `orgs` each, read and swapped alike.
 #[derive(Clone, Copy)]
 enum Column {
     AllowSelfApproval,
+    EventRetentionDays,
     ReturnPath,
 }
 
@@ -66,6 +77,7 @@ impl Column {
     fn name(self) -> &'static str {
         match self {
             Column::AllowSelfApproval => "allow_self_approval",
+            Column::EventRetentionDays => "event_retention_days",
             Column::ReturnPath => "return_path",
         }
     }

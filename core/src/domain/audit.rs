@@ -42,6 +42,7 @@ text_enum! {
         SettingsDkim = "settings.dkim",
         SettingsDkimKey = "settings.dkim_key",
         SettingsDkimEd25519Key = "settings.dkim_ed25519_key",
+        SettingsEventRetention = "settings.event_retention",
         SettingsReturnPath = "settings.return_path",
         SettingsSender = "settings.sender",
         SubscriberAdd = "subscriber.add",

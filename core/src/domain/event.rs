@@ -21,6 +21,24 @@ pub const EXTERNAL_ID_MAX: usize = 200;
 pub const FUTURE_SLACK_HOURS: i64 = 24;
 /// How long an org keeps events when it has not said otherwise.
 pub const DEFAULT_RETENTION_DAYS: i32 = 400;
+/// The shortest and longest retention an org may choose (the column's check says the same).
+pub const RETENTION_DAYS: std::ops::RangeInclusive<i32> = 1..=3650;
+
+/// How many days an org keeps its events, as a form sends it: a whole number of days within
+/// [`RETENTION_DAYS`].
+pub fn retention_days(field: &str, raw: &str) -> Result<i32, InputError> {
+    let (low, high) = (RETENTION_DAYS.start(), RETENTION_DAYS.end());
+    raw.trim()
+        .parse::<i32>()
+        .ok()
+        .filter(|d| RETENTION_DAYS.contains(d))
+        .ok_or_else(|| {
+            InputError::new(
+                field,
+                format!("a whole number of days from {low} to {high}"),
+            )
+        })
+}
 
 /// How a request names the subscriber an event is about.
 #[derive(Clone, Debug, PartialEq, Eq)]

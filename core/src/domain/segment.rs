@@ -626,7 +626,9 @@ mod tests {
             let t = ValueTest::from_form(op, raw).unwrap();
             assert_eq!(t.form_parts(), (op, raw.to_string()), "{op}");
         }
-        assert!(ValueTest::from_form("number_less", "seven").unwrap_err().contains("not a number"));
+        assert!(ValueTest::from_form("number_less", "seven")
+            .unwrap_err()
+            .contains("not a number"));
         assert!(ValueTest::from_form("date_after", "1/3/2026").is_err());
     }
 

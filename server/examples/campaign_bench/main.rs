@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use sqlx::PgPool;
 
+use app::db::campaign::edit::Audience;
 use app::domain::Transition;
 use mailroom::embedded_pg::{self, EmbeddedPg};
 
@@ -59,7 +60,16 @@ async fn campaign(
     later: bool,
 ) -> anyhow::Result<i64> {
     let body = "Dear {{ name }}, this is the bench campaign.";
-    support::approved_campaign(pool, org, users, lists, "Bench", body, later).await
+    support::approved_campaign(
+        pool,
+        org,
+        users,
+        &Audience::of_lists(lists),
+        "Bench",
+        body,
+        later,
+    )
+    .await
 }
 
 /// Rewinds a sending campaign's hand-off so the next measure starts from the same queue: its

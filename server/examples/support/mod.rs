@@ -169,14 +169,14 @@ pub fn processes() -> Vec<(u32, u32, u64, u64)> {
     .collect()
 }
 
-/// A campaign to `lists` by `author`, submitted through the product's own steps (a draft, a
-/// save, the submission): (id, the version to approve). Due now or, when `later`, in a year.
+/// A campaign to `audience` by `author`, submitted through the product's own steps (a draft,
+/// a save, the submission): (id, the version to approve). Due now or, when `later`, in a year.
 /// Subject "Hello {{ name }}".
 pub async fn submitted_campaign(
     pool: &sqlx::PgPool,
     org: i64,
     author: i64,
-    lists: &[i64],
+    audience: &app::db::campaign::edit::Audience,
     name: &str,
     body: &str,
     later: bool,
@@ -191,21 +191,27 @@ pub async fn submitted_campaign(
         name,
         subject,
         body,
-        list_ids: lists,
+        list_ids: &audience.lists,
     };
     let id = campaign::create_draft(&mut tx, draft).await?;
     let mut version = 1;
-    if later {
-        let next_year = (chrono::Utc::now() + chrono::Duration::days(365))
-            .format("%Y-%m-%dT%H:%M")
-            .to_string();
+    // A draft holds lists only: segments and exclusions take the editor's save.
+    let lists_only = audience.segments.is_empty()
+        && audience.excluded_lists.is_empty()
+        && audience.excluded_segments.is_empty();
+    if later || !lists_only {
+        let next_year = later.then(|| {
+            (chrono::Utc::now() + chrono::Duration::days(365))
+                .format("%Y-%m-%dT%H:%M")
+                .to_string()
+        });
         let changes = edit::Changes {
             name,
             subject,
             body,
             body_format: BodyFormat::Markdown,
-            audience: &edit::Audience::of_lists(lists),
-            scheduled_local: Some(&next_year),
+            audience,
+            scheduled_local: next_year.as_deref(),
         };
         version = edit::save(
             &mut tx,
@@ -255,12 +261,12 @@ pub async fn approved_campaign(
     pool: &sqlx::PgPool,
     org: i64,
     (author, approver): (i64, i64),
-    lists: &[i64],
+    audience: &app::db::campaign::edit::Audience,
     name: &str,
     body: &str,
     later: bool,
 ) -> anyhow::Result<i64> {
-    let (id, version) = submitted_campaign(pool, org, author, lists, name, body, later).await?;
+    let (id, version) = submitted_campaign(pool, org, author, audience, name, body, later).await?;
     approve(pool, org, id, approver, version).await?;
     Ok(id)
 }

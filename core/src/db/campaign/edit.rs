@@ -269,7 +269,10 @@ pub async fn estimate(conn: &mut PgConnection, org_id: OrgId, id: CampaignId) ->
     let clock = crate::db::segment::clock(conn, org_id, None).await?;
     let mut qb = sqlx::QueryBuilder::new("select count(distinct s.email_lower)");
     audience::push_from(&mut qb, org_id, &targets, &clock);
-    qb.build_query_scalar().fetch_one(conn).await
+    let mut tx = crate::db::segment::roomy(conn).await?;
+    let n = qb.build_query_scalar().fetch_one(&mut *tx).await?;
+    tx.commit().await?;
+    Ok(n)
 }
 
 /// A real recipient for the preview.
@@ -291,7 +294,10 @@ pub async fn sample_recipient(
     let mut qb = sqlx::QueryBuilder::new("select s.name, s.email");
     audience::push_from(&mut qb, org_id, &targets, &clock);
     qb.push(" order by s.email_lower limit 1");
-    qb.build_query_as().fetch_optional(conn).await
+    let mut tx = crate::db::segment::roomy(conn).await?;
+    let sample = qb.build_query_as().fetch_optional(&mut *tx).await?;
+    tx.commit().await?;
+    Ok(sample)
 }
 
 /// A new draft by `author` with the content and target lists of `source` (any state), named

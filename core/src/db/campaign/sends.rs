@@ -52,7 +52,10 @@ pub async fn materialise(
          )
          select n from n"
     ));
-    qb.build_query_scalar().fetch_one(conn).await
+    let mut tx = crate::db::segment::roomy(conn).await?;
+    let n = qb.build_query_scalar().fetch_one(&mut *tx).await?;
+    tx.commit().await?;
+    Ok(n)
 }
 
 /// What one hand-off did.

@@ -5,9 +5,15 @@
 //! their names and values hold (quotes, `$1`, `;`, comments, JSON path syntax).
 //!
 //! Each condition is a membership test `s.id in (select … )` (or `not in`) where it reads
-//! another table: PostgreSQL runs each such subquery once and probes its hash per subscriber,
-//! nested under any mix of and / or / not. Every condition is wrapped in `coalesce(…, false)`,
-//! so a missing attribute is "no", never SQL's unknown, and `none` is a plain `not`.
+//! another table. Among the conditions of the top `all` group PostgreSQL makes them
+//! semi-joins and picks their order; nested under or / not it runs each subquery once and
+//! probes its hash per subscriber, which it does only while the set's estimate fits its hash
+//! memory: [`roomy`] gives segment statements that room (past it, PostgreSQL would rescan the
+//! set for every subscriber, and a count over a million people would not finish). A
+//! condition that can be SQL's unknown (an attribute missing or of another type, a sign-up
+//! source never recorded) is wrapped in `coalesce(…, false)`, so it is "no" and `none` is a
+//! plain `not`; membership tests are never unknown (no id they compare is null), and stay
+//! bare so they can become semi-joins.
 
 use chrono::{DateTime, Duration, NaiveDate, Utc};
 use sqlx::{PgConnection, Postgres, QueryBuilder};
@@ -53,6 +59,22 @@ pub async fn clock(
     Ok(Clock { now, today, tz })
 }
 
+/// Hash memory for one statement that evaluates segments (PostgreSQL's `work_mem`; hashes may
+/// take twice it): a membership test's set stays one hash up to about 16 million estimated
+/// rows. Only what a statement's sets need is taken, about 40 bytes a row.
+const WORK_MEM: &str = "256MB";
+
+/// A transaction (a savepoint inside the caller's) whose statements evaluate segments with
+/// room for their sets ([`WORK_MEM`], reset when the caller's transaction ends).
+pub async fn roomy(conn: &mut PgConnection) -> sqlx::Result<sqlx::Transaction<'_, Postgres>> {
+    let mut tx = sqlx::Connection::begin(conn).await?;
+    sqlx::query("select set_config('work_mem', $1, true)")
+        .bind(WORK_MEM)
+        .execute(&mut *tx)
+        .await?;
+    Ok(tx)
+}
+
 /// Pushes the predicate of `g` over `s` (a row of `subscribers` of `org`).
 pub fn push_predicate(qb: &mut QueryBuilder<'_, Postgres>, org: OrgId, g: &Group, clock: &Clock) {
     let (joiner, empty) = match g.op {
@@ -83,14 +105,33 @@ pub fn push_predicate(qb: &mut QueryBuilder<'_, Postgres>, org: OrgId, g: &Group
         }
         match n {
             Node::Group(inner) => push_predicate(qb, org, inner, clock),
-            condition => {
+            condition if may_be_unknown(condition) => {
                 qb.push("coalesce((");
                 push_condition(qb, org, condition, clock);
                 qb.push("), false)");
             }
+            condition => {
+                qb.push("(");
+                push_condition(qb, org, condition, clock);
+                qb.push(")");
+            }
         }
     }
     qb.push(")");
+}
+
+/// Whether the condition's SQL can be unknown: it reads a value that may be missing or null.
+fn may_be_unknown(n: &Node) -> bool {
+    match n {
+        Node::Attribute { .. } | Node::Source { .. } => true,
+        // Not null columns, and `in` over sets of non-null ids.
+        Node::Group(_)
+        | Node::List { .. }
+        | Node::Status { .. }
+        | Node::SignedUp { .. }
+        | Node::Engagement { .. }
+        | Node::Event { .. } => false,
+    }
 }
 
 fn push_condition(qb: &mut QueryBuilder<'_, Postgres>, org: OrgId, n: &Node, clock: &Clock) {
@@ -190,7 +231,8 @@ fn push_condition(qb: &mut QueryBuilder<'_, Postgres>, org: OrgId, n: &Node, clo
                 push_value_test(qb, "e.properties", &p.name, &p.test, clock);
                 qb.push("), false)");
             }
-            if *did {
+            // Once is any row at all; the set needs no grouping.
+            if *did && *at_least > 1 {
                 qb.push(" group by e.subscriber_id having count(*) >= ");
                 qb.push_bind(i64::from(*at_least));
             }
@@ -340,10 +382,13 @@ pub async fn count(
     g: &Group,
     clock: &Clock,
 ) -> sqlx::Result<i64> {
-    count_query(org, g, clock)
+    let mut tx = roomy(conn).await?;
+    let n = count_query(org, g, clock)
         .build_query_scalar()
-        .fetch_one(conn)
-        .await
+        .fetch_one(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(n)
 }
 
 /// The ids of the org's subscribers that match `g`, in id order (tests and samples).
@@ -358,7 +403,10 @@ pub async fn ids(
     qb.push(" and s.erased_at is null and ");
     push_predicate(&mut qb, org, g, clock);
     qb.push(" order by s.id");
-    qb.build_query_scalar().fetch_all(conn).await
+    let mut tx = roomy(conn).await?;
+    let ids = qb.build_query_scalar().fetch_all(&mut *tx).await?;
+    tx.commit().await?;
+    Ok(ids)
 }
 
 /// A subscriber a segment matches, as a page of members lists them.
@@ -388,6 +436,8 @@ pub async fn members(
     push_predicate(&mut qb, org, g, clock);
     qb.push(" order by s.id limit ");
     qb.push_bind(limit + 1);
-    let rows: Vec<Member> = qb.build_query_as().fetch_all(conn).await?;
+    let mut tx = roomy(conn).await?;
+    let rows: Vec<Member> = qb.build_query_as().fetch_all(&mut *tx).await?;
+    tx.commit().await?;
     Ok(super::super::Page::of(rows, limit, |m| m.id))
 }

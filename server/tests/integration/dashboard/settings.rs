@@ -7,7 +7,7 @@ use app::api::campaign::edit::{CampaignAction, NewCampaign, SaveCampaign};
 use app::api::deliveries::{CapturedMessage, DeliveriesPage};
 use app::api::invites::InviteInfo;
 use app::api::overview::GetOverview;
-use app::api::settings::{SaveApprovalPolicy, SaveSender, SettingsView};
+use app::api::settings::{SaveApprovalPolicy, SaveEventRetention, SaveSender, SettingsView};
 use app::api::users::{InviteUser, ResetPassword, SetUserDisabled, SetUserRole, UsersView};
 use app::domain::{JobId, Role};
 use reqwest::StatusCode;
@@ -929,6 +929,55 @@ async fn self_approval_is_off_by_default_and_only_an_owner_turns_it_on_which_let
         json(&app.call_fn(&owner, SettingsView {}).await.1)["allow_self_approval"],
         false
     );
+}
+
+/// How long events are kept: an owner's setting (audited), the number checked and named, the
+/// retention job's column changed only by a valid one.
+#[tokio::test]
+async fn an_owner_sets_how_long_events_are_kept() {
+    let pool = test_db().await;
+    let acme = TestOrg::new(&pool, "acme").await;
+    let org = acme.id.0;
+    let app = spawn_app(pool.clone()).await;
+    let owner = acme.owner().signed_in(&app).await;
+    let admin = acme.admin(0).signed_in(&app).await;
+    let kept = || async {
+        sqlx::query_scalar::<_, i32>("select event_retention_days from orgs where id = $1")
+            .bind(org)
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+    };
+    let save = |days: &str| SaveEventRetention {
+        event_retention_days: days.into(),
+    };
+    assert_eq!(
+        json(&app.call_fn(&owner, SettingsView {}).await.1)["event_retention_days"],
+        400
+    );
+    let (status, body) = app.call_fn(&admin, save("30")).await;
+    assert_eq!(refusal(status, &body).0, "Forbidden");
+    for bad in ["0", "3651", "-5", "thirty", "", "30.5"] {
+        let (status, body) = app.call_fn(&owner, save(bad)).await;
+        let (kind, message) = refusal(status, &body);
+        assert_eq!(kind, "Invalid", "{bad:?}: {body}");
+        assert!(
+            message.starts_with("Keep events: ") && message.contains("1 to 3650"),
+            "{bad:?}: {message}"
+        );
+    }
+    assert_eq!(kept().await, 400, "nothing half-written");
+    let (status, body) = app.call_fn(&owner, save(" 30 ")).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(kept().await, 30);
+    assert_eq!(
+        json(&app.call_fn(&admin, SettingsView {}).await.1)["event_retention_days"],
+        30
+    );
+    let rows = audit_rows(&pool, org, "settings.event_retention").await;
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].0.as_ref().unwrap()["event_retention_days"], 400);
+    assert_eq!(rows[0].1.as_ref().unwrap()["event_retention_days"], 30);
 }
 
 /// Captured account mail signs in as its recipient, so no dashboard user reads it: a viewer

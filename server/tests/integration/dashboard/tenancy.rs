@@ -21,6 +21,7 @@ struct Objects {
     endpoint: String,
     api_token: String,
     template: String,
+    segment: String,
 }
 
 /// How an endpoint is checked.
@@ -62,7 +63,39 @@ fn case(endpoint: &str) -> Option<Case> {
         | "feedback_settings"
         | "relay_health" => Case::Scoped(vec![]),
         "feedback_events" => Case::Scoped(vec![("unmatched", "false".into())]),
-        "api_tokens" | "templates" => Case::Scoped(vec![]),
+        "api_tokens" | "templates" | "segments" => Case::Scoped(vec![]),
+        "segment_sheet" => Case::Object {
+            args: |o| vec![("id", o.segment.clone())],
+            acts: false,
+        },
+        // A tree naming another org's list is that list not found.
+        "preview_segment" => Case::Object {
+            args: |o| {
+                vec![(
+                    "definition",
+                    format!(
+                        r#"{{"op":"all","children":[{{"type":"list","list_id":{}}}]}}"#,
+                        o.list
+                    ),
+                )]
+            },
+            acts: false,
+        },
+        "save_segment" => Case::Object {
+            args: |o| {
+                vec![
+                    ("id", o.segment.clone()),
+                    ("version", "1".into()),
+                    ("name", "Taken over".into()),
+                    ("definition", r#"{"op":"all","children":[]}"#.into()),
+                ]
+            },
+            acts: true,
+        },
+        "delete_segment" => Case::Object {
+            args: |o| vec![("id", o.segment.clone())],
+            acts: true,
+        },
         "template" => Case::Object {
             args: |o| vec![("id", o.template.clone())],
             acts: false,
@@ -132,6 +165,7 @@ fn case(endpoint: &str) -> Option<Case> {
         "remove_dkim_ed25519_key" => Case::ActsOnOwnOrg(vec![]),
         "save_return_path" => Case::ActsOnOwnOrg(vec![("return_path", "x@example.org".into())]),
         "save_approval_policy" => Case::ActsOnOwnOrg(vec![("allow_self_approval", "on".into())]),
+        "save_event_retention" => Case::ActsOnOwnOrg(vec![("event_retention_days", "7".into())]),
         "invite_user" => Case::ActsOnOwnOrg(vec![
             ("email", "intruder@example.org".into()),
             ("name", "".into()),
@@ -249,6 +283,7 @@ const ORG_ROWS: &str = "select md5(concat_ws('|',
         (select string_agg(t::text, ',' order by t.id) from api_tokens t where t.org_id = $1),
         (select string_agg(t::text, ',' order by t.id) from tx_templates t where t.org_id = $1),
         (select string_agg(e::text, ',' order by e.id) from delivery_events e where e.org_id = $1),
+        (select string_agg(g::text, ',' order by g.id) from segments g where g.org_id = $1),
         (select row(soft_bounce_threshold, soft_bounce_days, pause_bounce_pct, pause_complaint_pct,
                     pause_min_delivered, bounce_domain)::text from orgs where id = $1)))";
 
@@ -391,8 +426,20 @@ async fn every_server_function_keeps_to_the_signed_in_org_and_viewers_cannot_act
             app::db::transactional::Saved::Version(id, _) => id,
             _ => panic!("the template was not saved"),
         };
+        let segment = app::db::segment::create(
+            &mut tx,
+            app::domain::OrgId(org),
+            &format!("{marker} segment"),
+            &app::domain::segment::Group {
+                op: app::domain::segment::GroupOp::All,
+                children: Vec::new(),
+            },
+        )
+        .await
+        .unwrap();
         tx.commit().await.unwrap();
         objects.push(Objects {
+            segment: segment.to_string(),
             template: template.to_string(),
             campaign: campaign.to_string(),
             job: jobs[0].clone(),

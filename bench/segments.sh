@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Segments at scale: events in through the API (events/s, CPU per event), segment counts
+# (p50/p99 through the API) over 1,000,000 people and 10,000,000 events, and materialising a
+# segment campaign beside the same rows by a hand-written statement in psql.
+# Usage: bench/segments.sh [subscribers=1000000] [events=10000000] [api_events=1000000] [clients=4] [runs=50]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[[ -f target/site/pkg/mailroom.js ]] || { echo "build the site first (cargo leptos build): serve needs target/site" >&2; exit 1; }
+export LEPTOS_OUTPUT_NAME=mailroom
+cargo build --release -p mailroom --bin mailroom --example segments_bench
+target=${CARGO_TARGET_DIR:-target}
+"$target/release/examples/segments_bench" "$target/release/mailroom" "$@"
