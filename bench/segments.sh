@@ -5,7 +5,6 @@
 # Usage: bench/segments.sh [subscribers=1000000] [events=10000000] [api_events=1000000] [clients=4] [runs=50]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-[[ -f target/site/pkg/mailroom.js ]] || { echo "build the site first (cargo leptos build): serve needs target/site" >&2; exit 1; }
 export LEPTOS_OUTPUT_NAME=mailroom
 cargo build --release -p mailroom --bin mailroom --example segments_bench
 target=${CARGO_TARGET_DIR:-target}

@@ -13,7 +13,7 @@
 use sqlx::types::Json;
 use sqlx::{PgConnection, Postgres, QueryBuilder};
 
-use crate::db::segment::{push_predicate, Clock};
+use crate::db::segment::{push_predicate, Clock, Place};
 use crate::domain::segment::Group;
 use crate::domain::{CampaignId, OrgId};
 
@@ -107,9 +107,15 @@ pub fn push_from(qb: &mut QueryBuilder<'_, Postgres>, org: OrgId, t: &Targets, c
         or(qb);
         members(qb, &t.lists);
     }
+    // A segment alone stands among the statement's top conditions.
+    let place = if included == 1 {
+        Place::Top
+    } else {
+        Place::Nested
+    };
     for g in &t.segments {
         or(qb);
-        push_predicate(qb, org, g, clock);
+        push_predicate(qb, org, g, clock, place);
     }
     if included > 1 {
         qb.push(")");
@@ -120,6 +126,6 @@ pub fn push_from(qb: &mut QueryBuilder<'_, Postgres>, org: OrgId, t: &Targets, c
     }
     for g in &t.excluded_segments {
         qb.push(" and not ");
-        push_predicate(qb, org, g, clock);
+        push_predicate(qb, org, g, clock, Place::Nested);
     }
 }

@@ -75,8 +75,26 @@ pub async fn roomy(conn: &mut PgConnection) -> sqlx::Result<sqlx::Transaction<'_
     Ok(tx)
 }
 
-/// Pushes the predicate of `g` over `s` (a row of `subscribers` of `org`).
-pub fn push_predicate(qb: &mut QueryBuilder<'_, Postgres>, org: OrgId, g: &Group, clock: &Clock) {
+/// Where a predicate stands in its statement: among the `and`ed conditions of the `where`
+/// itself, or under an `or` / `not`. The SQL means the same either way; it is written for
+/// what PostgreSQL plans best there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Place {
+    /// Among the statement's top conditions: a membership test PostgreSQL can join, and a
+    /// "never" or "not on" becomes `not exists`, which it plans as one anti-join.
+    Top,
+    /// Under `or` / `not`: each membership test is a hashed `in` / `not in` set.
+    Nested,
+}
+
+/// Pushes the predicate of `g` over `s` (a row of `subscribers` of `org`), standing at `place`.
+pub fn push_predicate(
+    qb: &mut QueryBuilder<'_, Postgres>,
+    org: OrgId,
+    g: &Group,
+    clock: &Clock,
+    place: Place,
+) {
     let (joiner, empty) = match g.op {
         GroupOp::All | GroupOp::None => (" and ", "true"),
         GroupOp::Any => (" or ", "false"),
@@ -92,27 +110,34 @@ pub fn push_predicate(qb: &mut QueryBuilder<'_, Postgres>, org: OrgId, g: &Group
                 children: g.children.clone(),
             },
             clock,
+            Place::Nested,
         );
     }
     if g.children.is_empty() {
         qb.push(empty);
         return;
     }
+    // An `all` at the top keeps its conditions at the top (PostgreSQL flattens nested `and`s).
+    let place = if g.op == GroupOp::All {
+        place
+    } else {
+        Place::Nested
+    };
     qb.push("(");
     for (i, n) in g.children.iter().enumerate() {
         if i > 0 {
             qb.push(joiner);
         }
         match n {
-            Node::Group(inner) => push_predicate(qb, org, inner, clock),
+            Node::Group(inner) => push_predicate(qb, org, inner, clock, place),
             condition if may_be_unknown(condition) => {
                 qb.push("coalesce((");
-                push_condition(qb, org, condition, clock);
+                push_condition(qb, org, condition, clock, place);
                 qb.push("), false)");
             }
             condition => {
                 qb.push("(");
-                push_condition(qb, org, condition, clock);
+                push_condition(qb, org, condition, clock, place);
                 qb.push(")");
             }
         }
@@ -134,11 +159,25 @@ fn may_be_unknown(n: &Node) -> bool {
     }
 }
 
-fn push_condition(qb: &mut QueryBuilder<'_, Postgres>, org: OrgId, n: &Node, clock: &Clock) {
+fn push_condition(
+    qb: &mut QueryBuilder<'_, Postgres>,
+    org: OrgId,
+    n: &Node,
+    clock: &Clock,
+    place: Place,
+) {
     match n {
-        Node::Group(g) => push_predicate(qb, org, g, clock),
+        Node::Group(g) => push_predicate(qb, org, g, clock, place),
         Node::Attribute { name, test } => push_value_test(qb, "s.attributes", name, test, clock),
         Node::List { list_id, member } => {
+            if !*member && place == Place::Top {
+                qb.push("not exists (select 1 from list_members m where m.org_id = ");
+                qb.push_bind(org);
+                qb.push(" and m.list_id = ");
+                qb.push_bind(*list_id);
+                qb.push(" and m.subscriber_id = s.id)");
+                return;
+            }
             qb.push(if *member { "s.id in" } else { "s.id not in" });
             qb.push(" (select m.subscriber_id from list_members m where m.org_id = ");
             qb.push_bind(org);
@@ -217,9 +256,17 @@ fn push_condition(qb: &mut QueryBuilder<'_, Postgres>, org: OrgId, n: &Node, clo
             within_days,
             property,
         } => {
-            qb.push(if *did { "s.id in" } else { "s.id not in" });
-            qb.push(" (select e.subscriber_id from events e where e.org_id = ");
+            let anti = !*did && place == Place::Top;
+            qb.push(match (*did, anti) {
+                (_, true) => "not exists (select 1",
+                (true, _) => "s.id in (select e.subscriber_id",
+                (false, _) => "s.id not in (select e.subscriber_id",
+            });
+            qb.push(" from events e where e.org_id = ");
             qb.push_bind(org);
+            if anti {
+                qb.push(" and e.subscriber_id = s.id");
+            }
             qb.push(" and e.name = ");
             qb.push_bind(name.clone());
             if let Some(days) = within_days {
@@ -279,41 +326,53 @@ fn push_value_test(
         qb.push(json_type);
         qb.push("' then ");
     };
+    // Closes a comparison opened with "(": `and` the value is of `json_type`.
+    let of_type = |qb: &mut QueryBuilder<'_, Postgres>, json_type: &str| {
+        qb.push(" and jsonb_typeof(");
+        value(qb);
+        qb.push(") = '");
+        qb.push(json_type);
+        qb.push("')");
+    };
     match t {
         ValueTest::Exists => {
             qb.push(column);
             qb.push(" ? ");
             qb.push_bind(key.to_owned());
         }
+        // Text tests compare first and check the type only of what matched: one lookup of
+        // the key for most people instead of two (neither half can fail, so the order is
+        // the result's no more than a `case` would be).
         ValueTest::TextEquals { value: v } => {
-            typed(qb, "string");
+            qb.push("(");
             text(qb);
             qb.push(" = ");
             qb.push_bind(v.clone());
-            qb.push(" end");
+            of_type(qb, "string");
         }
         ValueTest::TextContains { value: v } => {
-            typed(qb, "string");
-            qb.push("strpos(");
+            qb.push("(strpos(");
             text(qb);
             qb.push(", ");
             qb.push_bind(v.clone());
-            qb.push(") > 0 end");
+            qb.push(") > 0");
+            of_type(qb, "string");
         }
         ValueTest::TextStartsWith { value: v } => {
-            typed(qb, "string");
-            qb.push("starts_with(");
+            qb.push("(starts_with(");
             text(qb);
             qb.push(", ");
             qb.push_bind(v.clone());
-            qb.push(") end");
+            qb.push(")");
+            of_type(qb, "string");
         }
         ValueTest::TextIn { values } => {
-            typed(qb, "string");
+            qb.push("(");
             text(qb);
             qb.push(" = any(");
             qb.push_bind(values.clone());
-            qb.push(") end");
+            qb.push(")");
+            of_type(qb, "string");
         }
         ValueTest::NumberEquals { value: v }
         | ValueTest::NumberLess { value: v }
@@ -328,12 +387,14 @@ fn push_value_test(
             qb.push_bind(*v);
             qb.push(" end");
         }
+        // A JSON boolean's text is `true` or `false` (a string saying so is refused by its
+        // type), so no cast is needed.
         ValueTest::Bool { value: v } => {
-            typed(qb, "boolean");
+            qb.push("(");
             text(qb);
-            qb.push("::boolean = ");
-            qb.push_bind(*v);
-            qb.push(" end");
+            qb.push(" = ");
+            qb.push_bind(if *v { "true" } else { "false" });
+            of_type(qb, "boolean");
         }
         ValueTest::Date { test } => {
             // A string starting with YYYY-MM-DD, compared as that day (text order is day order).
@@ -371,7 +432,7 @@ pub fn count_query<'a>(org: OrgId, g: &Group, clock: &Clock) -> QueryBuilder<'a,
     let mut qb = QueryBuilder::new("select count(*) from subscribers s where s.org_id = ");
     qb.push_bind(org);
     qb.push(" and s.erased_at is null and ");
-    push_predicate(&mut qb, org, g, clock);
+    push_predicate(&mut qb, org, g, clock, Place::Top);
     qb
 }
 
@@ -401,7 +462,7 @@ pub async fn ids(
     let mut qb = QueryBuilder::new("select s.id from subscribers s where s.org_id = ");
     qb.push_bind(org);
     qb.push(" and s.erased_at is null and ");
-    push_predicate(&mut qb, org, g, clock);
+    push_predicate(&mut qb, org, g, clock, Place::Top);
     qb.push(" order by s.id");
     let mut tx = roomy(conn).await?;
     let ids = qb.build_query_scalar().fetch_all(&mut *tx).await?;
@@ -433,7 +494,7 @@ pub async fn members(
     qb.push(" and s.erased_at is null and s.id > ");
     qb.push_bind(after);
     qb.push(" and ");
-    push_predicate(&mut qb, org, g, clock);
+    push_predicate(&mut qb, org, g, clock, Place::Top);
     qb.push(" order by s.id limit ");
     qb.push_bind(limit + 1);
     let mut tx = roomy(conn).await?;

@@ -4,7 +4,9 @@
 mod compile;
 mod store;
 
-pub use compile::{clock, count, count_query, ids, members, push_predicate, roomy, Clock, Member};
+pub use compile::{
+    clock, count, count_query, ids, members, push_predicate, roomy, Clock, Member, Place,
+};
 pub use store::{
     create, definition_at, delete, foreign_reference, get, list, update, DeleteError, Saved,
     StoreError,
