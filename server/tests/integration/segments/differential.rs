@@ -7,8 +7,8 @@
 //! `Model::matches`, written here from the words in `domain::segment` and nothing else.
 //!
 //! Seeded (`SEGMENT_SEED`), so a failure repeats; `SEGMENT_CASES` worlds of
-//! [`TREES_PER_WORLD`] trees each (40 by default: a thousand trees; `bench/segments.sh` runs
-//! ten times as many). proptest shrinks a failing world and tree to a small one.
+//! [`TREES_PER_WORLD`] trees each (60 by default: 1,500 trees; `bench/segments.sh` runs ten
+//! times as many). proptest shrinks a failing world and tree to a small one.
 
 use std::collections::{BTreeSet, HashMap};
 
