@@ -65,13 +65,19 @@ pub async fn clock(
 const WORK_MEM: &str = "256MB";
 
 /// A transaction (a savepoint inside the caller's) whose statements evaluate segments with
-/// room for their sets ([`WORK_MEM`], reset when the caller's transaction ends).
+/// room for their sets ([`WORK_MEM`]) and planned for their own values each time (sqlx keeps
+/// statements prepared, and a generic plan cannot tell a rare event name from a common one: on
+/// a million people one was seen to turn a half-second count into several seconds). Both
+/// settings end with the caller's transaction.
 pub async fn roomy(conn: &mut PgConnection) -> sqlx::Result<sqlx::Transaction<'_, Postgres>> {
     let mut tx = sqlx::Connection::begin(conn).await?;
-    sqlx::query("select set_config('work_mem', $1, true)")
-        .bind(WORK_MEM)
-        .execute(&mut *tx)
-        .await?;
+    sqlx::query(
+        "select set_config('work_mem', $1, true),
+                set_config('plan_cache_mode', 'force_custom_plan', true)",
+    )
+    .bind(WORK_MEM)
+    .execute(&mut *tx)
+    .await?;
     Ok(tx)
 }
 
