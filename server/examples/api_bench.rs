@@ -11,7 +11,6 @@
 //! Run through `bench/api.sh`. Usage: api_bench <mailroom binary> [rows=100000]
 //! [requests=5000] [clients=50] [bulk_clients=1] (bulk requests sent that many at a time)
 
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -21,7 +20,6 @@ use mailroom::embedded_pg::{self, EmbeddedPg};
 
 #[path = "support/mod.rs"]
 mod support;
-use support::free_port;
 
 const TOKEN: &str = "mrk_benchbenchbenchbenchbenchbenchbenchbench";
 
@@ -109,17 +107,9 @@ async fn main() -> anyhow::Result<()> {
         support::org_with_admins(&pool, "bench", "a@bench.example", "x-password-1").await?;
     let list = support::list(&pool, org, "API bench").await?;
     let import_list = support::list(&pool, org, "CSV bench").await?;
+    support::api_token(&pool, org, owner, TOKEN).await?;
     {
         let mut tx = pool.begin().await?;
-        app::db::api_tokens::create(
-            &mut tx,
-            org,
-            owner,
-            "bench",
-            &app::auth::hash_token(TOKEN),
-            &app::domain::ApiScope::ALL,
-        )
-        .await?;
         let saved = app::db::transactional::save(
             &mut tx,
             org,
@@ -140,32 +130,12 @@ async fn main() -> anyhow::Result<()> {
         tx.commit().await?;
     }
     let postmaster = support::postmaster_pid(data.path())?;
-    let port = free_port()?;
-    // --no-workers: the API's own cost, not the delivery engine's.
-    let mut replica = Command::new(bin)
-        .args([
-            "serve",
-            "--no-workers",
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--data-dir",
-        ])
-        .arg(data.path())
-        .args([
-            "--site-root",
-            "target/site",
-            "--api-rate-per-second",
-            "1000000",
-            "--api-burst",
-            "1000000",
-        ])
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::from(std::fs::File::create(
-            "/tmp/bench-api-serve.log",
-        )?))
-        .spawn()?;
-    let origin = format!("http://127.0.0.1:{port}");
+    let (mut replica, origin) = support::api_replica(
+        bin,
+        data.path(),
+        std::path::Path::new("target/site"),
+        "/tmp/bench-api-serve.log",
+    )?;
     let outcome = async {
         support::ready(&origin, Duration::from_secs(60)).await?;
         let client = reqwest::Client::new();

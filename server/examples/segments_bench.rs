@@ -26,7 +26,6 @@ use mailroom::embedded_pg::{self, EmbeddedPg};
 
 #[path = "support/mod.rs"]
 mod support;
-use support::free_port;
 
 const TOKEN: &str = "mrk_benchbenchbenchbenchbenchbenchbenchbench";
 
@@ -303,19 +302,7 @@ async fn main() -> anyhow::Result<()> {
         support::list(&pool, org, "Newsletter").await?,
         support::list(&pool, org, "Product updates").await?,
     );
-    {
-        let mut tx = pool.begin().await?;
-        app::db::api_tokens::create(
-            &mut tx,
-            org,
-            owner,
-            "bench",
-            &app::auth::hash_token(TOKEN),
-            &app::domain::ApiScope::ALL,
-        )
-        .await?;
-        tx.commit().await?;
-    }
+    support::api_token(&pool, org, owner, TOKEN).await?;
     let t = Instant::now();
     seed_people(&pool, org, lists, people).await?;
     println!(
@@ -329,26 +316,8 @@ async fn main() -> anyhow::Result<()> {
     let site = data.path().join("site");
     std::fs::create_dir_all(site.join("pkg"))?;
     std::fs::write(site.join("pkg").join("mailroom.js"), "")?;
-    let port = free_port()?;
-    let mut replica = Command::new(bin)
-        .args([
-            "serve",
-            "--no-workers",
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--data-dir",
-        ])
-        .arg(data.path())
-        .arg("--site-root")
-        .arg(&site)
-        .args(["--api-rate-per-second", "1000000", "--api-burst", "1000000"])
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::from(std::fs::File::create(
-            "/tmp/bench-segments-serve.log",
-        )?))
-        .spawn()?;
-    let origin = format!("http://127.0.0.1:{port}");
+    let (mut replica, origin) =
+        support::api_replica(bin, data.path(), &site, "/tmp/bench-segments-serve.log")?;
     let outcome = async {
         support::ready(&origin, Duration::from_secs(60)).await?;
 

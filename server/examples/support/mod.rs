@@ -1,7 +1,7 @@
 //! What the benches share: orgs, users, lists and campaigns made through the product's own
 //! database functions (the sign-up, the CSV import's batch insert, the approval compare-and-set,
 //! the state machine's transitions), Postfix's
-//! `smtp-sink` as the receiving server, free ports, a replica's readiness, a signed-in dashboard client,
+//! `smtp-sink` as the receiving server, free ports, an API replica and its readiness, a signed-in dashboard client,
 //! stopping a process, and the CPU counters of every process. Included by each bench with
 //! `#[path]` (cargo builds no example from a directory without a `main.rs`); each bench uses
 //! its own part of it.
@@ -316,6 +316,54 @@ pub async fn org_with_admins(
 
 /// Rows the CSV import takes per statement.
 const IMPORT_BATCH: usize = 1000;
+
+/// `mailroom serve --no-workers` on `data` (the API's own cost, not the delivery engine's),
+/// with no rate limit, its log in `log`: (the process, its origin).
+pub fn api_replica(
+    bin: &str,
+    data: &std::path::Path,
+    site: &std::path::Path,
+    log: &str,
+) -> anyhow::Result<(Child, String)> {
+    let port = free_port()?;
+    let child = Command::new(bin)
+        .args([
+            "serve",
+            "--no-workers",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--data-dir",
+        ])
+        .arg(data)
+        .arg("--site-root")
+        .arg(site)
+        .args(["--api-rate-per-second", "1000000", "--api-burst", "1000000"])
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(std::fs::File::create(log)?))
+        .spawn()?;
+    Ok((child, format!("http://127.0.0.1:{port}")))
+}
+
+/// An API token of `org` with every scope, made by `owner`, whose secret is `token`.
+pub async fn api_token(
+    pool: &sqlx::PgPool,
+    org: i64,
+    owner: i64,
+    token: &str,
+) -> anyhow::Result<()> {
+    let mut conn = pool.acquire().await?;
+    app::db::api_tokens::create(
+        &mut conn,
+        org,
+        owner,
+        "bench",
+        &app::auth::hash_token(token),
+        &app::domain::ApiScope::ALL,
+    )
+    .await?;
+    Ok(())
+}
 
 /// A new list named `name`.
 pub async fn list(pool: &sqlx::PgPool, org: i64, name: &str) -> anyhow::Result<i64> {

@@ -169,9 +169,7 @@ async fn one(
 ) -> Result<Json<Segment>, Problem> {
     token.require(ApiScope::SegmentsRead)?;
     let mut conn = pool.acquire().await?;
-    let s = segment::get(&mut conn, OrgId(token.org_id()), id)
-        .await?
-        .ok_or_else(|| Problem::not_found("segment"))?;
+    let s = found(&mut conn, OrgId(token.org_id()), id).await?;
     Ok(Json(s.into()))
 }
 
@@ -271,9 +269,7 @@ async fn count(
     token.require(ApiScope::SegmentsRead)?;
     let org = OrgId(token.org_id());
     let mut conn = pool.acquire().await?;
-    let s = segment::get(&mut conn, org, id)
-        .await?
-        .ok_or_else(|| Problem::not_found("segment"))?;
+    let s = found(&mut conn, org, id).await?;
     let clock = segment::clock(&mut conn, org, None).await?;
     let count = segment::count(&mut conn, org, &s.definition.0, &clock).await?;
     Ok(Json(SegmentCount {
@@ -306,9 +302,7 @@ async fn members(
     let limit = super::page_size(q.limit, q.after)?;
     let org = OrgId(token.org_id());
     let mut conn = pool.acquire().await?;
-    let s = segment::get(&mut conn, org, id)
-        .await?
-        .ok_or_else(|| Problem::not_found("segment"))?;
+    let s = found(&mut conn, org, id).await?;
     let clock = segment::clock(&mut conn, org, None).await?;
     let page = segment::members(
         &mut conn,
@@ -331,6 +325,13 @@ async fn members(
             .collect(),
         next_after: page.next,
     }))
+}
+
+/// The org's segment `id`, or the 404 every route answers for another org's or a deleted one.
+async fn found(conn: &mut sqlx::PgConnection, org: OrgId, id: i64) -> Result<Saved, Problem> {
+    segment::get(conn, org, id)
+        .await?
+        .ok_or_else(|| Problem::not_found("segment"))
 }
 
 /// Checks and saves, audited under the token; the problems name what was wrong.
