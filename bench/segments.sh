@@ -4,6 +4,8 @@
 # segment campaign beside the same rows by a hand-written statement in psql.
 # First, the differential test of the segment compiler at ten times its CI size (15,000 trees;
 # SEGMENT_CASES worlds of 25 trees, SEGMENT_SEED to vary them; BENCH_DIFFERENTIAL=0 skips it).
+# BENCH_KEEP_DATA=1 keeps the database directory afterwards (to study plans on it);
+# BENCH_REUSE_DATA=<that directory> measures its people and events again without seeding (a minute).
 # Usage: bench/segments.sh [subscribers=1000000] [events=10000000] [api_events=1000000] [clients=4] [runs=50]
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -290,84 +290,105 @@ async fn main() -> anyhow::Result<()> {
     let runs: usize = args.get(6).map_or(Ok(50), |s| s.parse())?;
     let api_events = api_events.min(total);
 
-    let data = tempfile::Builder::new()
-        .prefix("mrsegbench")
-        .tempdir_in("/tmp")?;
-    let pg = EmbeddedPg::open(data.path(), embedded_pg::Options::default()).await?;
+    // BENCH_REUSE_DATA names a directory an earlier run kept (BENCH_KEEP_DATA): its people
+    // and events are measured again, without seeding or the events-in round.
+    let (dir, made) = match std::env::var_os("BENCH_REUSE_DATA") {
+        Some(kept) => (std::path::PathBuf::from(kept), None),
+        None => {
+            let made = tempfile::Builder::new()
+                .prefix("mrsegbench")
+                .tempdir_in("/tmp")?;
+            (made.path().to_path_buf(), Some(made))
+        }
+    };
+    let data = dir.as_path();
+    let pg = EmbeddedPg::open(data, embedded_pg::Options::default()).await?;
     let pool = mailroom::ops::database::connect(pg.connect_options(embedded_pg::DATABASE)).await?;
     app::db::migrate::run(&pool, true).await?;
-    let (org, (owner, approver)) =
-        support::org_with_admins(&pool, "bench", "a@bench.example", "x-password-1").await?;
-    let lists = (
-        support::list(&pool, org, "Newsletter").await?,
-        support::list(&pool, org, "Product updates").await?,
-    );
-    support::api_token(&pool, org, owner, TOKEN).await?;
-    let t = Instant::now();
-    seed_people(&pool, org, lists, people).await?;
-    println!(
-        "seeded {people} subscribers with 5 attributes on 2 lists in {:.1}s (not measured)",
-        t.elapsed().as_secs_f64()
-    );
+    let (org, (owner, approver), lists) = if made.is_some() {
+        let (org, admins) =
+            support::org_with_admins(&pool, "bench", "a@bench.example", "x-password-1").await?;
+        let lists = (
+            support::list(&pool, org, "Newsletter").await?,
+            support::list(&pool, org, "Product updates").await?,
+        );
+        support::api_token(&pool, org, admins.0, TOKEN).await?;
+        let t = Instant::now();
+        seed_people(&pool, org, lists, people).await?;
+        println!(
+            "seeded {people} subscribers with 5 attributes on 2 lists in {:.1}s (not measured)",
+            t.elapsed().as_secs_f64()
+        );
+        (org, admins, lists)
+    } else {
+        kept_bench(&pool).await?
+    };
+    // Segment names are unique per org: a run on kept data adds its own mark.
+    let mark = match made {
+        Some(_) => String::new(),
+        None => format!(" ({})", chrono::Utc::now().timestamp()),
+    };
 
-    let postmaster = support::postmaster_pid(data.path())?;
+    let postmaster = support::postmaster_pid(data)?;
     // The bench calls the API only: serve gets a stand-in for the dashboard's files, so no
     // site needs building first.
-    let site = data.path().join("site");
+    let site = data.join("site");
     std::fs::create_dir_all(site.join("pkg"))?;
     std::fs::write(site.join("pkg").join("mailroom.js"), "")?;
     let (mut replica, origin) =
-        support::api_replica(bin, data.path(), &site, "/tmp/bench-segments-serve.log")?;
+        support::api_replica(bin, data, &site, "/tmp/bench-segments-serve.log")?;
     let outcome = async {
         support::ready(&origin, Duration::from_secs(60)).await?;
 
-        // Events in.
-        let before = support::cpu_seconds(replica.id(), postmaster);
-        let started = Instant::now();
-        post_events(
-            &origin,
-            (0, api_events as u64),
-            people as u64,
-            clients,
-            true,
-        )
-        .await?;
-        let took = started.elapsed().as_secs_f64();
-        let after = support::cpu_seconds(replica.id(), postmaster);
-        let per = |c: f64| c * 1000.0 * 1000.0 / api_events as f64;
-        println!(
-            "POST /api/v1/events: {api_events} events in batches of 1,000, {clients} at a time: {:.0} events/s; CPU ms per 1,000 events: replica {:.0}, PostgreSQL {:.0}",
-            api_events as f64 / took,
-            per(after.0 - before.0),
-            per(after.1 - before.1),
-        );
-        let again = api_events.min(10_000) as u64;
-        let started = Instant::now();
-        post_events(&origin, (0, again), people as u64, clients, false).await?;
-        println!(
-            "  the first {again} again: every row a duplicate, {:.0} events/s",
-            again as f64 / started.elapsed().as_secs_f64()
-        );
-        let stored: i64 = sqlx::query_scalar("select count(*) from events where org_id = $1")
-            .bind(org)
-            .fetch_one(&pool)
+        if made.is_some() {
+            // Events in.
+            let before = support::cpu_seconds(replica.id(), postmaster);
+            let started = Instant::now();
+            post_events(
+                &origin,
+                (0, api_events as u64),
+                people as u64,
+                clients,
+                true,
+            )
             .await?;
-        if stored != api_events {
-            bail!("{api_events} distinct event ids made {stored} events");
-        }
+            let took = started.elapsed().as_secs_f64();
+            let after = support::cpu_seconds(replica.id(), postmaster);
+            let per = |c: f64| c * 1000.0 * 1000.0 / api_events as f64;
+            println!(
+                "POST /api/v1/events: {api_events} events in batches of 1,000, {clients} at a time: {:.0} events/s; CPU ms per 1,000 events: replica {:.0}, PostgreSQL {:.0}",
+                api_events as f64 / took,
+                per(after.0 - before.0),
+                per(after.1 - before.1),
+            );
+            let again = api_events.min(10_000) as u64;
+            let started = Instant::now();
+            post_events(&origin, (0, again), people as u64, clients, false).await?;
+            println!(
+                "  the first {again} again: every row a duplicate, {:.0} events/s",
+                again as f64 / started.elapsed().as_secs_f64()
+            );
+            let stored: i64 = sqlx::query_scalar("select count(*) from events where org_id = $1")
+                .bind(org)
+                .fetch_one(&pool)
+                .await?;
+            if stored != api_events {
+                bail!("{api_events} distinct event ids made {stored} events");
+            }
 
-        let t = Instant::now();
-        seed_events(&pool, org, api_events, total).await?;
-        println!(
-            "seeded the other {} events by SQL in {:.1}s (not measured)",
-            total - api_events,
-            t.elapsed().as_secs_f64()
-        );
+            let t = Instant::now();
+            seed_events(&pool, org, api_events, total).await?;
+            println!(
+                "seeded the other {} events by SQL in {:.1}s (not measured)",
+                total - api_events,
+                t.elapsed().as_secs_f64()
+            );
+        }
 
         // Counts.
         let three = segment(
             &origin,
-            "Pro, logged in this month, on the newsletter",
+            &format!("{}{mark}", "Pro, logged in this month, on the newsletter"),
             serde_json::json!({"op": "all", "children": [
                 {"type": "attribute", "name": "plan", "test": {"op": "text_equals", "value": "pro"}},
                 {"type": "event", "name": "login", "within_days": 30},
@@ -381,7 +402,7 @@ async fn main() -> anyhow::Result<()> {
         );
         let never = segment(
             &origin,
-            "Trial users who never invited a colleague",
+            &format!("{}{mark}", "Trial users who never invited a colleague"),
             serde_json::json!({"op": "all", "children": [
                 {"type": "attribute", "name": "trial", "test": {"op": "bool", "value": true}},
                 {"type": "event", "name": "invite_sent", "did": false},
@@ -396,7 +417,7 @@ async fn main() -> anyhow::Result<()> {
         // Materialisation.
         let half = segment(
             &origin,
-            "Paying, on the newsletter, seen in half a year",
+            &format!("{}{mark}", "Paying, on the newsletter, seen in half a year"),
             serde_json::json!({"op": "all", "children": [
                 {"type": "attribute", "name": "plan", "test": {"op": "text_in", "values": ["pro", "team", "enterprise"]}},
                 {"type": "list", "list_id": lists.0},
@@ -445,7 +466,7 @@ async fn main() -> anyhow::Result<()> {
             .replace("$2", &bare_id.to_string())
             .replace("$3", &lists.0.to_string())
             .replace("$4", &format!("'{}'", t0.to_rfc3339()));
-        let (rows, bare) = psql_rolled_back(data.path(), &sql)?;
+        let (rows, bare) = psql_rolled_back(data, &sql)?;
         // The engine's window starts at its own now, between t0 and t1: only people whose
         // sole page view fell in between may differ.
         let edge: i64 = sqlx::query_scalar(
@@ -474,7 +495,39 @@ async fn main() -> anyhow::Result<()> {
     let stopped = support::stop(&mut replica).map(drop);
     pool.close().await;
     pg.shutdown().await?;
+    if let Some(made) = made.filter(|_| std::env::var_os("BENCH_KEEP_DATA").is_some()) {
+        // For studying plans afterwards (pg_ctl as the database user), or BENCH_REUSE_DATA.
+        println!("data kept in {}", made.keep().display());
+    }
     result.and(stopped)
+}
+
+/// The org, its two admins and its two lists in a directory an earlier run kept.
+async fn kept_bench(pool: &PgPool) -> anyhow::Result<(i64, (i64, i64), (i64, i64))> {
+    let org: i64 = sqlx::query_scalar("select id from orgs where slug = 'bench'")
+        .fetch_one(pool)
+        .await?;
+    let user = |email: &'static str| {
+        sqlx::query_scalar::<_, i64>("select id from users where org_id = $1 and email = $2")
+            .bind(org)
+            .bind(email)
+    };
+    let list = |name: &'static str| {
+        sqlx::query_scalar::<_, i64>("select id from lists where org_id = $1 and name = $2")
+            .bind(org)
+            .bind(name)
+    };
+    Ok((
+        org,
+        (
+            user("a@bench.example").fetch_one(pool).await?,
+            user("admin@bench.example").fetch_one(pool).await?,
+        ),
+        (
+            list("Newsletter").fetch_one(pool).await?,
+            list("Product updates").fetch_one(pool).await?,
+        ),
+    ))
 }
 
 /// The materialised segment's recipients written by hand ($1 org, $2 campaign, $3 list, $4 the

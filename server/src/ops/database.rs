@@ -91,12 +91,23 @@ fn parse_url(url: &str) -> anyhow::Result<PgConnectOptions> {
     PgConnectOptions::from_str(url).map_err(|e| invalid(e.to_string()))
 }
 
+/// A pool of Mailroom's connections to the database `options` names, with its session settings.
 pub async fn connect(options: PgConnectOptions) -> anyhow::Result<PgPool> {
     Ok(PgPoolOptions::new()
         .max_connections(20)
         .acquire_timeout(Duration::from_secs(10))
-        .connect_with(options.log_statements(tracing::log::LevelFilter::Debug))
+        .connect_with(session_settings(options).log_statements(tracing::log::LevelFilter::Debug))
         .await?)
+}
+
+/// Every connection runs without PostgreSQL's JIT compiler. Mailroom's statements are short
+/// and run many times; JIT pays off only for statements that run for seconds, and its
+/// thresholds are plan costs: a statement whose estimate is inflated (a `generate_series`
+/// planned at its default 1,000 rows per org) crossed them and spent 784 ms of an 856 ms
+/// execution compiling, at every tick. The segment counts, the longest statements Mailroom
+/// runs, measured the same with it on or off (docs/lab-notes/benchmarks.md).
+fn session_settings(options: PgConnectOptions) -> PgConnectOptions {
+    options.options([("jit", "off")])
 }
 
 /// A small pool beside `pool`, to the same database, for statements run thousands of times a

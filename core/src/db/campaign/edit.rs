@@ -270,7 +270,11 @@ pub async fn estimate(conn: &mut PgConnection, org_id: OrgId, id: CampaignId) ->
     let mut qb = sqlx::QueryBuilder::new("select count(distinct s.email_lower)");
     audience::push_from(&mut qb, org_id, &targets, &clock);
     let mut tx = crate::db::segment::roomy(conn).await?;
-    let n = qb.build_query_scalar().fetch_one(&mut *tx).await?;
+    let n = qb
+        .build_query_scalar()
+        .persistent(false)
+        .fetch_one(&mut *tx)
+        .await?;
     tx.commit().await?;
     Ok(n)
 }
@@ -295,7 +299,11 @@ pub async fn sample_recipient(
     audience::push_from(&mut qb, org_id, &targets, &clock);
     qb.push(" order by s.email_lower limit 1");
     let mut tx = crate::db::segment::roomy(conn).await?;
-    let sample = qb.build_query_as().fetch_optional(&mut *tx).await?;
+    let sample = qb
+        .build_query_as()
+        .persistent(false)
+        .fetch_optional(&mut *tx)
+        .await?;
     tx.commit().await?;
     Ok(sample)
 }

@@ -53,7 +53,11 @@ pub async fn materialise(
          select n from n"
     ));
     let mut tx = crate::db::segment::roomy(conn).await?;
-    let n = qb.build_query_scalar().fetch_one(&mut *tx).await?;
+    let n = qb
+        .build_query_scalar()
+        .persistent(false)
+        .fetch_one(&mut *tx)
+        .await?;
     tx.commit().await?;
     Ok(n)
 }

@@ -3,6 +3,7 @@
 mod backup_restore;
 mod cli_errors;
 mod embedded_cluster;
+mod jit;
 mod metrics;
 mod migrations;
 mod secrets_in_logs;

@@ -4,3 +4,4 @@
 mod campaigns;
 mod differential;
 mod injection;
+mod plans;
