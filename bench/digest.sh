@@ -45,5 +45,29 @@ s = r["seconds"]
 print(f'claimed {r["claimed"]} orgs, enqueued {r["recipients"]} deliveries in {s:.2f} s: '
       f'{r["claimed"] / s:,.0f} claims/s, {r["recipients"] / s:,.0f} deliveries/s')
 PY
+# PostgreSQL's CPU: the postmaster's own and its finished backends' (a tick's backends end
+# with its process), in milliseconds.
+pg_cpu_ms() {
+  local pid
+  pid=$(head -1 "$dir/pg/postmaster.pid")
+  awk -v hz="$(getconf CLK_TCK)" '{printf "%d\n", ($14 + $15 + $16 + $17) * 1000 / hz}' "/proc/$pid/stat"
+}
 echo "a second tick (nothing due any more):"
+before=$(pg_cpu_ms)
 "$bin" --database-url "$url" digest-tick --now 2026-11-30T12:01:00Z
+sleep 1 # the postmaster reaps the tick's backends
+echo "PostgreSQL CPU for that tick (its connections and the start-up's checks included): $(($(pg_cpu_ms) - before)) ms"
+echo "ten more such ticks, one process each:"
+before=$(pg_cpu_ms)
+for m in 02 03 04 05 06 07 08 09 10 11; do
+  "$bin" --database-url "$url" digest-tick --now "2026-11-30T12:${m}:00Z" >/dev/null
+done
+sleep 1
+echo "PostgreSQL CPU per tick: $((($(pg_cpu_ms) - before) / 10)) ms"
+echo "the tick's look for due orgs alone, 200 times in one psql session:"
+before=$(pg_cpu_ms)
+for _ in $(seq 200); do
+  echo "select id from orgs where digest_due_at <= '2026-11-30T12:30:00Z' and id > -9223372036854775808 order by id limit 1000;"
+done | "${psql[@]}" >/dev/null
+sleep 1
+echo "PostgreSQL CPU: $(($(pg_cpu_ms) - before)) ms in all (one connection's start included)"

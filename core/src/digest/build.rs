@@ -122,10 +122,11 @@ async fn run_chunk(
     Ok((claims.len() as u64 - skipped, skipped, recipients))
 }
 
-/// One tick of the digest ticker: every org, chunk by chunk in id order. `now` replaces the
-/// database clock in tests. An org whose digest cannot be built is found (a render error names
-/// it; a statement error is narrowed down by halving the chunk), left out, logged and retried by
-/// the next tick, while the rest of its chunk goes on. Losing the database ends the tick.
+/// One tick of the digest ticker: every org that is due, chunk by chunk
+/// ([`digest::org_chunk`]). `now` replaces the database clock in tests. An org whose digest
+/// cannot be built is found (a render error names it; a statement error is narrowed down by
+/// halving the chunk), left out, logged and retried by the next tick, while the rest of its
+/// chunk goes on. Losing the database ends the tick.
 pub async fn tick(
     pool: &PgPool,
     now: Option<DateTime<Utc>>,
@@ -133,16 +134,17 @@ pub async fn tick(
     templates: &Templates,
 ) -> sqlx::Result<TickReport> {
     let mut report = TickReport::default();
-    let mut after = i64::MIN;
+    let mut after = None;
     loop {
-        let ids = {
+        let due = {
             let mut conn = pool.acquire().await?;
-            digest::org_chunk(&mut conn, after, chunk).await?
+            digest::org_chunk(&mut conn, now, after, chunk).await?
         };
-        let Some(&last) = ids.last() else {
+        let Some(&last) = due.last() else {
             return Ok(report);
         };
-        after = last;
+        after = Some(last);
+        let ids: Vec<i64> = due.iter().map(|d| d.id).collect();
         let mut pending = vec![ids];
         while let Some(mut part) = pending.pop() {
             match run_chunk(pool, now, &part, templates).await {

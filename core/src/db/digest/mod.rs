@@ -26,13 +26,37 @@ pub struct ClaimedWeek {
     pub period_end: DateTime<Utc>,
 }
 
-/// The ids of up to `limit` orgs after `after`, in order: one chunk of a tick.
-pub async fn org_chunk(conn: &mut PgConnection, after: i64, limit: i64) -> sqlx::Result<Vec<i64>> {
-    sqlx::query_scalar("select id from orgs where id > $1 order by id limit $2")
-        .bind(after)
-        .bind(limit)
-        .fetch_all(conn)
-        .await
+/// An org whose digest is due, and where a tick's walk stands after it.
+#[derive(sqlx::FromRow, Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DueOrg {
+    pub due_at: DateTime<Utc>,
+    pub id: i64,
+}
+
+/// Up to `limit` orgs whose digest is due at `now` (the database clock when `None`), after
+/// `after` in the order of their due time (then id): one chunk of a tick. An org is due once
+/// its next weekly slot has passed since a tick last looked at it ([`claim_due_weeks`] moves it
+/// on), or when it is new or its schedule changed. The walk follows the index on the due time,
+/// so a tick costs what is due, whatever the statistics say, and an org left behind by a
+/// failed chunk is not met again in the same tick.
+pub async fn org_chunk(
+    conn: &mut PgConnection,
+    now: Option<DateTime<Utc>>,
+    after: Option<DueOrg>,
+    limit: i64,
+) -> sqlx::Result<Vec<DueOrg>> {
+    sqlx::query_as(
+        "select digest_due_at as due_at, id from orgs
+         where digest_due_at <= coalesce($1::timestamptz, now())
+           and (digest_due_at, id) > (coalesce($2::timestamptz, '-infinity'), $3)
+         order by digest_due_at, id limit $4",
+    )
+    .bind(now)
+    .bind(after.map(|a| a.due_at))
+    .bind(after.map_or(i64::MIN, |a| a.id))
+    .bind(limit)
+    .fetch_all(conn)
+    .await
 }
 
 /// Claims, for the orgs in `org_ids`, every week whose scheduled time has come and that is not
@@ -45,6 +69,12 @@ pub async fn org_chunk(conn: &mut PgConnection, after: i64, limit: i64) -> sqlx:
 /// week's included; an org with no claimed week yet starts at its latest slot). A week already
 /// claimed (by any replica, any tick) is not returned again. The period covered is the 7 local
 /// days before the slot.
+///
+/// The same statement moves each org's due time ([`org_chunk`]) to its next slot after `now`,
+/// after its claims (so racing ticks meet at the unique key first, as before), and only while
+/// the org's schedule is still the one it used: a schedule saved meanwhile has made the org due
+/// again, and that stands. A chunk that fails rolls the due time back with its claims, so the
+/// next tick looks again.
 pub async fn claim_due_weeks(
     conn: &mut PgConnection,
     now: Option<DateTime<Utc>>,
@@ -53,7 +83,7 @@ pub async fn claim_due_weeks(
     sqlx::query_as(
         "with clock as (select coalesce($1::timestamptz, now()) as now),
          slots as (
-             select o.id as org_id, o.timezone, c.now,
+             select o.id as org_id, o.timezone, o.digest_weekday, o.digest_hour, c.now,
                     date_trunc('week', c.now at time zone o.timezone)
                       + (o.digest_weekday - 1) * interval '1 day' + o.digest_hour * interval '1 hour' as this_slot
              from orgs o, clock c
@@ -69,6 +99,20 @@ pub async fn claim_due_weeks(
                  select case when s.now >= (s.this_slot at time zone s.timezone) then s.this_slot
                              else s.this_slot - interval '7 days' end as slot
              ) p
+         ),
+         -- Not read below, so run after the insert: rows of orgs are locked only once this
+         -- statement's claims are made.
+         moved as (
+             update orgs o set digest_due_at = n.due
+             from slots s
+             cross join lateral (
+                 select (case when s.now >= (s.this_slot at time zone s.timezone)
+                              then s.this_slot + interval '7 days' else s.this_slot end)
+                        at time zone s.timezone as due
+             ) n
+             where o.id = s.org_id and o.timezone = s.timezone
+               and o.digest_weekday = s.digest_weekday and o.digest_hour = s.digest_hour
+               and o.digest_due_at is distinct from n.due
          ),
          due as (
              select l.org_id, l.now, l.timezone, w.slot, w.scheduled_at, w.week_key

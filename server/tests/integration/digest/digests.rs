@@ -34,9 +34,21 @@ async fn org(pool: &PgPool, slug: &str, tz: &str, weekday: i16, hour: i16) -> i6
     id
 }
 
+/// The ids of the orgs due at `now`, in id order.
+async fn due_ids(conn: &mut sqlx::PgConnection, now: DateTime<Utc>) -> Vec<i64> {
+    let mut ids: Vec<i64> = org_chunk(conn, Some(now), None, 100_000)
+        .await
+        .unwrap()
+        .iter()
+        .map(|d| d.id)
+        .collect();
+    ids.sort();
+    ids
+}
+
 async fn claim_all(pool: &PgPool, now: DateTime<Utc>) -> usize {
     let mut conn = pool.acquire().await.unwrap();
-    let ids = org_chunk(&mut conn, i64::MIN, 100_000).await.unwrap();
+    let ids = due_ids(&mut conn, now).await;
     claim_due_weeks(&mut conn, Some(now), &ids)
         .await
         .unwrap()
@@ -92,7 +104,7 @@ async fn a_window_missed_by_more_than_a_day_is_recorded_as_skipped_never_sent_la
     org(&pool, "acme", "UTC", 1, 9).await;
     let wednesday = Utc.with_ymd_and_hms(2026, 12, 2, 12, 0, 0).unwrap();
     let mut conn = pool.acquire().await.unwrap();
-    let ids = org_chunk(&mut conn, i64::MIN, 10).await.unwrap();
+    let ids = due_ids(&mut conn, wednesday).await;
     let got = claim_due_weeks(&mut conn, Some(wednesday), &ids)
         .await
         .unwrap();
@@ -115,7 +127,7 @@ async fn racing_claimers_claim_each_due_org_once() {
     }
     let monday = Utc.with_ymd_and_hms(2026, 11, 30, 9, 30, 0).unwrap();
     let mut conn = pool.acquire().await.unwrap();
-    let ids = org_chunk(&mut conn, i64::MIN, 10_000).await.unwrap();
+    let ids = due_ids(&mut conn, monday).await;
     drop(conn);
     let racers = (0..10).map(|_| {
         let (pool, ids) = (pool.clone(), ids.clone());
@@ -147,20 +159,25 @@ async fn racing_claimers_claim_each_due_org_once() {
 
 /// Hourly ticks from 2020 to 2030 in zones with odd offsets and DST rules: every local ISO week
 /// gets exactly one scheduled digest, none twice, none skipped.
-#[tokio::test]
-async fn an_hourly_sweep_over_ten_years_sends_one_digest_per_local_week() {
+/// Orgs whose slots meet the hard cases of local time.
+const SWEEP_ZONES: [(&str, &str, i16, i16); 5] = [
+    ("auckland", "Pacific/Auckland", 1, 9),
+    ("stjohns", "America/St_Johns", 3, 2),
+    ("chatham", "Pacific/Chatham", 5, 23),
+    ("kathmandu", "Asia/Kathmandu", 7, 0),
+    // Cuba changes to and from summer time at midnight: a Sunday-00:00 slot falls into
+    // the gap once a year.
+    ("havana", "America/Havana", 7, 0),
+];
+
+/// Ticks every hour from 2020 to `SWEEP_END` (2030 unless set), one ticker per org in
+/// parallel, each tick the real claim statement; `gated`: only when [`org_chunk`] says the org
+/// is due, as the ticker does. Checks one digest per local ISO week, none skipped; returns how
+/// many claim statements ran.
+async fn sweep_hourly(gated: bool) -> usize {
     let pool = test_db().await;
-    let zones = [
-        ("auckland", "Pacific/Auckland", 1, 9),
-        ("stjohns", "America/St_Johns", 3, 2),
-        ("chatham", "Pacific/Chatham", 5, 23),
-        ("kathmandu", "Asia/Kathmandu", 7, 0),
-        // Cuba changes to and from summer time at midnight: a Sunday-00:00 slot falls into
-        // the gap once a year.
-        ("havana", "America/Havana", 7, 0),
-    ];
     let mut ids = BTreeMap::new();
-    for (slug, tz, day, hour) in zones {
+    for (slug, tz, day, hour) in SWEEP_ZONES {
         ids.insert(org(&pool, slug, tz, day, hour).await, slug);
     }
     let start = Utc.with_ymd_and_hms(2020, 1, 1, 0, 0, 0).unwrap();
@@ -169,20 +186,26 @@ async fn an_hourly_sweep_over_ten_years_sends_one_digest_per_local_week() {
         .and_then(|y| y.parse().ok())
         .unwrap_or(2030);
     let end = Utc.with_ymd_and_hms(end_year, 1, 1, 0, 0, 0).unwrap();
-    // One ticker per org, in parallel (each tick is the real claim statement, run hourly).
     let sweeps = ids.keys().map(|&id| {
         let pool = pool.clone();
         tokio::spawn(async move {
             let mut conn = pool.acquire().await.unwrap();
             let mut now = start;
+            let mut claims = 0;
             while now < end {
-                claim_due_weeks(&mut conn, Some(now), &[id]).await.unwrap();
+                let due = !gated || due_ids(&mut conn, now).await.contains(&id);
+                if due {
+                    claim_due_weeks(&mut conn, Some(now), &[id]).await.unwrap();
+                    claims += 1;
+                }
                 now += Duration::hours(1);
             }
+            claims
         })
     });
+    let mut claims = 0;
     for s in futures::future::join_all(sweeps).await {
-        s.unwrap();
+        claims += s.unwrap();
     }
     // The sweep starts mid-week: a slot more than a day before the start was truly missed.
     let rows: Vec<(i64, String, String)> = sqlx::query_as(
@@ -219,6 +242,134 @@ async fn an_hourly_sweep_over_ten_years_sends_one_digest_per_local_week() {
             keys.len()
         );
     }
+    claims
+}
+
+#[tokio::test]
+async fn an_hourly_sweep_over_ten_years_sends_one_digest_per_local_week() {
+    sweep_hourly(false).await;
+}
+
+/// The same sweep through the orgs' due times: the same weeks, each org looked at about once a
+/// week instead of every hour (a tick's cost follows the orgs that are due).
+#[tokio::test]
+async fn a_sweep_through_due_times_sends_the_same_weeks_looking_once_a_week() {
+    let claims = sweep_hourly(true).await;
+    let years = std::env::var("SWEEP_END")
+        .ok()
+        .and_then(|y| y.parse::<usize>().ok())
+        .unwrap_or(2030)
+        - 2020;
+    let weeks = SWEEP_ZONES.len() * 53 * years;
+    // One look per slot, plus the first (a new org is due at once).
+    assert!(
+        claims <= weeks + SWEEP_ZONES.len(),
+        "{claims} claim statements for {weeks} weeks"
+    );
+}
+
+/// The ticker reads only the orgs that are due: a new org at once, then each at its next slot
+/// and not before; a changed schedule makes an org due again at once, whoever saved it.
+#[tokio::test]
+async fn a_tick_reads_only_due_orgs_and_a_changed_schedule_is_due_at_once() {
+    let pool = test_db().await;
+    let a = org(&pool, "a", "UTC", 1, 9).await;
+    // Wednesday 00:00 in Kathmandu (UTC+5:45): Tuesday 18:15 UTC.
+    let b = org(&pool, "b", "Asia/Kathmandu", 3, 0).await;
+    let mut conn = pool.acquire().await.unwrap();
+    let monday = Utc.with_ymd_and_hms(2026, 11, 30, 9, 30, 0).unwrap();
+    let mut due = async |now: DateTime<Utc>| due_ids(&mut conn, now).await;
+    assert_eq!(due(monday).await, [a, b]);
+    // a's week, and b's last week as skipped: a new org starts at its latest slot.
+    assert_eq!(claim_all(&pool, monday).await, 2);
+    assert_eq!(due(monday + Duration::hours(1)).await, Vec::<i64>::new());
+    let b_slot = Utc.with_ymd_and_hms(2026, 12, 1, 18, 15, 0).unwrap();
+    assert_eq!(due(b_slot - Duration::seconds(1)).await, Vec::<i64>::new());
+    assert_eq!(due(b_slot).await, [b]);
+    let a_next = Utc.with_ymd_and_hms(2026, 12, 7, 9, 0, 0).unwrap();
+    assert_eq!(due(a_next - Duration::seconds(1)).await, [b]);
+    assert_eq!(due(a_next).await, [a, b]);
+    assert_eq!(claim_all(&pool, b_slot).await, 1);
+    assert_eq!(due(a_next - Duration::seconds(1)).await, Vec::<i64>::new());
+
+    // The schedule saved as the Digests page saves it: a is due at once; saving it unchanged,
+    // or changing another column of the org, does not make it due.
+    let mut c = pool.acquire().await.unwrap();
+    let schedule = |weekday, tz: &str| app::db::digest::admin::Schedule {
+        weekday,
+        hour: 9,
+        timezone: tz.into(),
+    };
+    app::db::digest::admin::save_schedule(&mut c, a, &schedule(1, "UTC"))
+        .await
+        .unwrap();
+    sqlx::query("update orgs set name = 'A' where id = $1")
+        .bind(a)
+        .execute(&mut *c)
+        .await
+        .unwrap();
+    assert_eq!(due(monday + Duration::hours(1)).await, Vec::<i64>::new());
+    app::db::digest::admin::save_schedule(&mut c, a, &schedule(2, "UTC"))
+        .await
+        .unwrap();
+    assert_eq!(due(monday + Duration::hours(1)).await, [a]);
+    // Tuesday 09:00 has not come: nothing to claim, and a is next due then.
+    assert_eq!(claim_all(&pool, monday + Duration::hours(1)).await, 0);
+    let tuesday = Utc.with_ymd_and_hms(2026, 12, 1, 9, 0, 0).unwrap();
+    assert_eq!(due(tuesday - Duration::seconds(1)).await, Vec::<i64>::new());
+    assert_eq!(due(tuesday).await, [a]);
+    app::db::digest::admin::save_schedule(&mut c, b, &schedule(3, "Europe/Berlin"))
+        .await
+        .unwrap();
+    assert_eq!(
+        due(monday + Duration::hours(1)).await,
+        [b],
+        "a new time zone"
+    );
+}
+
+/// A claim racing a schedule save: the save holds the org's row, so the claim's move of the
+/// due time waits, then finds another schedule than the one it claimed by and leaves the org
+/// due, for the next tick to look at under the new one.
+#[tokio::test]
+async fn a_claim_that_raced_a_schedule_save_leaves_the_org_due() {
+    let pool = test_db().await;
+    let a = org(&pool, "a", "UTC", 1, 9).await;
+    let monday = Utc.with_ymd_and_hms(2026, 11, 30, 9, 30, 0).unwrap();
+    let mut save = pool.begin().await.unwrap();
+    app::db::digest::admin::save_schedule(
+        &mut save,
+        a,
+        &app::db::digest::admin::Schedule {
+            weekday: 1,
+            hour: 8,
+            timezone: "UTC".into(),
+        },
+    )
+    .await
+    .unwrap();
+    let claim = {
+        let pool = pool.clone();
+        tokio::spawn(async move {
+            let mut conn = pool.acquire().await.unwrap();
+            claim_due_weeks(&mut conn, Some(monday), &[a])
+                .await
+                .unwrap()
+        })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert!(!claim.is_finished(), "the claim waits for the save");
+    save.commit().await.unwrap();
+    assert_eq!(
+        claim.await.unwrap().len(),
+        1,
+        "this week, by the schedule it read"
+    );
+    let mut conn = pool.acquire().await.unwrap();
+    assert_eq!(due_ids(&mut conn, monday).await, [a]);
+    // The next tick looks under the new schedule: the week is claimed already.
+    assert_eq!(claim_all(&pool, monday).await, 0);
+    assert_eq!(due_ids(&mut conn, monday).await, Vec::<i64>::new());
 }
 
 /// The weeks an org has rows for, oldest first: (week key, kind).
