@@ -173,8 +173,8 @@ const SWEEP_ZONES: [(&str, &str, i16, i16); 5] = [
 /// Ticks every hour from 2020 to `SWEEP_END` (2030 unless set), one ticker per org in
 /// parallel, each tick the real claim statement; `gated`: only when [`org_chunk`] says the org
 /// is due, as the ticker does. Checks one digest per local ISO week, none skipped; returns how
-/// many claim statements ran.
-async fn sweep_hourly(gated: bool) -> usize {
+/// many claim statements ran and how many weeks they claimed.
+async fn sweep_hourly(gated: bool) -> (usize, usize) {
     let pool = test_db().await;
     let mut ids = BTreeMap::new();
     for (slug, tz, day, hour) in SWEEP_ZONES {
@@ -242,7 +242,11 @@ async fn sweep_hourly(gated: bool) -> usize {
             keys.len()
         );
     }
-    claims
+    let weeks: i64 = sqlx::query_scalar("select count(*) from digest_sends")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    (claims, weeks as usize)
 }
 
 #[tokio::test]
@@ -254,14 +258,8 @@ async fn an_hourly_sweep_over_ten_years_sends_one_digest_per_local_week() {
 /// week instead of every hour (a tick's cost follows the orgs that are due).
 #[tokio::test]
 async fn a_sweep_through_due_times_sends_the_same_weeks_looking_once_a_week() {
-    let claims = sweep_hourly(true).await;
-    let years = std::env::var("SWEEP_END")
-        .ok()
-        .and_then(|y| y.parse::<usize>().ok())
-        .unwrap_or(2030)
-        - 2020;
-    let weeks = SWEEP_ZONES.len() * 53 * years;
-    // One look per slot, plus the first (a new org is due at once).
+    let (claims, weeks) = sweep_hourly(true).await;
+    // One look per week claimed, and one more per org (its first, when it is new).
     assert!(
         claims <= weeks + SWEEP_ZONES.len(),
         "{claims} claim statements for {weeks} weeks"
@@ -328,9 +326,43 @@ async fn a_tick_reads_only_due_orgs_and_a_changed_schedule_is_due_at_once() {
     );
 }
 
-/// A claim racing a schedule save: the save holds the org's row, so the claim's move of the
-/// due time waits, then finds another schedule than the one it claimed by and leaves the org
-/// due, for the next tick to look at under the new one.
+/// The due time is the next slot's instant in the org's own time zone, across clock changes:
+/// a due time computed an hour off would still claim the week, so the instants are checked.
+#[tokio::test]
+async fn the_next_due_time_is_the_local_slot_across_clock_changes() {
+    let pool = test_db().await;
+    let berlin = org(&pool, "berlin", "Europe/Berlin", 1, 9).await;
+    let mut conn = pool.acquire().await.unwrap();
+    let at = |d: u32, m: u32, h: u32| Utc.with_ymd_and_hms(2026, m, d, h, 0, 0).unwrap();
+    let second = Duration::seconds(1);
+    // Spring: Monday 23 March 09:00 CET is 08:00 UTC; on 29 March the clocks go forward, so
+    // Monday 30 March 09:00 CEST is 07:00 UTC.
+    assert_eq!(
+        claim_all(&pool, at(23, 3, 8) + Duration::minutes(30)).await,
+        1
+    );
+    assert!(due_ids(&mut conn, at(30, 3, 7) - second).await.is_empty());
+    assert_eq!(due_ids(&mut conn, at(30, 3, 7)).await, [berlin]);
+    // Autumn: Monday 19 October 09:00 CEST is 07:00 UTC; on 25 October the clocks go back, so
+    // Monday 26 October 09:00 CET is 08:00 UTC.
+    // Away since March: this week's digest and 29 skipped weeks, W14 to W43.
+    assert_eq!(
+        claim_all(&pool, at(19, 10, 7) + Duration::minutes(30)).await,
+        30
+    );
+    assert!(due_ids(&mut conn, at(26, 10, 8) - second).await.is_empty());
+    assert_eq!(due_ids(&mut conn, at(26, 10, 8)).await, [berlin]);
+    assert_eq!(claim_all(&pool, at(26, 10, 8)).await, 1);
+    assert_eq!(
+        weeks_of(&pool, berlin).await.last(),
+        Some(&("2026-W44".to_string(), "scheduled".to_string()))
+    );
+}
+
+/// A claim racing a schedule save: the save holds the org's row, so the claim (started on the
+/// old schedule) waits on it (first at its insert's foreign-key check), then finds another
+/// schedule when it moves the due time and leaves the org due, for the next tick to look at
+/// under the new one.
 #[tokio::test]
 async fn a_claim_that_raced_a_schedule_save_leaves_the_org_due() {
     let pool = test_db().await;
@@ -357,8 +389,20 @@ async fn a_claim_that_raced_a_schedule_save_leaves_the_org_due() {
                 .unwrap()
         })
     };
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    assert!(!claim.is_finished(), "the claim waits for the save");
+    // The claim's statement has begun (on the old schedule) once its backend waits for a lock.
+    let started = std::time::Instant::now();
+    loop {
+        let waiting: i64 = sqlx::query_scalar("select count(*) from pg_locks where not granted")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        if waiting > 0 {
+            break;
+        }
+        assert!(!claim.is_finished(), "the claim did not wait for the save");
+        assert!(started.elapsed().as_secs() < 30, "the claim never waited");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
     save.commit().await.unwrap();
     assert_eq!(
         claim.await.unwrap().len(),

@@ -16,11 +16,18 @@ async fn jit_in_plan(pool: &PgPool) -> Option<serde_json::Value> {
 #[tokio::test]
 async fn mailroom_connections_never_jit_compile_even_a_statement_past_the_thresholds() {
     let plain = empty_db().await;
-    // On PostgreSQL's defaults the statement is compiled: what an inflated estimate costs.
-    let jit = jit_in_plan(&plain)
+    // On PostgreSQL's defaults the statement is compiled: what an inflated estimate costs
+    // (checked where the server can compile at all, so the check below can fail).
+    let available: bool = sqlx::query_scalar("select pg_jit_available()")
+        .fetch_one(&plain)
         .await
-        .expect("a plain connection JIT-compiles the costly statement");
-    assert!(jit["Functions"].as_i64().unwrap() > 0, "{jit}");
+        .unwrap();
+    if available {
+        let jit = jit_in_plan(&plain)
+            .await
+            .expect("a plain connection JIT-compiles the costly statement");
+        assert!(jit["Functions"].as_i64().unwrap() > 0, "{jit}");
+    }
 
     let options = (*plain.connect_options()).clone();
     let pool = mailroom::ops::database::connect(options).await.unwrap();
