@@ -90,7 +90,8 @@ pub async fn claim_due_weeks(
              where o.id = any($2)
          ),
          latest as materialized (
-             select s.org_id, s.timezone, s.now, p.slot, p.slot at time zone s.timezone as slot_at,
+             select s.org_id, s.timezone, s.digest_weekday, s.digest_hour, s.now, p.slot,
+                    p.slot at time zone s.timezone as slot_at,
                     (select d.scheduled_at from digest_sends d
                      where d.org_id = s.org_id and d.kind <> 'manual'
                      order by d.scheduled_at desc limit 1) as last_claimed
@@ -100,19 +101,15 @@ pub async fn claim_due_weeks(
                              else s.this_slot - interval '7 days' end as slot
              ) p
          ),
-         -- Not read below, so run after the insert: rows of orgs are locked only once this
-         -- statement's claims are made.
+         -- The slot after the latest one. Not read below, so run after the insert: rows of
+         -- orgs are locked only once this statement's claims are made.
          moved as (
-             update orgs o set digest_due_at = n.due
-             from slots s
-             cross join lateral (
-                 select (case when s.now >= (s.this_slot at time zone s.timezone)
-                              then s.this_slot + interval '7 days' else s.this_slot end)
-                        at time zone s.timezone as due
-             ) n
-             where o.id = s.org_id and o.timezone = s.timezone
-               and o.digest_weekday = s.digest_weekday and o.digest_hour = s.digest_hour
-               and o.digest_due_at is distinct from n.due
+             update orgs o
+             set digest_due_at = (l.slot + interval '7 days') at time zone l.timezone
+             from latest l
+             where o.id = l.org_id and o.timezone = l.timezone
+               and o.digest_weekday = l.digest_weekday and o.digest_hour = l.digest_hour
+               and o.digest_due_at is distinct from (l.slot + interval '7 days') at time zone l.timezone
          ),
          due as (
              select l.org_id, l.now, l.timezone, w.slot, w.scheduled_at, w.week_key
