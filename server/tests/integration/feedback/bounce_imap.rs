@@ -288,14 +288,18 @@ fn worker_processes_killed_while_reading_lose_and_double_nothing() {
         .unwrap();
     }
     assert!(kills >= 2, "the processes were killed mid-read: {kills}");
-    // A last process finishes the mailbox, including what a kill left unflagged.
+    // A last process finishes the mailbox, including what a kill left unflagged. The last
+    // killed one may have finished it already: the SIGTERM below must still find this one up
+    // (its handlers installed), or it dies of the signal instead of shutting down.
     let mut w = start("poller-last");
+    w.wait_log("bounce mailbox poller started", 60);
     wait_until("every report recorded and the mailbox empty", 120, || {
         recorded() as usize == N
             && rt.block_on(async { server.client().await.messages("INBOX").await.is_empty() })
     });
     w.signal(Signal::SIGTERM);
-    assert!(w.wait_exit(30).success());
+    let status = w.wait_exit(30);
+    assert!(status.success(), "{status}:\n{}", w.log_text());
     let (events, jobs_hit, verified, hard) = rt.block_on(tally(&pool, org));
     assert_eq!(
         (events, jobs_hit, verified, hard),
