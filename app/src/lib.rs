@@ -19,7 +19,7 @@ pub mod pages;
 #[cfg(feature = "ssr")]
 pub use mailroom_core::{
     auth, bounce, campaign_render, capture, db, digest, dkim_key, erasure, feedback,
-    password_token, resend_key, segments, signing, signup, tx_render, unsubscribe, verp,
+    password_token, resend_key, segments, signing, signup, tx_render, unsubscribe, verp, webhook,
 };
 pub use mailroom_core::{domain, model};
 

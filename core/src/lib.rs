@@ -59,3 +59,6 @@ pub mod unsubscribe;
 /// Signed VERP envelope senders: a mailed bounce names its delivery (server only).
 #[cfg(feature = "ssr")]
 pub mod verp;
+/// Events out: endpoint secrets, Standard Webhooks signatures, public addresses (server only).
+#[cfg(feature = "ssr")]
+pub mod webhook;

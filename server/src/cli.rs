@@ -81,7 +81,7 @@ pub enum Command {
     /// The dashboard and every worker.
     Serve(Box<ServeArgs>),
     /// Every worker, no HTTP.
-    Worker(WorkerArgs),
+    Worker(Box<WorkerArgs>),
     /// Apply pending migrations; refuses a database with migrations this build does not know.
     Migrate,
     /// Seed two demo organisations (once) and print their logins.
@@ -283,6 +283,21 @@ pub struct WorkerArgs {
     /// Extra CA certificate (PEM) to trust for the --bounce-imap server's TLS.
     #[arg(long, env = "MAILROOM_BOUNCE_IMAP_CA_FILE")]
     pub bounce_imap_ca_file: Option<PathBuf>,
+
+    /// Let webhook endpoints resolve to private, loopback or link-local addresses (an
+    /// endpoint on the operator's own network). Off: only public addresses are called.
+    #[arg(long, env = "MAILROOM_WEBHOOK_ALLOW_PRIVATE")]
+    pub webhook_allow_private: bool,
+
+    /// Seconds a webhook endpoint has to answer (connect, send and the start of its answer).
+    #[arg(long, env = "MAILROOM_WEBHOOK_TIMEOUT_SECONDS", default_value_t = 10,
+          value_parser = clap::value_parser!(u64).range(1..=300))]
+    pub webhook_timeout_seconds: u64,
+
+    /// Webhook requests this process keeps in flight at once, across every endpoint.
+    #[arg(long, env = "MAILROOM_WEBHOOK_CONCURRENCY", default_value_t = 32,
+          value_parser = clap::value_parser!(u64).range(1..=1024))]
+    pub webhook_concurrency: u64,
 
     /// Parallel SMTP connections of this process.
     #[arg(long, env = "MAILROOM_SMTP_CONNECTIONS", default_value_t = 4)]
@@ -514,6 +529,17 @@ impl WorkerArgs {
             delivery: self.delivery(transport, unsubscribe_keys),
             captured_dir,
             bounce_imap,
+            webhooks: self.webhooks(),
+        }
+    }
+
+    /// The webhook sender's configuration.
+    pub fn webhooks(&self) -> crate::workers::webhooks::Config {
+        crate::workers::webhooks::Config {
+            allow_private: self.webhook_allow_private,
+            timeout: std::time::Duration::from_secs(self.webhook_timeout_seconds),
+            concurrency: self.webhook_concurrency as usize,
+            ..Default::default()
         }
     }
 

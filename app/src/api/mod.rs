@@ -41,6 +41,8 @@ pub mod suppressions;
 pub mod templates;
 /// Settings › Users: the org's users, invitations, roles, disabling and password resets.
 pub mod users;
+/// Settings › Event webhooks: endpoints, their attempts, test events and replays.
+pub mod webhooks;
 
 pub use crate::model::CurrentUser;
 

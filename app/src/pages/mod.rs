@@ -42,6 +42,8 @@ mod subscriber;
 mod suppressions;
 /// Transactional templates: the list, a new one, the editor with its preview.
 mod templates;
+/// Settings › Event webhooks.
+mod webhooks;
 
 use leptos::prelude::*;
 use leptos_meta::{provide_meta_context, MetaTags, Stylesheet, Title};
@@ -297,6 +299,7 @@ pub fn App() -> impl IntoView {
                         <Route path=path!("settings/audit") view=audit_log::AuditPage ssr=SsrMode::Async/>
                         <Route path=path!("settings/relays") view=feedback::FeedbackPage ssr=SsrMode::Async/>
                         <Route path=path!("settings/api") view=api_tokens::ApiTokensPage ssr=SsrMode::Async/>
+                        <Route path=path!("settings/webhooks") view=webhooks::WebhooksPage ssr=SsrMode::Async/>
                     </ParentRoute>
                 </Routes>
             </Router>

@@ -40,6 +40,7 @@ pub fn SettingsTabs(current: &'static str) -> impl IntoView {
             {tab("/settings", "Organisation and users")}
             {tab("/settings/relays", "Relays")}
             {tab("/settings/api", "API tokens")}
+            {tab("/settings/webhooks", "Event webhooks")}
             {tab("/settings/audit", "Audit log")}
         </nav>
     }

@@ -70,6 +70,8 @@ pub mod suppression_admin;
 pub mod transactional;
 /// Users: sign-in records, creation, the owner's administration.
 pub mod user;
+/// Events out: webhook endpoints, the events queued for them, claims and attempts.
+pub mod webhooks_out;
 
 pub use sqlx::PgPool;
 

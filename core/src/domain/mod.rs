@@ -130,6 +130,8 @@ mod role;
 pub mod segment;
 /// What a one-line name typed by a person may not hold.
 pub mod text;
+/// Events out: what an endpoint subscribes to, and what an attempt's answer means.
+pub mod webhook;
 /// `WeekKey`: a digest's dedupe key, an ISO week or a forced resend's `manual-…` key.
 mod week_key;
 
@@ -157,4 +159,5 @@ pub(crate) use job_id::{campaign_job_sql, digest_job_sql};
 pub use job_id::{idempotency_key, JobId, JobIdError, IDEMPOTENCY_KEY_MAX};
 pub use link::LinkPurpose;
 pub use role::Role;
+pub use webhook::{WebhookEventType, WebhookStatus};
 pub use week_key::{DigestKind, WeekKey, WeekKeyError};

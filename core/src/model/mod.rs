@@ -235,6 +235,44 @@ pub struct WebhookEndpoint {
     pub subscribe_url: Option<String>,
 }
 
+/// An endpoint the org's events are sent to, as Settings › Event webhooks lists it (its secret
+/// is shown once, at creation or rotation).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EventEndpoint {
+    pub id: i64,
+    pub url: String,
+    pub event_types: Vec<crate::domain::WebhookEventType>,
+    pub enabled: bool,
+    /// Why Mailroom disabled it (`None` when an owner did, or it is enabled).
+    pub disabled_reason: Option<String>,
+    /// Every attempt since then has failed (`YYYY-MM-DD HH:MI`, org time zone).
+    pub failing_since: Option<String>,
+    /// The previous secret still signs until then (a rotation's overlap).
+    pub rotating_until: Option<String>,
+    pub created: String,
+    pub pending: i64,
+    pub delivered: i64,
+    pub failed: i64,
+}
+
+/// One attempt to deliver an event to an endpoint.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(sqlx::FromRow))]
+pub struct EventAttempt {
+    /// The `webhook-id`, the same on every attempt of one event.
+    pub message_id: String,
+    pub event_type: crate::domain::WebhookEventType,
+    /// Where the event stands now.
+    pub status: crate::domain::WebhookStatus,
+    pub attempt: i32,
+    pub at: String,
+    pub http_status: Option<i32>,
+    pub latency_ms: i32,
+    pub error: Option<String>,
+    /// The start of the receiver's answer.
+    pub response: Option<String>,
+}
+
 /// One event a relay reported, as the relay events list shows it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ssr", derive(sqlx::FromRow))]

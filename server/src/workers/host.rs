@@ -58,6 +58,8 @@ pub struct Plan {
     pub captured_dir: PathBuf,
     /// The bounce mailbox to poll over IMAP, if any.
     pub bounce_imap: Option<crate::feedback::mailbox::Config>,
+    /// Events out to the orgs' webhook endpoints.
+    pub webhooks: crate::workers::webhooks::Config,
 }
 
 /// Runs the worker host until shutdown: a heartbeat every few seconds (database clock), session
@@ -74,6 +76,7 @@ pub async fn run(pool: PgPool, plan: Plan, mode: Mode, shutdown: Shutdown) {
         delivery: cfg,
         captured_dir,
         bounce_imap,
+        webhooks,
     } = plan;
     let id = process_id();
     let host = hostname();
@@ -127,6 +130,12 @@ pub async fn run(pool: PgPool, plan: Plan, mode: Mode, shutdown: Shutdown) {
             shutdown.clone(),
         ))
     });
+    let hooks = tokio::spawn(crate::workers::webhooks::run(
+        pool.clone(),
+        webhooks,
+        id.clone(),
+        shutdown.clone(),
+    ));
     tracing::info!(process = %id, mode = mode.as_str(), "worker host started");
     loop {
         tokio::select! {
@@ -182,6 +191,7 @@ pub async fn run(pool: PgPool, plan: Plan, mode: Mode, shutdown: Shutdown) {
         let _ = b.await;
     }
     let _ = digests.await;
+    let _ = hooks.await;
     let _ = campaigns.await;
     let _ = progress.await;
     if let Err(e) = app::db::heartbeat::remove(&pool, &id).await {

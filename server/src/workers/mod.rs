@@ -1,6 +1,6 @@
 //! The workers every replica runs against the one database, each safe beside any number of
 //! copies of itself: the host that starts and stops them, the leader's singleton jobs, the
-//! digest ticker, the campaign worker, progress notifications and the delivery engine.
+//! digest ticker, the campaign worker, progress notifications, the delivery engine and the webhook sender.
 
 /// The campaign worker: start, materialise, hand off, sweep, finish.
 pub mod campaign;
@@ -14,3 +14,5 @@ pub mod host;
 pub mod leader;
 /// Debounced progress notifications (NOTIFY after commit).
 pub mod progress;
+/// Events out: signed webhook requests, retried, per-endpoint limited.
+pub mod webhooks;

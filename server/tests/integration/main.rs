@@ -23,3 +23,5 @@ mod ops;
 mod rest;
 /// Segments: saved filters over subscribers, their events and engagement, as campaign targets.
 mod segments;
+/// Events out: signed webhooks, retried through a misbehaving receiver, verified independently.
+mod webhooks;

@@ -22,6 +22,8 @@ struct Objects {
     api_token: String,
     template: String,
     segment: String,
+    event_endpoint: String,
+    event_message: String,
 }
 
 /// How an endpoint is checked.
@@ -118,6 +120,28 @@ fn case(endpoint: &str) -> Option<Case> {
         ]),
         "revoke_api_token" => Case::Object {
             args: |o| vec![("id", o.api_token.clone())],
+            acts: true,
+        },
+        "event_endpoints" => Case::Scoped(vec![]),
+        "create_event_endpoint" => Case::ActsOnOwnOrg(vec![
+            ("url", "https://mine.example.org/hook".into()),
+            ("event_types[0]", "message.failed".into()),
+        ]),
+        "set_event_endpoint_enabled" => Case::Object {
+            args: |o| {
+                vec![
+                    ("id", o.event_endpoint.clone()),
+                    ("enabled", "false".into()),
+                ]
+            },
+            acts: true,
+        },
+        "rotate_event_endpoint" | "delete_event_endpoint" | "test_event_endpoint" => Case::Object {
+            args: |o| vec![("id", o.event_endpoint.clone())],
+            acts: true,
+        },
+        "replay_event" => Case::Object {
+            args: |o| vec![("message_id", o.event_message.clone())],
             acts: true,
         },
         "revoke_webhook_endpoint" => Case::Object {
@@ -284,6 +308,8 @@ const ORG_ROWS: &str = "select md5(concat_ws('|',
         (select string_agg(t::text, ',' order by t.id) from tx_templates t where t.org_id = $1),
         (select string_agg(e::text, ',' order by e.id) from delivery_events e where e.org_id = $1),
         (select string_agg(g::text, ',' order by g.id) from segments g where g.org_id = $1),
+        (select string_agg(w::text, ',' order by w.id) from webhook_out_endpoints w where w.org_id = $1),
+        (select string_agg(m::text, ',' order by m.id) from webhook_out_messages m where m.org_id = $1),
         (select row(soft_bounce_threshold, soft_bounce_days, pause_bounce_pct, pause_complaint_pct,
                     pause_min_delivered, bounce_domain)::text from orgs where id = $1)))";
 
@@ -437,8 +463,24 @@ async fn every_server_function_keeps_to_the_signed_in_org_and_viewers_cannot_act
         )
         .await
         .unwrap();
+        let event_endpoint = app::db::webhooks_out::create(
+            &mut tx,
+            org,
+            author,
+            &format!("https://{marker}.example.org/hook"),
+            &[app::domain::WebhookEventType::MessageFailed],
+            &app::webhook::new_secret(),
+        )
+        .await
+        .unwrap();
+        let event_message = app::db::webhooks_out::send_test(&mut tx, org, event_endpoint)
+            .await
+            .unwrap()
+            .unwrap();
         tx.commit().await.unwrap();
         objects.push(Objects {
+            event_endpoint: event_endpoint.to_string(),
+            event_message,
             segment: segment.to_string(),
             template: template.to_string(),
             campaign: campaign.to_string(),

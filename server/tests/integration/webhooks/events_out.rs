@@ -1,0 +1,616 @@
+//! Events out: each committed change an endpoint subscribed to becomes one row in the change's
+//! own transaction, and reaches the endpoint at least once under one `webhook-id`, signed so
+//! that the reference `standardwebhooks` library accepts it, through failures of every kind.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use app::db::webhooks_out::{self, Limits};
+use app::domain::{Backoff, Role, WebhookEventType};
+use mailroom::ops::shutdown::Shutdown;
+use mailroom::workers::webhooks::{run, Config};
+use sqlx::PgPool;
+
+use super::receiver::{verify_independently, Act, Receiver};
+use crate::support::helpers::{enqueue_test_mail_to, test_db};
+use crate::support::org::TestOrg;
+
+fn config() -> Config {
+    Config {
+        allow_private: true,
+        timeout: Duration::from_millis(800),
+        concurrency: 8,
+        poll: Duration::from_millis(50),
+        limits: Limits::default(),
+        backoff: Backoff {
+            base: Duration::from_millis(100),
+            cap: Duration::from_millis(400),
+            max_attempts: i32::MAX,
+        },
+    }
+}
+
+/// A webhook sender running in this process until the returned sender is dropped or set.
+fn start(
+    pool: &PgPool,
+    cfg: Config,
+    name: &str,
+) -> (
+    tokio::sync::watch::Sender<bool>,
+    tokio::task::JoinHandle<()>,
+) {
+    let (stop, shutdown) = Shutdown::manual();
+    let task = tokio::spawn(run(pool.clone(), cfg, name.to_owned(), shutdown));
+    (stop, task)
+}
+
+async fn endpoint(
+    pool: &PgPool,
+    org: &TestOrg,
+    url: &str,
+    types: &[WebhookEventType],
+) -> (i64, String) {
+    let secret = app::webhook::new_secret();
+    let mut conn = pool.acquire().await.unwrap();
+    let id = webhooks_out::create(&mut conn, org.id.0, org.owner().id.0, url, types, &secret)
+        .await
+        .unwrap();
+    (id, secret)
+}
+
+/// `n` deliveries of the org, queued.
+async fn deliveries(pool: &PgPool, org: i64, marker: &str, n: usize) -> Vec<String> {
+    let to: Vec<String> = (0..n)
+        .map(|i| format!("{marker}-{i}@example.org"))
+        .collect();
+    enqueue_test_mail_to(pool, org, marker, &to).await
+}
+
+/// The change the delivery engine makes when an outcome is known.
+async fn settle(pool: &PgPool, jobs: &[String], status: &str) {
+    sqlx::query(
+        "update deliveries set status = $2, smtp_reply = '250 2.0.0 queued as X', finished_at = now()
+         where job_id = any($1)",
+    )
+    .bind(jobs)
+    .bind(status)
+    .execute(pool)
+    .await
+    .unwrap();
+}
+
+async fn counts(pool: &PgPool, endpoint: i64) -> BTreeMap<String, i64> {
+    sqlx::query_as::<_, (String, i64)>(
+        "select status, count(*) from webhook_out_messages where endpoint_id = $1 group by status",
+    )
+    .bind(endpoint)
+    .fetch_all(pool)
+    .await
+    .unwrap()
+    .into_iter()
+    .collect()
+}
+
+async fn wait_for(what: &str, secs: u64, mut done: impl AsyncFnMut() -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(secs);
+    while !done().await {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The receiver answers 503, leaves requests hanging past the timeout, hangs up, answers slowly
+/// and asks for a pause with 429, for its first thirty requests; then it recovers. Every event
+/// arrives, every attempt of one event has its one id and its one body, and the reference
+/// library verifies every signature (and refuses a body changed by one byte).
+#[tokio::test]
+async fn a_flaky_receiver_gets_every_event_under_one_id_verified_by_the_reference_library() {
+    let pool = test_db().await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
+    let receiver = Receiver::start(|n, _| match n {
+        _ if n >= 30 => Act::ok(),
+        _ => match n % 6 {
+            0 => Act::status(503),
+            1 => Act::Hang(Duration::from_secs(2)),
+            2 => Act::HangUp,
+            3 => Act::Answer(200, Vec::new(), Duration::from_millis(300)),
+            4 => Act::Answer(429, vec![("retry-after", "1".into())], Duration::ZERO),
+            _ => Act::status(500),
+        },
+    })
+    .await;
+    let (id, secret) = endpoint(
+        &pool,
+        &acme,
+        &receiver.url("/hooks/mailroom"),
+        &[
+            WebhookEventType::MessageDelivered,
+            WebhookEventType::MessageFailed,
+            WebhookEventType::MessageUnknown,
+        ],
+    )
+    .await;
+    let jobs = deliveries(&pool, acme.id.0, "flaky", 24).await;
+    settle(&pool, &jobs[..12], "delivered").await;
+    settle(&pool, &jobs[12..18], "failed").await;
+    settle(&pool, &jobs[18..], "unknown").await;
+    let (stop, task) = start(&pool, config(), "flaky-worker");
+    wait_for("every event delivered", 60, async || {
+        counts(&pool, id).await.get("delivered") == Some(&24)
+    })
+    .await;
+    stop.send(true).unwrap();
+    task.await.unwrap();
+
+    let got = receiver.requests();
+    assert!(
+        got.len() > 24,
+        "failures were retried: {} requests",
+        got.len()
+    );
+    let mut by_id: BTreeMap<&str, Vec<&super::receiver::Got>> = BTreeMap::new();
+    for g in &got {
+        by_id.entry(g.id()).or_default().push(g);
+    }
+    assert_eq!(by_id.len(), 24, "one id per event");
+    let mut reported = BTreeSet::new();
+    for (wid, attempts) in &by_id {
+        assert!(wid.starts_with("msg_"), "{wid}");
+        assert!(
+            attempts.iter().all(|a| a.body == attempts[0].body),
+            "{wid}: one body on every attempt"
+        );
+        assert!(
+            attempts
+                .iter()
+                .any(|a| a.answered.is_some_and(|s| (200..300).contains(&s))),
+            "{wid} was answered 2xx"
+        );
+        let body: serde_json::Value = serde_json::from_str(&attempts[0].body).unwrap();
+        let job = body["data"]["job_id"].as_str().unwrap().to_owned();
+        let status: String = sqlx::query_scalar("select status from deliveries where job_id = $1")
+            .bind(&job)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        assert_eq!(body["type"], format!("message.{status}"), "{body}");
+        assert!(reported.insert(job));
+    }
+    assert_eq!(reported.len(), 24, "each delivery reported");
+    assert!(got.iter().all(|g| g.path == "/hooks/mailroom"));
+
+    let verdicts = verify_independently(&secret, &got);
+    for (g, v) in got.iter().zip(&verdicts) {
+        assert_eq!(
+            v.as_deref(),
+            Ok(g.id()),
+            "the reference library accepts {}",
+            g.id()
+        );
+    }
+    let mut forged = got[0].clone();
+    forged.body = forged.body.replacen("message.", "message!", 1);
+    let mut other_secret = got[1].clone();
+    other_secret.headers.insert(
+        "webhook-signature".into(),
+        app::webhook::signature(&[&app::webhook::new_secret()], other_secret.id(), 1, b"x"),
+    );
+    for v in verify_independently(&secret, &[forged, other_secret]) {
+        assert!(
+            v.is_err(),
+            "a changed body or another secret is refused: {v:?}"
+        );
+    }
+
+    // The attempts are on record for the endpoint's page, newest first.
+    let mut conn = pool.acquire().await.unwrap();
+    let recorded = webhooks_out::attempts(&mut conn, acme.id.0, id, 1000)
+        .await
+        .unwrap();
+    assert!(recorded.len() >= 24);
+    assert!(recorded.iter().any(|a| a.http_status == Some(503)));
+    assert!(recorded
+        .iter()
+        .any(|a| a.http_status.is_none() && a.error.is_some()));
+}
+
+/// The event row is part of the change's transaction: rolled back with it, written once however
+/// often the same state is written, for enabled endpoints that asked for its type only.
+#[tokio::test]
+async fn an_event_commits_with_its_change_once_and_only_for_endpoints_that_asked() {
+    let pool = test_db().await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
+    let other = TestOrg::with_roles(&pool, "other", &[Role::Owner]).await;
+    let (all, _) = endpoint(
+        &pool,
+        &acme,
+        "https://hooks.example.com/all",
+        &[
+            WebhookEventType::MessageDelivered,
+            WebhookEventType::MessageBounced,
+        ],
+    )
+    .await;
+    let (failures, _) = endpoint(
+        &pool,
+        &acme,
+        "https://hooks.example.com/failures",
+        &[WebhookEventType::MessageFailed],
+    )
+    .await;
+    let (off, _) = endpoint(
+        &pool,
+        &acme,
+        "https://hooks.example.com/off",
+        &[WebhookEventType::MessageDelivered],
+    )
+    .await;
+    let mut conn = pool.acquire().await.unwrap();
+    webhooks_out::set_enabled(&mut conn, acme.id.0, off, false)
+        .await
+        .unwrap();
+    let (theirs, _) = endpoint(
+        &pool,
+        &other,
+        "https://hooks.example.com/theirs",
+        &[WebhookEventType::MessageDelivered],
+    )
+    .await;
+
+    let jobs = deliveries(&pool, acme.id.0, "once", 3).await;
+    let mut tx = pool.begin().await.unwrap();
+    sqlx::query("update deliveries set status = 'delivered' where job_id = $1")
+        .bind(&jobs[0])
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    tx.rollback().await.unwrap();
+    assert!(
+        counts(&pool, all).await.is_empty(),
+        "rolled back with the change"
+    );
+
+    settle(&pool, &jobs[..1], "delivered").await;
+    settle(&pool, &jobs[..1], "delivered").await;
+    settle(&pool, &jobs[1..2], "failed").await;
+    assert_eq!(
+        counts(&pool, all).await.get("pending"),
+        Some(&1),
+        "the same state twice is one event"
+    );
+    assert_eq!(counts(&pool, failures).await.get("pending"), Some(&1));
+    assert!(
+        counts(&pool, off).await.is_empty(),
+        "a disabled endpoint gets nothing"
+    );
+    assert!(
+        counts(&pool, theirs).await.is_empty(),
+        "another org's endpoint gets nothing"
+    );
+
+    // Retried after `unknown`, then delivered: a new attempt is a new event.
+    settle(&pool, &jobs[2..], "unknown").await;
+    sqlx::query("update deliveries set status = 'queued', attempt = attempt + 1 where job_id = $1")
+        .bind(&jobs[2])
+        .execute(&pool)
+        .await
+        .unwrap();
+    settle(&pool, &jobs[2..], "delivered").await;
+    assert_eq!(counts(&pool, all).await.get("pending"), Some(&2));
+
+    // A relay's bounce report about a delivery.
+    let report = app::domain::FeedbackReport {
+        id: "bounce-1".into(),
+        kind: app::domain::EventKind::HardBounce,
+        recipient: Some(app::domain::EmailAddress::parse("once-0@example.org").unwrap()),
+        message_id: None,
+        relay_id: None,
+        envelope_from: None,
+        status: Some("5.1.1".into()),
+        diagnostic: Some("no such user".into()),
+        occurred_at: None,
+    };
+    let cx = app::feedback::Intake {
+        org_id: acme.id.0,
+        source: app::domain::EventSource::Generic,
+        policy: app::domain::BouncePolicy::default(),
+        verp_key: None,
+        signed: true,
+    };
+    for _ in 0..3 {
+        let mut tx = pool.begin().await.unwrap();
+        app::feedback::record(&mut tx, &cx, &report).await.unwrap();
+        tx.commit().await.unwrap();
+    }
+    let bounced: Vec<serde_json::Value> = sqlx::query_scalar(
+        "select payload from webhook_out_messages where endpoint_id = $1 and event_type = 'message.bounced'",
+    )
+    .bind(all)
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(bounced.len(), 1, "one report, one event: {bounced:?}");
+    assert_eq!(bounced[0]["data"]["bounce"], "hard");
+    assert_eq!(bounced[0]["data"]["recipient"], "once-0@example.org");
+    let effect: String = sqlx::query_scalar("select effect from delivery_events where org_id = $1")
+        .bind(acme.id.0)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        bounced[0]["data"]["suppressed"],
+        effect == "suppressed",
+        "{effect}"
+    );
+    assert_eq!(
+        bounced[0]["data"]["job_id"],
+        jobs[0].as_str(),
+        "matched to its delivery"
+    );
+}
+
+/// Without the operator's flag, neither an address literal nor a name that resolves to
+/// loopback is called; the attempt says why.
+#[tokio::test]
+async fn private_addresses_are_never_called_without_the_operators_flag() {
+    let pool = test_db().await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
+    let receiver = Receiver::start(|_, _| Act::ok()).await;
+    let port = receiver.addr.port();
+    let (literal, _) = endpoint(
+        &pool,
+        &acme,
+        &format!("http://127.0.0.1:{port}/a"),
+        &[WebhookEventType::MessageDelivered],
+    )
+    .await;
+    let (named, _) = endpoint(
+        &pool,
+        &acme,
+        &format!("http://localhost:{port}/b"),
+        &[WebhookEventType::MessageDelivered],
+    )
+    .await;
+    let jobs = deliveries(&pool, acme.id.0, "private", 2).await;
+    settle(&pool, &jobs, "delivered").await;
+    let (stop, task) = start(
+        &pool,
+        Config {
+            allow_private: false,
+            ..config()
+        },
+        "guarded",
+    );
+    let mut conn = pool.acquire().await.unwrap();
+    wait_for("attempts at both endpoints", 30, async || {
+        !webhooks_out::attempts(&mut conn, acme.id.0, literal, 10)
+            .await
+            .unwrap()
+            .is_empty()
+            && !webhooks_out::attempts(&mut conn, acme.id.0, named, 10)
+                .await
+                .unwrap()
+                .is_empty()
+    })
+    .await;
+    stop.send(true).unwrap();
+    task.await.unwrap();
+    assert!(
+        receiver.requests().is_empty(),
+        "nothing reached the receiver"
+    );
+    let a = webhooks_out::attempts(&mut conn, acme.id.0, literal, 10)
+        .await
+        .unwrap();
+    assert!(
+        a[0].error
+            .as_deref()
+            .unwrap_or("")
+            .contains("not a public address"),
+        "{a:?}"
+    );
+    assert_eq!(
+        counts(&pool, literal).await.get("failed"),
+        Some(&2),
+        "a literal never changes: failed at once"
+    );
+    let b = webhooks_out::attempts(&mut conn, acme.id.0, named, 10)
+        .await
+        .unwrap();
+    assert!(
+        b[0].error.as_deref().unwrap_or("").contains("not public"),
+        "{b:?}"
+    );
+}
+
+/// Org A's endpoint takes seconds to answer; org B's answers at once. With A's events queued
+/// first, every one of B's is delivered before A's first answer: A holds only its own share.
+#[tokio::test]
+async fn a_slow_endpoint_holds_only_its_own_share() {
+    let pool = test_db().await;
+    let a = TestOrg::with_roles(&pool, "slowco", &[Role::Owner]).await;
+    let b = TestOrg::with_roles(&pool, "fastco", &[Role::Owner]).await;
+    let slow =
+        Receiver::start(|_, _| Act::Answer(200, Vec::new(), Duration::from_millis(1500))).await;
+    let fast = Receiver::start(|_, _| Act::ok()).await;
+    let (ea, _) = endpoint(
+        &pool,
+        &a,
+        &slow.url("/a"),
+        &[WebhookEventType::MessageDelivered],
+    )
+    .await;
+    let (eb, _) = endpoint(
+        &pool,
+        &b,
+        &fast.url("/b"),
+        &[WebhookEventType::MessageDelivered],
+    )
+    .await;
+    let ja = deliveries(&pool, a.id.0, "slow", 12).await;
+    settle(&pool, &ja, "delivered").await;
+    let jb = deliveries(&pool, b.id.0, "fast", 12).await;
+    settle(&pool, &jb, "delivered").await;
+    let cfg = Config {
+        timeout: Duration::from_secs(5),
+        ..config()
+    };
+    let (stop, task) = start(&pool, cfg, "shared");
+    wait_for("both endpoints served", 60, async || {
+        counts(&pool, ea).await.get("delivered") == Some(&12)
+            && counts(&pool, eb).await.get("delivered") == Some(&12)
+    })
+    .await;
+    stop.send(true).unwrap();
+    task.await.unwrap();
+    let (b_last, a_first): (chrono::DateTime<chrono::Utc>, chrono::DateTime<chrono::Utc>) =
+        sqlx::query_as(
+            "select (select max(finished_at) from webhook_out_messages where endpoint_id = $2),
+                    (select min(finished_at) from webhook_out_messages where endpoint_id = $1)",
+        )
+        .bind(ea)
+        .bind(eb)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert!(
+        b_last < a_first,
+        "B's last {b_last} before A's first {a_first}"
+    );
+    // A never had more than its limit (4) in flight: its requests came in waves.
+    let at: Vec<std::time::Instant> = slow.requests().iter().map(|r| r.at).collect();
+    let most = at
+        .iter()
+        .map(|t| {
+            at.iter()
+                .filter(|u| **u >= *t && **u < *t + Duration::from_millis(1000))
+                .count()
+        })
+        .max()
+        .unwrap();
+    assert!(most <= 4, "at most 4 of A's requests at once, saw {most}");
+}
+
+/// A refusal (410) fails an event at once; an endpoint failing for longer than its limit is
+/// turned off with a reason, and turning it on sends what waited.
+#[tokio::test]
+async fn a_refusal_fails_at_once_and_an_endpoint_failing_too_long_is_turned_off() {
+    let pool = test_db().await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
+    let gone = Receiver::start(|_, _| Act::status(410)).await;
+    let down_until = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let d = down_until.clone();
+    let down = Receiver::start(move |_, _| {
+        if d.load(std::sync::atomic::Ordering::SeqCst) {
+            Act::status(503)
+        } else {
+            Act::ok()
+        }
+    })
+    .await;
+    let (eg, _) = endpoint(
+        &pool,
+        &acme,
+        &gone.url("/gone"),
+        &[WebhookEventType::MessageFailed],
+    )
+    .await;
+    let (ed, _) = endpoint(
+        &pool,
+        &acme,
+        &down.url("/down"),
+        &[WebhookEventType::MessageDelivered],
+    )
+    .await;
+    let jobs = deliveries(&pool, acme.id.0, "health", 4).await;
+    settle(&pool, &jobs[..2], "failed").await;
+    settle(&pool, &jobs[2..], "delivered").await;
+    let cfg = Config {
+        limits: Limits {
+            disable_after: Duration::from_secs(2),
+            give_up_after: Duration::from_secs(3600),
+        },
+        ..config()
+    };
+    let (stop, task) = start(&pool, cfg.clone(), "health");
+    let mut conn = pool.acquire().await.unwrap();
+    wait_for("the failing endpoint to be turned off", 30, async || {
+        let list = webhooks_out::list(&mut conn, acme.id.0).await.unwrap();
+        list.iter().any(|e| e.id == ed && !e.enabled)
+    })
+    .await;
+    assert_eq!(counts(&pool, eg).await.get("failed"), Some(&2));
+    assert_eq!(gone.requests().len(), 2, "a refusal is not retried");
+    let list = webhooks_out::list(&mut conn, acme.id.0).await.unwrap();
+    let e = list.iter().find(|e| e.id == ed).unwrap();
+    assert!(
+        e.disabled_reason
+            .as_deref()
+            .unwrap_or("")
+            .contains("turned it off"),
+        "{e:?}"
+    );
+    assert_eq!(e.pending, 2, "its events wait");
+    let before = down.requests().len();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        down.requests().len(),
+        before,
+        "nothing is sent to a disabled endpoint"
+    );
+
+    down_until.store(false, std::sync::atomic::Ordering::SeqCst);
+    webhooks_out::set_enabled(&mut conn, acme.id.0, ed, true)
+        .await
+        .unwrap();
+    wait_for("what waited to be sent", 30, async || {
+        counts(&pool, ed).await.get("delivered") == Some(&2)
+    })
+    .await;
+    stop.send(true).unwrap();
+    task.await.unwrap();
+}
+
+/// During a rotation both secrets sign: a receiver still on the old one and one already on the
+/// new one both verify, with the reference library.
+#[tokio::test]
+async fn during_a_rotation_the_old_and_the_new_secret_both_verify() {
+    let pool = test_db().await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
+    let receiver = Receiver::start(|_, _| Act::ok()).await;
+    let (id, old) = endpoint(
+        &pool,
+        &acme,
+        &receiver.url("/r"),
+        &[WebhookEventType::WebhookTest],
+    )
+    .await;
+    let new = app::webhook::new_secret();
+    let mut conn = pool.acquire().await.unwrap();
+    webhooks_out::rotate(&mut conn, acme.id.0, id, &new, Duration::from_secs(3600))
+        .await
+        .unwrap()
+        .unwrap();
+    webhooks_out::send_test(&mut conn, acme.id.0, id)
+        .await
+        .unwrap()
+        .unwrap();
+    let (stop, task) = start(&pool, config(), "rotation");
+    wait_for("the test event", 30, async || {
+        !receiver.requests().is_empty()
+    })
+    .await;
+    stop.send(true).unwrap();
+    task.await.unwrap();
+    let got = receiver.requests();
+    assert_eq!(got[0].headers["webhook-signature"].split(' ').count(), 2);
+    for secret in [&old, &new] {
+        let v = verify_independently(secret, &got[..1]);
+        assert!(v[0].is_ok(), "{v:?}");
+    }
+    let body: serde_json::Value = serde_json::from_str(&got[0].body).unwrap();
+    assert_eq!(body["type"], "webhook.test");
+}

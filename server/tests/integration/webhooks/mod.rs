@@ -1,0 +1,4 @@
+//! Events out: signed webhooks to the SaaS, their rows, retries, limits and address rules.
+
+mod events_out;
+mod receiver;
