@@ -15,7 +15,7 @@ use testkit::SmtpSink;
 const CONNECTIONS: usize = 4;
 const BATCH: usize = 20;
 
-fn worker_args(sink: &SmtpSink, extra: &[&str]) -> Vec<String> {
+pub(crate) fn worker_args(sink: &SmtpSink, extra: &[&str]) -> Vec<String> {
     let mut args: Vec<String> = [
         "worker",
         "--smtp-host",
@@ -42,7 +42,7 @@ fn worker_args(sink: &SmtpSink, extra: &[&str]) -> Vec<String> {
     args
 }
 
-fn start(name: &str, dir: &std::path::Path, args: &[String], url: &str) -> Proc {
+pub(crate) fn start(name: &str, dir: &std::path::Path, args: &[String], url: &str) -> Proc {
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     Proc::start_with_env(name, dir, &args, &[("DATABASE_URL", url)])
 }
@@ -239,7 +239,9 @@ fn report(rt: &tokio::runtime::Runtime, pool: &PgPool, id: i64, procs: &[Proc]) 
 }
 
 /// A runtime, a pool, its URL, the org, an approved campaign and its distinct addresses.
-fn setup(recipients: usize) -> (tokio::runtime::Runtime, PgPool, String, i64, i64, usize) {
+pub(crate) fn setup(
+    recipients: usize,
+) -> (tokio::runtime::Runtime, PgPool, String, i64, i64, usize) {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let (pool, url) = rt.block_on(crate::support::helpers::migrated_db_with_url());
     let (org, id, n) = rt.block_on(async {
@@ -365,7 +367,7 @@ fn sigkill_during_materialisation_and_sending_of_a_segment_campaign() {
 /// `first_ms`, then every 1.5 s) and restarted until it is sent; then everything is
 /// reconciled against the `n` distinct addresses it must reach. Returns the SMTP sink.
 #[allow(clippy::too_many_arguments)]
-fn kill_until_sent(
+pub(crate) fn kill_until_sent(
     rt: &tokio::runtime::Runtime,
     pool: &PgPool,
     url: &str,
@@ -423,7 +425,7 @@ fn kill_until_sent(
 }
 
 /// Closes the pool inside the runtime (its connections need one to shut down).
-fn close(rt: tokio::runtime::Runtime, pool: PgPool) {
+pub(crate) fn close(rt: tokio::runtime::Runtime, pool: PgPool) {
     rt.block_on(async move {
         pool.close().await;
         drop(pool);

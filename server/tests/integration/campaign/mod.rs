@@ -1,7 +1,7 @@
 //! Campaigns from draft to sent: the workflow, its pages, test sends, starting and progress.
 
 mod campaign_page;
-mod campaign_processes;
+pub(crate) mod campaign_processes;
 mod campaign_test_send;
 mod campaign_workflow;
 mod campaigns;

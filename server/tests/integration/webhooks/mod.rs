@@ -1,4 +1,5 @@
 //! Events out: signed webhooks to the SaaS, their rows, retries, limits and address rules.
 
 mod events_out;
+mod kill;
 mod receiver;
