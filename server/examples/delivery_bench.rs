@@ -28,6 +28,10 @@
 //! BENCH_PROBE=1 times, on a connection of its own, a bare round trip (`select 1`) and a one-row
 //! autocommit insert, every 5 ms, for a second before the engine starts and throughout its run:
 //! the floor under each ledger write, on an idle machine and beside the engine.
+//! BENCH_WEBHOOKS=1 gives every org an enabled webhook endpoint for every message event (a
+//! receiver in this process answering 200): the engine's rate then includes writing each
+//! outcome's event, the sender delivers them beside it, and afterwards every event is sent once
+//! more with the sender alone, for its events per second and PostgreSQL CPU per event.
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -467,6 +471,43 @@ async fn main() -> anyhow::Result<()> {
         sqlx::query("analyze suppressions").execute(&pool).await?;
         println!("{suppressions} suppressed addresses per org");
     }
+    let hooks = if flag("BENCH_WEBHOOKS") {
+        let received = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let counter = received.clone();
+        let app = axum::Router::new().route(
+            "/hook",
+            axum::routing::post(move || {
+                let counter = counter.clone();
+                async move {
+                    counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    "ok"
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let url = format!("http://{}/hook", listener.local_addr()?);
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        let mut conn = pool.acquire().await?;
+        for org in &org_ids {
+            app::db::webhooks_out::create(
+                &mut conn,
+                *org,
+                None,
+                &url,
+                &[
+                    app::domain::WebhookEventType::MessageDelivered,
+                    app::domain::WebhookEventType::MessageFailed,
+                    app::domain::WebhookEventType::MessageUnknown,
+                ],
+                &app::webhook::new_secret(),
+            )
+            .await?;
+        }
+        println!("webhooks: every org has an endpoint for every message event ({url})");
+        Some(received)
+    } else {
+        None
+    };
     let t0 = Instant::now();
     let mut tx = pool.begin().await?;
     for i in 0..messages {
@@ -520,6 +561,11 @@ async fn main() -> anyhow::Result<()> {
         .args(["--smtp-host", "127.0.0.1", "--smtp-port", &port.to_string()])
         .args(["--smtp-connections", &connections.to_string()])
         .args(["--delivery-batch", &batch.to_string()])
+        .args(
+            hooks
+                .as_ref()
+                .map_or(&[][..], |_| &["--webhook-allow-private"][..]),
+        )
         // BENCH_MARKS_AHEAD=K: one body-start mark per K messages per connection.
         .args(
             std::env::var("BENCH_MARKS_AHEAD")
@@ -569,6 +615,9 @@ async fn main() -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     let elapsed = started.elapsed().as_secs_f64();
+    if let Some(received) = &hooks {
+        webhooks_caught_up(&pool, received, started, elapsed).await?;
+    }
     if let Some((stop, beside)) = probing {
         stop.send(true)?;
         let (_, mut beside) = beside.await??;
@@ -598,6 +647,9 @@ async fn main() -> anyhow::Result<()> {
         worker_cpu / source_cpu.max(f64::EPSILON)
     );
     println!("worker peak RSS: {:.1} MiB", peak as f64 / 1024.0);
+    if hooks.is_some() {
+        webhooks_alone(bin, data.path(), &pool).await?;
+    }
     if statements {
         let top: Vec<(f64, f64, i64, i64, String)> = sqlx::query_as(
             "select total_exec_time, total_plan_time, calls, rows, left(regexp_replace(query, '\\s+', ' ', 'g'), 110)
@@ -642,6 +694,83 @@ async fn main() -> anyhow::Result<()> {
 }
 
 /// A switch of the environment: set, and neither empty nor "0".
+async fn webhooks_pending(pool: &sqlx::PgPool) -> anyhow::Result<bool> {
+    Ok(sqlx::query_scalar(
+        "select exists (select 1 from webhook_out_messages where status = 'pending')",
+    )
+    .fetch_one(pool)
+    .await?)
+}
+
+/// Waits for the sender (beside the engine) to deliver every event, and says how far behind
+/// the last message it finished.
+async fn webhooks_caught_up(
+    pool: &sqlx::PgPool,
+    received: &std::sync::atomic::AtomicU64,
+    started: Instant,
+    engine: f64,
+) -> anyhow::Result<()> {
+    while webhooks_pending(pool).await? {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let done = started.elapsed().as_secs_f64();
+    let events: i64 = sqlx::query_scalar("select count(*) from webhook_out_messages")
+        .fetch_one(pool)
+        .await?;
+    println!(
+        "webhooks beside the engine: {events} events, {} requests received, the last {:.1}s after the last message ({:.0} events/s over the run)",
+        received.load(std::sync::atomic::Ordering::Relaxed),
+        done - engine,
+        events as f64 / done
+    );
+    Ok(())
+}
+
+/// Every event sent once more with the webhook sender alone: its events per second, its CPU
+/// and PostgreSQL's per event.
+async fn webhooks_alone(
+    bin: &str,
+    data: &std::path::Path,
+    pool: &sqlx::PgPool,
+) -> anyhow::Result<()> {
+    let events = sqlx::query(
+        "update webhook_out_messages set status = 'pending', next_attempt_at = now(),
+                retrying_since = now(), finished_at = null",
+    )
+    .execute(pool)
+    .await?
+    .rows_affected();
+    let pg = PgCpu::start();
+    let started = Instant::now();
+    let mut worker = Command::new(bin)
+        .args(["worker", "--data-dir"])
+        .arg(data)
+        .arg("--webhook-allow-private")
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(std::fs::File::create(
+            "/tmp/bench-worker-webhooks.log",
+        )?))
+        .spawn()?;
+    while webhooks_pending(pool).await? {
+        if let Some(status) = worker.try_wait()? {
+            bail!("the worker exited early: {status}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let (worker_cpu, pg_cpu) = (cpu_seconds(worker.id()), pg.stop());
+    support::stop(&mut worker)?;
+    let per = |cpu: f64| cpu * 1e6 / events as f64;
+    println!(
+        "webhooks alone: {events} events in {elapsed:.1}s = {:.0} events/s; CPU per event: worker {:.0} us, PostgreSQL {:.0} us (the worker's start included)",
+        events as f64 / elapsed,
+        per(worker_cpu),
+        per(pg_cpu)
+    );
+    Ok(())
+}
+
 fn flag(name: &str) -> bool {
     std::env::var(name).is_ok_and(|v| !v.is_empty() && v != "0")
 }

@@ -78,7 +78,7 @@ pub async fn create_event_endpoint(
     let id = webhooks_out::create(
         &mut tx,
         me.org_id,
-        me.user_id,
+        Some(me.user_id),
         url.as_str(),
         &types,
         &secret,

@@ -14,7 +14,7 @@ use crate::model::{EventAttempt, EventEndpoint};
 pub async fn create(
     conn: &mut PgConnection,
     org_id: i64,
-    created_by: i64,
+    created_by: Option<i64>,
     url: &str,
     types: &[WebhookEventType],
     secret: &str,

@@ -466,7 +466,7 @@ async fn every_server_function_keeps_to_the_signed_in_org_and_viewers_cannot_act
         let event_endpoint = app::db::webhooks_out::create(
             &mut tx,
             org,
-            author,
+            Some(author),
             &format!("https://{marker}.example.org/hook"),
             &[app::domain::WebhookEventType::MessageFailed],
             &app::webhook::new_secret(),

@@ -52,9 +52,16 @@ async fn endpoint(
 ) -> (i64, String) {
     let secret = app::webhook::new_secret();
     let mut conn = pool.acquire().await.unwrap();
-    let id = webhooks_out::create(&mut conn, org.id.0, org.owner().id.0, url, types, &secret)
-        .await
-        .unwrap();
+    let id = webhooks_out::create(
+        &mut conn,
+        org.id.0,
+        Some(org.owner().id.0),
+        url,
+        types,
+        &secret,
+    )
+    .await
+    .unwrap();
     (id, secret)
 }
 

@@ -39,7 +39,7 @@ fn sigkilled_workers_report_every_committed_outcome_and_nothing_else() {
         app::db::webhooks_out::create(
             &mut conn,
             org,
-            owner,
+            Some(owner),
             &receiver.url("/events"),
             &[
                 WebhookEventType::MessageDelivered,
