@@ -45,6 +45,12 @@ fn Figures(o: Overview) -> impl IntoView {
             {format!("Weekly digest: {weekday}s at {:02}:00 ({}). Last scheduled digest: {}.",
                 o.digest_hour, o.timezone, o.last_digest.clone().unwrap_or_else(|| "none yet".into()))}
         </p>
+        {(o.webhooks_turned_off > 0).then(|| view! {
+            <p role="alert" data-test="webhooks-off" class="mb-4 rounded bg-red-50 px-3 py-2 text-sm text-red-700 dark:bg-red-950 dark:text-red-300">
+                {format!("{} event webhook endpoint(s) failed for a day and were turned off: their events wait. ", o.webhooks_turned_off)}
+                <a href="/settings/webhooks" class="underline">"See Settings › Event webhooks."</a>
+            </p>
+        })}
         <div class="grid grid-cols-2 gap-4 md:grid-cols-4">
             <Card label="Subscribers" value=super::thousands(o.subscribers) hint=format!("{} confirmed", super::thousands(o.confirmed))/>
             <Card label="Lists" value=super::thousands(o.lists)/>

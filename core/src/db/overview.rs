@@ -19,7 +19,8 @@ pub async fn for_org(pool: &PgPool, org_id: i64) -> sqlx::Result<Overview> {
            (select count(*) from deliveries d where d.org_id = o.id and d.status = 'unknown') as unknown_open,
            (select count(*) from deliveries d where d.org_id = o.id and d.status in ('queued', 'sending')) as queued_now,
            (select max(week_key) filter (where kind = 'scheduled') from digest_sends g where g.org_id = o.id) as last_digest,
-           (select count(*) from worker_heartbeats h where h.beat_at > now() - interval '30 seconds') as workers_alive
+           (select count(*) from worker_heartbeats h where h.beat_at > now() - interval '30 seconds') as workers_alive,
+           (select count(*) from webhook_out_endpoints w where w.org_id = o.id and not w.enabled and w.disabled_reason is not null) as webhooks_turned_off
          from orgs o where o.id = $1",
     )
     .bind(org_id)

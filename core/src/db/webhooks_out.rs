@@ -8,6 +8,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, PgPool};
 
+use crate::db::leader::{self, Lease};
 use crate::domain::{WebhookEventType, WebhookStatus};
 use crate::model::{EventAttempt, EventEndpoint};
 
@@ -181,6 +182,25 @@ pub async fn replay(
     .bind(message_id)
     .fetch_optional(conn)
     .await
+}
+
+/// Forgets an erased address in the org's events, sent or not: its `recipient` or `email` field
+/// goes (the event keeps its ids), so neither the page nor a later attempt shows it.
+pub async fn forget(conn: &mut PgConnection, org_id: i64, email_lower: &str) -> sqlx::Result<u64> {
+    sqlx::query(
+        "update webhook_out_messages
+         set payload = jsonb_set(payload, '{data}',
+                                 (payload -> 'data') - 'recipient' - 'email' - 'diagnostic'
+                                 || '{\"erased\": true}')
+         where org_id = $1
+           and (lower(payload -> 'data' ->> 'recipient') = $2
+                or payload -> 'data' ->> 'email' = $2)",
+    )
+    .bind(org_id)
+    .bind(email_lower)
+    .execute(conn)
+    .await
+    .map(|r| r.rows_affected())
 }
 
 /// An endpoint's latest attempts, newest first. Empty for another org's endpoint.
@@ -386,6 +406,25 @@ pub async fn record(
     .fetch_one(pool)
     .await?;
     Ok(written == 1)
+}
+
+/// Retention (the leader, fenced): settled events older than `days` go, with their attempts.
+pub async fn trim(pool: &PgPool, lease: &Lease, days: f64, batch: i64) -> sqlx::Result<u64> {
+    let sql = format!(
+        "delete from webhook_out_messages
+         where id in (select id from webhook_out_messages
+                      where status <> 'pending'
+                        and finished_at < now() - make_interval(secs => $4)
+                      limit $5)
+           and {}",
+        leader::FENCE
+    );
+    Ok(leader::fenced_rows(&sql, lease)
+        .bind(days * 86_400.0)
+        .bind(batch)
+        .execute(pool)
+        .await?
+        .rows_affected())
 }
 
 /// Gives back what `holder` still has in flight (a shutdown): due again at once, the attempt

@@ -11,6 +11,12 @@ text_enum! {
         MessageUnknown = "message.unknown",
         MessageBounced = "message.bounced",
         MessageComplained = "message.complained",
+        SubscriberUnsubscribed = "subscriber.unsubscribed",
+        SubscriberSuppressed = "subscriber.suppressed",
+        SubscriberConfirmed = "subscriber.confirmed",
+        SubscriberErased = "subscriber.erased",
+        CampaignSent = "campaign.sent",
+        CampaignPaused = "campaign.paused",
         WebhookTest = "webhook.test",
     }
 }
@@ -23,6 +29,14 @@ impl WebhookEventType {
             Self::MessageUnknown => "a message's outcome cannot be known",
             Self::MessageBounced => "a relay reported a bounce",
             Self::MessageComplained => "a recipient complained",
+            Self::SubscriberUnsubscribed => "someone unsubscribed",
+            Self::SubscriberSuppressed => {
+                "an address was suppressed (bounce, complaint, admin, import)"
+            }
+            Self::SubscriberConfirmed => "a sign-up was confirmed",
+            Self::SubscriberErased => "a subscriber was erased",
+            Self::CampaignSent => "a campaign finished sending",
+            Self::CampaignPaused => "a campaign paused",
             Self::WebhookTest => "the test button",
         }
     }

@@ -32,6 +32,8 @@ pub struct Overview {
     pub queued_now: i64,
     pub last_digest: Option<String>,
     pub workers_alive: i64,
+    /// Webhook endpoints Mailroom turned off after a day of failures.
+    pub webhooks_turned_off: i64,
     /// Read by its own query.
     #[cfg_attr(feature = "ssr", sqlx(skip))]
     pub recent: Vec<RecentAction>,

@@ -38,6 +38,8 @@ pub mod segments;
 pub mod subscribers;
 /// The suppression list: check, add, remove.
 pub mod suppressions;
+/// The events sent to webhook endpoints, as the document's `webhooks`.
+pub mod webhooks_doc;
 
 /// How fast one token may call: a bucket of `burst` requests refilled at `per_second`.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -118,6 +120,7 @@ fn parts() -> (Router<RestState>, utoipa::openapi::OpenApi) {
         )
         .split_for_parts();
     common_refusals(&mut doc);
+    webhooks_doc::describe(&mut doc);
     (router, doc)
 }
 

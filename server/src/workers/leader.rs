@@ -181,6 +181,21 @@ async fn jobs(pool: &PgPool, cfg: &Config, h: &Held, captured_dir: &Path, retent
             }
         }
     }
+    let mut hooks = 0;
+    while still() {
+        match app::db::webhooks_out::trim(pool, lease, cfg.retention_days, RETENTION_BATCH).await {
+            Ok(n) => {
+                hooks += n;
+                if n < RETENTION_BATCH as u64 {
+                    break;
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "retention of webhook events failed");
+                break;
+            }
+        }
+    }
     let files = trim_captured(captured_dir, cfg.retention_days).await;
     let log_rows = app::db::leader::trim_log(pool, lease, cfg.retention_days)
         .await
@@ -192,7 +207,7 @@ async fn jobs(pool: &PgPool, cfg: &Config, h: &Held, captured_dir: &Path, retent
         pool,
         lease,
         "retention",
-        &format!("details={cleared} captured_files={files} leader_log={log_rows} purged_campaign_rows={purged} events={events} webhook_nonces={nonces} full_rate_buckets={buckets}"),
+        &format!("details={cleared} captured_files={files} leader_log={log_rows} purged_campaign_rows={purged} events={events} webhook_events={hooks} webhook_nonces={nonces} full_rate_buckets={buckets}"),
     )
     .await;
 }

@@ -98,6 +98,37 @@ async fn counts(pool: &PgPool, endpoint: i64) -> BTreeMap<String, i64> {
     .collect()
 }
 
+/// Every field of the body is in the schema the OpenAPI document publishes for its type.
+pub fn assert_documented(body: &serde_json::Value) {
+    let doc = serde_json::to_value(mailroom::rest::openapi()).unwrap();
+    let t: WebhookEventType = body["type"].as_str().unwrap().parse().unwrap();
+    assert!(
+        doc["webhooks"][t.as_str()]["post"]["requestBody"].is_object(),
+        "{t} is in the document's webhooks"
+    );
+    let schemas = &doc["components"]["schemas"];
+    let resolve = |s: &serde_json::Value| -> serde_json::Value {
+        match s["$ref"].as_str() {
+            Some(r) => schemas[r.trim_start_matches("#/components/schemas/")].clone(),
+            None => s.clone(),
+        }
+    };
+    let event = &schemas[mailroom::rest::webhooks_doc::schema_of(t)];
+    for key in body.as_object().unwrap().keys() {
+        assert!(
+            event["properties"][key].is_object(),
+            "{t}: {key} is documented"
+        );
+    }
+    let data = resolve(&event["properties"]["data"]);
+    for key in body["data"].as_object().unwrap().keys() {
+        assert!(
+            data["properties"][key].is_object(),
+            "{t}: data.{key} is documented: {data}"
+        );
+    }
+}
+
 async fn wait_for(what: &str, secs: u64, mut done: impl AsyncFnMut() -> bool) {
     let deadline = std::time::Instant::now() + Duration::from_secs(secs);
     while !done().await {
@@ -177,6 +208,7 @@ async fn a_flaky_receiver_gets_every_event_under_one_id_verified_by_the_referenc
             "{wid} was answered 2xx"
         );
         let body: serde_json::Value = serde_json::from_str(&attempts[0].body).unwrap();
+        assert_documented(&body);
         let job = body["data"]["job_id"].as_str().unwrap().to_owned();
         let status: String = sqlx::query_scalar("select status from deliveries where job_id = $1")
             .bind(&job)
@@ -340,6 +372,7 @@ async fn an_event_commits_with_its_change_once_and_only_for_endpoints_that_asked
     .await
     .unwrap();
     assert_eq!(bounced.len(), 1, "one report, one event: {bounced:?}");
+    assert_documented(&bounced[0]);
     assert_eq!(bounced[0]["data"]["bounce"], "hard");
     assert_eq!(bounced[0]["data"]["recipient"], "once-0@example.org");
     let effect: String = sqlx::query_scalar("select effect from delivery_events where org_id = $1")
@@ -561,6 +594,8 @@ async fn a_refusal_fails_at_once_and_an_endpoint_failing_too_long_is_turned_off(
         "{e:?}"
     );
     assert_eq!(e.pending, 2, "its events wait");
+    let overview = app::db::overview::for_org(&pool, acme.id.0).await.unwrap();
+    assert_eq!(overview.webhooks_turned_off, 1, "the Overview page says so");
     let before = down.requests().len();
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(
@@ -577,6 +612,8 @@ async fn a_refusal_fails_at_once_and_an_endpoint_failing_too_long_is_turned_off(
         counts(&pool, ed).await.get("delivered") == Some(&2)
     })
     .await;
+    let overview = app::db::overview::for_org(&pool, acme.id.0).await.unwrap();
+    assert_eq!(overview.webhooks_turned_off, 0);
     stop.send(true).unwrap();
     task.await.unwrap();
 }
@@ -620,4 +657,202 @@ async fn during_a_rotation_the_old_and_the_new_secret_both_verify() {
     }
     let body: serde_json::Value = serde_json::from_str(&got[0].body).unwrap();
     assert_eq!(body["type"], "webhook.test");
+    assert_documented(&body);
+}
+
+/// An unsubscribe, a suppression, a confirmed sign-up and an erasure are each reported once; the
+/// erased address is forgotten in every event already written, and the erasure's own event
+/// names only the subscriber's id.
+#[tokio::test]
+async fn subscriber_changes_are_reported_and_an_erasure_is_forgotten_in_every_event() {
+    use app::db::audience;
+    use app::domain::{EmailAddress, SuppressionReason};
+    let pool = test_db().await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
+    let types: Vec<WebhookEventType> = WebhookEventType::ALL
+        .into_iter()
+        .filter(|t| *t != WebhookEventType::WebhookTest)
+        .collect();
+    let (id, _) = endpoint(&pool, &acme, "https://hooks.example.com/people", &types).await;
+    let org = acme.id.0;
+    let mut tx = pool.begin().await.unwrap();
+    let alice = EmailAddress::parse("Alice-Waits@example.org").unwrap();
+    let bob = EmailAddress::parse("Bob-Leaves@example.org").unwrap();
+    let ids = audience::insert_subscribers(
+        &mut tx,
+        org,
+        &[(alice.clone(), "Alice".into()), (bob.clone(), "Bob".into())],
+    )
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    sqlx::query("update subscribers set status = 'unconfirmed' where id = $1")
+        .bind(ids[0])
+        .execute(&pool)
+        .await
+        .unwrap();
+    sqlx::query("update subscribers set status = 'confirmed', confirmed_at = now() where id = $1")
+        .bind(ids[0])
+        .execute(&pool)
+        .await
+        .unwrap();
+    let mut conn = pool.acquire().await.unwrap();
+    audience::suppress(
+        &mut conn,
+        org,
+        &bob,
+        SuppressionReason::Unsubscribed,
+        "link",
+    )
+    .await
+    .unwrap();
+    let carol = EmailAddress::parse("carol@example.org").unwrap();
+    audience::suppress(
+        &mut conn,
+        org,
+        &carol,
+        SuppressionReason::HardBounce,
+        "relay",
+    )
+    .await
+    .unwrap();
+    // A second suppression of the same address changes nothing and reports nothing.
+    audience::suppress(&mut conn, org, &carol, SuppressionReason::Manual, "admin")
+        .await
+        .unwrap();
+    let events = |pool: PgPool| async move {
+        sqlx::query_as::<_, (String, serde_json::Value)>(
+            "select event_type, payload from webhook_out_messages where endpoint_id = $1 order by created_at, id",
+        )
+        .bind(id)
+        .fetch_all(&pool)
+        .await
+        .unwrap()
+    };
+    let before = events(pool.clone()).await;
+    let kinds: Vec<&str> = before.iter().map(|(t, _)| t.as_str()).collect();
+    assert_eq!(
+        kinds
+            .iter()
+            .filter(|k| **k == "subscriber.confirmed")
+            .count(),
+        1,
+        "{kinds:?}"
+    );
+    assert_eq!(
+        kinds
+            .iter()
+            .filter(|k| **k == "subscriber.unsubscribed")
+            .count(),
+        1
+    );
+    assert_eq!(
+        kinds
+            .iter()
+            .filter(|k| **k == "subscriber.suppressed")
+            .count(),
+        1
+    );
+    let confirmed = &before
+        .iter()
+        .find(|(t, _)| t == "subscriber.confirmed")
+        .unwrap()
+        .1;
+    assert_eq!(confirmed["data"]["subscriber_id"], ids[0]);
+    assert_eq!(confirmed["data"]["email"], "Alice-Waits@example.org");
+    let suppressed = &before
+        .iter()
+        .find(|(t, _)| t == "subscriber.suppressed")
+        .unwrap()
+        .1;
+    assert_eq!(suppressed["data"]["reason"], "hard_bounce");
+
+    let mut tx = pool.begin().await.unwrap();
+    app::db::subscribers::erase(&mut tx, org, ids[1])
+        .await
+        .unwrap()
+        .unwrap();
+    tx.commit().await.unwrap();
+    let after = events(pool.clone()).await;
+    let text = serde_json::to_string(&after).unwrap().to_lowercase();
+    assert!(
+        !text.contains("bob-leaves"),
+        "the erased address is gone from every event: {text}"
+    );
+    let erased: Vec<&serde_json::Value> = after
+        .iter()
+        .filter(|(t, _)| t == "subscriber.erased")
+        .map(|(_, p)| p)
+        .collect();
+    assert_eq!(erased.len(), 1, "{after:?}");
+    assert_eq!(
+        erased[0]["data"],
+        serde_json::json!({ "subscriber_id": ids[1] })
+    );
+    let unsubscribed = &after
+        .iter()
+        .find(|(t, _)| t == "subscriber.unsubscribed")
+        .unwrap()
+        .1;
+    assert_eq!(unsubscribed["data"]["erased"], true);
+    assert!(
+        text.contains("alice-waits"),
+        "other people's events are untouched"
+    );
+    for (_, payload) in &after {
+        assert_documented(payload);
+    }
+}
+
+/// Retention: settled events older than the retention go with their attempts, under the
+/// leader's fence; pending ones and newer ones stay.
+#[tokio::test]
+async fn retention_removes_settled_events_under_the_leaders_fence() {
+    let pool = test_db().await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
+    let (id, _) = endpoint(
+        &pool,
+        &acme,
+        "https://hooks.example.com/kept",
+        &[WebhookEventType::MessageDelivered],
+    )
+    .await;
+    let jobs = deliveries(&pool, acme.id.0, "kept", 3).await;
+    settle(&pool, &jobs, "delivered").await;
+    // One old and delivered, one new and delivered, one old and still pending.
+    sqlx::query(
+        "update webhook_out_messages m
+         set status = case when d.rn = 3 then 'pending' else 'delivered' end,
+             finished_at = case when d.rn = 3 then null
+                                when d.rn = 1 then now() - interval '40 days' else now() end,
+             created_at = now() - interval '41 days'
+         from (select id, row_number() over (order by id) as rn from webhook_out_messages) d
+         where d.id = m.id",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let lease = app::db::leader::acquire(&pool, "leader", "me", 30.0)
+        .await
+        .unwrap()
+        .unwrap();
+    let stale = app::db::leader::Lease {
+        epoch: lease.epoch - 1,
+        ..lease.clone()
+    };
+    assert_eq!(
+        webhooks_out::trim(&pool, &stale, 30.0, 100).await.unwrap(),
+        0,
+        "fenced"
+    );
+    assert_eq!(
+        webhooks_out::trim(&pool, &lease, 30.0, 100).await.unwrap(),
+        1
+    );
+    let left = counts(&pool, id).await;
+    assert_eq!(
+        (left.get("delivered"), left.get("pending")),
+        (Some(&1), Some(&1)),
+        "{left:?}"
+    );
 }

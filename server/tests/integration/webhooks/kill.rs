@@ -45,6 +45,7 @@ fn sigkilled_workers_report_every_committed_outcome_and_nothing_else() {
                 WebhookEventType::MessageDelivered,
                 WebhookEventType::MessageFailed,
                 WebhookEventType::MessageUnknown,
+                WebhookEventType::CampaignSent,
             ],
             &app::webhook::new_secret(),
         )
@@ -95,8 +96,15 @@ fn sigkilled_workers_report_every_committed_outcome_and_nothing_else() {
     );
     let mut heard: BTreeSet<(String, String, i64)> = BTreeSet::new();
     let mut ids: BTreeMap<(String, String, i64), BTreeSet<String>> = BTreeMap::new();
+    let mut sent = BTreeSet::new();
     for g in receiver.requests() {
         let body: serde_json::Value = serde_json::from_str(&g.body).unwrap();
+        if body["type"] == "campaign.sent" {
+            super::events_out::assert_documented(&body);
+            assert_eq!(body["data"]["campaign_id"], id);
+            sent.insert(g.id().to_owned());
+            continue;
+        }
         let job = body["data"]["job_id"].as_str().unwrap().to_owned();
         let kind = body["type"]
             .as_str()
@@ -126,6 +134,7 @@ fn sigkilled_workers_report_every_committed_outcome_and_nothing_else() {
             "{job} is {status} but its event never reached the endpoint"
         );
     }
+    assert_eq!(sent.len(), 1, "the campaign's end is one event");
     assert!(
         ids.values().all(|i| i.len() == 1),
         "one webhook-id per event, however often it was sent"
