@@ -18,7 +18,7 @@ pub mod pages;
 
 #[cfg(feature = "ssr")]
 pub use mailroom_core::{
-    auth, bounce, campaign_render, capture, db, digest, dkim_key, erasure, feedback,
+    auth, bounce, campaign_render, capture, click, db, digest, dkim_key, erasure, feedback,
     password_token, resend_key, segments, signing, signup, tx_render, unsubscribe, verp, webhook,
 };
 pub use mailroom_core::{domain, model};

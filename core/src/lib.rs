@@ -15,6 +15,9 @@ pub mod campaign_render;
 /// Where captured mail (no SMTP configured) is kept (server only).
 #[cfg(feature = "ssr")]
 pub mod capture;
+/// Tracked links: signed redirect tokens and who is a link scanner (server only).
+#[cfg(feature = "ssr")]
+pub mod click;
 /// Every SQL statement (server only).
 #[cfg(feature = "ssr")]
 pub mod db;

@@ -22,6 +22,8 @@ pub enum Purpose {
     ActionError,
     /// One-click unsubscribe links (`unsubscribe`): keys from the operator or the database.
     Unsubscribe,
+    /// "This tracked link in this delivery leads there" (`click`).
+    Click,
 }
 
 impl Purpose {
@@ -34,6 +36,7 @@ impl Purpose {
             Purpose::Signup => "signup_hmac",
             Purpose::ActionError => "action_error_hmac",
             Purpose::Unsubscribe => "unsubscribe_hmac",
+            Purpose::Click => "click_hmac",
         }
     }
 
@@ -46,6 +49,7 @@ impl Purpose {
             Purpose::Signup => b"",
             Purpose::ActionError => b"mailroom-action-error-v1\n",
             Purpose::Unsubscribe => b"mailroom-unsubscribe-v1:",
+            Purpose::Click => b"mailroom-click-v1:",
         }
     }
 
@@ -78,6 +82,7 @@ mod tests {
             Purpose::Signup,
             Purpose::ActionError,
             Purpose::Unsubscribe,
+            Purpose::Click,
         ];
         for (i, a) in all.iter().enumerate() {
             for b in &all[i + 1..] {

@@ -17,6 +17,8 @@ pub struct EndpointsData {
     pub attempts: Vec<Vec<EventAttempt>>,
     /// The signed-in user is an owner.
     pub can_manage: bool,
+    /// Links in campaign mail are tracked.
+    pub click_tracking: bool,
 }
 
 /// A secret, shown once (a new endpoint's, or a rotation's).
@@ -44,6 +46,7 @@ pub async fn event_endpoints() -> Result<EndpointsData, AppError> {
         endpoints,
         attempts,
         can_manage: me.role.manages_org(),
+        click_tracking: crate::db::clicks::tracking(&mut conn, me.org_id).await?,
     })
 }
 
@@ -226,6 +229,34 @@ pub async fn replay_event(message_id: String) -> Result<String, AppError> {
     .await?;
     tx.commit().await?;
     Ok(format!("{message_id} is sent again."))
+}
+
+/// Turns click tracking on or off for the org's campaign mail (owner only, audited). Mail
+/// already sent keeps the links it was sent with.
+#[server(endpoint = "save_click_tracking")]
+pub async fn save_click_tracking(enabled: bool) -> Result<String, AppError> {
+    let (me, pool) = super::signed_in().await?;
+    if !me.role.manages_org() {
+        return Err(AppError::Forbidden);
+    }
+    let mut tx = pool.begin().await?;
+    let before = crate::db::clicks::set_tracking(&mut tx, me.org_id, enabled).await?;
+    audit::setting_changed(
+        &mut tx,
+        &me,
+        crate::domain::AuditAction::SettingsClickTracking,
+        "click_tracking",
+        before,
+        enabled,
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(if enabled {
+        "Click tracking is on: links in campaign mail sent from now on are counted.".into()
+    } else {
+        "Click tracking is off: links in campaign mail sent from now on go straight to their target."
+            .into()
+    })
 }
 
 #[cfg(feature = "ssr")]

@@ -8,7 +8,7 @@ use super::settings::{SettingsTabs, BUTTON, INPUT, SMALL_BUTTON};
 use super::{Confirm, DangerSubmit, DataTable};
 use crate::api::webhooks::{
     event_endpoints, CreateEventEndpoint, DeleteEventEndpoint, ReplayEvent, RotateEventEndpoint,
-    SetEventEndpointEnabled, ShownSecret, TestEventEndpoint,
+    SaveClickTracking, SetEventEndpointEnabled, ShownSecret, TestEventEndpoint,
 };
 use crate::domain::{WebhookEventType, WebhookStatus};
 use crate::model::{EventAttempt, EventEndpoint};
@@ -20,6 +20,7 @@ struct Actions {
     delete: ServerAction<DeleteEventEndpoint>,
     test: ServerAction<TestEventEndpoint>,
     replay: ServerAction<ReplayEvent>,
+    tracking: ServerAction<SaveClickTracking>,
 }
 
 #[component]
@@ -31,6 +32,7 @@ pub fn WebhooksPage() -> impl IntoView {
         delete: ServerAction::new(),
         test: ServerAction::new(),
         replay: ServerAction::new(),
+        tracking: ServerAction::new(),
     };
     let data = Resource::new(
         move || {
@@ -41,6 +43,7 @@ pub fn WebhooksPage() -> impl IntoView {
                 a.delete.version().get(),
                 a.test.version().get(),
                 a.replay.version().get(),
+                a.tracking.version().get(),
             )
         },
         |_| event_endpoints(),
@@ -65,6 +68,7 @@ pub fn WebhooksPage() -> impl IntoView {
         {move || outcome(a.delete.value().get(), "delete-result")}
         {move || outcome(a.test.value().get(), "test-result")}
         {move || outcome(a.replay.value().get(), "replay-result")}
+        {move || outcome(a.tracking.value().get(), "tracking-result")}
         <Suspense fallback=|| view! { <p>"Loading…"</p> }>
             {move || Suspend::new(async move {
                 match data.await {
@@ -83,6 +87,7 @@ pub fn WebhooksPage() -> impl IntoView {
                                 }}
                                 {can_manage.then(|| view! { <NewEndpoint action=create/> })}
                             </section>
+                            <Tracking on=d.click_tracking can_manage action=a.tracking/>
                         }.into_any()
                     }
                 }
@@ -217,5 +222,27 @@ fn Secret(s: ShownSecret) -> impl IntoView {
             <p>{format!("The signing secret of {}. Copy it now: it is shown only this once.", s.url)}</p>
             <p class="font-mono break-all" data-test="endpoint-secret">{s.secret}</p>
         </div>
+    }
+}
+
+#[component]
+fn Tracking(on: bool, can_manage: bool, action: ServerAction<SaveClickTracking>) -> impl IntoView {
+    view! {
+        <section class="mt-6 rounded-lg bg-white p-4 shadow dark:bg-slate-900" aria-labelledby="tracking-heading">
+            <h2 id="tracking-heading" class="text-lg font-semibold mb-2">"Click tracking"</h2>
+            <p class="text-sm text-slate-600 dark:text-slate-300" data-test="tracking-state">
+                {if on {
+                    "On: links in the HTML of campaign mail lead through this Mailroom, which counts each click (link scanners apart) and sends link.clicked events. The link itself goes only where the message's link went."
+                } else {
+                    "Off: links in campaign mail go straight to their target and nothing is counted."
+                }}
+            </p>
+            {can_manage.then(|| view! {
+                <ActionForm action=action attr:class="mt-2 text-sm">
+                    <input type="hidden" name="enabled" value=(!on).to_string()/>
+                    <button type="submit" class=SMALL_BUTTON data-test="toggle-tracking">{if on { "Turn off" } else { "Turn on" }}</button>
+                </ActionForm>
+            })}
+        </section>
     }
 }

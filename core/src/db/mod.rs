@@ -10,6 +10,8 @@ pub mod audience;
 pub mod audit;
 /// Campaigns: drafts, states, recipients, progress, the bin.
 pub mod campaign;
+/// Clicks on tracked links, per link, forgotten with the subscriber; the org's switch.
+pub mod clicks;
 /// Database-level statements (create, drop, swap databases) for the cluster and restores.
 pub mod cluster;
 /// The delivery queue: the worker's ledger statements and the admin view.

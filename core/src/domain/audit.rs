@@ -38,6 +38,7 @@ text_enum! {
         SegmentSave = "segment.save",
         SettingsApproval = "settings.approval",
         SettingsBounceDomain = "settings.bounce_domain",
+        SettingsClickTracking = "settings.click_tracking",
         SettingsBouncePolicy = "settings.bounce_policy",
         SettingsDkim = "settings.dkim",
         SettingsDkimKey = "settings.dkim_key",

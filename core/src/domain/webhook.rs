@@ -17,6 +17,7 @@ text_enum! {
         SubscriberErased = "subscriber.erased",
         CampaignSent = "campaign.sent",
         CampaignPaused = "campaign.paused",
+        LinkClicked = "link.clicked",
         WebhookTest = "webhook.test",
     }
 }
@@ -37,6 +38,7 @@ impl WebhookEventType {
             Self::SubscriberErased => "a subscriber was erased",
             Self::CampaignSent => "a campaign finished sending",
             Self::CampaignPaused => "a campaign paused",
+            Self::LinkClicked => "someone followed a tracked link (with click tracking on)",
             Self::WebhookTest => "the test button",
         }
     }

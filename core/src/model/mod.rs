@@ -255,6 +255,19 @@ pub struct EventEndpoint {
     pub failed: i64,
 }
 
+/// One link of a campaign, as its page counts the clicks on it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(sqlx::FromRow))]
+pub struct LinkClicks {
+    pub url: String,
+    /// People's clicks (scanners' apart).
+    pub clicks: i64,
+    /// Distinct people who clicked.
+    pub people: i64,
+    /// Clicks by link scanners and prefetchers.
+    pub scanners: i64,
+}
+
 /// One attempt to deliver an event to an endpoint.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ssr", derive(sqlx::FromRow))]

@@ -5,6 +5,8 @@
 pub mod action_errors;
 /// CSV import into a list (streamed, in the background) and export.
 pub mod audience_io;
+/// Tracked links: verify, record the click, redirect to the signed target.
+pub mod clicks;
 /// The client's address and scheme, from the peer or a trusted reverse proxy.
 pub mod client_addr;
 /// Accepting connections: a request-head timeout and a cap per client address.
@@ -125,6 +127,7 @@ fn router(state: AppState, api: ApiConfig) -> Router {
     let unsubscribe =
         crate::http::unsubscribe::routes(state.pool.clone(), state.unsubscribe_keys.clone());
     let hooks = crate::feedback::webhooks::routes(state.pool.clone());
+    let clicks = crate::http::clicks::routes(state.pool.clone());
     let signup = crate::http::signup::routes(state.pool.clone(), edge.signup_limits);
     // The API's erasure removes captured copies, as the dashboard's does: it needs the settings.
     let rest = crate::rest::routes(crate::rest::RestState {
@@ -214,6 +217,7 @@ fn router(state: AppState, api: ApiConfig) -> Router {
         // a limit here would be met first and override it.
         .merge(timed(rest, edge.request_timeout))
         .merge(bounded(signup, MAX_REQUEST_BYTES, edge.request_timeout))
+        .merge(bounded(clicks, MAX_REQUEST_BYTES, edge.request_timeout))
         .layer(middleware::from_fn_with_state(
             edge.trust_proxy,
             crate::http::client_addr::layer,

@@ -115,6 +115,25 @@ pub struct CampaignData {
     pub name: String,
 }
 
+/// `link.clicked`: a person followed a tracked link (scanners' clicks are not sent).
+#[derive(Serialize, ToSchema)]
+pub struct ClickEvent {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub timestamp: String,
+    pub data: ClickData,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct ClickData {
+    /// Where the link led.
+    pub url: String,
+    /// The message it was in (absent once the subscriber was erased).
+    pub job_id: Option<String>,
+    pub campaign_id: Option<i64>,
+    pub subscriber_id: Option<i64>,
+}
+
 /// `webhook.test`: an owner pressed "Send a test event".
 #[derive(Serialize, ToSchema)]
 pub struct TestEvent {
@@ -140,6 +159,7 @@ pub fn schema_of(t: WebhookEventType) -> &'static str {
         | T::SubscriberConfirmed
         | T::SubscriberErased => "SubscriberEvent",
         T::CampaignSent | T::CampaignPaused => "CampaignEvent",
+        T::LinkClicked => "ClickEvent",
         T::WebhookTest => "TestEvent",
     }
 }
@@ -156,6 +176,8 @@ pub fn describe(doc: &mut utoipa::openapi::OpenApi) {
         ("SubscriberData", SubscriberData::schema()),
         ("CampaignEvent", CampaignEvent::schema()),
         ("CampaignData", CampaignData::schema()),
+        ("ClickEvent", ClickEvent::schema()),
+        ("ClickData", ClickData::schema()),
         ("TestEvent", TestEvent::schema()),
         ("TestData", TestData::schema()),
     ] {

@@ -46,6 +46,8 @@ pub struct CampaignWithProgress {
     pub bounces: crate::domain::BounceCounts,
     /// Why it paused itself, if it ever did (kept after a resume).
     pub pause_reason: Option<String>,
+    /// Clicks per tracked link (empty unless the org tracks clicks and someone clicked).
+    pub links: Vec<crate::model::LinkClicks>,
 }
 
 /// One of the signed-in organisation's campaigns; another org's is `NotFound`.
@@ -63,7 +65,9 @@ pub async fn campaign_detail(id: i64) -> Result<CampaignWithProgress, AppError> 
         delivered: progress.delivered,
         ..crate::db::reports::campaign_counts(&mut conn, me.org_id, id).await?
     };
+    let links = crate::db::clicks::per_link(&mut conn, me.org_id, id).await?;
     Ok(CampaignWithProgress {
+        links,
         id: s.id,
         progress,
         bounces,

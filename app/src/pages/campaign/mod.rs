@@ -168,6 +168,7 @@ fn CampaignView(detail: CampaignWithProgress, live: RwSignal<Progress>) -> impl 
             <p role="status" class="mb-4 rounded border border-amber-300 bg-amber-50 p-3 text-sm text-amber-900 dark:border-amber-700 dark:bg-amber-950 dark:text-amber-100" data-test="pause-reason">{r}</p>
         })}
         <Reports counts=detail.bounces live/>
+        {(!detail.links.is_empty()).then(|| view! { <Clicks links=detail.links.clone()/> })}
         // One section in every phase: what it holds changes as the readings arrive.
         <section class="rounded bg-white shadow p-4 mb-4 dark:bg-slate-900" aria-label="Send progress">
             <Show when=move || phase() == Phase::NotStarted>
@@ -220,6 +221,31 @@ fn Reports(counts: crate::domain::BounceCounts, live: RwSignal<Progress>) -> imp
                 <dd class="tabular-nums"><span data-test="complaints">{counts.complaints}</span> " (" <span data-test="complaint-rate">{move || pct(counts.complaints, 2)}</span> ")"</dd>
             </div>
         </dl>
+    }
+}
+
+/// Clicks per tracked link: people's clicks, how many people, and link scanners' apart.
+#[component]
+fn Clicks(links: Vec<crate::model::LinkClicks>) -> impl IntoView {
+    view! {
+        <section class="mb-4 rounded bg-white p-4 text-sm shadow dark:bg-slate-900" aria-labelledby="clicks-heading" data-test="clicks">
+            <h2 id="clicks-heading" class="mb-2 font-semibold">"Clicks"</h2>
+            <table class="w-full">
+                <thead class="text-left text-slate-500 dark:text-slate-400">
+                    <tr><th class="p-1">"Link"</th><th class="p-1">"Clicks"</th><th class="p-1">"People"</th><th class="p-1">"Link scanners"</th></tr>
+                </thead>
+                <tbody>
+                    {links.into_iter().map(|l| view! {
+                        <tr class="border-t border-slate-100 dark:border-slate-800" data-test="link-clicks">
+                            <td class="p-1 break-all font-mono text-xs">{l.url}</td>
+                            <td class="p-1 tabular-nums">{l.clicks}</td>
+                            <td class="p-1 tabular-nums">{l.people}</td>
+                            <td class="p-1 tabular-nums">{l.scanners}</td>
+                        </tr>
+                    }).collect_view()}
+                </tbody>
+            </table>
+        </section>
     }
 }
 

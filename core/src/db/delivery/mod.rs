@@ -777,6 +777,8 @@ pub struct Sender {
     /// The Ed25519 key that signs beside the RSA one (RFC 8463), when the org has one.
     pub dkim_ed25519_selector: Option<String>,
     pub dkim_ed25519_private_key_pem: Option<String>,
+    /// Links in campaign mail become tracked redirects.
+    pub click_tracking: bool,
 }
 
 impl std::fmt::Debug for Sender {
@@ -791,6 +793,7 @@ impl std::fmt::Debug for Sender {
             .field("dkim_domain", &self.dkim_domain)
             .field("dkim_selector", &self.dkim_selector)
             .field("dkim_ed25519_selector", &self.dkim_ed25519_selector)
+            .field("click_tracking", &self.click_tracking)
             .finish_non_exhaustive()
     }
 }
@@ -802,7 +805,8 @@ pub async fn senders(pool: &PgPool, org_ids: &[i64]) -> sqlx::Result<Vec<Sender>
                 k.domain as dkim_domain, k.selector as dkim_selector,
                 k.private_key_pem as dkim_private_key_pem,
                 k.ed25519_selector as dkim_ed25519_selector,
-                k.ed25519_private_key_pem as dkim_ed25519_private_key_pem
+                k.ed25519_private_key_pem as dkim_ed25519_private_key_pem,
+                o.click_tracking
          from orgs o left join org_dkim k on k.org_id = o.id and k.enabled
          where o.id = any($1)",
     )

@@ -27,6 +27,8 @@ pub struct Loaded {
     transactional: HashMap<i64, app::db::transactional::Content>,
     /// Loaded when an org of the batch has a bounce domain.
     verp_key: Option<Vec<u8>>,
+    /// Loaded when an org of the batch tracks clicks.
+    click_key: Option<Vec<u8>>,
 }
 
 /// Takes from the rate limit and claims up to `limit` due deliveries for `holder`.
@@ -150,8 +152,19 @@ impl Loaded {
         } else {
             None
         };
+        let click_key = if senders.values().any(|s| s.click_tracking) {
+            Some(
+                app::signing::Purpose::Click
+                    .key(pool)
+                    .await
+                    .context("loading the click-tracking key")?,
+            )
+        } else {
+            None
+        };
         Ok(Loaded {
             verp_key,
+            click_key,
             senders,
             signers,
             campaigns,
@@ -190,6 +203,7 @@ impl Loaded {
             },
             dkim: self.signers.for_org(c.org.0),
             verp_key: self.verp_key.as_deref(),
+            click_key: self.click_key.as_deref(),
         }
     }
 }

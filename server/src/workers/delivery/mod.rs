@@ -22,6 +22,8 @@ mod pipeline;
 mod render;
 /// Sending one claimed delivery and classifying its outcome exactly.
 mod send;
+/// Click tracking: links of campaign HTML wrapped in signed redirects.
+mod tracking;
 
 use std::path::PathBuf;
 use std::sync::Arc;

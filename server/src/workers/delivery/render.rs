@@ -50,6 +50,8 @@ pub struct Inputs<'a> {
     pub dkim: Result<Option<&'a super::dkim::Signer>, &'a str>,
     /// Signs VERP envelope senders (loaded when an org of the batch has a bounce domain).
     pub verp_key: Option<&'a [u8]>,
+    /// Signs tracked links (loaded when an org of the batch tracks clicks).
+    pub click_key: Option<&'a [u8]>,
 }
 
 const LIST_UNSUBSCRIBE: HeaderName = HeaderName::new_from_ascii_str("List-Unsubscribe");
@@ -156,6 +158,17 @@ pub fn render(cx: &Inputs<'_>, c: &Claimed) -> anyhow::Result<Rendered> {
             // Every copy carries the link, whatever the author's template says.
             if let Some(text) = &mut m.text {
                 text.push_str(&format!("\n\n--\nUnsubscribe: {link}\n"));
+            }
+            if let (true, Some(key), Some(html)) =
+                (sender.click_tracking, cx.click_key, m.html.as_deref())
+            {
+                m.html = Some(super::tracking::track_links(
+                    html,
+                    &cx.links.public_url,
+                    key,
+                    &c.job.to_string(),
+                    &link,
+                )?);
             }
             m
         }

@@ -1,0 +1,241 @@
+//! Click tracking through the real engine and the real router: links in campaign HTML become
+//! signed redirects only when the org turned tracking on; a genuine link redirects to its own
+//! target and is counted (people apart from scanners) and reported; anything forged, altered
+//! or spliced is a 404 that records nothing; an erasure keeps the count but not the person.
+
+use app::domain::WebhookEventType;
+use reqwest::StatusCode;
+use sqlx::PgPool;
+
+use super::events_out::assert_documented;
+use crate::support::fixtures::run_to_end;
+use crate::support::helpers::test_db;
+use crate::support::org::TestOrg;
+use crate::support::test_app::spawn_app;
+use testkit::SmtpSink;
+
+const PRICING: &str = "https://example.com/pricing?plan=pro&ref=mail";
+const DOCS: &str = "https://example.com/docs";
+const BROWSER: &str =
+    "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 Chrome/131.0 Safari/537.36";
+
+/// The tracked tokens in each message's HTML, in the order they appear.
+fn tokens(sink: &SmtpSink) -> Vec<Vec<String>> {
+    sink.messages()
+        .iter()
+        .map(|m| {
+            // Quoted-printable: soft line breaks out.
+            let body = m.data.replace("=\r\n", "");
+            body.split("http://mailroom.test/c/")
+                .skip(1)
+                .map(|t| {
+                    t.chars()
+                        .take_while(|c| c.is_ascii_alphanumeric() || "-_.".contains(*c))
+                        .collect()
+                })
+                .collect()
+        })
+        .collect()
+}
+
+async fn clicks(pool: &PgPool) -> i64 {
+    sqlx::query_scalar("select count(*) from link_clicks")
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn tracked_links_lead_only_to_their_own_target_and_count_people_apart_from_scanners() {
+    let pool = test_db().await;
+    let acme = TestOrg::new(&pool, "acme").await;
+    let org = acme.id.0;
+    let (lists, _) = acme.audience(3).await;
+    let body = format!(
+        "Hi {{{{ name }}}}, see [our prices]({PRICING}) and <{DOCS}>, or [write](mailto:hi@example.com)."
+    );
+
+    // Off by default: links go out as written.
+    let sink = SmtpSink::start();
+    let plain = acme.campaign().to(&lists).body(&body).approved().await;
+    run_to_end(&pool, plain.0, &sink).await;
+    assert!(
+        tokens(&sink).iter().all(Vec::is_empty),
+        "nothing tracked while off"
+    );
+
+    let mut conn = pool.acquire().await.unwrap();
+    assert!(!app::db::clicks::set_tracking(&mut conn, org, true)
+        .await
+        .unwrap());
+    let (endpoint, _) = {
+        let secret = app::webhook::new_secret();
+        let id = app::db::webhooks_out::create(
+            &mut conn,
+            org,
+            None,
+            "https://hooks.example.com/clicks",
+            &[WebhookEventType::LinkClicked],
+            &secret,
+        )
+        .await
+        .unwrap();
+        (id, secret)
+    };
+    let sink = SmtpSink::start();
+    let tracked = acme.campaign().to(&lists).body(&body).approved().await;
+    run_to_end(&pool, tracked.0, &sink).await;
+    let per_message = tokens(&sink);
+    assert_eq!(per_message.len(), 3);
+    assert!(per_message.iter().all(|t| t.len() == 2), "{per_message:?}");
+    for m in sink.messages() {
+        assert!(
+            m.data.contains("mailto:hi@example.com"),
+            "a mail link stays"
+        );
+    }
+    // The people read it an hour later (a click within seconds of delivery is a scanner's).
+    sqlx::query(
+        "update deliveries set finished_at = now() - interval '1 hour' where campaign_id = $1",
+    )
+    .bind(tracked.0)
+    .execute(&pool)
+    .await
+    .unwrap();
+
+    let app = spawn_app(pool.clone()).await;
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .user_agent(BROWSER)
+        .build()
+        .unwrap();
+    let follow = |token: String, head: bool, agent: &'static str| {
+        let (http, url) = (http.clone(), format!("{}/c/{token}", app.base));
+        async move {
+            let req = if head {
+                http.head(&url)
+            } else {
+                http.get(&url)
+            };
+            let r = req.header("user-agent", agent).send().await.unwrap();
+            let location = r
+                .headers()
+                .get("location")
+                .map(|l| l.to_str().unwrap().to_owned());
+            (r.status(), location)
+        }
+    };
+    let (a, b, c) = (&per_message[0], &per_message[1], &per_message[2]);
+    // The first person clicks pricing twice, the second once; the docs link of the third is
+    // followed by a HEAD and by a library: scanners.
+    for (token, head, agent) in [
+        (&a[0], false, BROWSER),
+        (&a[0], false, BROWSER),
+        (&b[0], false, BROWSER),
+        (&c[1], true, BROWSER),
+        (&c[1], false, "python-requests/2.31"),
+    ] {
+        let (status, location) = follow(token.clone(), head, agent).await;
+        assert_eq!(status, StatusCode::FOUND);
+        let expected = if token == &c[1] { DOCS } else { PRICING };
+        assert_eq!(location.as_deref(), Some(expected));
+    }
+    assert_eq!(clicks(&pool).await, 5);
+
+    // Forged, altered, spliced (one link's target under another's tag), another key's: 404,
+    // and nothing recorded.
+    let (payload_a, _) = a[0].split_once('.').unwrap();
+    let (_, tag_b) = a[1].split_once('.').unwrap();
+    let mut altered = a[0].clone().into_bytes();
+    altered[3] = if altered[3] == b'A' { b'B' } else { b'A' };
+    let foreign = app::click::token(
+        b"another key, thirty-two bytes long",
+        "x",
+        "https://evil.example/",
+    );
+    for bad in [
+        "nonsense".to_owned(),
+        String::from_utf8(altered).unwrap(),
+        format!("{payload_a}.{tag_b}"),
+        foreign,
+        format!("{}.", payload_a),
+    ] {
+        let (status, location) = follow(bad.clone(), false, BROWSER).await;
+        assert_eq!((status, location), (StatusCode::NOT_FOUND, None), "{bad}");
+    }
+    assert_eq!(clicks(&pool).await, 5, "refused links record nothing");
+
+    let links = app::db::clicks::per_link(&mut conn, org, tracked.0)
+        .await
+        .unwrap();
+    let pricing = links.iter().find(|l| l.url == PRICING).unwrap();
+    assert_eq!(
+        (pricing.clicks, pricing.people, pricing.scanners),
+        (3, 2, 0)
+    );
+    let docs = links.iter().find(|l| l.url == DOCS).unwrap();
+    assert_eq!((docs.clicks, docs.people, docs.scanners), (0, 0, 2));
+    assert!(app::db::clicks::per_link(&mut conn, org, plain.0)
+        .await
+        .unwrap()
+        .is_empty());
+
+    // People's clicks are reported, each once; scanners' are not.
+    let events: Vec<serde_json::Value> = sqlx::query_scalar(
+        "select payload from webhook_out_messages where endpoint_id = $1 order by created_at",
+    )
+    .bind(endpoint)
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(events.len(), 3, "{events:?}");
+    for e in &events {
+        assert_documented(e);
+        assert_eq!(e["data"]["url"], PRICING);
+        assert_eq!(e["data"]["campaign_id"], tracked.0);
+    }
+
+    // An erasure keeps the clicks counted and forgets whose they were.
+    let first: i64 = sqlx::query_scalar(
+        "select subscriber_id from link_clicks where campaign_id = $1 and not scanner order by id limit 1",
+    )
+    .bind(tracked.0)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    let mut tx = pool.begin().await.unwrap();
+    app::db::subscribers::erase(&mut tx, org, first)
+        .await
+        .unwrap()
+        .unwrap();
+    tx.commit().await.unwrap();
+    let left: i64 = sqlx::query_scalar(
+        "select count(*) from link_clicks where subscriber_id = $1 or job_id like '%' || $1::text || '%'",
+    )
+    .bind(first)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(left, 0, "no click names the erased subscriber");
+    let links = app::db::clicks::per_link(&mut conn, org, tracked.0)
+        .await
+        .unwrap();
+    let pricing = links.iter().find(|l| l.url == PRICING).unwrap();
+    assert_eq!(pricing.clicks, 3, "still counted");
+
+    // The campaign page shows the counts.
+    let owner = acme.owner().signed_in(&app).await;
+    let page = owner
+        .get(format!("{}/campaigns/{}", app.base, tracked.0))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        page.contains("data-test=\"clicks\"")
+            && page.contains(PRICING.replace('&', "&amp;").as_str()),
+        "{page}"
+    );
+}
