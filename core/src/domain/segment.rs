@@ -173,6 +173,9 @@ text_enum! {
         Bounced = "bounced",
         /// They reported it as spam.
         Complained = "complained",
+        /// They followed a tracked link in it (click tracking on; link scanners' clicks
+        /// excluded).
+        Clicked = "clicked",
     }
 }
 

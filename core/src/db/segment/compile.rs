@@ -215,6 +215,24 @@ fn push_condition(
             }
         },
         Node::Engagement {
+            what: Engagement::Clicked,
+            campaign_id,
+            within_days,
+        } => {
+            qb.push("s.id in (select c.subscriber_id from link_clicks c where c.org_id = ");
+            qb.push_bind(org);
+            qb.push(" and not c.scanner and c.subscriber_id is not null");
+            if let Some(id) = campaign_id {
+                qb.push(" and c.campaign_id = ");
+                qb.push_bind(*id);
+            }
+            if let Some(days) = within_days {
+                qb.push(" and c.clicked_at >= ");
+                qb.push_bind(clock.since(*days));
+            }
+            qb.push(")");
+        }
+        Node::Engagement {
             what,
             campaign_id,
             within_days,
@@ -224,6 +242,7 @@ fn push_condition(
                 Engagement::Received | Engagement::Delivered => None,
                 Engagement::Bounced => Some("r.kind in ('hard_bounce', 'soft_bounce')"),
                 Engagement::Complained => Some("r.kind = 'complaint'"),
+                Engagement::Clicked => unreachable!("clicks are matched above"),
             };
             if let Some(kind) = reported {
                 qb.push(" join delivery_events r on r.job_id = d.job_id and ");

@@ -75,6 +75,8 @@ struct Delivery {
     ago: i64,
     /// A report about it: (0 hard bounce, 1 soft bounce, 2 complaint), minutes ago.
     report: Option<(u8, i64)>,
+    /// A click on a tracked link in it: (by a scanner, minutes ago).
+    click: Option<(bool, i64)>,
 }
 
 #[derive(Clone, Debug)]
@@ -161,13 +163,15 @@ fn world() -> impl Strategy<Value = World> {
                 any::<bool>(),
                 ago(),
                 proptest::option::of((0u8..3, ago())),
+                proptest::option::of((any::<bool>(), ago())),
             )
-                .prop_map(|(sub, campaign, delivered, ago, report)| Delivery {
+                .prop_map(|(sub, campaign, delivered, ago, report, click)| Delivery {
                     sub,
                     campaign,
                     delivered,
                     ago,
                     report,
+                    click,
                 });
             let event = (0..n, 0..EVENT_NAMES.len(), ago(), pairs()).prop_map(
                 |(sub, name, ago, properties)| Event {
@@ -397,6 +401,21 @@ async fn write(pool: &sqlx::PgPool, w: &World, n: usize) -> Written {
         .execute(&mut *conn)
         .await
         .unwrap();
+        if let Some((scanner, ago)) = d.click {
+            sqlx::query(
+                "insert into link_clicks (org_id, campaign_id, job_id, subscriber_id, url, clicked_at, scanner)
+                 values ($1, $2, $3, $4, 'https://example.com/', $5, $6)",
+            )
+            .bind(org)
+            .bind(campaign_ids[d.campaign])
+            .bind(&job)
+            .bind(sub_ids[d.sub])
+            .bind(now - Duration::minutes(ago))
+            .bind(scanner)
+            .execute(&mut *conn)
+            .await
+            .unwrap();
+        }
         if let Some((kind, ago)) = d.report {
             sqlx::query(
                 "insert into delivery_events (org_id, source, provider_event_id, kind, job_id,
@@ -627,6 +646,9 @@ impl Model<'_> {
                             }
                             Engagement::Complained => {
                                 matches!(d.report, Some((2, at)) if self.minutes_ago(at) >= since)
+                            }
+                            Engagement::Clicked => {
+                                matches!(d.click, Some((false, at)) if self.minutes_ago(at) >= since)
                             }
                         }
                 })
