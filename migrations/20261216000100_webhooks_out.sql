@@ -50,8 +50,10 @@ create table webhook_out_messages (
     finished_at timestamptz,
     foreign key (org_id, endpoint_id) references webhook_out_endpoints (org_id, id) on delete cascade
 );
-create index webhook_out_messages_due on webhook_out_messages (next_attempt_at) where status = 'pending';
 create index webhook_out_messages_endpoint on webhook_out_messages (endpoint_id, next_attempt_at) where status = 'pending';
+-- What an endpoint has in flight (its room under max_in_flight): only the leased rows.
+create index webhook_out_messages_leased on webhook_out_messages (endpoint_id, lease_until)
+    where status = 'pending' and lease_until is not null;
 create index webhook_out_messages_recent on webhook_out_messages (endpoint_id, created_at desc);
 -- Retention: settled events by age.
 create index webhook_out_messages_settled on webhook_out_messages (finished_at) where status <> 'pending';
@@ -95,8 +97,8 @@ create function webhook_fan_out(events jsonb) returns void language sql as $$
 $$;
 
 -- A delivery reaching delivered, failed or unknown (each attempt's outcome once). Most orgs have
--- no endpoint: the first test keeps the delivery engine's statements from paying for more than
--- one index probe.
+-- no endpoint: the first test keeps the delivery engine's statements from paying more than one
+-- probe when no org has one, and the second builds events only for the orgs that do.
 create function webhook_deliveries_updated() returns trigger language plpgsql as $$
 begin
     if not exists (select 1 from webhook_out_endpoints where enabled) then
@@ -118,7 +120,9 @@ begin
             'error', n.last_error))), '[]'))
     from new_rows n
     join old_rows o on o.job_id = n.job_id
-    where n.status in ('delivered', 'failed', 'unknown') and n.status is distinct from o.status;
+    where n.status in ('delivered', 'failed', 'unknown') and n.status is distinct from o.status
+      -- Only the rows of orgs with an endpoint are built into events.
+      and exists (select 1 from webhook_out_endpoints e where e.org_id = n.org_id and e.enabled);
     return null;
 end $$;
 create trigger deliveries_webhooks after update on deliveries

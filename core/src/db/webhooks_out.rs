@@ -256,19 +256,20 @@ pub async fn claim(
 ) -> sqlx::Result<Vec<Claimed>> {
     sqlx::query_as(
         "with t as (select coalesce($1::timestamptz, now()) as now),
-         due as (
-             select distinct m.endpoint_id from webhook_out_messages m, t
-             where m.status = 'pending' and m.next_attempt_at <= t.now
-               and (m.lease_until is null or m.lease_until <= t.now)
-             limit 1000
-         ),
+         -- Endpoints with something due, each found by one probe of its own index: never a
+         -- read of every pending row (a slow endpoint may have a day's worth waiting).
          ep as (
-             select e.id, e.max_in_flight from webhook_out_endpoints e
-             where e.enabled and e.id in (select endpoint_id from due)
+             select e.id, e.max_in_flight from webhook_out_endpoints e, t
+             where e.enabled
+               and exists (select 1 from webhook_out_messages m
+                           where m.endpoint_id = e.id and m.status = 'pending'
+                             and m.next_attempt_at <= t.now
+                             and (m.lease_until is null or m.lease_until <= t.now))
              for no key update of e skip locked
          ),
          picked as (
              select p.id from ep, t,
+             -- What is in flight: the few rows holding a lease.
              lateral (select count(*) as busy from webhook_out_messages f
                       where f.endpoint_id = ep.id and f.status = 'pending'
                         and f.lease_until > t.now) b,
