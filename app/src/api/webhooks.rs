@@ -46,7 +46,7 @@ pub async fn event_endpoints() -> Result<EndpointsData, AppError> {
         endpoints,
         attempts,
         can_manage: me.role.manages_org(),
-        click_tracking: crate::db::clicks::tracking(&mut conn, me.org_id).await?,
+        click_tracking: crate::db::settings::click_tracking(&mut conn, me.org_id).await?,
     })
 }
 
@@ -240,7 +240,7 @@ pub async fn save_click_tracking(enabled: bool) -> Result<String, AppError> {
         return Err(AppError::Forbidden);
     }
     let mut tx = pool.begin().await?;
-    let before = crate::db::clicks::set_tracking(&mut tx, me.org_id, enabled).await?;
+    let before = crate::db::settings::set_click_tracking(&mut tx, me.org_id, enabled).await?;
     audit::setting_changed(
         &mut tx,
         &me,

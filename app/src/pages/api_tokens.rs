@@ -5,8 +5,8 @@ use leptos::prelude::*;
 
 use super::action_outcome as outcome;
 use super::settings::{SettingsTabs, BUTTON, INPUT};
-use super::{Confirm, DangerSubmit, DataTable};
-use crate::api::api_tokens::{api_tokens, CreateApiToken, CreatedToken, RevokeApiToken};
+use super::{Confirm, DangerSubmit, DataTable, ShownOnce};
+use crate::api::api_tokens::{api_tokens, CreateApiToken, RevokeApiToken};
 use crate::domain::ApiScope;
 
 #[component]
@@ -28,7 +28,9 @@ pub fn ApiTokensPage() -> impl IntoView {
         </p>
         {move || outcome(revoke.value().get(), "revoke-result")}
         {move || create.value().get().map(|r| match r {
-            Ok(c) => view! { <Created c/> }.into_any(),
+            Ok(c) => view! {
+                <ShownOnce what=format!("Token “{}” created.", c.name) value=c.token test="create-result" value_test="api-token-value"/>
+            }.into_any(),
             Err(e) => outcome(Some(Err(e)), "create-result").into_any(),
         })}
         <Suspense fallback=|| view! { <p>"Loading…"</p> }>
@@ -100,15 +102,5 @@ fn NewToken(action: ServerAction<CreateApiToken>) -> impl IntoView {
             </fieldset>
             <button type="submit" id="create-api-token" disabled=move || action.pending().get() class=BUTTON>"Create token"</button>
         </ActionForm>
-    }
-}
-
-#[component]
-fn Created(c: CreatedToken) -> impl IntoView {
-    view! {
-        <div role="status" data-test="create-result" class="mb-4 rounded bg-green-50 px-3 py-2 text-sm text-green-800 dark:bg-green-950 dark:text-green-200">
-            <p>{format!("Token “{}” created. Copy it now: it is shown only this once.", c.name)}</p>
-            <p class="font-mono break-all" data-test="api-token-value">{c.token}</p>
-        </div>
     }
 }

@@ -73,6 +73,25 @@ fn action_outcome(
     })
 }
 
+/// A credential shown the one time it exists (a new API token, a webhook secret): what it is,
+/// then the value itself, to copy.
+#[component]
+fn ShownOnce(
+    /// What was made, ending with a full stop.
+    what: String,
+    value: String,
+    /// The `data-test` of the panel and of the value.
+    test: &'static str,
+    value_test: &'static str,
+) -> impl IntoView {
+    view! {
+        <div role="status" data-test=test class="mb-4 rounded bg-green-50 px-3 py-2 text-sm text-green-800 dark:bg-green-950 dark:text-green-200">
+            <p>{format!("{what} Copy it now: it is shown only this once.")}</p>
+            <p class="font-mono break-all" data-test=value_test>{value}</p>
+        </div>
+    }
+}
+
 /// A page's data that could not be read, in place of the page: the error as the user may see it.
 fn load_error(e: crate::error::AppError) -> AnyView {
     view! { <p role="alert" class="text-red-700 dark:text-red-300">{e.to_string()}</p> }.into_any()

@@ -5,7 +5,7 @@ use leptos::prelude::*;
 
 use super::action_outcome as outcome;
 use super::settings::{SettingsTabs, BUTTON, INPUT, SMALL_BUTTON};
-use super::{Confirm, DangerSubmit, DataTable};
+use super::{Confirm, DangerSubmit, DataTable, ShownOnce};
 use crate::api::webhooks::{
     event_endpoints, CreateEventEndpoint, DeleteEventEndpoint, ReplayEvent, RotateEventEndpoint,
     SaveClickTracking, SetEventEndpointEnabled, ShownSecret, TestEventEndpoint,
@@ -50,7 +50,9 @@ pub fn WebhooksPage() -> impl IntoView {
     );
     let shown = move |r: Option<Result<ShownSecret, crate::error::AppError>>, test| {
         r.map(|r| match r {
-            Ok(s) => view! { <Secret s/> }.into_any(),
+            Ok(s) => view! {
+                <ShownOnce what=format!("The signing secret of {}.", s.url) value=s.secret test="secret-result" value_test="endpoint-secret"/>
+            }.into_any(),
             Err(e) => outcome(Some(Err(e)), test).into_any(),
         })
     };
@@ -212,16 +214,6 @@ fn NewEndpoint(action: ServerAction<CreateEventEndpoint>) -> impl IntoView {
             </fieldset>
             <button type="submit" id="create-endpoint" disabled=move || action.pending().get() class=BUTTON>"Add endpoint"</button>
         </ActionForm>
-    }
-}
-
-#[component]
-fn Secret(s: ShownSecret) -> impl IntoView {
-    view! {
-        <div role="status" data-test="secret-result" class="mb-4 rounded bg-green-50 px-3 py-2 text-sm text-green-800 dark:bg-green-950 dark:text-green-200">
-            <p>{format!("The signing secret of {}. Copy it now: it is shown only this once.", s.url)}</p>
-            <p class="font-mono break-all" data-test="endpoint-secret">{s.secret}</p>
-        </div>
     }
 }
 

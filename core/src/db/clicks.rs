@@ -1,5 +1,6 @@
 //! Clicks on tracked links: recorded against the delivery the link was sent in, counted per
-//! link for the campaign page (people apart from scanners), forgotten with the subscriber.
+//! link for the campaign page (people apart from scanners), forgotten with the subscriber. The
+//! org's switch is one of its settings (`db::settings::click_tracking`).
 
 use sqlx::{PgConnection, PgPool};
 
@@ -67,25 +68,4 @@ pub async fn forget(
     .execute(conn)
     .await
     .map(|r| r.rows_affected())
-}
-
-/// Whether the org rewrites links in its campaign mail.
-pub async fn tracking(conn: &mut PgConnection, org_id: i64) -> sqlx::Result<bool> {
-    sqlx::query_scalar("select click_tracking from orgs where id = $1")
-        .bind(org_id)
-        .fetch_one(conn)
-        .await
-}
-
-/// Turns it on or off; returns what it was (read under the row lock, for the audit row).
-pub async fn set_tracking(conn: &mut PgConnection, org_id: i64, on: bool) -> sqlx::Result<bool> {
-    sqlx::query_scalar(
-        "update orgs o set click_tracking = $2
-         from (select id, click_tracking from orgs where id = $1 for update) old
-         where o.id = old.id returning old.click_tracking",
-    )
-    .bind(org_id)
-    .bind(on)
-    .fetch_one(conn)
-    .await
 }

@@ -10,7 +10,7 @@ pub mod audience;
 pub mod audit;
 /// Campaigns: drafts, states, recipients, progress, the bin.
 pub mod campaign;
-/// Clicks on tracked links, per link, forgotten with the subscriber; the org's switch.
+/// Clicks on tracked links, per link, forgotten with the subscriber.
 pub mod clicks;
 /// Database-level statements (create, drop, swap databases) for the cluster and restores.
 pub mod cluster;

@@ -65,10 +65,25 @@ pub async fn set_event_retention_days(
     swap(conn, org_id, Column::EventRetentionDays, days).await
 }
 
+/// Whether the org rewrites links in its campaign mail into tracked redirects.
+pub async fn click_tracking(conn: &mut PgConnection, org_id: i64) -> sqlx::Result<bool> {
+    read(conn, org_id, Column::ClickTracking).await
+}
+
+/// Turns it on or off; returns what it was (read under the row lock, for the audit row).
+pub async fn set_click_tracking(
+    conn: &mut PgConnection,
+    org_id: i64,
+    on: bool,
+) -> sqlx::Result<bool> {
+    swap(conn, org_id, Column::ClickTracking, on).await
+}
+
 /// The settings that are one column of `orgs` each, read and swapped alike.
 #[derive(Clone, Copy)]
 enum Column {
     AllowSelfApproval,
+    ClickTracking,
     EventRetentionDays,
     ReturnPath,
 }
@@ -77,6 +92,7 @@ impl Column {
     fn name(self) -> &'static str {
         match self {
             Column::AllowSelfApproval => "allow_self_approval",
+            Column::ClickTracking => "click_tracking",
             Column::EventRetentionDays => "event_retention_days",
             Column::ReturnPath => "return_path",
         }

@@ -65,7 +65,7 @@ async fn tracked_links_lead_only_to_their_own_target_and_count_people_apart_from
     );
 
     let mut conn = pool.acquire().await.unwrap();
-    assert!(!app::db::clicks::set_tracking(&mut conn, org, true)
+    assert!(!app::db::settings::set_click_tracking(&mut conn, org, true)
         .await
         .unwrap());
     let (endpoint, _) = {
