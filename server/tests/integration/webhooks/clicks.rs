@@ -203,13 +203,12 @@ async fn tracked_links_lead_only_to_their_own_target_and_count_people_apart_from
     .fetch_one(&pool)
     .await
     .unwrap();
-    let their_jobs: Vec<String> = sqlx::query_scalar(
-        "select distinct job_id from link_clicks where subscriber_id = $1",
-    )
-    .bind(first)
-    .fetch_all(&pool)
-    .await
-    .unwrap();
+    let their_jobs: Vec<String> =
+        sqlx::query_scalar("select distinct job_id from link_clicks where subscriber_id = $1")
+            .bind(first)
+            .fetch_all(&pool)
+            .await
+            .unwrap();
     assert!(!their_jobs.is_empty());
     let mut tx = pool.begin().await.unwrap();
     app::db::subscribers::erase(&mut tx, org, first)
