@@ -37,6 +37,24 @@ pub fn verify(key: &[u8], token: &str) -> Option<(String, String)> {
     Some((job.to_owned(), target.to_owned()))
 }
 
+/// The token of delivery `job_id`'s open-tracking pixel: a token without a target, so it never
+/// redirects and a link's token never counts as an open.
+pub fn open_token(key: &[u8], job_id: &str) -> String {
+    token(key, job_id, "")
+}
+
+/// The job id of a genuine pixel token; `None` for a link's token or anything forged.
+pub fn verify_open(key: &[u8], token: &str) -> Option<String> {
+    verify(key, token)
+        .filter(|(_, target)| target.is_empty())
+        .map(|(job, _)| job)
+}
+
+/// The (job id, target) of a genuine link token; `None` for a pixel's token or anything forged.
+pub fn verify_link(key: &[u8], token: &str) -> Option<(String, String)> {
+    verify(key, token).filter(|(_, target)| trackable(target))
+}
+
 /// Whether a link is one to track: http(s) only (not `mailto:`, not an anchor).
 pub fn trackable(href: &str) -> bool {
     let h = href.trim_start().to_ascii_lowercase();
@@ -105,6 +123,12 @@ mod tests {
         assert_eq!(verify(KEY, &t[..t.len() - 2]), None);
         assert_eq!(verify(KEY, "nothing"), None);
         assert_eq!(verify(KEY, ""), None);
+        // A pixel's token opens nothing and a link's token is no open.
+        let open = open_token(KEY, "c:1:2");
+        assert_eq!(verify_open(KEY, &open), Some("c:1:2".into()));
+        assert_eq!(verify_link(KEY, &open), None);
+        assert_eq!(verify_open(KEY, &t), None);
+        assert!(verify_link(KEY, &t).is_some());
     }
 
     #[test]

@@ -70,6 +70,11 @@ fn form(job: &JobId) -> Option<String> {
             ..
         } => format!("t{campaign_id}-{content_version}"),
         JobId::Confirm { org_id, signup_id } => format!("s{org_id}-{signup_id}"),
+        JobId::Notice {
+            org_id,
+            notice_id,
+            user_id,
+        } => format!("n{org_id}-{notice_id}-{user_id}"),
         JobId::Transactional { .. } => return None,
     })
 }
@@ -93,6 +98,11 @@ fn parse_form(f: &str) -> Option<VerpRef> {
             org_id: int(o)?,
             user_id: int(u)?,
             token_id: int(t)?,
+        }),
+        ("n", [o, n, u]) => VerpRef::Job(JobId::Notice {
+            org_id: int(o)?,
+            notice_id: int(n)?,
+            user_id: int(u)?,
         }),
         ("s", [o, id]) => VerpRef::Job(JobId::Confirm {
             org_id: int(o)?,
@@ -193,6 +203,7 @@ mod tests {
             "digest:7:manual-1764633600:12".parse().unwrap(),
             "invite:7:12:55".parse().unwrap(),
             "confirm:7:123".parse().unwrap(),
+            "notice:7:9:12".parse().unwrap(),
         ]
     }
 

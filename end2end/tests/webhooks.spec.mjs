@@ -1,7 +1,7 @@
 import { test, expect } from '@playwright/test';
 import { hydrated, signIn } from '../support.mjs';
 
-test('event webhooks: an owner adds an endpoint (its secret shown once), sends a test event, and turns click tracking on', async ({ page }) => {
+test('event webhooks: an owner adds an endpoint (its secret shown once), sends a test event, and turns click and open tracking on', async ({ page }) => {
   const errors = [];
   page.on('pageerror', (e) => errors.push(String(e)));
   await signIn(page);
@@ -29,6 +29,12 @@ test('event webhooks: an owner adds an endpoint (its secret shown once), sends a
   await page.locator('[data-test=toggle-tracking]').click();
   await expect(page.locator('[data-test=tracking-result]')).toContainText('Click tracking is on');
   await expect(page.locator('[data-test=tracking-state]')).toContainText('On:');
+  // Open tracking is its own switch, labelled unreliable, and stays off when clicks go on.
+  await expect(page.getByRole('heading', { name: 'Open tracking (unreliable)' })).toBeVisible();
+  await expect(page.locator('[data-test=opens-state]')).toContainText('Off:');
+  await page.locator('[data-test=toggle-opens]').click();
+  await expect(page.locator('[data-test=opens-result]')).toContainText('Open tracking is on');
+  await expect(page.locator('[data-test=opens-state]')).toContainText('Unreliable');
 
   // Shown once: a fresh load of the page never carries the secret.
   await page.reload();
@@ -37,5 +43,7 @@ test('event webhooks: an owner adds an endpoint (its secret shown once), sends a
   expect(await page.content()).not.toContain(secret);
   await page.locator('[data-test=toggle-tracking]').click();
   await expect(page.locator('[data-test=tracking-state]')).toContainText('Off:');
+  await page.locator('[data-test=toggle-opens]').click();
+  await expect(page.locator('[data-test=opens-state]')).toContainText('Off:');
   expect(errors).toEqual([]);
 });

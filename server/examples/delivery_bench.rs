@@ -32,6 +32,11 @@
 //! receiver in this process answering 200): the engine's rate then includes writing each
 //! outcome's event, the sender delivers them beside it, and afterwards every event is sent once
 //! more with the sender alone, for its events per second and PostgreSQL CPU per event.
+//! BENCH_WEBHOOK_IN_FLIGHT=N sets every endpoint's requests in flight (4 by default).
+//! BENCH_WEBHOOKS=slow (2 orgs or more) gives the first org's endpoint a receiver that answers
+//! each request after 2 s: the mail must finish, and every other org's events reach their
+//! receiver, while that endpoint still has most of its events waiting (checked as ordering;
+//! the figures say by how much).
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -471,24 +476,42 @@ async fn main() -> anyhow::Result<()> {
         sqlx::query("analyze suppressions").execute(&pool).await?;
         println!("{suppressions} suppressed addresses per org");
     }
+    let slow_hook = std::env::var("BENCH_WEBHOOKS").as_deref() == Ok("slow");
+    if slow_hook && org_ids.len() < 2 {
+        bail!("BENCH_WEBHOOKS=slow needs 2 orgs or more");
+    }
     let hooks = if flag("BENCH_WEBHOOKS") {
         let received = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
         let counter = received.clone();
-        let app = axum::Router::new().route(
-            "/hook",
-            axum::routing::post(move || {
-                let counter = counter.clone();
-                async move {
-                    counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let app = axum::Router::new()
+            .route(
+                "/hook",
+                axum::routing::post(move || {
+                    let counter = counter.clone();
+                    async move {
+                        counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        "ok"
+                    }
+                }),
+            )
+            .route(
+                "/slow",
+                axum::routing::post(|| async {
+                    tokio::time::sleep(Duration::from_secs(2)).await;
                     "ok"
-                }
-            }),
-        );
+                }),
+            );
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let url = format!("http://{}/hook", listener.local_addr()?);
+        let base = format!("http://{}", listener.local_addr()?);
+        let url = format!("{base}/hook");
         tokio::spawn(async move { axum::serve(listener, app).await });
         let mut conn = pool.acquire().await?;
-        for org in &org_ids {
+        for (i, org) in org_ids.iter().enumerate() {
+            let url = if slow_hook && i == 0 {
+                format!("{base}/slow")
+            } else {
+                url.clone()
+            };
             app::db::webhooks_out::create(
                 &mut conn,
                 *org,
@@ -502,6 +525,13 @@ async fn main() -> anyhow::Result<()> {
                 &app::webhook::new_secret(),
             )
             .await?;
+        }
+        // BENCH_WEBHOOK_IN_FLIGHT=N: each endpoint's max_in_flight (4 unless set).
+        if let Ok(n) = std::env::var("BENCH_WEBHOOK_IN_FLIGHT") {
+            sqlx::query("update webhook_out_endpoints set max_in_flight = $1")
+                .bind(n.parse::<i32>()?)
+                .execute(&mut *conn)
+                .await?;
         }
         println!("webhooks: every org has an endpoint for every message event ({url})");
         Some(received)
@@ -615,6 +645,9 @@ async fn main() -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     let elapsed = started.elapsed().as_secs_f64();
+    if slow_hook {
+        slow_endpoint_held_only_its_own(&pool, org_ids[0], started, elapsed).await?;
+    }
     if let Some(received) = &hooks {
         webhooks_caught_up(&pool, received, started, elapsed).await?;
     }
@@ -696,7 +729,9 @@ async fn main() -> anyhow::Result<()> {
 /// A switch of the environment: set, and neither empty nor "0".
 async fn webhooks_pending(pool: &sqlx::PgPool) -> anyhow::Result<bool> {
     Ok(sqlx::query_scalar(
-        "select exists (select 1 from webhook_out_messages where status = 'pending')",
+        "select exists (select 1 from webhook_out_messages m
+                        join webhook_out_endpoints e on e.id = m.endpoint_id
+                        where m.status = 'pending' and e.enabled)",
     )
     .fetch_one(pool)
     .await?)
@@ -726,6 +761,64 @@ async fn webhooks_caught_up(
     Ok(())
 }
 
+/// The slow endpoint (the first org's) against the mail and the other orgs' endpoints: when the
+/// mail had finished, and again when every other endpoint had caught up, the slow one must
+/// still have had events waiting; it is then turned off, so the rest of the run measures the
+/// others.
+async fn slow_endpoint_held_only_its_own(
+    pool: &sqlx::PgPool,
+    slow_org: i64,
+    started: Instant,
+    engine: f64,
+) -> anyhow::Result<()> {
+    let slow_state = || async {
+        let (done, total): (i64, i64) = sqlx::query_as(
+            "select count(*) filter (where status <> 'pending'), count(*)
+             from webhook_out_messages where org_id = $1",
+        )
+        .bind(slow_org)
+        .fetch_one(pool)
+        .await?;
+        anyhow::Ok((done, total))
+    };
+    let (at_mail_end, total) = slow_state().await?;
+    if at_mail_end >= total {
+        bail!(
+            "the slow endpoint had nothing left when the mail finished: the check proves nothing"
+        );
+    }
+    println!(
+        "slow endpoint (2 s an answer): {at_mail_end} of its {total} events done when the last message was ({engine:.1}s): the mail did not wait for it"
+    );
+    loop {
+        let others_pending: bool = sqlx::query_scalar(
+            "select exists (select 1 from webhook_out_messages
+                            where status = 'pending' and org_id <> $1)",
+        )
+        .bind(slow_org)
+        .fetch_one(pool)
+        .await?;
+        if !others_pending {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let others_done = started.elapsed().as_secs_f64();
+    let (at_others_end, _) = slow_state().await?;
+    if at_others_end >= total {
+        bail!("the slow endpoint finished before the others: ordering not shown");
+    }
+    println!(
+        "every other org's events delivered {:.1}s after the last message, the slow endpoint then at {at_others_end} of {total}: it held up no one else",
+        others_done - engine
+    );
+    sqlx::query("update webhook_out_endpoints set enabled = false where org_id = $1")
+        .bind(slow_org)
+        .execute(pool)
+        .await?;
+    Ok(())
+}
+
 /// Every event sent once more with the webhook sender alone: its events per second, its CPU
 /// and PostgreSQL's per event.
 async fn webhooks_alone(
@@ -735,7 +828,8 @@ async fn webhooks_alone(
 ) -> anyhow::Result<()> {
     let events = sqlx::query(
         "update webhook_out_messages set status = 'pending', next_attempt_at = now(),
-                retrying_since = now(), finished_at = null",
+                retrying_since = now(), finished_at = null
+         where endpoint_id in (select id from webhook_out_endpoints where enabled)",
     )
     .execute(pool)
     .await?

@@ -19,6 +19,8 @@ pub struct EndpointsData {
     pub can_manage: bool,
     /// Links in campaign mail are tracked.
     pub click_tracking: bool,
+    /// Campaign HTML carries an open-tracking pixel.
+    pub open_tracking: bool,
 }
 
 /// A secret, shown once (a new endpoint's, or a rotation's).
@@ -47,6 +49,7 @@ pub async fn event_endpoints() -> Result<EndpointsData, AppError> {
         attempts,
         can_manage: me.role.manages_org(),
         click_tracking: crate::db::settings::click_tracking(&mut conn, me.org_id).await?,
+        open_tracking: crate::db::settings::open_tracking(&mut conn, me.org_id).await?,
     })
 }
 
@@ -235,28 +238,57 @@ pub async fn replay_event(message_id: String) -> Result<String, AppError> {
 /// already sent keeps the links it was sent with.
 #[server(endpoint = "save_click_tracking")]
 pub async fn save_click_tracking(enabled: bool) -> Result<String, AppError> {
-    let (me, pool) = super::signed_in().await?;
-    if !me.role.manages_org() {
-        return Err(AppError::Forbidden);
-    }
-    let mut tx = pool.begin().await?;
-    let before = crate::db::settings::set_click_tracking(&mut tx, me.org_id, enabled).await?;
-    audit::setting_changed(
-        &mut tx,
-        &me,
-        crate::domain::AuditAction::SettingsClickTracking,
-        "click_tracking",
-        before,
-        enabled,
-    )
-    .await?;
-    tx.commit().await?;
+    switch_tracking(Tracking::Clicks, enabled).await?;
     Ok(if enabled {
         "Click tracking is on: links in campaign mail sent from now on are counted.".into()
     } else {
         "Click tracking is off: links in campaign mail sent from now on go straight to their target."
             .into()
     })
+}
+
+/// Turns open tracking (a pixel in campaign HTML) on or off (owner only, audited).
+#[server(endpoint = "save_open_tracking")]
+pub async fn save_open_tracking(enabled: bool) -> Result<String, AppError> {
+    switch_tracking(Tracking::Opens, enabled).await?;
+    Ok(if enabled {
+        "Open tracking is on: campaign mail sent from now on carries a pixel.".into()
+    } else {
+        "Open tracking is off: campaign mail sent from now on carries no pixel.".into()
+    })
+}
+
+#[cfg(feature = "ssr")]
+enum Tracking {
+    Clicks,
+    Opens,
+}
+
+/// One of the two tracking switches, swapped and audited in one transaction.
+#[cfg(feature = "ssr")]
+async fn switch_tracking(which: Tracking, enabled: bool) -> Result<(), AppError> {
+    use crate::db::settings;
+    use crate::domain::AuditAction;
+    let (me, pool) = super::signed_in().await?;
+    if !me.role.manages_org() {
+        return Err(AppError::Forbidden);
+    }
+    let mut tx = pool.begin().await?;
+    let (before, action, field) = match which {
+        Tracking::Clicks => (
+            settings::set_click_tracking(&mut tx, me.org_id, enabled).await?,
+            AuditAction::SettingsClickTracking,
+            "click_tracking",
+        ),
+        Tracking::Opens => (
+            settings::set_open_tracking(&mut tx, me.org_id, enabled).await?,
+            AuditAction::SettingsOpenTracking,
+            "open_tracking",
+        ),
+    };
+    audit::setting_changed(&mut tx, &me, action, field, before, enabled).await?;
+    tx.commit().await?;
+    Ok(())
 }
 
 #[cfg(feature = "ssr")]

@@ -8,7 +8,7 @@ use super::settings::{SettingsTabs, BUTTON, INPUT, SMALL_BUTTON};
 use super::{Confirm, DangerSubmit, DataTable, ShownOnce};
 use crate::api::webhooks::{
     event_endpoints, CreateEventEndpoint, DeleteEventEndpoint, ReplayEvent, RotateEventEndpoint,
-    SaveClickTracking, SetEventEndpointEnabled, ShownSecret, TestEventEndpoint,
+    SaveClickTracking, SaveOpenTracking, SetEventEndpointEnabled, ShownSecret, TestEventEndpoint,
 };
 use crate::domain::{WebhookEventType, WebhookStatus};
 use crate::model::{EventAttempt, EventEndpoint};
@@ -21,6 +21,7 @@ struct Actions {
     test: ServerAction<TestEventEndpoint>,
     replay: ServerAction<ReplayEvent>,
     tracking: ServerAction<SaveClickTracking>,
+    opens: ServerAction<SaveOpenTracking>,
 }
 
 #[component]
@@ -33,6 +34,7 @@ pub fn WebhooksPage() -> impl IntoView {
         test: ServerAction::new(),
         replay: ServerAction::new(),
         tracking: ServerAction::new(),
+        opens: ServerAction::new(),
     };
     let data = Resource::new(
         move || {
@@ -44,6 +46,7 @@ pub fn WebhooksPage() -> impl IntoView {
                 a.test.version().get(),
                 a.replay.version().get(),
                 a.tracking.version().get(),
+                a.opens.version().get(),
             )
         },
         |_| event_endpoints(),
@@ -71,6 +74,7 @@ pub fn WebhooksPage() -> impl IntoView {
         {move || outcome(a.test.value().get(), "test-result")}
         {move || outcome(a.replay.value().get(), "replay-result")}
         {move || outcome(a.tracking.value().get(), "tracking-result")}
+        {move || outcome(a.opens.value().get(), "opens-result")}
         <Suspense fallback=|| view! { <p>"Loading…"</p> }>
             {move || Suspend::new(async move {
                 match data.await {
@@ -89,7 +93,30 @@ pub fn WebhooksPage() -> impl IntoView {
                                 }}
                                 {can_manage.then(|| view! { <NewEndpoint action=create/> })}
                             </section>
-                            <Tracking on=d.click_tracking can_manage action=a.tracking/>
+                            <Switch heading="Click tracking" id="tracking" text=if d.click_tracking {
+                                "On: links in the HTML of campaign mail lead through this Mailroom, which counts each click (link scanners apart) and sends link.clicked events. The link itself goes only where the message's link went."
+                            } else {
+                                "Off: links in campaign mail go straight to their target and nothing is counted."
+                            }>
+                                {can_manage.then(|| view! {
+                                    <ActionForm action=a.tracking attr:class="mt-2 text-sm">
+                                        <input type="hidden" name="enabled" value=(!d.click_tracking).to_string()/>
+                                        <button type="submit" class=SMALL_BUTTON data-test="toggle-tracking">{if d.click_tracking { "Turn off" } else { "Turn on" }}</button>
+                                    </ActionForm>
+                                })}
+                            </Switch>
+                            <Switch heading="Open tracking (unreliable)" id="opens" text=if d.open_tracking {
+                                "On: the HTML of campaign mail carries a one-pixel image from this Mailroom, and each fetch of it counts as an open (machines apart). Unreliable: many mail clients block images, and some (Apple Mail's privacy protection) fetch every image on arrival, so treat opens as a rough sign only."
+                            } else {
+                                "Off: campaign mail carries no tracking pixel. Opens are unreliable (clients block images or fetch them all on arrival); clicks are the better measure."
+                            }>
+                                {can_manage.then(|| view! {
+                                    <ActionForm action=a.opens attr:class="mt-2 text-sm">
+                                        <input type="hidden" name="enabled" value=(!d.open_tracking).to_string()/>
+                                        <button type="submit" class=SMALL_BUTTON data-test="toggle-opens">{if d.open_tracking { "Turn off" } else { "Turn on" }}</button>
+                                    </ActionForm>
+                                })}
+                            </Switch>
                         }.into_any()
                     }
                 }
@@ -217,24 +244,19 @@ fn NewEndpoint(action: ServerAction<CreateEventEndpoint>) -> impl IntoView {
     }
 }
 
+/// A tracking switch: its state in words and, for an owner, the form that flips it.
 #[component]
-fn Tracking(on: bool, can_manage: bool, action: ServerAction<SaveClickTracking>) -> impl IntoView {
+fn Switch(
+    heading: &'static str,
+    id: &'static str,
+    text: &'static str,
+    children: Children,
+) -> impl IntoView {
     view! {
-        <section class="mt-6 rounded-lg bg-white p-4 shadow dark:bg-slate-900" aria-labelledby="tracking-heading">
-            <h2 id="tracking-heading" class="text-lg font-semibold mb-2">"Click tracking"</h2>
-            <p class="text-sm text-slate-600 dark:text-slate-300" data-test="tracking-state">
-                {if on {
-                    "On: links in the HTML of campaign mail lead through this Mailroom, which counts each click (link scanners apart) and sends link.clicked events. The link itself goes only where the message's link went."
-                } else {
-                    "Off: links in campaign mail go straight to their target and nothing is counted."
-                }}
-            </p>
-            {can_manage.then(|| view! {
-                <ActionForm action=action attr:class="mt-2 text-sm">
-                    <input type="hidden" name="enabled" value=(!on).to_string()/>
-                    <button type="submit" class=SMALL_BUTTON data-test="toggle-tracking">{if on { "Turn off" } else { "Turn on" }}</button>
-                </ActionForm>
-            })}
+        <section class="mt-6 rounded-lg bg-white p-4 shadow dark:bg-slate-900" aria-labelledby=format!("{id}-heading")>
+            <h2 id=format!("{id}-heading") class="text-lg font-semibold mb-2">{heading}</h2>
+            <p class="text-sm text-slate-600 dark:text-slate-300" data-test=format!("{id}-state")>{text}</p>
+            {children()}
         </section>
     }
 }

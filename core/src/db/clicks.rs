@@ -1,10 +1,21 @@
-//! Clicks on tracked links: recorded against the delivery the link was sent in, counted per
-//! link for the campaign page (people apart from scanners), forgotten with the subscriber. The
-//! org's switch is one of its settings (`db::settings::click_tracking`).
+//! Clicks on tracked links and fetches of the open-tracking pixel: recorded against the
+//! delivery they were sent in, counted for the campaign page (people apart from machines),
+//! forgotten with the subscriber. The org's switches are its settings
+//! (`db::settings::click_tracking`, `db::settings::open_tracking`).
 
 use sqlx::{PgConnection, PgPool};
 
-use crate::model::LinkClicks;
+use crate::model::{LinkClicks, Opens};
+
+/// The delivery `d`'s job id and subscriber, as a click or an open records them: nobody's once
+/// the subscriber was erased (a message read after the erasure still counts, for no one).
+fn whose() -> String {
+    let erased = crate::domain::ERASED_PREFIX;
+    format!(
+        "case when starts_with(d.email_lower, '{erased}') then null else d.job_id end,
+         case when starts_with(d.email_lower, '{erased}') then null else d.subscriber_id end"
+    )
+}
 
 /// Records a click on `url` in delivery `job_id`. A machine's click (`scanner`), or one within
 /// `scanner_seconds` of the delivery, is kept apart. `false`: no such delivery (purged, or
@@ -16,12 +27,13 @@ pub async fn record(
     scanner: bool,
     scanner_seconds: f64,
 ) -> sqlx::Result<bool> {
-    let n = sqlx::query(
+    let n = sqlx::query(&format!(
         "insert into link_clicks (org_id, campaign_id, job_id, subscriber_id, url, scanner)
-         select d.org_id, d.campaign_id, d.job_id, d.subscriber_id, $2,
+         select d.org_id, d.campaign_id, {whose}, $2,
                 $3 or coalesce(d.finished_at > now() - make_interval(secs => $4), false)
          from deliveries d where d.job_id = $1 and d.kind = 'campaign'",
-    )
+        whose = whose()
+    ))
     .bind(job_id)
     .bind(url)
     .bind(scanner)
@@ -30,6 +42,45 @@ pub async fn record(
     .await?
     .rows_affected();
     Ok(n == 1)
+}
+
+/// Records a fetch of delivery `job_id`'s pixel, machines' apart as for [`record`]. `false`:
+/// no such campaign delivery, nothing recorded.
+pub async fn record_open(
+    pool: &PgPool,
+    job_id: &str,
+    scanner: bool,
+    scanner_seconds: f64,
+) -> sqlx::Result<bool> {
+    let n = sqlx::query(&format!(
+        "insert into message_opens (org_id, campaign_id, job_id, subscriber_id, scanner)
+         select d.org_id, d.campaign_id, {whose},
+                $2 or coalesce(d.finished_at > now() - make_interval(secs => $3), false)
+         from deliveries d where d.job_id = $1 and d.kind = 'campaign'",
+        whose = whose()
+    ))
+    .bind(job_id)
+    .bind(scanner)
+    .bind(scanner_seconds)
+    .execute(pool)
+    .await?
+    .rows_affected();
+    Ok(n == 1)
+}
+
+/// A campaign's opens: people's fetches of the pixel, distinct people, and machines'.
+pub async fn opens(conn: &mut PgConnection, org_id: i64, campaign_id: i64) -> sqlx::Result<Opens> {
+    sqlx::query_as(
+        "select count(*) filter (where not scanner) as opens,
+                count(distinct coalesce(subscriber_id::text, 'erased:' || id))
+                    filter (where not scanner) as people,
+                count(*) filter (where scanner) as machines
+         from message_opens where org_id = $1 and campaign_id = $2",
+    )
+    .bind(org_id)
+    .bind(campaign_id)
+    .fetch_one(conn)
+    .await
 }
 
 /// A campaign's links, most clicked first: clicks, distinct people, and scanners' clicks.
@@ -53,19 +104,22 @@ pub async fn per_link(
     .await
 }
 
-/// Erasure: the clicks stay counted, nobody's.
+/// Erasure: the clicks and opens stay counted, nobody's.
 pub async fn forget(
     conn: &mut PgConnection,
     org_id: i64,
     subscribers: &[i64],
 ) -> sqlx::Result<u64> {
-    sqlx::query(
-        "update link_clicks set subscriber_id = null, job_id = null
-         where org_id = $1 and subscriber_id = any($2)",
+    sqlx::query_scalar::<_, i64>(
+        "with c as (update link_clicks set subscriber_id = null, job_id = null
+                    where org_id = $1 and subscriber_id = any($2) returning 1),
+              o as (update message_opens set subscriber_id = null, job_id = null
+                    where org_id = $1 and subscriber_id = any($2) returning 1)
+         select (select count(*) from c) + (select count(*) from o)",
     )
     .bind(org_id)
     .bind(subscribers)
-    .execute(conn)
+    .fetch_one(conn)
     .await
-    .map(|r| r.rows_affected())
+    .map(i64::unsigned_abs)
 }

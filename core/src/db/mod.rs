@@ -40,6 +40,8 @@ pub mod login_throttle;
 pub mod metrics;
 /// The embedded migrations, applied strictly or tolerating newer ones (rolling upgrades).
 pub mod migrate;
+/// Account notices to an org's owners, queued with the change they report.
+pub mod notices;
 /// Creating organisations (the first with its owner), time zone checks, lookups.
 pub mod orgs;
 /// The Overview page's figures of one organisation, in one round trip.

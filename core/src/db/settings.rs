@@ -79,12 +79,27 @@ pub async fn set_click_tracking(
     swap(conn, org_id, Column::ClickTracking, on).await
 }
 
+/// Whether the org's campaign HTML carries an open-tracking pixel (a separate opt-in).
+pub async fn open_tracking(conn: &mut PgConnection, org_id: i64) -> sqlx::Result<bool> {
+    read(conn, org_id, Column::OpenTracking).await
+}
+
+/// Turns it on or off; returns what it was (read under the row lock, for the audit row).
+pub async fn set_open_tracking(
+    conn: &mut PgConnection,
+    org_id: i64,
+    on: bool,
+) -> sqlx::Result<bool> {
+    swap(conn, org_id, Column::OpenTracking, on).await
+}
+
 /// The settings that are one column of `orgs` each, read and swapped alike.
 #[derive(Clone, Copy)]
 enum Column {
     AllowSelfApproval,
     ClickTracking,
     EventRetentionDays,
+    OpenTracking,
     ReturnPath,
 }
 
@@ -94,6 +109,7 @@ impl Column {
             Column::AllowSelfApproval => "allow_self_approval",
             Column::ClickTracking => "click_tracking",
             Column::EventRetentionDays => "event_retention_days",
+            Column::OpenTracking => "open_tracking",
             Column::ReturnPath => "return_path",
         }
     }

@@ -328,85 +328,138 @@ impl Default for Limits {
     }
 }
 
-/// Records an attempt, if the claim is still this holder's (a lease that ran out and was taken
-/// by another worker is that worker's now): the event's next state, the attempt's row, and the
-/// endpoint's health (a success ends a failing run; a failing run of `disable_after` disables
-/// it). A retry due after `give_up_after` of retrying is a failure. `false`: the claim was no longer ours, nothing written.
+/// Records a batch of attempts in one transaction, each only if its claim is still this
+/// holder's (a lease that ran out and was taken by another worker is that worker's now): the
+/// event's next state, the attempt's row, and each endpoint's health (a success in the batch
+/// ends a failing run; a failing run of `disable_after` disables the endpoint, and its owners
+/// are sent an account notice in the same transaction). A retry due after `give_up_after` of
+/// retrying is a failure. Returns how many were written (the others were no longer ours).
 pub async fn record(
     pool: &PgPool,
-    claimed: &Claimed,
     holder: &str,
     now: Option<DateTime<Utc>>,
-    outcome: &Attempted,
+    attempts: &[(Claimed, Attempted)],
     limits: Limits,
-) -> sqlx::Result<bool> {
+) -> sqlx::Result<u64> {
     let Limits {
         disable_after,
         give_up_after,
     } = limits;
-    let ok = outcome.next == WebhookStatus::Delivered;
-    let written: i64 = sqlx::query_scalar(
-        "with t as (select coalesce($1::timestamptz, now()) as now),
+    let mut ids = Vec::with_capacity(attempts.len());
+    let mut numbers = Vec::with_capacity(attempts.len());
+    let mut next = Vec::with_capacity(attempts.len());
+    let mut retry_in = Vec::with_capacity(attempts.len());
+    let mut http_status = Vec::with_capacity(attempts.len());
+    let mut latency = Vec::with_capacity(attempts.len());
+    let mut error = Vec::with_capacity(attempts.len());
+    let mut response = Vec::with_capacity(attempts.len());
+    for (c, a) in attempts {
+        ids.push(c.id.as_str());
+        numbers.push(c.attempt);
+        next.push(a.next.as_str());
+        retry_in.push(a.retry_in.as_secs_f64());
+        http_status.push(a.http_status.map(i32::from));
+        latency.push(a.latency_ms);
+        error.push(a.error.as_deref());
+        response.push(a.response.as_deref());
+    }
+    let mut tx = pool.begin().await?;
+    // The batch's endpoints, locked in one order first: two replicas' batches touching the
+    // same endpoints then wait for each other instead of deadlocking.
+    sqlx::query(
+        "select e.id from webhook_out_endpoints e
+         where e.id in (select endpoint_id from webhook_out_messages where id = any($1))
+         order by e.id for no key update",
+    )
+    .bind(&ids)
+    .execute(&mut *tx)
+    .await?;
+    let (written, off_orgs, off_urls, off_since): (i64, Vec<i64>, Vec<String>, Vec<DateTime<Utc>>) =
+        sqlx::query_as(
+            "with t as (select coalesce($1::timestamptz, now()) as now),
+         i as (
+             select * from unnest($2::text[], $3::int[], $4::text[], $5::float8[], $6::int[],
+                                  $7::int[], $8::text[], $9::text[])
+                 as i(id, attempt, next, retry_in, http_status, latency_ms, error, response)
+         ),
          -- A retry past the three days is a failure.
          d as (
-             select case when $4 = 'pending'
-                              and w.retrying_since <= t.now - make_interval(secs => $13)
-                         then 'failed' else $4 end as next
-             from webhook_out_messages w, t where w.id = $2
+             select i.*, case when i.next = 'pending'
+                                   and w.retrying_since <= t.now - make_interval(secs => $12)
+                              then 'failed' else i.next end as settled
+             from i join webhook_out_messages w on w.id = i.id, t
          ),
          m as (
              update webhook_out_messages w
-             set status = d.next,
-                 next_attempt_at = case when d.next = 'pending'
-                                        then t.now + make_interval(secs => $5)
+             set status = d.settled,
+                 next_attempt_at = case when d.settled = 'pending'
+                                        then t.now + make_interval(secs => d.retry_in)
                                         else w.next_attempt_at end,
-                 finished_at = case when d.next = 'pending' then null else t.now end,
+                 finished_at = case when d.settled = 'pending' then null else t.now end,
                  lease_until = null, holder = null
              from t, d
-             where w.id = $2 and w.holder = $3 and w.attempts = $6
-             returning w.id, w.org_id, w.endpoint_id
+             where w.id = d.id and w.holder = $10 and w.attempts = d.attempt
+             returning w.id, w.attempts as attempt, w.org_id, w.endpoint_id
          ),
          a as (
              insert into webhook_out_attempts
                  (org_id, endpoint_id, message_id, attempt, at, http_status, latency_ms, error,
                   response)
-             select m.org_id, m.endpoint_id, m.id, $6, t.now, $7, $8, left($9, 500),
-                    left($10, 1000)
-             from m, t
+             select m.org_id, m.endpoint_id, m.id, d.attempt, t.now, d.http_status,
+                    d.latency_ms, left(d.error, 500), left(d.response, 1000)
+             from m join d on d.id = m.id and d.attempt = m.attempt, t
+         ),
+         -- Each endpoint of the batch: did any of its attempts succeed?
+         h as (
+             select m.endpoint_id, bool_or(d.next = 'delivered') as ok
+             from m join d on d.id = m.id and d.attempt = m.attempt group by m.endpoint_id
          ),
          e as (
              update webhook_out_endpoints e
-             set failing_since = case when $11 then null else coalesce(e.failing_since, t.now) end,
-                 enabled = $11 or e.failing_since is null
-                           or e.failing_since > t.now - make_interval(secs => $12),
+             set failing_since = case when h.ok then null else coalesce(e.failing_since, t.now) end,
+                 enabled = h.ok or e.failing_since is null
+                           or e.failing_since > t.now - make_interval(secs => $11),
                  disabled_reason = case
-                     when not $11 and e.failing_since <= t.now - make_interval(secs => $12)
+                     when not h.ok and e.failing_since <= t.now - make_interval(secs => $11)
                      then 'Every attempt failed for a day: Mailroom turned it off.'
                      else e.disabled_reason end
-             from m, t
-             where e.id = m.endpoint_id and e.enabled
-               and case when $11 then e.failing_since is not null
+             from h, t
+             where e.id = h.endpoint_id and e.enabled
+               and case when h.ok then e.failing_since is not null
                         else e.failing_since is null
-                             or e.failing_since <= t.now - make_interval(secs => $12) end
-         )
-         select count(*) from m",
-    )
-    .bind(now)
-    .bind(&claimed.id)
-    .bind(holder)
-    .bind(outcome.next)
-    .bind(outcome.retry_in.as_secs_f64())
-    .bind(claimed.attempt)
-    .bind(outcome.http_status.map(i32::from))
-    .bind(outcome.latency_ms)
-    .bind(outcome.error.as_deref())
-    .bind(outcome.response.as_deref())
-    .bind(ok)
-    .bind(disable_after.as_secs_f64())
-    .bind(give_up_after.as_secs_f64())
-    .fetch_one(pool)
-    .await?;
-    Ok(written == 1)
+                             or e.failing_since <= t.now - make_interval(secs => $11) end
+             returning e.org_id, e.url, e.failing_since, e.enabled
+         ),
+         off as (select * from e where not e.enabled)
+         select (select count(*) from m),
+                array(select org_id from off order by org_id, url, failing_since),
+                array(select url from off order by org_id, url, failing_since),
+                array(select failing_since from off order by org_id, url, failing_since)",
+        )
+        .bind(now)
+        .bind(&ids)
+        .bind(&numbers)
+        .bind(&next)
+        .bind(&retry_in)
+        .bind(&http_status)
+        .bind(&latency)
+        .bind(&error)
+        .bind(&response)
+        .bind(holder)
+        .bind(disable_after.as_secs_f64())
+        .bind(give_up_after.as_secs_f64())
+        .fetch_one(&mut *tx)
+        .await?;
+    for ((org_id, url), since) in off_orgs.iter().zip(&off_urls).zip(&off_since) {
+        crate::db::notices::send_to_owners(
+            &mut tx,
+            *org_id,
+            &crate::domain::Notice::endpoint_turned_off(url, *since),
+        )
+        .await?;
+    }
+    tx.commit().await?;
+    Ok(written.unsigned_abs())
 }
 
 /// Retention (the leader, fenced): settled events older than `days` go, with their attempts.

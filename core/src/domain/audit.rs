@@ -39,6 +39,7 @@ text_enum! {
         SettingsApproval = "settings.approval",
         SettingsBounceDomain = "settings.bounce_domain",
         SettingsClickTracking = "settings.click_tracking",
+        SettingsOpenTracking = "settings.open_tracking",
         SettingsBouncePolicy = "settings.bounce_policy",
         SettingsDkim = "settings.dkim",
         SettingsDkimKey = "settings.dkim_key",

@@ -6,7 +6,9 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
 
-use super::{CampaignId, DigestSendId, JobId, SignupId, SubscriberId, TxMessageId, UserId};
+use super::{
+    CampaignId, DigestSendId, JobId, NoticeId, SignupId, SubscriberId, TxMessageId, UserId,
+};
 
 text_enum! {
     /// The state of one message (`deliveries.status`).
@@ -47,6 +49,9 @@ text_enum! {
         Transactional = "transactional",
         /// A sign-up's double opt-in mail, carrying its confirm link.
         Confirm = "confirm",
+        /// Mailroom's own notice to an org's owner about their account (an event webhook
+        /// endpoint it turned off).
+        Notice = "notice",
     }
 }
 
@@ -100,6 +105,8 @@ pub enum Reference {
         signup: SignupId,
         subscriber: SubscriberId,
     },
+    /// One owner's copy of an account notice.
+    Notice { notice: NoticeId, user: UserId },
 }
 
 /// A [`Reference`] as the delivery row's columns.
@@ -112,6 +119,7 @@ pub struct ReferenceColumns {
     pub user_id: Option<UserId>,
     pub tx_message_id: Option<TxMessageId>,
     pub signup_id: Option<SignupId>,
+    pub notice_id: Option<NoticeId>,
 }
 
 impl Reference {
@@ -123,6 +131,7 @@ impl Reference {
             Reference::Invite { .. } => DeliveryKind::Invite,
             Reference::Transactional { .. } => DeliveryKind::Transactional,
             Reference::Confirm { .. } => DeliveryKind::Confirm,
+            Reference::Notice { .. } => DeliveryKind::Notice,
         }
     }
 
@@ -182,6 +191,11 @@ impl Reference {
                 subscriber_id: Some(subscriber),
                 ..none
             },
+            Reference::Notice { notice, user } => ReferenceColumns {
+                notice_id: Some(notice),
+                user_id: Some(user),
+                ..none
+            },
         }
     }
 
@@ -221,6 +235,10 @@ impl Reference {
             DeliveryKind::Confirm => Reference::Confirm {
                 signup: c.signup_id?,
                 subscriber: c.subscriber_id?,
+            },
+            DeliveryKind::Notice => Reference::Notice {
+                notice: c.notice_id?,
+                user: c.user_id?,
             },
         })
     }
@@ -320,6 +338,10 @@ mod tests {
             Reference::Confirm {
                 signup: SignupId(7),
                 subscriber: SubscriberId(9),
+            },
+            Reference::Notice {
+                notice: NoticeId(8),
+                user: UserId(5),
             },
         ];
         for r in refs {

@@ -49,6 +49,8 @@ id_type! {
     TxMessageId,
     /// A pending or confirmed double opt-in (`signups.id`).
     SignupId,
+    /// A notice Mailroom sends an org's owners about their account (`notices.id`).
+    NoticeId,
 }
 
 #[cfg(test)]

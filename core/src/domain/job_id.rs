@@ -43,6 +43,12 @@ pub enum JobId {
     /// `confirm:<org id>:<sign-up id>`: the double opt-in mail carrying a sign-up's confirm
     /// link. One per pending sign-up, so a double submit sends one.
     Confirm { org_id: i64, signup_id: i64 },
+    /// `notice:<org id>:<notice id>:<user id>`: one owner's copy of an account notice.
+    Notice {
+        org_id: i64,
+        notice_id: i64,
+        user_id: i64,
+    },
 }
 
 /// The longest idempotency key accepted.
@@ -65,7 +71,7 @@ pub fn idempotency_key(key: &str) -> Result<&str, String> {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("“{0}” is not a job id (expected campaign:<cid>:<sid>, digest:<org>:<week>:<user>, test:<cid>:<version>:<token>:<email>, invite:<org>:<user>:<token id>, tx:<org>:<key> or confirm:<org>:<sign-up id>)")]
+#[error("“{0}” is not a job id (expected campaign:<cid>:<sid>, digest:<org>:<week>:<user>, test:<cid>:<version>:<token>:<email>, invite:<org>:<user>:<token id>, tx:<org>:<key>, confirm:<org>:<sign-up id> or notice:<org>:<notice id>:<user>)")]
 pub struct JobIdError(pub String);
 
 impl JobId {
@@ -97,7 +103,10 @@ impl JobId {
     /// then digests, then transactional mail, then campaigns.
     pub fn priority(&self) -> i16 {
         match self {
-            JobId::Test { .. } | JobId::Invite { .. } | JobId::Confirm { .. } => 0,
+            JobId::Test { .. }
+            | JobId::Invite { .. }
+            | JobId::Confirm { .. }
+            | JobId::Notice { .. } => 0,
             JobId::Digest { .. } => 1,
             JobId::Transactional { .. } => 2,
             JobId::Campaign { .. } => 3,
@@ -117,6 +126,7 @@ impl JobId {
             JobId::Invite { .. } => DeliveryKind::Invite,
             JobId::Transactional { .. } => DeliveryKind::Transactional,
             JobId::Confirm { .. } => DeliveryKind::Confirm,
+            JobId::Notice { .. } => DeliveryKind::Notice,
         }
     }
 
@@ -189,6 +199,11 @@ impl fmt::Display for JobId {
             } => write!(f, "invite:{org_id}:{user_id}:{token_id}"),
             JobId::Transactional { org_id, key } => write!(f, "tx:{org_id}:{key}"),
             JobId::Confirm { org_id, signup_id } => write!(f, "confirm:{org_id}:{signup_id}"),
+            JobId::Notice {
+                org_id,
+                notice_id,
+                user_id,
+            } => write!(f, "notice:{org_id}:{notice_id}:{user_id}"),
         }
     }
 }
@@ -268,6 +283,19 @@ impl FromStr for JobId {
                 Ok(JobId::Confirm {
                     org_id: id(org, s)?,
                     signup_id: id(signup, s)?,
+                })
+            }
+            "notice" => {
+                let mut parts = rest.splitn(3, ':');
+                let (Some(org), Some(notice), Some(user)) =
+                    (parts.next(), parts.next(), parts.next())
+                else {
+                    return Err(bad());
+                };
+                Ok(JobId::Notice {
+                    org_id: id(org, s)?,
+                    notice_id: id(notice, s)?,
+                    user_id: id(user, s)?,
                 })
             }
             _ => Err(bad()),
@@ -474,6 +502,15 @@ mod tests {
             (c.kind(), c.priority(), c.to_string().as_str()),
             ("confirm", 0, "confirm:3:41")
         );
+        let n: JobId = "notice:3:8:5".parse().unwrap();
+        assert_eq!(
+            (n.kind(), n.priority(), n.to_string().as_str()),
+            ("notice", 0, "notice:3:8:5")
+        );
+        assert_eq!(JobId::from_message_id(&n.message_id("a.org")), Some(n));
+        for bad in ["notice:3:8", "notice:3:8:05", "notice:3:8:5:1"] {
+            assert!(bad.parse::<JobId>().is_err(), "{bad}");
+        }
         assert!(idempotency_key(&"k".repeat(IDEMPOTENCY_KEY_MAX + 1)).is_err());
     }
 

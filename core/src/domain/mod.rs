@@ -118,6 +118,8 @@ mod job_id;
 mod link;
 /// How failed sign-ins slow down and then lock further attempts.
 pub mod login_throttle;
+/// What Mailroom itself tells an org's owners about their account, by mail.
+pub mod notice;
 /// An organisation's identity as typed at creation (CLI or first-run page), checked once.
 pub mod org;
 /// A campaign's progress as pages show it, with the send rate and ETA.
@@ -153,11 +155,14 @@ pub use dkim::{DkimDomain, DkimNameError, DkimSelector};
 #[cfg(feature = "ssr")]
 pub use email::erased_form;
 pub use email::{is_erased, sentence, EmailAddress, EmailError, ERASED_PREFIX};
-pub use ids::{CampaignId, DigestSendId, OrgId, SignupId, SubscriberId, TxMessageId, UserId};
+pub use ids::{
+    CampaignId, DigestSendId, NoticeId, OrgId, SignupId, SubscriberId, TxMessageId, UserId,
+};
 #[cfg(feature = "ssr")]
 pub(crate) use job_id::{campaign_job_sql, digest_job_sql};
 pub use job_id::{idempotency_key, JobId, JobIdError, IDEMPOTENCY_KEY_MAX};
 pub use link::LinkPurpose;
+pub use notice::Notice;
 pub use role::Role;
 pub use webhook::{WebhookEventType, WebhookStatus};
 pub use week_key::{DigestKind, WeekKey, WeekKeyError};

@@ -255,6 +255,19 @@ pub struct EventEndpoint {
     pub failed: i64,
 }
 
+/// A campaign's opens, as its page counts them (unreliable: clients block images or fetch them
+/// all on arrival).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(sqlx::FromRow))]
+pub struct Opens {
+    /// People's fetches of the pixel.
+    pub opens: i64,
+    /// Distinct people who opened.
+    pub people: i64,
+    /// Fetches by machines (scanners, prefetchers, a fetch within seconds of delivery).
+    pub machines: i64,
+}
+
 /// One link of a campaign, as its page counts the clicks on it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ssr", derive(sqlx::FromRow))]

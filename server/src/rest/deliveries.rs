@@ -22,7 +22,7 @@ pub fn routes() -> OpenApiRouter<RestState> {
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct Delivery {
     pub job_id: String,
-    /// `test`, `digest`, `campaign` or `invite`.
+    /// `test`, `digest`, `campaign`, `invite`, `transactional`, `confirm` or `notice`.
     pub kind: String,
     pub recipient: String,
     /// `queued`, `sending`, `delivered`, `failed`, `unknown`, `suppressed` or `cancelled`.
@@ -36,7 +36,7 @@ pub struct Delivery {
     get,
     path = "/deliveries/{job_id}",
     tag = "deliveries",
-    params(("job_id" = String, Path, pattern = "^(campaign|digest|test|invite|tx|confirm):.+$", description = "The delivery's job id, e.g. `campaign:12:345`.")),
+    params(("job_id" = String, Path, pattern = "^(campaign|digest|test|invite|tx|confirm|notice):.+$", description = "The delivery's job id, e.g. `campaign:12:345`.")),
     responses(
         (status = 200, description = "The delivery.", body = Delivery),
         (status = 404, description = "No such delivery in this organisation.", body = Problem, content_type = "application/problem+json"),

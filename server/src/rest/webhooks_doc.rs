@@ -28,7 +28,7 @@ pub struct MessageEvent {
 pub struct MessageData {
     /// The message's deterministic id (`GET /api/v1/deliveries/{job_id}`).
     pub job_id: String,
-    /// `campaign`, `transactional`, `digest`, `confirm`, `invite` or `test`.
+    /// `campaign`, `transactional`, `digest`, `confirm`, `invite`, `notice` or `test`.
     pub kind: String,
     /// Absent once the recipient was erased.
     pub recipient: Option<String>,

@@ -1,5 +1,6 @@
 //! The webhook sender (every replica): claims due events with leases, POSTs each to its endpoint
-//! signed the Standard Webhooks way, and records the attempt. Requests run concurrently, at most
+//! signed the Standard Webhooks way, and records the attempts as they finish, whatever has
+//! gathered in one transaction. Requests run concurrently, at most
 //! `concurrency` per process and the endpoint's `max_in_flight` across replicas, so a slow
 //! endpoint holds only its own share and never the mail or another org's events. Only public
 //! addresses are called unless the operator allows private ones; redirects are not followed;
@@ -10,6 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sqlx::PgPool;
+use tokio::sync::{mpsc, Notify};
 use tokio::task::JoinSet;
 
 use app::db::webhooks_out::{self, Attempted, Claimed, Limits};
@@ -48,6 +50,9 @@ impl Default for Config {
 /// The start of an answer kept with its attempt.
 const RESPONSE_BYTES: usize = 1000;
 
+/// Attempts recorded in one statement at most.
+const RECORD_BATCH: usize = 256;
+
 pub async fn run(pool: PgPool, cfg: Config, holder: String, shutdown: Shutdown) {
     let client = match client(&cfg) {
         Ok(c) => c,
@@ -58,11 +63,29 @@ pub async fn run(pool: PgPool, cfg: Config, holder: String, shutdown: Shutdown) 
     };
     // The lease outlives a request's whole budget (a timed-out one included) with room.
     let lease = cfg.timeout * 3 + Duration::from_secs(30);
+    // Finished attempts go to one recorder, which writes whatever has gathered in one
+    // transaction: a commit per batch, not per event. Their leases hold until then, so the
+    // claim loop looks again when a batch is recorded.
+    let (done, gathered) = mpsc::unbounded_channel::<(Claimed, Attempted)>();
+    let recorded = Arc::new(Notify::new());
+    let recorder = tokio::spawn(record_loop(
+        pool.clone(),
+        holder.clone(),
+        cfg.limits,
+        gathered,
+        recorded.clone(),
+    ));
     let mut in_flight: JoinSet<()> = JoinSet::new();
     loop {
         if shutdown.is_requested() {
             break;
         }
+        if recorder.is_finished() {
+            // Attempts could no longer be recorded: sending more would only repeat them.
+            tracing::error!("the webhook recorder stopped; this process sends no more webhooks");
+            break;
+        }
+        while in_flight.try_join_next().is_some() {}
         let room = cfg.concurrency.saturating_sub(in_flight.len());
         let mut claimed = Vec::new();
         if room > 0 {
@@ -71,37 +94,70 @@ pub async fn run(pool: PgPool, cfg: Config, holder: String, shutdown: Shutdown) 
                 Err(e) => tracing::warn!(error = %e, "cannot claim webhook events; will retry"),
             }
         }
-        let got = claimed.len();
         for c in claimed {
-            let (pool, client, holder, cfg) =
-                (pool.clone(), client.clone(), holder.clone(), cfg.clone());
+            let (client, cfg, done) = (client.clone(), cfg.clone(), done.clone());
             in_flight.spawn(async move {
                 let outcome = attempt(&client, &cfg, &c).await;
-                match webhooks_out::record(&pool, &c, &holder, None, &outcome, cfg.limits).await {
-                    Ok(true) => {}
-                    Ok(false) => tracing::info!(id = %c.id, "a webhook claim was taken back before its attempt was recorded; the other holder sends it"),
-                    Err(e) => tracing::warn!(id = %c.id, error = %e, "cannot record a webhook attempt; it is sent again when its lease ends"),
-                }
+                // Without the recorder (it stopped) the attempt is unrecorded: its lease ends
+                // and it is sent again, as after a crash.
+                let _ = done.send((c, outcome));
             });
-        }
-        if got > 0 && got == room {
-            // More may be due: look again as soon as a slot frees.
-            tokio::select! {
-                _ = shutdown.requested() => break,
-                _ = in_flight.join_next() => {}
-            }
-            continue;
         }
         tokio::select! {
             _ = shutdown.requested() => break,
+            // A batch recorded: its endpoints have room again.
+            _ = recorded.notified() => {}
+            // Events that came due meanwhile, for endpoints with room.
             _ = tokio::time::sleep(cfg.poll) => {}
-            Some(_) = in_flight.join_next(), if !in_flight.is_empty() => {}
         }
     }
-    // What is in flight finishes (each within its timeout) and records itself.
+    // What is in flight finishes (each within its timeout) and is recorded.
     while in_flight.join_next().await.is_some() {}
+    drop(done);
+    if let Err(e) = recorder.await {
+        tracing::warn!(error = %e, "the webhook recorder stopped abnormally; unrecorded attempts are sent again when their leases end");
+    }
     if let Err(e) = webhooks_out::release(&pool, &holder).await {
         tracing::warn!(error = %e, "could not give back webhook claims; their leases will expire");
+    }
+}
+
+/// Records finished attempts as they gather, each batch in one transaction, until every
+/// sender of attempts is gone.
+async fn record_loop(
+    pool: PgPool,
+    holder: String,
+    limits: Limits,
+    mut gathered: mpsc::UnboundedReceiver<(Claimed, Attempted)>,
+    recorded: Arc<Notify>,
+) {
+    let mut batch = Vec::with_capacity(RECORD_BATCH);
+    while gathered.recv_many(&mut batch, RECORD_BATCH).await > 0 {
+        let written = match webhooks_out::record(&pool, &holder, None, &batch, limits).await {
+            Ok(n) => n,
+            // One bad moment must not cost the whole batch a second delivery: each on its own.
+            Err(e) => {
+                tracing::warn!(events = batch.len(), error = %e, "cannot record a batch of webhook attempts; recording them one by one");
+                let mut n = 0;
+                for one in batch.chunks(1) {
+                    match webhooks_out::record(&pool, &holder, None, one, limits).await {
+                        Ok(w) => n += w,
+                        Err(e) => {
+                            tracing::warn!(id = %one[0].0.id, error = %e, "cannot record a webhook attempt; it is sent again when its lease ends")
+                        }
+                    }
+                }
+                n
+            }
+        };
+        if written < batch.len() as u64 {
+            tracing::info!(
+                not_ours = batch.len() as u64 - written,
+                "webhook attempts not recorded: their claims were taken back (or the write failed); they are sent again"
+            );
+        }
+        batch.clear();
+        recorded.notify_one();
     }
 }
 

@@ -48,6 +48,8 @@ pub struct CampaignWithProgress {
     pub pause_reason: Option<String>,
     /// Clicks per tracked link (empty unless the org tracks clicks and someone clicked).
     pub links: Vec<crate::model::LinkClicks>,
+    /// Fetches of the open-tracking pixel (all zero unless the org tracks opens).
+    pub opens: crate::model::Opens,
 }
 
 /// One of the signed-in organisation's campaigns; another org's is `NotFound`.
@@ -66,8 +68,10 @@ pub async fn campaign_detail(id: i64) -> Result<CampaignWithProgress, AppError> 
         ..crate::db::reports::campaign_counts(&mut conn, me.org_id, id).await?
     };
     let links = crate::db::clicks::per_link(&mut conn, me.org_id, id).await?;
+    let opens = crate::db::clicks::opens(&mut conn, me.org_id, id).await?;
     Ok(CampaignWithProgress {
         links,
+        opens,
         id: s.id,
         progress,
         bounces,

@@ -169,6 +169,7 @@ fn CampaignView(detail: CampaignWithProgress, live: RwSignal<Progress>) -> impl 
         })}
         <Reports counts=detail.bounces live/>
         {(!detail.links.is_empty()).then(|| view! { <Clicks links=detail.links.clone()/> })}
+        {(detail.opens != crate::model::Opens::default()).then(|| view! { <Opens opens=detail.opens.clone()/> })}
         // One section in every phase: what it holds changes as the readings arrive.
         <section class="rounded bg-white shadow p-4 mb-4 dark:bg-slate-900" aria-label="Send progress">
             <Show when=move || phase() == Phase::NotStarted>
@@ -245,6 +246,22 @@ fn Clicks(links: Vec<crate::model::LinkClicks>) -> impl IntoView {
                     }).collect_view()}
                 </tbody>
             </table>
+        </section>
+    }
+}
+
+/// Opens, labelled for what they are worth.
+#[component]
+fn Opens(opens: crate::model::Opens) -> impl IntoView {
+    view! {
+        <section class="mb-4 rounded bg-white p-4 text-sm shadow dark:bg-slate-900" aria-labelledby="opens-heading" data-test="opens">
+            <h2 id="opens-heading" class="mb-1 font-semibold">"Opens (unreliable)"</h2>
+            <p class="mb-2 text-xs text-slate-500 dark:text-slate-400">"Many clients block the pixel and some fetch it on arrival: a rough sign, not a count of readers."</p>
+            <dl class="grid grid-cols-3 gap-2">
+                <div><dt class="text-slate-600 dark:text-slate-300">"Opens"</dt><dd class="tabular-nums" data-test="opens-total">{opens.opens}</dd></div>
+                <div><dt class="text-slate-600 dark:text-slate-300">"People"</dt><dd class="tabular-nums" data-test="opens-people">{opens.people}</dd></div>
+                <div><dt class="text-slate-600 dark:text-slate-300">"Machines"</dt><dd class="tabular-nums" data-test="opens-machines">{opens.machines}</dd></div>
+            </dl>
         </section>
     }
 }

@@ -41,8 +41,8 @@ pub async fn enqueue(conn: &mut PgConnection, d: NewDelivery<'_>) -> sqlx::Resul
     let r = sqlx::query(
         "insert into deliveries (job_id, org_id, kind, priority, recipient, email_lower,
                                  campaign_id, content_version, subscriber_id, digest_send_id, user_id,
-                                 tx_message_id, signup_id)
-         values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+                                 tx_message_id, signup_id, notice_id)
+         values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
          on conflict (job_id) do nothing",
     )
     .bind(d.job.to_string())
@@ -58,6 +58,7 @@ pub async fn enqueue(conn: &mut PgConnection, d: NewDelivery<'_>) -> sqlx::Resul
     .bind(c.user_id)
     .bind(c.tx_message_id)
     .bind(c.signup_id)
+    .bind(c.notice_id)
     .execute(conn)
     .await?;
     Ok(r.rows_affected() == 1)
@@ -111,6 +112,7 @@ impl<'r> sqlx::FromRow<'r, PgRow> for Claimed {
             user_id: row.try_get("user_id")?,
             tx_message_id: row.try_get("tx_message_id")?,
             signup_id: row.try_get("signup_id")?,
+            notice_id: row.try_get("notice_id")?,
         };
         let reference = Reference::from_columns(kind, columns, &job)
             .filter(|r| r.kind().as_str() == job.kind())
@@ -290,7 +292,7 @@ pub static CLAIM: LazyLock<String> = LazyLock::new(|| {
          )
          select (select id from held) as claim_id, job_id, org_id, kind, recipient,
                 attempt + 1 as attempt, campaign_id, content_version, subscriber_id,
-                digest_send_id, user_id, tx_message_id, signup_id
+                digest_send_id, user_id, tx_message_id, signup_id, notice_id
          from claimed",
         bump = bump_changed!(),
         blocks = blocks!("r", "$4", "$5"),
@@ -779,6 +781,8 @@ pub struct Sender {
     pub dkim_ed25519_private_key_pem: Option<String>,
     /// Links in campaign mail become tracked redirects.
     pub click_tracking: bool,
+    /// Campaign HTML carries an open-tracking pixel.
+    pub open_tracking: bool,
 }
 
 impl std::fmt::Debug for Sender {
@@ -794,6 +798,7 @@ impl std::fmt::Debug for Sender {
             .field("dkim_selector", &self.dkim_selector)
             .field("dkim_ed25519_selector", &self.dkim_ed25519_selector)
             .field("click_tracking", &self.click_tracking)
+            .field("open_tracking", &self.open_tracking)
             .finish_non_exhaustive()
     }
 }
@@ -806,7 +811,7 @@ pub async fn senders(pool: &PgPool, org_ids: &[i64]) -> sqlx::Result<Vec<Sender>
                 k.private_key_pem as dkim_private_key_pem,
                 k.ed25519_selector as dkim_ed25519_selector,
                 k.ed25519_private_key_pem as dkim_ed25519_private_key_pem,
-                o.click_tracking
+                o.click_tracking, o.open_tracking
          from orgs o left join org_dkim k on k.org_id = o.id and k.enabled
          where o.id = any($1)",
     )

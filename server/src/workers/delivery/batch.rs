@@ -25,9 +25,10 @@ pub struct Loaded {
     invites: invite::Invites,
     confirms: super::confirm::Confirms,
     transactional: HashMap<i64, app::db::transactional::Content>,
+    notices: HashMap<i64, app::db::notices::Stored>,
     /// Loaded when an org of the batch has a bounce domain.
     verp_key: Option<Vec<u8>>,
-    /// Loaded when an org of the batch tracks clicks.
+    /// Loaded when an org of the batch tracks clicks or opens.
     click_key: Option<Vec<u8>>,
 }
 
@@ -141,6 +142,24 @@ impl Loaded {
                 .map(|m| (m.id, m))
                 .collect()
         };
+        let notice_refs: Vec<(i64, i64)> = batch
+            .iter()
+            .filter_map(|c| match c.reference {
+                Reference::Notice { notice, .. } => Some((c.org.0, notice.0)),
+                _ => None,
+            })
+            .collect();
+        let notices = if notice_refs.is_empty() {
+            HashMap::new()
+        } else {
+            let mut conn = pool.acquire().await?;
+            app::db::notices::load(&mut conn, &notice_refs)
+                .await
+                .context("loading the batch's account notices")?
+                .into_iter()
+                .map(|n| (n.id, n))
+                .collect()
+        };
         let signers = dkim::Signers::load(senders.values());
         let verp_key = if senders.values().any(|s| s.bounce_domain.is_some()) {
             Some(
@@ -152,7 +171,10 @@ impl Loaded {
         } else {
             None
         };
-        let click_key = if senders.values().any(|s| s.click_tracking) {
+        let click_key = if senders
+            .values()
+            .any(|s| s.click_tracking || s.open_tracking)
+        {
             Some(
                 app::signing::Purpose::Click
                     .key(pool)
@@ -173,6 +195,7 @@ impl Loaded {
             invites,
             confirms,
             transactional,
+            notices,
         })
     }
 
@@ -199,6 +222,10 @@ impl Loaded {
             confirms: &self.confirms,
             transactional: match c.reference {
                 Reference::Transactional { message } => self.transactional.get(&message.0),
+                _ => None,
+            },
+            notice: match c.reference {
+                Reference::Notice { notice, .. } => self.notices.get(&notice.0),
                 _ => None,
             },
             dkim: self.signers.for_org(c.org.0),

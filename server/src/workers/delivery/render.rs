@@ -46,11 +46,13 @@ pub struct Inputs<'a> {
     pub confirms: &'a super::confirm::Confirms,
     /// The transactional message's content, rendered when its request was accepted.
     pub transactional: Option<&'a app::db::transactional::Content>,
+    /// The account notice's text, fixed when it was made.
+    pub notice: Option<&'a app::db::notices::Stored>,
     /// The org's DKIM signer (None: it does not sign), or why its key cannot be used.
     pub dkim: Result<Option<&'a super::dkim::Signer>, &'a str>,
     /// Signs VERP envelope senders (loaded when an org of the batch has a bounce domain).
     pub verp_key: Option<&'a [u8]>,
-    /// Signs tracked links (loaded when an org of the batch tracks clicks).
+    /// Signs tracked links and pixels (loaded when an org of the batch tracks clicks or opens).
     pub click_key: Option<&'a [u8]>,
 }
 
@@ -170,6 +172,16 @@ pub fn render(cx: &Inputs<'_>, c: &Claimed) -> anyhow::Result<Rendered> {
                     &link,
                 )?);
             }
+            if let (true, Some(key), Some(html)) =
+                (sender.open_tracking, cx.click_key, m.html.as_deref())
+            {
+                m.html = Some(super::tracking::add_open_pixel(
+                    html,
+                    &cx.links.public_url,
+                    key,
+                    &c.job.to_string(),
+                )?);
+            }
             m
         }
         JobId::Invite { .. } => {
@@ -205,6 +217,21 @@ pub fn render(cx: &Inputs<'_>, c: &Claimed) -> anyhow::Result<Rendered> {
                 subject: m.subject.clone(),
                 text: Some(m.body_text.clone()),
                 html: m.body_html.clone(),
+            }
+        }
+        JobId::Notice { .. } => {
+            let n = cx
+                .notice
+                .filter(|n| n.org_id == c.org.0)
+                .context("the account notice was not loaded")?;
+            CampaignMessage {
+                subject: n.subject.clone(),
+                text: Some(app::domain::notice::sent_text(
+                    &n.body,
+                    &n.path,
+                    &cx.links.public_url,
+                )),
+                html: None,
             }
         }
         JobId::Digest { .. } => {

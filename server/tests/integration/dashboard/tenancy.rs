@@ -191,6 +191,7 @@ fn case(endpoint: &str) -> Option<Case> {
         "save_approval_policy" => Case::ActsOnOwnOrg(vec![("allow_self_approval", "on".into())]),
         "save_event_retention" => Case::ActsOnOwnOrg(vec![("event_retention_days", "7".into())]),
         "save_click_tracking" => Case::ActsOnOwnOrg(vec![("enabled", "true".into())]),
+        "save_open_tracking" => Case::ActsOnOwnOrg(vec![("enabled", "true".into())]),
         "invite_user" => Case::ActsOnOwnOrg(vec![
             ("email", "intruder@example.org".into()),
             ("name", "".into()),

@@ -19,14 +19,14 @@ const DOCS: &str = "https://example.com/docs";
 const BROWSER: &str =
     "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 Chrome/131.0 Safari/537.36";
 
-/// The tracked tokens in each message's HTML, in the order they appear.
-fn tokens(sink: &SmtpSink) -> Vec<Vec<String>> {
+/// The tokens under `<public url><path>` in each message, in the order they appear.
+fn tokens_at(sink: &SmtpSink, path: &str) -> Vec<Vec<String>> {
     sink.messages()
         .iter()
         .map(|m| {
             // Quoted-printable: soft line breaks out.
             let body = m.data.replace("=\r\n", "");
-            body.split("http://mailroom.test/c/")
+            body.split(&format!("http://mailroom.test{path}"))
                 .skip(1)
                 .map(|t| {
                     t.chars()
@@ -36,6 +36,16 @@ fn tokens(sink: &SmtpSink) -> Vec<Vec<String>> {
                 .collect()
         })
         .collect()
+}
+
+/// The tracked links' tokens in each message.
+fn tokens(sink: &SmtpSink) -> Vec<Vec<String>> {
+    tokens_at(sink, "/c/")
+}
+
+/// The pixel tokens in each message.
+fn pixels(sink: &SmtpSink) -> Vec<Vec<String>> {
+    tokens_at(sink, "/o/")
 }
 
 async fn clicks(pool: &PgPool) -> i64 {
@@ -244,6 +254,169 @@ async fn tracked_links_lead_only_to_their_own_target_and_count_people_apart_from
     assert!(
         page.contains("data-test=\"clicks\"")
             && page.contains(PRICING.replace('&', "&amp;").as_str()),
+        "{page}"
+    );
+}
+
+async fn opens(pool: &PgPool) -> i64 {
+    sqlx::query_scalar("select count(*) from message_opens")
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn the_open_pixel_is_opt_in_counts_people_apart_from_machines_and_refuses_forgeries() {
+    let pool = test_db().await;
+    let acme = TestOrg::new(&pool, "acme").await;
+    let org = acme.id.0;
+    let (lists, _) = acme.audience(3).await;
+    let body = format!("Hi {{{{ name }}}}, see [our prices]({PRICING}).");
+
+    // Off by default, and click tracking does not turn it on.
+    let mut conn = pool.acquire().await.unwrap();
+    app::db::settings::set_click_tracking(&mut conn, org, true)
+        .await
+        .unwrap();
+    let sink = SmtpSink::start();
+    let plain = acme.campaign().to(&lists).body(&body).approved().await;
+    run_to_end(&pool, plain.0, &sink).await;
+    assert!(
+        pixels(&sink).iter().all(Vec::is_empty),
+        "no pixel while off"
+    );
+
+    assert!(!app::db::settings::set_open_tracking(&mut conn, org, true)
+        .await
+        .unwrap());
+    let sink = SmtpSink::start();
+    let tracked = acme.campaign().to(&lists).body(&body).approved().await;
+    run_to_end(&pool, tracked.0, &sink).await;
+    let per_message = pixels(&sink);
+    assert_eq!(per_message.len(), 3);
+    assert!(per_message.iter().all(|p| p.len() == 1), "{per_message:?}");
+    sqlx::query(
+        "update deliveries set finished_at = now() - interval '1 hour' where campaign_id = $1",
+    )
+    .bind(tracked.0)
+    .execute(&pool)
+    .await
+    .unwrap();
+
+    let app = spawn_app(pool.clone()).await;
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let fetch = |path: String, head: bool, agent: &'static str| {
+        let (http, url) = (http.clone(), format!("{}{path}", app.base));
+        async move {
+            let req = if head {
+                http.head(&url)
+            } else {
+                http.get(&url)
+            };
+            let r = req.header("user-agent", agent).send().await.unwrap();
+            let kind = r
+                .headers()
+                .get("content-type")
+                .map(|v| v.to_str().unwrap().to_owned());
+            let cache = r
+                .headers()
+                .get("cache-control")
+                .map(|v| v.to_str().unwrap().to_owned());
+            (r.status(), kind, cache)
+        }
+    };
+    let (a, b, c) = (&per_message[0][0], &per_message[1][0], &per_message[2][0]);
+    // The first person opens twice, the second once; the third's client prefetches (HEAD).
+    for (token, head) in [(a, false), (a, false), (b, false), (c, true)] {
+        let (status, kind, cache) = fetch(format!("/o/{token}"), head, BROWSER).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(kind.as_deref(), Some("image/gif"));
+        assert_eq!(cache.as_deref(), Some("no-store"), "each open is a request");
+    }
+    assert_eq!(opens(&pool).await, 4);
+
+    // Forged or altered pixels, a link's token as a pixel and a pixel's as a link: 404, and
+    // nothing recorded.
+    let key = app::signing::Purpose::Click.key(&pool).await.unwrap();
+    let (job, _) = app::click::verify(&key, a).unwrap();
+    let mut altered = a.clone().into_bytes();
+    altered[3] = if altered[3] == b'A' { b'B' } else { b'A' };
+    for bad in [
+        "/o/nonsense".to_owned(),
+        format!("/o/{}", String::from_utf8(altered).unwrap()),
+        format!("/o/{}", app::click::token(&key, &job, PRICING)),
+        format!("/c/{a}"),
+    ] {
+        let (status, _, _) = fetch(bad.clone(), false, BROWSER).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{bad}");
+    }
+    assert_eq!(opens(&pool).await, 4, "refused pixels record nothing");
+    assert_eq!(clicks(&pool).await, 0, "a pixel is never a click");
+
+    let counted = app::db::clicks::opens(&mut conn, org, tracked.0)
+        .await
+        .unwrap();
+    assert_eq!((counted.opens, counted.people, counted.machines), (3, 2, 1));
+    let none = app::db::clicks::opens(&mut conn, org, plain.0)
+        .await
+        .unwrap();
+    assert_eq!(none, app::model::Opens::default());
+
+    // An erasure keeps the opens counted and forgets whose they were.
+    let first: i64 =
+        sqlx::query_scalar("select subscriber_id from message_opens where job_id = $1 limit 1")
+            .bind(&job)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    let mut tx = pool.begin().await.unwrap();
+    app::db::subscribers::erase(&mut tx, org, first)
+        .await
+        .unwrap()
+        .unwrap();
+    tx.commit().await.unwrap();
+    let left: i64 = sqlx::query_scalar(
+        "select count(*) from message_opens where subscriber_id = $1 or job_id = $2",
+    )
+    .bind(first)
+    .bind(&job)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(left, 0, "no open names the erased subscriber");
+    let counted = app::db::clicks::opens(&mut conn, org, tracked.0)
+        .await
+        .unwrap();
+    assert_eq!((counted.opens, counted.machines), (3, 1), "still counted");
+    // Their old message opened after the erasure counts, for no one.
+    let (status, _, _) = fetch(format!("/o/{a}"), false, BROWSER).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(opens(&pool).await, 5);
+    let named: i64 = sqlx::query_scalar(
+        "select count(*) from message_opens where subscriber_id = $1 or job_id = $2",
+    )
+    .bind(first)
+    .bind(&job)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(named, 0, "an open after the erasure names nobody");
+
+    // The campaign page shows them, labelled unreliable.
+    let owner = acme.owner().signed_in(&app).await;
+    let page = owner
+        .get(format!("{}/campaigns/{}", app.base, tracked.0))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        page.contains("data-test=\"opens\"") && page.contains("Opens (unreliable)"),
         "{page}"
     );
 }

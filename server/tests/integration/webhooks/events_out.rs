@@ -535,11 +535,12 @@ async fn a_slow_endpoint_holds_only_its_own_share() {
 }
 
 /// A refusal (410) fails an event at once; an endpoint failing for longer than its limit is
-/// turned off with a reason, and turning it on sends what waited.
+/// turned off with a reason, its owners are mailed an account notice (once each, nobody else),
+/// and turning it on sends what waited.
 #[tokio::test]
 async fn a_refusal_fails_at_once_and_an_endpoint_failing_too_long_is_turned_off() {
     let pool = test_db().await;
-    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner, Role::Admin, Role::Owner]).await;
     let gone = Receiver::start(|_, _| Act::status(410)).await;
     let down_until = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
     let d = down_until.clone();
@@ -596,6 +597,53 @@ async fn a_refusal_fails_at_once_and_an_endpoint_failing_too_long_is_turned_off(
     assert_eq!(e.pending, 2, "its events wait");
     let overview = app::db::overview::for_org(&pool, acme.id.0).await.unwrap();
     assert_eq!(overview.webhooks_turned_off, 1, "the Overview page says so");
+
+    // The owners are told by mail, each once; the admin is not.
+    let notices: Vec<(String, i64, i16)> = sqlx::query_as(
+        "select job_id, user_id, priority from deliveries where kind = 'notice' order by user_id",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    let owners: Vec<i64> = vec![
+        acme.user(Role::Owner, 0).id.0,
+        acme.user(Role::Owner, 1).id.0,
+    ];
+    assert_eq!(
+        notices.iter().map(|n| n.1).collect::<Vec<_>>(),
+        owners,
+        "{notices:?}"
+    );
+    assert!(notices.iter().all(|n| n.2 == 0), "account mail goes first");
+    let dir = tempfile::tempdir().unwrap();
+    let mut worker = mailroom::workers::delivery::Worker::new(
+        pool.clone(),
+        crate::support::fixtures::config_for_capture(dir.path().into()),
+        "notices",
+    );
+    while worker.drain().await.unwrap() > 0 {}
+    for (job, _, _) in &notices {
+        let status: String = sqlx::query_scalar("select status from deliveries where job_id = $1")
+            .bind(job)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        assert_eq!(status, "delivered", "{job}");
+        let mail =
+            std::fs::read_to_string(app::capture::path_for(dir.path(), acme.id.0, job)).unwrap();
+        assert!(
+            mail.contains("Subject: Mailroom turned off an event webhook endpoint"),
+            "{mail}"
+        );
+        assert!(
+            mail.contains(&down.url("/down")),
+            "it names the endpoint: {mail}"
+        );
+        assert!(
+            mail.contains("http://mailroom.test/settings/webhooks"),
+            "it links to the page: {mail}"
+        );
+    }
     let before = down.requests().len();
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(
