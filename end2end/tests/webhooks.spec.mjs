@@ -21,6 +21,7 @@ test('event webhooks: an owner adds an endpoint (its secret shown once), sends a
   await expect(endpoint.locator('[data-test=endpoint-health]')).toHaveText('Healthy.');
   await expect(endpoint).toContainText('message.delivered');
   await expect(endpoint).not.toContainText('message.unknown');
+  await expect(endpoint).toContainText('Up to 16 requests at once');
 
   await endpoint.locator('[data-test=send-test]').click();
   await expect(page.locator('[data-test=test-result]')).toContainText('A test event (msg_');

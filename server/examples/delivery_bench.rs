@@ -32,7 +32,8 @@
 //! receiver in this process answering 200): the engine's rate then includes writing each
 //! outcome's event, the sender delivers them beside it, and afterwards every event is sent once
 //! more with the sender alone, for its events per second and PostgreSQL CPU per event.
-//! BENCH_WEBHOOK_IN_FLIGHT=N sets every endpoint's requests in flight (4 by default).
+//! BENCH_WEBHOOK_IN_FLIGHT=N sets every endpoint's requests in flight (the product's default
+//! unless set).
 //! BENCH_WEBHOOKS=slow (2 orgs or more) gives the first org's endpoint a receiver that answers
 //! each request after 2 s: the mail must finish, and every other org's events reach their
 //! receiver, while that endpoint still has most of its events waiting (checked as ordering;
@@ -505,6 +506,10 @@ async fn main() -> anyhow::Result<()> {
         let base = format!("http://{}", listener.local_addr()?);
         let url = format!("{base}/hook");
         tokio::spawn(async move { axum::serve(listener, app).await });
+        let in_flight: i32 = std::env::var("BENCH_WEBHOOK_IN_FLIGHT")
+            .map_or(Ok(app::domain::webhook::WEBHOOK_MAX_IN_FLIGHT), |n| {
+                n.parse()
+            })?;
         let mut conn = pool.acquire().await?;
         for (i, org) in org_ids.iter().enumerate() {
             let url = if slow_hook && i == 0 {
@@ -523,15 +528,9 @@ async fn main() -> anyhow::Result<()> {
                     app::domain::WebhookEventType::MessageUnknown,
                 ],
                 &app::webhook::new_secret(),
+                in_flight,
             )
             .await?;
-        }
-        // BENCH_WEBHOOK_IN_FLIGHT=N: each endpoint's max_in_flight (4 unless set).
-        if let Ok(n) = std::env::var("BENCH_WEBHOOK_IN_FLIGHT") {
-            sqlx::query("update webhook_out_endpoints set max_in_flight = $1")
-                .bind(n.parse::<i32>()?)
-                .execute(&mut *conn)
-                .await?;
         }
         println!("webhooks: every org has an endpoint for every message event ({url})");
         Some(received)

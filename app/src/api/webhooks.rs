@@ -58,6 +58,7 @@ pub async fn event_endpoints() -> Result<EndpointsData, AppError> {
 pub async fn create_event_endpoint(
     url: String,
     #[server(default)] event_types: Vec<String>,
+    #[server(default)] max_in_flight: Option<i32>,
 ) -> Result<ShownSecret, AppError> {
     use crate::domain::WebhookEventType;
     let (me, pool) = super::signed_in().await?;
@@ -79,6 +80,10 @@ pub async fn create_event_endpoint(
             "Events: choose at least one event to send.".into(),
         ));
     }
+    let max_in_flight = crate::domain::webhook::max_in_flight(
+        max_in_flight.unwrap_or(crate::domain::webhook::WEBHOOK_MAX_IN_FLIGHT),
+    )
+    .map_err(AppError::Invalid)?;
     let secret = crate::webhook::new_secret();
     let mut tx = pool.begin().await?;
     let id = webhooks_out::create(
@@ -88,13 +93,16 @@ pub async fn create_event_endpoint(
         url.as_str(),
         &types,
         &secret,
+        max_in_flight,
     )
     .await?;
     let words: Vec<&str> = types.iter().map(|t| t.as_str()).collect();
     audit::record(
         &mut tx,
         audit::Entry {
-            after: Some(serde_json::json!({ "url": url.as_str(), "events": words })),
+            after: Some(serde_json::json!({
+                "url": url.as_str(), "events": words, "max_in_flight": max_in_flight
+            })),
             ..entry(&me, crate::domain::AuditAction::EndpointCreate, id)
         },
     )

@@ -10,6 +10,7 @@ use crate::api::webhooks::{
     event_endpoints, CreateEventEndpoint, DeleteEventEndpoint, ReplayEvent, RotateEventEndpoint,
     SaveClickTracking, SaveOpenTracking, SetEventEndpointEnabled, ShownSecret, TestEventEndpoint,
 };
+use crate::domain::webhook::{WEBHOOK_MAX_IN_FLIGHT, WEBHOOK_MAX_IN_FLIGHT_LIMIT};
 use crate::domain::{WebhookEventType, WebhookStatus};
 use crate::model::{EventAttempt, EventEndpoint};
 
@@ -151,7 +152,7 @@ fn Endpoint(
     view! {
         <article class="mb-4 border-t border-slate-100 pt-3 dark:border-slate-800" data-test="endpoint">
             <p class="font-mono text-sm break-all" data-test="endpoint-url">{e.url.clone()}</p>
-            <p class="text-xs text-slate-500 dark:text-slate-400">{format!("Events: {events}. Added {}.", e.created)}</p>
+            <p class="text-xs text-slate-500 dark:text-slate-400">{format!("Events: {events}. Up to {} requests at once. Added {}.", e.max_in_flight, e.created)}</p>
             <p role=alarm.then_some("alert") data-test="endpoint-health"
                 class=if alarm { "text-sm text-red-700 dark:text-red-300" } else { "text-sm text-green-700 dark:text-green-300" }>
                 {health}
@@ -239,6 +240,10 @@ fn NewEndpoint(action: ServerAction<CreateEventEndpoint>) -> impl IntoView {
                     </label>
                 }).collect_view()}
             </fieldset>
+            <label class="block">
+                <span class="text-slate-600 dark:text-slate-300">"Requests at once (across every Mailroom replica)"</span>
+                <input name="max_in_flight" type="number" min="1" max=WEBHOOK_MAX_IN_FLIGHT_LIMIT value=WEBHOOK_MAX_IN_FLIGHT required class=INPUT/>
+            </label>
             <button type="submit" id="create-endpoint" disabled=move || action.pending().get() class=BUTTON>"Add endpoint"</button>
         </ActionForm>
     }

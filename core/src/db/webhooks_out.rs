@@ -19,17 +19,20 @@ pub async fn create(
     url: &str,
     types: &[WebhookEventType],
     secret: &str,
+    max_in_flight: i32,
 ) -> sqlx::Result<i64> {
     let words: Vec<&str> = types.iter().map(|t| t.as_str()).collect();
     sqlx::query_scalar(
-        "insert into webhook_out_endpoints (org_id, created_by, url, event_types, secret)
-         values ($1, $2, $3, $4, $5) returning id",
+        "insert into webhook_out_endpoints (org_id, created_by, url, event_types, secret,
+                                            max_in_flight)
+         values ($1, $2, $3, $4, $5, $6) returning id",
     )
     .bind(org_id)
     .bind(created_by)
     .bind(url)
     .bind(&words)
     .bind(secret)
+    .bind(max_in_flight)
     .fetch_one(conn)
     .await
 }
@@ -42,6 +45,7 @@ pub async fn list(conn: &mut PgConnection, org_id: i64) -> sqlx::Result<Vec<Even
         url: String,
         event_types: Vec<String>,
         enabled: bool,
+        max_in_flight: i32,
         disabled_reason: Option<String>,
         failing_since: Option<String>,
         rotating_until: Option<String>,
@@ -51,7 +55,7 @@ pub async fn list(conn: &mut PgConnection, org_id: i64) -> sqlx::Result<Vec<Even
         failed: i64,
     }
     let rows: Vec<Row> = sqlx::query_as(
-        "select e.id, e.url, e.event_types, e.enabled, e.disabled_reason,
+        "select e.id, e.url, e.event_types, e.enabled, e.max_in_flight, e.disabled_reason,
                 to_char(e.failing_since at time zone o.timezone, 'YYYY-MM-DD HH24:MI') as failing_since,
                 to_char(e.previous_secret_until at time zone o.timezone, 'YYYY-MM-DD HH24:MI') as rotating_until,
                 to_char(e.created_at at time zone o.timezone, 'YYYY-MM-DD HH24:MI') as created,
@@ -79,6 +83,7 @@ pub async fn list(conn: &mut PgConnection, org_id: i64) -> sqlx::Result<Vec<Even
                 .filter_map(|t| t.parse().ok())
                 .collect(),
             enabled: r.enabled,
+            max_in_flight: r.max_in_flight,
             disabled_reason: r.disabled_reason,
             failing_since: r.failing_since,
             rotating_until: r.rotating_until,

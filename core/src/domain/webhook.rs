@@ -53,6 +53,22 @@ text_enum! {
     }
 }
 
+/// Requests in flight to one endpoint across every replica, unless its owner chose otherwise.
+pub const WEBHOOK_MAX_IN_FLIGHT: i32 = 16;
+/// The most an owner may choose (each process sends at most `--webhook-concurrency` anyway).
+pub const WEBHOOK_MAX_IN_FLIGHT_LIMIT: i32 = 64;
+
+/// Checks an owner's choice of requests in flight for an endpoint.
+pub fn max_in_flight(n: i32) -> Result<i32, String> {
+    if (1..=WEBHOOK_MAX_IN_FLIGHT_LIMIT).contains(&n) {
+        Ok(n)
+    } else {
+        Err(format!(
+            "Requests at once: from 1 to {WEBHOOK_MAX_IN_FLIGHT_LIMIT}, not {n}."
+        ))
+    }
+}
+
 /// A message is retried for this long after the event, then failed.
 pub const WEBHOOK_GIVE_UP_AFTER: Duration = Duration::from_secs(3 * 24 * 3600);
 /// An endpoint whose attempts have all failed for this long is disabled.
@@ -116,6 +132,14 @@ pub fn retry_after(value: &str, now: chrono::DateTime<chrono::Utc>) -> Option<Du
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn requests_at_once_are_bounded_with_a_reason() {
+        assert_eq!(max_in_flight(WEBHOOK_MAX_IN_FLIGHT), Ok(16));
+        assert_eq!(max_in_flight(1), Ok(1));
+        assert!(max_in_flight(0).unwrap_err().contains("from 1 to 64"));
+        assert!(max_in_flight(65).is_err());
+    }
 
     #[test]
     fn answers_are_judged_as_the_contract_says() {

@@ -243,6 +243,8 @@ pub struct EventEndpoint {
     pub url: String,
     pub event_types: Vec<crate::domain::WebhookEventType>,
     pub enabled: bool,
+    /// Requests in flight to it at most, across every replica.
+    pub max_in_flight: i32,
     /// Why Mailroom disabled it (`None` when an owner did, or it is enabled).
     pub disabled_reason: Option<String>,
     /// Every attempt since then has failed (`YYYY-MM-DD HH:MI`, org time zone).

@@ -472,6 +472,7 @@ async fn every_server_function_keeps_to_the_signed_in_org_and_viewers_cannot_act
             &format!("https://{marker}.example.org/hook"),
             &[app::domain::WebhookEventType::MessageFailed],
             &app::webhook::new_secret(),
+            app::domain::webhook::WEBHOOK_MAX_IN_FLIGHT,
         )
         .await
         .unwrap();

@@ -87,6 +87,7 @@ async fn tracked_links_lead_only_to_their_own_target_and_count_people_apart_from
             "https://hooks.example.com/clicks",
             &[WebhookEventType::LinkClicked],
             &secret,
+            app::domain::webhook::WEBHOOK_MAX_IN_FLIGHT,
         )
         .await
         .unwrap();

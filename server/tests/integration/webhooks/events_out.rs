@@ -59,6 +59,7 @@ async fn endpoint(
         url,
         types,
         &secret,
+        app::domain::webhook::WEBHOOK_MAX_IN_FLIGHT,
     )
     .await
     .unwrap();
@@ -476,13 +477,21 @@ async fn a_slow_endpoint_holds_only_its_own_share() {
     let slow =
         Receiver::start(|_, _| Act::Answer(200, Vec::new(), Duration::from_millis(1500))).await;
     let fast = Receiver::start(|_, _| Act::ok()).await;
-    let (ea, _) = endpoint(
-        &pool,
-        &a,
-        &slow.url("/a"),
-        &[WebhookEventType::MessageDelivered],
-    )
-    .await;
+    // A's owner allows 4 requests at once.
+    let ea = {
+        let mut conn = pool.acquire().await.unwrap();
+        webhooks_out::create(
+            &mut conn,
+            a.id.0,
+            None,
+            &slow.url("/a"),
+            &[WebhookEventType::MessageDelivered],
+            &app::webhook::new_secret(),
+            4,
+        )
+        .await
+        .unwrap()
+    };
     let (eb, _) = endpoint(
         &pool,
         &b,
@@ -520,7 +529,7 @@ async fn a_slow_endpoint_holds_only_its_own_share() {
         b_last < a_first,
         "B's last {b_last} before A's first {a_first}"
     );
-    // A never had more than its limit (4) in flight: its requests came in waves.
+    // A never had more than its owner's limit (4) in flight: its requests came in waves.
     let at: Vec<std::time::Instant> = slow.requests().iter().map(|r| r.at).collect();
     let most = at
         .iter()

@@ -48,6 +48,7 @@ fn sigkilled_workers_report_every_committed_outcome_and_nothing_else() {
                 WebhookEventType::CampaignSent,
             ],
             &app::webhook::new_secret(),
+            app::domain::webhook::WEBHOOK_MAX_IN_FLIGHT,
         )
         .await
         .unwrap()
