@@ -73,7 +73,9 @@ fn sigkilled_workers_report_every_committed_outcome_and_nothing_else() {
         )
         .unwrap()
     };
-    wait_until("every webhook delivered", 180, || pending() == 0);
+    // Retries of 503s back off (5 s, 10 s, 20 s …): a large run needs longer for its tail.
+    let patience = (n as u64 / 100).max(180);
+    wait_until("every webhook delivered", patience, || pending() == 0);
     last.signal(Signal::SIGTERM);
     last.wait_exit(60);
 
