@@ -7,13 +7,18 @@ use sqlx::{PgConnection, PgPool};
 
 use crate::model::{LinkClicks, Opens};
 
-/// The delivery `d`'s job id and subscriber, as a click or an open records them: nobody's once
-/// the subscriber was erased (a message read after the erasure still counts, for no one).
-fn whose() -> String {
+/// The select of a click's or an open's row from delivery `$1` (campaign mail only): its org,
+/// campaign, job id and subscriber (nobody's once the subscriber was erased: a message read
+/// after the erasure still counts, for no one), then `scanner` — the request's own say (`$2`)
+/// or within `$3` seconds of delivery — then `extra` columns.
+fn from_delivery(extra: &str) -> String {
     let erased = crate::domain::ERASED_PREFIX;
     format!(
-        "case when starts_with(d.email_lower, '{erased}') then null else d.job_id end,
-         case when starts_with(d.email_lower, '{erased}') then null else d.subscriber_id end"
+        "select d.org_id, d.campaign_id,
+                case when starts_with(d.email_lower, '{erased}') then null else d.job_id end,
+                case when starts_with(d.email_lower, '{erased}') then null else d.subscriber_id end,
+                $2 or coalesce(d.finished_at > now() - make_interval(secs => $3), false){extra}
+         from deliveries d where d.job_id = $1 and d.kind = 'campaign'"
     )
 }
 
@@ -28,16 +33,13 @@ pub async fn record(
     scanner_seconds: f64,
 ) -> sqlx::Result<bool> {
     let n = sqlx::query(&format!(
-        "insert into link_clicks (org_id, campaign_id, job_id, subscriber_id, url, scanner)
-         select d.org_id, d.campaign_id, {whose}, $2,
-                $3 or coalesce(d.finished_at > now() - make_interval(secs => $4), false)
-         from deliveries d where d.job_id = $1 and d.kind = 'campaign'",
-        whose = whose()
+        "insert into link_clicks (org_id, campaign_id, job_id, subscriber_id, scanner, url) {}",
+        from_delivery(", $4")
     ))
     .bind(job_id)
-    .bind(url)
     .bind(scanner)
     .bind(scanner_seconds)
+    .bind(url)
     .execute(pool)
     .await?
     .rows_affected();
@@ -53,11 +55,8 @@ pub async fn record_open(
     scanner_seconds: f64,
 ) -> sqlx::Result<bool> {
     let n = sqlx::query(&format!(
-        "insert into message_opens (org_id, campaign_id, job_id, subscriber_id, scanner)
-         select d.org_id, d.campaign_id, {whose},
-                $2 or coalesce(d.finished_at > now() - make_interval(secs => $3), false)
-         from deliveries d where d.job_id = $1 and d.kind = 'campaign'",
-        whose = whose()
+        "insert into message_opens (org_id, campaign_id, job_id, subscriber_id, scanner) {}",
+        from_delivery("")
     ))
     .bind(job_id)
     .bind(scanner)
