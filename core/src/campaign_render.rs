@@ -19,6 +19,14 @@ pub struct Fields<'a> {
     pub unsubscribe_url: &'a str,
 }
 
+/// Per-recipient values beyond [`Fields`] (`{{ attributes.* }}`, `{{ event.* }}`); absent
+/// ones are undefined, so a template naming them fails rather than printing nothing.
+#[derive(Default)]
+pub struct Extra<'a> {
+    pub attributes: Option<&'a serde_json::Value>,
+    pub event: Option<&'a serde_json::Value>,
+}
+
 /// One recipient's message: at least one of `text` and `html`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rendered {
@@ -83,8 +91,24 @@ impl Compiled {
     }
 
     pub fn render(&self, f: &Fields<'_>) -> Result<Rendered, minijinja::Error> {
-        let cx =
-            context! { name => f.name, email => f.email, unsubscribe_url => f.unsubscribe_url };
+        self.render_with(f, &Extra::default())
+    }
+
+    /// Renders with more fields than a campaign's: an automation's mail also shows the
+    /// subscriber's attributes and what its trigger said.
+    pub fn render_with(
+        &self,
+        f: &Fields<'_>,
+        extra: &Extra<'_>,
+    ) -> Result<Rendered, minijinja::Error> {
+        let more = |v: Option<&serde_json::Value>| {
+            v.map(Value::from_serialize).unwrap_or(Value::UNDEFINED)
+        };
+        let (attributes, event) = (more(extra.attributes), more(extra.event));
+        let cx = context! {
+            name => f.name, email => f.email, unsubscribe_url => f.unsubscribe_url,
+            attributes => attributes.clone(), event => event.clone()
+        };
         let subject = self.env.get_template(SUBJECT)?.render(&cx)?;
         // A subject is one line, whatever a field held.
         let subject = subject.replace(['\r', '\n'], " ");
@@ -94,7 +118,10 @@ impl Compiled {
                 // author's raw HTML (`<a href="{{ unsubscribe_url }}">`), and it holds no
                 // Markdown syntax.
                 let url = Value::from_safe_string(HtmlEscape(f.unsubscribe_url).to_string());
-                let md = context! { name => f.name, email => f.email, unsubscribe_url => url };
+                let md = context! {
+                    name => f.name, email => f.email, unsubscribe_url => url,
+                    attributes => attributes, event => event
+                };
                 let source = self.env.get_template(MARKDOWN_HTML)?.render(&md)?;
                 Rendered {
                     subject,

@@ -1,5 +1,5 @@
-//! Unsubscribe tokens for campaign mail (RFC 8058 one-click). A token names the org, the
-//! subscriber and the campaign, signed with HMAC-SHA256; it never expires (a link in an old
+//! Unsubscribe tokens for campaign and automation mail (RFC 8058 one-click). A token names the
+//! org, the subscriber and the campaign or automation that sent it, signed with HMAC-SHA256; it never expires (a link in an old
 //! message must keep working). Verification accepts any key of a list, so keys can be rotated:
 //! sign with the newest, keep the old ones until their mail is forgotten.
 
@@ -13,7 +13,41 @@ use sha2::Sha256;
 pub struct Claim {
     pub org_id: i64,
     pub subscriber_id: i64,
-    pub campaign_id: i64,
+    pub from: Origin,
+}
+
+/// The mail an unsubscribe link was in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Origin {
+    /// Written as its bare id (as every token made before automations existed).
+    Campaign(i64),
+    /// Written as `a<id>`.
+    Automation(i64),
+}
+
+impl std::fmt::Display for Origin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Origin::Campaign(id) => write!(f, "campaign {id}"),
+            Origin::Automation(id) => write!(f, "automation {id}"),
+        }
+    }
+}
+
+impl Origin {
+    fn token_part(self) -> String {
+        match self {
+            Origin::Campaign(id) => id.to_string(),
+            Origin::Automation(id) => format!("a{id}"),
+        }
+    }
+
+    fn from_token_part(s: &str) -> Option<Self> {
+        match s.strip_prefix('a') {
+            Some(id) => id.parse().ok().map(Origin::Automation),
+            None => s.parse().ok().map(Origin::Campaign),
+        }
+    }
 }
 
 /// The signing keys, newest first. Never printed.
@@ -42,9 +76,9 @@ impl Keys {
         mac
     }
 
-    /// `<org>.<subscriber>.<campaign>.<signature>`: URL-safe, no padding.
+    /// `<org>.<subscriber>.<campaign or a<automation>>.<signature>`: URL-safe, no padding.
     pub fn sign(&self, c: Claim) -> String {
-        let payload = format!("{}.{}.{}", c.org_id, c.subscriber_id, c.campaign_id);
+        let payload = format!("{}.{}.{}", c.org_id, c.subscriber_id, c.from.token_part());
         let tag = Self::mac(&self.0[0], &payload).finalize().into_bytes();
         format!("{payload}.{}", URL_SAFE_NO_PAD.encode(tag))
     }
@@ -53,11 +87,11 @@ impl Keys {
     pub fn verify(&self, token: &str) -> Option<Claim> {
         let (payload, tag) = token.rsplit_once('.')?;
         let tag = URL_SAFE_NO_PAD.decode(tag).ok()?;
-        let mut parts = payload.split('.').map(|p| p.parse::<i64>().ok());
+        let mut parts = payload.split('.');
         let claim = Claim {
-            org_id: parts.next()??,
-            subscriber_id: parts.next()??,
-            campaign_id: parts.next()??,
+            org_id: parts.next()?.parse().ok()?,
+            subscriber_id: parts.next()?.parse().ok()?,
+            from: Origin::from_token_part(parts.next()?)?,
         };
         if parts.next().is_some() {
             return None;
@@ -76,7 +110,7 @@ mod tests {
     const CLAIM: Claim = Claim {
         org_id: 3,
         subscriber_id: 42,
-        campaign_id: 7,
+        from: Origin::Campaign(7),
     };
 
     fn keys(ks: &[&[u8]]) -> Keys {
@@ -95,6 +129,15 @@ mod tests {
         assert_eq!(k.verify("3.42.7"), None);
         assert_eq!(k.verify("3.42.7.8.xyz"), None);
         assert_eq!(k.verify(""), None);
+        // An automation's token says so, and cannot be read as a campaign's.
+        let a = Claim {
+            from: Origin::Automation(7),
+            ..CLAIM
+        };
+        let token = k.sign(a);
+        assert!(token.starts_with("3.42.a7."));
+        assert_eq!(k.verify(&token), Some(a));
+        assert_eq!(k.verify(&token.replacen(".a7.", ".7.", 1)), None);
     }
 
     #[test]

@@ -75,6 +75,11 @@ fn form(job: &JobId) -> Option<String> {
             notice_id,
             user_id,
         } => format!("n{org_id}-{notice_id}-{user_id}"),
+        JobId::Automation {
+            org_id,
+            enrolment_id,
+            step,
+        } => format!("a{org_id}-{enrolment_id}-{step}"),
         JobId::Transactional { .. } => return None,
     })
 }
@@ -103,6 +108,11 @@ fn parse_form(f: &str) -> Option<VerpRef> {
             org_id: int(o)?,
             notice_id: int(n)?,
             user_id: int(u)?,
+        }),
+        ("a", [o, e, step]) => VerpRef::Job(JobId::Automation {
+            org_id: int(o)?,
+            enrolment_id: int(e)?,
+            step: int(step)?,
         }),
         ("s", [o, id]) => VerpRef::Job(JobId::Confirm {
             org_id: int(o)?,
@@ -204,6 +214,7 @@ mod tests {
             "invite:7:12:55".parse().unwrap(),
             "confirm:7:123".parse().unwrap(),
             "notice:7:9:12".parse().unwrap(),
+            "automation:7:9:2".parse().unwrap(),
         ]
     }
 

@@ -410,6 +410,15 @@ pub struct WorkerArgs {
     #[arg(long, env = "MAILROOM_DIGEST_NOW", hide = true)]
     pub digest_now: Option<chrono::DateTime<chrono::Utc>>,
 
+    /// The automation step runner reads this instant (RFC 3339) as the database clock. For
+    /// tests only, and refused unless MAILROOM_ALLOW_FAKE_CLOCK=1.
+    #[arg(long, env = "MAILROOM_AUTOMATION_NOW", hide = true)]
+    pub automation_now: Option<chrono::DateTime<chrono::Utc>>,
+
+    /// Milliseconds between the automation step runner's polls while no step is due.
+    #[arg(long, env = "MAILROOM_AUTOMATION_POLL_MS", default_value_t = 1000)]
+    pub automation_poll_ms: u64,
+
     /// Seconds between campaign worker ticks while nothing is sending (an approval wakes it).
     #[arg(long, env = "MAILROOM_CAMPAIGN_TICK_SECONDS", default_value_t = 5)]
     pub campaign_tick_seconds: u64,
@@ -525,6 +534,11 @@ impl WorkerArgs {
             leader: self.leader(),
             digest_tick: Duration::from_secs(self.digest_tick_seconds),
             digest_now: self.digest_now,
+            automations: crate::workers::automations::Config {
+                poll: Duration::from_millis(self.automation_poll_ms.max(10)),
+                batch: 200,
+                now: self.automation_now,
+            },
             shutdown_grace: Duration::from_secs(self.shutdown_timeout_seconds),
             delivery: self.delivery(transport, unsubscribe_keys),
             captured_dir,

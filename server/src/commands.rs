@@ -17,6 +17,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Serve(args) => serve(&cli, args).await,
         Command::Worker(args) => {
             allow_fake_clock("--digest-now", args.digest_now)?;
+            allow_fake_clock("--automation-now", args.automation_now)?;
             let shutdown = Shutdown::on_signals()?;
             let transport = args.transport(cli.captured_dir())?;
             let bounce_imap = args.bounce_imap()?;
@@ -113,6 +114,7 @@ async fn unsubscribe_keys(
 async fn serve(cli: &Cli, args: &ServeArgs) -> anyhow::Result<()> {
     let started = std::time::Instant::now();
     allow_fake_clock("--digest-now", args.worker.digest_now)?;
+    allow_fake_clock("--automation-now", args.worker.automation_now)?;
     raise_open_file_limit();
     let shutdown = Shutdown::on_signals()?;
     // Bind first: a port in use is reported before any database work starts.

@@ -155,6 +155,8 @@ pub async fn insert(
     .bind(&times)
     .fetch_all(&mut *conn)
     .await?;
+    let new_ids: Vec<i64> = inserted.iter().map(|(_, id)| *id).collect();
+    crate::db::automation::enrol_from_events(conn, org, &new_ids).await?;
     let mut new: std::collections::HashMap<String, i64> = inserted.into_iter().collect();
     let before: Vec<&str> = keys
         .iter()

@@ -8,6 +8,8 @@ pub mod api_tokens;
 pub mod audience;
 /// The audit log: writing an entry in the action's transaction, reading it.
 pub mod audit;
+/// Automations: versions and approval, enrolments by every trigger, and the step runner.
+pub mod automation;
 /// Campaigns: drafts, states, recipients, progress, the bin.
 pub mod campaign;
 /// Clicks on tracked links, per link, forgotten with the subscriber.

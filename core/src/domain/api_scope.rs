@@ -11,6 +11,8 @@ text_enum! {
         EventsWrite = "events:write",
         SegmentsRead = "segments:read",
         SegmentsWrite = "segments:write",
+        AutomationsRead = "automations:read",
+        AutomationsWrite = "automations:write",
     }
 }
 
@@ -28,6 +30,8 @@ impl ApiScope {
             ApiScope::EventsWrite => "record events about subscribers",
             ApiScope::SegmentsRead => "read segments, their counts and members",
             ApiScope::SegmentsWrite => "create, change and delete segments",
+            ApiScope::AutomationsRead => "read automations and who is in them",
+            ApiScope::AutomationsWrite => "enrol people in automations and take them out",
         }
     }
 
@@ -67,7 +71,7 @@ mod tests {
         assert!(ApiScope::parse_list::<&str>(&[]).is_err());
         assert_eq!(
             ApiScope::ALL.len(),
-            10,
+            12,
             "the migration's check lists each scope"
         );
     }

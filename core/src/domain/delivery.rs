@@ -7,7 +7,8 @@ use std::fmt;
 use std::str::FromStr;
 
 use super::{
-    CampaignId, DigestSendId, JobId, NoticeId, SignupId, SubscriberId, TxMessageId, UserId,
+    AutomationId, CampaignId, DigestSendId, EnrolmentId, JobId, NoticeId, SignupId, SubscriberId,
+    TxMessageId, UserId,
 };
 
 text_enum! {
@@ -52,17 +53,23 @@ text_enum! {
         /// Mailroom's own notice to an org's owner about their account (an event webhook
         /// endpoint it turned off).
         Notice = "notice",
+        /// One step's mail of an automation, to one subscriber.
+        Automation = "automation",
     }
 }
 
 impl DeliveryKind {
-    /// Any suppression stops it, an unsubscribe too: campaign content, tests of it included.
+    /// Any suppression stops it, an unsubscribe too: campaign content (tests of it included)
+    /// and automations' mail.
     /// The other kinds (a digest to an org's admin, account mail, transactional mail such as
     /// a receipt, a sign-up's confirmation) are stopped only by a hard bounce or a complaint:
     /// unsubscribing from a newsletter is not refusing one's receipts, and someone who left
     /// may sign up again.
     pub fn stopped_by_any_suppression(self) -> bool {
-        matches!(self, DeliveryKind::Campaign | DeliveryKind::Test)
+        matches!(
+            self,
+            DeliveryKind::Campaign | DeliveryKind::Test | DeliveryKind::Automation
+        )
     }
 
     /// The kinds [`stopped_by_any_suppression`](Self::stopped_by_any_suppression), as stored.
@@ -107,6 +114,12 @@ pub enum Reference {
     },
     /// One owner's copy of an account notice.
     Notice { notice: NoticeId, user: UserId },
+    /// A mail step of an automation; the step's index is in the job id.
+    Automation {
+        automation: AutomationId,
+        enrolment: EnrolmentId,
+        subscriber: SubscriberId,
+    },
 }
 
 /// A [`Reference`] as the delivery row's columns.
@@ -120,6 +133,8 @@ pub struct ReferenceColumns {
     pub tx_message_id: Option<TxMessageId>,
     pub signup_id: Option<SignupId>,
     pub notice_id: Option<NoticeId>,
+    pub automation_id: Option<AutomationId>,
+    pub enrolment_id: Option<EnrolmentId>,
 }
 
 impl Reference {
@@ -132,6 +147,7 @@ impl Reference {
             Reference::Transactional { .. } => DeliveryKind::Transactional,
             Reference::Confirm { .. } => DeliveryKind::Confirm,
             Reference::Notice { .. } => DeliveryKind::Notice,
+            Reference::Automation { .. } => DeliveryKind::Automation,
         }
     }
 
@@ -149,9 +165,9 @@ impl Reference {
     /// The subscriber the message is to, when it is to one.
     pub fn subscriber(&self) -> Option<SubscriberId> {
         match *self {
-            Reference::Campaign { subscriber, .. } | Reference::Confirm { subscriber, .. } => {
-                Some(subscriber)
-            }
+            Reference::Campaign { subscriber, .. }
+            | Reference::Confirm { subscriber, .. }
+            | Reference::Automation { subscriber, .. } => Some(subscriber),
             _ => None,
         }
     }
@@ -194,6 +210,16 @@ impl Reference {
             Reference::Notice { notice, user } => ReferenceColumns {
                 notice_id: Some(notice),
                 user_id: Some(user),
+                ..none
+            },
+            Reference::Automation {
+                automation,
+                enrolment,
+                subscriber,
+            } => ReferenceColumns {
+                automation_id: Some(automation),
+                enrolment_id: Some(enrolment),
+                subscriber_id: Some(subscriber),
                 ..none
             },
         }
@@ -239,6 +265,11 @@ impl Reference {
             DeliveryKind::Notice => Reference::Notice {
                 notice: c.notice_id?,
                 user: c.user_id?,
+            },
+            DeliveryKind::Automation => Reference::Automation {
+                automation: c.automation_id?,
+                enrolment: c.enrolment_id?,
+                subscriber: c.subscriber_id?,
             },
         })
     }
@@ -342,6 +373,11 @@ mod tests {
             Reference::Notice {
                 notice: NoticeId(8),
                 user: UserId(5),
+            },
+            Reference::Automation {
+                automation: AutomationId(10),
+                enrolment: EnrolmentId(11),
+                subscriber: SubscriberId(9),
             },
         ];
         for r in refs {

@@ -51,6 +51,10 @@ id_type! {
     SignupId,
     /// A notice Mailroom sends an org's owners about their account (`notices.id`).
     NoticeId,
+    /// An automation (`automations.id`).
+    AutomationId,
+    /// One person's way through an automation (`enrolments.id`).
+    EnrolmentId,
 }
 
 #[cfg(test)]

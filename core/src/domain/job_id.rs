@@ -49,6 +49,13 @@ pub enum JobId {
         notice_id: i64,
         user_id: i64,
     },
+    /// `automation:<org id>:<enrolment id>:<step>`: one person's mail of one automation step.
+    /// An enrolment takes each step once, so the same step never queues two messages.
+    Automation {
+        org_id: i64,
+        enrolment_id: i64,
+        step: i32,
+    },
 }
 
 /// The longest idempotency key accepted.
@@ -71,7 +78,7 @@ pub fn idempotency_key(key: &str) -> Result<&str, String> {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("“{0}” is not a job id (expected campaign:<cid>:<sid>, digest:<org>:<week>:<user>, test:<cid>:<version>:<token>:<email>, invite:<org>:<user>:<token id>, tx:<org>:<key>, confirm:<org>:<sign-up id> or notice:<org>:<notice id>:<user>)")]
+#[error("“{0}” is not a job id (expected campaign:<cid>:<sid>, digest:<org>:<week>:<user>, test:<cid>:<version>:<token>:<email>, invite:<org>:<user>:<token id>, tx:<org>:<key>, confirm:<org>:<sign-up id>, notice:<org>:<notice id>:<user> or automation:<org>:<enrolment>:<step>)")]
 pub struct JobIdError(pub String);
 
 impl JobId {
@@ -100,7 +107,10 @@ impl JobId {
     pub const PRIORITIES: [i16; 4] = [0, 1, 2, 3];
 
     /// Priority of its kind for the delivery worker, lower first: test and account mail,
-    /// then digests, then transactional mail, then campaigns.
+    /// then digests, then transactional mail, then campaigns and automations. An automation's
+    /// mail shares the campaigns' level, in a fairness group of its own (the claim gives each
+    /// campaign and each automation an equal share of a batch), so a blast never holds up a
+    /// welcome series and a million-person import's welcome mail never holds up a campaign.
     pub fn priority(&self) -> i16 {
         match self {
             JobId::Test { .. }
@@ -109,7 +119,7 @@ impl JobId {
             | JobId::Notice { .. } => 0,
             JobId::Digest { .. } => 1,
             JobId::Transactional { .. } => 2,
-            JobId::Campaign { .. } => 3,
+            JobId::Campaign { .. } | JobId::Automation { .. } => 3,
         }
     }
 
@@ -127,6 +137,7 @@ impl JobId {
             JobId::Transactional { .. } => DeliveryKind::Transactional,
             JobId::Confirm { .. } => DeliveryKind::Confirm,
             JobId::Notice { .. } => DeliveryKind::Notice,
+            JobId::Automation { .. } => DeliveryKind::Automation,
         }
     }
 
@@ -204,6 +215,11 @@ impl fmt::Display for JobId {
                 notice_id,
                 user_id,
             } => write!(f, "notice:{org_id}:{notice_id}:{user_id}"),
+            JobId::Automation {
+                org_id,
+                enrolment_id,
+                step,
+            } => write!(f, "automation:{org_id}:{enrolment_id}:{step}"),
         }
     }
 }
@@ -296,6 +312,19 @@ impl FromStr for JobId {
                     org_id: id(org, s)?,
                     notice_id: id(notice, s)?,
                     user_id: id(user, s)?,
+                })
+            }
+            "automation" => {
+                let mut parts = rest.splitn(3, ':');
+                let (Some(org), Some(enrolment), Some(step)) =
+                    (parts.next(), parts.next(), parts.next())
+                else {
+                    return Err(bad());
+                };
+                Ok(JobId::Automation {
+                    org_id: id(org, s)?,
+                    enrolment_id: id(enrolment, s)?,
+                    step: id(step, s)?,
                 })
             }
             _ => Err(bad()),
@@ -431,7 +460,14 @@ mod tests {
         };
         assert_eq!(i.to_string(), "invite:3:9:12");
         assert_eq!((i.kind(), i.priority()), ("invite", 0));
-        for j in [c, d, m, t, i] {
+        let a = JobId::Automation {
+            org_id: 3,
+            enrolment_id: 41,
+            step: 2,
+        };
+        assert_eq!(a.to_string(), "automation:3:41:2");
+        assert_eq!((a.kind(), a.priority()), ("automation", 3));
+        for j in [c, d, m, t, i, a] {
             assert_eq!(j.to_string().parse::<JobId>().unwrap(), j);
         }
     }
@@ -454,6 +490,8 @@ mod tests {
             "invite:1:2",
             "invite:1:2:x",
             "invite:1:2:3:4",
+            "automation:1:2",
+            "automation:1:2:-1",
         ] {
             let err = s.parse::<JobId>().unwrap_err();
             assert!(err.to_string().contains(&format!("“{s}”")), "{s}");

@@ -93,6 +93,8 @@ mod api_scope;
 pub mod audience;
 /// The audit log's actions.
 mod audit;
+/// Automations: lifecycle mail in steps, each taken once per person.
+pub mod automation;
 /// When to retry a temporary failure: exponential, capped, with jitter.
 mod backoff;
 /// What relays report after the conversation (bounces, complaints), and what each one does.
@@ -156,7 +158,8 @@ pub use dkim::{DkimDomain, DkimNameError, DkimSelector};
 pub use email::erased_form;
 pub use email::{is_erased, sentence, EmailAddress, EmailError, ERASED_PREFIX};
 pub use ids::{
-    CampaignId, DigestSendId, NoticeId, OrgId, SignupId, SubscriberId, TxMessageId, UserId,
+    AutomationId, CampaignId, DigestSendId, EnrolmentId, NoticeId, OrgId, SignupId, SubscriberId,
+    TxMessageId, UserId,
 };
 #[cfg(feature = "ssr")]
 pub(crate) use job_id::{campaign_job_sql, digest_job_sql};

@@ -447,8 +447,7 @@ fn check_condition(n: &Node, path: &str) -> Result<(), TreeError> {
             }
             days(&at("within_days"), *within_days)?;
             if let Some(p) = property {
-                key_name(&at("property.name"), &p.name)?;
-                check_value_test(&p.test, &at("property.test"))?;
+                check_property(p, &at("property"))?;
             }
             Ok(())
         }
@@ -523,7 +522,14 @@ fn tree(e: InputError) -> TreeError {
 
 /// An attribute or property name: a key, taken as written (quotes, dots and `->` are part of
 /// it, never syntax), 1 to [`NAME_MAX`] characters, no control character.
-fn key_name(path: &str, name: &str) -> Result<(), TreeError> {
+/// Checks a property test standing at `path` (its name and its value test).
+pub fn check_property(p: &PropertyTest, path: &str) -> Result<(), TreeError> {
+    key_name(&field_path(path, "name"), &p.name)?;
+    check_value_test(&p.test, &field_path(path, "test"))
+}
+
+/// Checks an attribute or property name standing at `path`.
+pub fn key_name(path: &str, name: &str) -> Result<(), TreeError> {
     line_input(path, name, NAME_MAX).map_err(tree)?;
     if name.is_empty() {
         return Err(fail(path.to_owned(), "a name is needed"));

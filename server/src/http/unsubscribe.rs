@@ -180,7 +180,7 @@ async fn unsubscribe(State(s): State<Unsubscribe>, Path(token): Path<String>) ->
     let Some(claim) = s.keys.verify(&token) else {
         return invalid();
     };
-    let source = format!("unsubscribe link, campaign {}", claim.campaign_id);
+    let source = format!("unsubscribe link, {}", claim.from);
     let done = async {
         let mut conn = s.pool.acquire().await?;
         app::db::audience::suppress_subscriber(

@@ -24,6 +24,8 @@ use utoipa_axum::router::OpenApiRouter;
 use app::db::api_tokens::{self, Caller};
 use app::domain::ApiScope;
 
+/// Automations: what they are, who is in them, enrol and remove people.
+pub mod automations;
 /// Campaigns with their status and progress (read only).
 pub mod campaigns;
 /// One delivery by its job id.
@@ -109,7 +111,8 @@ fn parts() -> (Router<RestState>, utoipa::openapi::OpenApi) {
         .merge(subscribers::routes())
         .merge(campaigns::routes())
         .merge(messages::routes())
-        .merge(segments::routes());
+        .merge(segments::routes())
+        .merge(automations::routes());
     let (router, mut doc) = OpenApiRouter::with_openapi(ApiDoc::openapi())
         .nest(
             "/api/v1",

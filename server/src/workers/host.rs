@@ -60,6 +60,7 @@ pub struct Plan {
     pub bounce_imap: Option<crate::feedback::mailbox::Config>,
     /// Events out to the orgs' webhook endpoints.
     pub webhooks: crate::workers::webhooks::Config,
+    pub automations: crate::workers::automations::Config,
 }
 
 /// Runs the worker host until shutdown: a heartbeat every few seconds (database clock), session
@@ -77,6 +78,7 @@ pub async fn run(pool: PgPool, plan: Plan, mode: Mode, shutdown: Shutdown) {
         captured_dir,
         bounce_imap,
         webhooks,
+        automations,
     } = plan;
     let id = process_id();
     let host = hostname();
@@ -136,6 +138,11 @@ pub async fn run(pool: PgPool, plan: Plan, mode: Mode, shutdown: Shutdown) {
         id.clone(),
         shutdown.clone(),
     ));
+    let steps = tokio::spawn(crate::workers::automations::run(
+        pool.clone(),
+        automations,
+        shutdown.clone(),
+    ));
     tracing::info!(process = %id, mode = mode.as_str(), "worker host started");
     loop {
         tokio::select! {
@@ -192,6 +199,7 @@ pub async fn run(pool: PgPool, plan: Plan, mode: Mode, shutdown: Shutdown) {
     }
     let _ = digests.await;
     let _ = hooks.await;
+    let _ = steps.await;
     let _ = campaigns.await;
     let _ = progress.await;
     if let Err(e) = app::db::heartbeat::remove(&pool, &id).await {

@@ -2,6 +2,8 @@
 //! copies of itself: the host that starts and stops them, the leader's singleton jobs, the
 //! digest ticker, the campaign worker, progress notifications, the delivery engine and the webhook sender.
 
+/// The automation step runner (every replica).
+pub mod automations;
 /// The campaign worker: start, materialise, hand off, sweep, finish.
 pub mod campaign;
 /// The delivery worker: claim, render, send stage by stage, record fenced.

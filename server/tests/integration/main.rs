@@ -7,6 +7,8 @@ mod support;
 
 /// Subscribers and lists: adding, importing, signing up, unsubscribing, erasing.
 mod audiences;
+/// Automations: lifecycle mail in steps, each taken once per person.
+mod automations;
 /// Campaigns from draft to sent: the workflow, its pages, test sends, starting and progress.
 mod campaign;
 /// The dashboard's HTTP edge: sign-in, first run, settings, limits, headers, tenancy, odd input.

@@ -41,8 +41,8 @@ pub async fn enqueue(conn: &mut PgConnection, d: NewDelivery<'_>) -> sqlx::Resul
     let r = sqlx::query(
         "insert into deliveries (job_id, org_id, kind, priority, recipient, email_lower,
                                  campaign_id, content_version, subscriber_id, digest_send_id, user_id,
-                                 tx_message_id, signup_id, notice_id)
-         values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
+                                 tx_message_id, signup_id, notice_id, automation_id, enrolment_id)
+         values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)
          on conflict (job_id) do nothing",
     )
     .bind(d.job.to_string())
@@ -59,6 +59,8 @@ pub async fn enqueue(conn: &mut PgConnection, d: NewDelivery<'_>) -> sqlx::Resul
     .bind(c.tx_message_id)
     .bind(c.signup_id)
     .bind(c.notice_id)
+    .bind(c.automation_id)
+    .bind(c.enrolment_id)
     .execute(conn)
     .await?;
     Ok(r.rows_affected() == 1)
@@ -113,6 +115,8 @@ impl<'r> sqlx::FromRow<'r, PgRow> for Claimed {
             tx_message_id: row.try_get("tx_message_id")?,
             signup_id: row.try_get("signup_id")?,
             notice_id: row.try_get("notice_id")?,
+            automation_id: row.try_get("automation_id")?,
+            enrolment_id: row.try_get("enrolment_id")?,
         };
         let reference = Reference::from_columns(kind, columns, &job)
             .filter(|r| r.kind().as_str() == job.kind())
@@ -231,8 +235,9 @@ pub static CLAIM: LazyLock<String> = LazyLock::new(|| {
          eligible as (
              select w.* from walk w
              left join campaigns c on c.org_id = w.org_id and c.id = w.campaign_key
-             -- `sent`: a delivery an admin retried after the campaign finished.
-             where w.campaign_key = 0 or c.status in ('sending', 'sent')
+             -- `sent`: a delivery an admin retried after the campaign finished. An automation's
+             -- group (minus its id) is always eligible: stopping it takes its mail off the queue.
+             where w.campaign_key <= 0 or c.status in ('sending', 'sent')
              limit 256
          ),
          -- Strict priority; within one priority a random pick, so that no org or campaign is
@@ -292,7 +297,8 @@ pub static CLAIM: LazyLock<String> = LazyLock::new(|| {
          )
          select (select id from held) as claim_id, job_id, org_id, kind, recipient,
                 attempt + 1 as attempt, campaign_id, content_version, subscriber_id,
-                digest_send_id, user_id, tx_message_id, signup_id, notice_id
+                digest_send_id, user_id, tx_message_id, signup_id, notice_id,
+                automation_id, enrolment_id
          from claimed",
         bump = bump_changed!(),
         blocks = blocks!("r", "$4", "$5"),

@@ -323,6 +323,17 @@ fn push_day_start(qb: &mut QueryBuilder<'_, Postgres>, day: NaiveDate, clock: &C
     qb.push(")");
 }
 
+/// A property test over `column` (a JSON object column of the statement, never input): an
+/// automation's trigger or goal condition on an event's properties.
+pub fn push_property_test(
+    qb: &mut QueryBuilder<'_, Postgres>,
+    column: &'static str,
+    p: &crate::domain::segment::PropertyTest,
+    clock: &Clock,
+) {
+    push_value_test(qb, column, &p.name, &p.test, clock);
+}
+
 /// A test of `column -> key` (`column` is one of this module's own, never input). Each typed
 /// test reads the value only in a `case` branch that checked its JSON type first, so a value
 /// of another type is "no", never a cast error.

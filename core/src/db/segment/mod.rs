@@ -5,7 +5,8 @@ mod compile;
 mod store;
 
 pub use compile::{
-    clock, count, count_query, ids, members, push_predicate, roomy, Clock, Member, Place,
+    clock, count, count_query, ids, members, push_predicate, push_property_test, roomy, Clock,
+    Member, Place,
 };
 pub use store::{
     create, definition_at, delete, foreign_reference, get, list, update, DeleteError, Saved,

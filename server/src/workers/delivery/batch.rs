@@ -26,6 +26,8 @@ pub struct Loaded {
     confirms: super::confirm::Confirms,
     transactional: HashMap<i64, app::db::transactional::Content>,
     notices: HashMap<i64, app::db::notices::Stored>,
+    /// Automation mail, keyed by (enrolment, step).
+    automation_mail: HashMap<(i64, i32), app::db::automation::MailContent>,
     /// Loaded when an org of the batch has a bounce domain.
     verp_key: Option<Vec<u8>>,
     /// Loaded when an org of the batch tracks clicks or opens.
@@ -160,6 +162,28 @@ impl Loaded {
                 .map(|n| (n.id, n))
                 .collect()
         };
+        let automation_refs: Vec<(i64, i64, i32)> = batch
+            .iter()
+            .filter_map(|c| match c.job {
+                app::domain::JobId::Automation {
+                    org_id,
+                    enrolment_id,
+                    step,
+                } => Some((org_id, enrolment_id, step)),
+                _ => None,
+            })
+            .collect();
+        let automation_mail = if automation_refs.is_empty() {
+            HashMap::new()
+        } else {
+            let mut conn = pool.acquire().await?;
+            app::db::automation::mail_contents(&mut conn, &automation_refs)
+                .await
+                .context("loading the batch's automation mail")?
+                .into_iter()
+                .map(|m| ((m.enrolment_id, m.step), m))
+                .collect()
+        };
         let signers = dkim::Signers::load(senders.values());
         let verp_key = if senders.values().any(|s| s.bounce_domain.is_some()) {
             Some(
@@ -196,6 +220,7 @@ impl Loaded {
             confirms,
             transactional,
             notices,
+            automation_mail,
         })
     }
 
@@ -226,6 +251,12 @@ impl Loaded {
             },
             notice: match c.reference {
                 Reference::Notice { notice, .. } => self.notices.get(&notice.0),
+                _ => None,
+            },
+            automation: match c.job {
+                app::domain::JobId::Automation {
+                    enrolment_id, step, ..
+                } => self.automation_mail.get(&(enrolment_id, step)),
                 _ => None,
             },
             dkim: self.signers.for_org(c.org.0),

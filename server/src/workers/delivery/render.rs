@@ -9,7 +9,7 @@ use lettre::message::header::{ContentType, HeaderName, HeaderValue};
 use lettre::message::{Mailbox, Message, MultiPart};
 use lettre::Address;
 
-use app::campaign_render::{Compiled, Fields, Rendered as CampaignMessage};
+use app::campaign_render::{Compiled, Extra, Fields, Rendered as CampaignMessage};
 use app::db::delivery::{Claimed, Sender};
 use app::db::digest::Content as DigestContent;
 use app::domain::{JobId, Reference, TxMessageId};
@@ -48,6 +48,8 @@ pub struct Inputs<'a> {
     pub transactional: Option<&'a app::db::transactional::Content>,
     /// The account notice's text, fixed when it was made.
     pub notice: Option<&'a app::db::notices::Stored>,
+    /// An automation mail step's content and the recipient's fields.
+    pub automation: Option<&'a app::db::automation::MailContent>,
     /// The org's DKIM signer (None: it does not sign), or why its key cannot be used.
     pub dkim: Result<Option<&'a super::dkim::Signer>, &'a str>,
     /// Signs VERP envelope senders (loaded when an org of the batch has a bounce domain).
@@ -58,6 +60,52 @@ pub struct Inputs<'a> {
 
 const LIST_UNSUBSCRIBE: HeaderName = HeaderName::new_from_ascii_str("List-Unsubscribe");
 const LIST_UNSUBSCRIBE_POST: HeaderName = HeaderName::new_from_ascii_str("List-Unsubscribe-Post");
+
+/// RFC 8058 one-click unsubscribe headers for bulk mail (campaigns and automations).
+fn unsubscribe_headers(
+    builder: lettre::message::MessageBuilder,
+    link: &str,
+) -> lettre::message::MessageBuilder {
+    builder
+        .raw_header(HeaderValue::new(LIST_UNSUBSCRIBE, format!("<{link}>")))
+        .raw_header(HeaderValue::new(
+            LIST_UNSUBSCRIBE_POST,
+            "List-Unsubscribe=One-Click".into(),
+        ))
+}
+
+/// What every bulk message gets after its template: the unsubscribe link in the text part,
+/// whatever the author's template says, and the org's click and open tracking.
+fn bulk_extras(
+    cx: &Inputs<'_>,
+    sender: &Sender,
+    c: &Claimed,
+    mut m: CampaignMessage,
+    link: &str,
+) -> anyhow::Result<CampaignMessage> {
+    if let Some(text) = &mut m.text {
+        text.push_str(&format!("\n\n--\nUnsubscribe: {link}\n"));
+    }
+    if let (true, Some(key), Some(html)) = (sender.click_tracking, cx.click_key, m.html.as_deref())
+    {
+        m.html = Some(super::tracking::track_links(
+            html,
+            &cx.links.public_url,
+            key,
+            &c.job.to_string(),
+            link,
+        )?);
+    }
+    if let (true, Some(key), Some(html)) = (sender.open_tracking, cx.click_key, m.html.as_deref()) {
+        m.html = Some(super::tracking::add_open_pixel(
+            html,
+            &cx.links.public_url,
+            key,
+            &c.job.to_string(),
+        )?);
+    }
+    Ok(m)
+}
 
 pub fn render(cx: &Inputs<'_>, c: &Claimed) -> anyhow::Result<Rendered> {
     let sender = cx
@@ -143,46 +191,55 @@ pub fn render(cx: &Inputs<'_>, c: &Claimed) -> anyhow::Result<Rendered> {
                 Claim {
                     org_id: c.org.0,
                     subscriber_id: *subscriber_id,
-                    campaign_id: *campaign_id,
+                    from: app::unsubscribe::Origin::Campaign(*campaign_id),
                 },
             );
-            builder = builder
-                .raw_header(HeaderValue::new(LIST_UNSUBSCRIBE, format!("<{link}>")))
-                .raw_header(HeaderValue::new(
-                    LIST_UNSUBSCRIBE_POST,
-                    "List-Unsubscribe=One-Click".into(),
-                ));
-            let mut m = content.render(&Fields {
+            builder = unsubscribe_headers(builder, &link);
+            let m = content.render(&Fields {
                 name: cx.subscriber_name.unwrap_or(""),
                 email: c.recipient.as_str(),
                 unsubscribe_url: &link,
             })?;
-            // Every copy carries the link, whatever the author's template says.
-            if let Some(text) = &mut m.text {
-                text.push_str(&format!("\n\n--\nUnsubscribe: {link}\n"));
-            }
-            if let (true, Some(key), Some(html)) =
-                (sender.click_tracking, cx.click_key, m.html.as_deref())
-            {
-                m.html = Some(super::tracking::track_links(
-                    html,
-                    &cx.links.public_url,
-                    key,
-                    &c.job.to_string(),
-                    &link,
-                )?);
-            }
-            if let (true, Some(key), Some(html)) =
-                (sender.open_tracking, cx.click_key, m.html.as_deref())
-            {
-                m.html = Some(super::tracking::add_open_pixel(
-                    html,
-                    &cx.links.public_url,
-                    key,
-                    &c.job.to_string(),
-                )?);
-            }
-            m
+            bulk_extras(cx, sender, c, m, &link)?
+        }
+        JobId::Automation { step, .. } => {
+            let mail = cx
+                .automation
+                .filter(|m| m.org_id == c.org.0 && m.step == *step)
+                .context("the automation step's mail was not loaded (or the step is not a mail)")?;
+            let Reference::Automation { subscriber, .. } = c.reference else {
+                anyhow::bail!("an automation job without its references");
+            };
+            let link = crate::http::unsubscribe::link(
+                &cx.links.public_url,
+                &cx.links.keys,
+                Claim {
+                    org_id: c.org.0,
+                    subscriber_id: subscriber.0,
+                    from: app::unsubscribe::Origin::Automation(mail.automation_id),
+                },
+            );
+            builder = unsubscribe_headers(builder, &link);
+            let compiled = Compiled::new(&app::db::campaign::Content {
+                id: mail.automation_id,
+                org_id: mail.org_id,
+                subject: mail.subject.clone(),
+                body: mail.body.clone(),
+                body_format: mail.format,
+                content_version: 0,
+            })?;
+            let m = compiled.render_with(
+                &Fields {
+                    name: &mail.name,
+                    email: c.recipient.as_str(),
+                    unsubscribe_url: &link,
+                },
+                &Extra {
+                    attributes: Some(&mail.attributes),
+                    event: Some(&mail.context),
+                },
+            )?;
+            bulk_extras(cx, sender, c, m, &link)?
         }
         JobId::Invite { .. } => {
             let (subject, text) =

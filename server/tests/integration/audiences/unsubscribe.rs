@@ -160,7 +160,7 @@ async fn generated_keys_are_stored_once_and_shared_by_every_replica() {
     let claim = Claim {
         org_id: 1,
         subscriber_id: 2,
-        campaign_id: 3,
+        from: app::unsubscribe::Origin::Campaign(3),
     };
     assert_eq!(b.unwrap().verify(&a.unwrap().sign(claim)), Some(claim));
     let (stored,): (i64,) = sqlx::query_as("select count(*) from secrets")
@@ -206,7 +206,7 @@ async fn the_preference_page_takes_a_subscriber_off_the_lists_they_uncheck_and_o
     let token = crate::support::helpers::test_keys().sign(Claim {
         org_id: org,
         subscriber_id: ids[0],
-        campaign_id: 1,
+        from: app::unsubscribe::Origin::Campaign(1),
     });
     let app = spawn_app(pool.clone()).await;
     let http = reqwest::Client::new();

@@ -1,0 +1,218 @@
+//! Enrolments: `unique (automation_id, subscriber_id, occurrence)` referees every trigger, so
+//! the same event, list join or API call delivered any number of times, at once or later, is
+//! one enrolment. List joins enrol through the `list_members_enrol` trigger (the migration),
+//! whichever path joined; events here, in the transaction that records them.
+
+use sqlx::types::Json;
+use sqlx::{PgConnection, Postgres, QueryBuilder};
+
+use crate::domain::automation::{AutomationStatus, Definition, Reentry, Trigger};
+use crate::domain::{OrgId, SubscriberId};
+
+#[derive(Debug, thiserror::Error)]
+pub enum EnrolError {
+    #[error("no such automation")]
+    NotFound,
+    /// A draft or stopped automation enrols nobody.
+    #[error("the automation is {0}")]
+    NotLive(AutomationStatus),
+    #[error("no such subscriber")]
+    NoSubscriber,
+    #[error(transparent)]
+    Db(#[from] sqlx::Error),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Enrolled {
+    pub id: i64,
+    /// False: this occurrence was enrolled before (a retry), or the re-entry rule kept the
+    /// person where they are; `id` is that enrolment.
+    pub new: bool,
+}
+
+/// The occurrence a trigger's identity `key` makes under `reentry`.
+fn occurrence(reentry: Reentry, key: &str) -> String {
+    match reentry {
+        Reentry::Once => String::new(),
+        Reentry::PerTrigger | Reentry::AfterLeaving => key.to_owned(),
+    }
+}
+
+/// Enrols one subscriber through the API (or the dashboard), `key` being the caller's id for
+/// this enrolment and `context` what the mail may show as `{{ event.* }}`.
+pub async fn enrol(
+    conn: &mut PgConnection,
+    org: OrgId,
+    automation: i64,
+    subscriber: SubscriberId,
+    key: &str,
+    context: &serde_json::Value,
+) -> Result<Enrolled, EnrolError> {
+    let row: Option<(AutomationStatus, Option<i32>, Option<Reentry>)> = sqlx::query_as(
+        "select status, live_version, reentry from automations where org_id = $1 and id = $2",
+    )
+    .bind(org)
+    .bind(automation)
+    .fetch_optional(&mut *conn)
+    .await?;
+    let Some((status, live, reentry)) = row else {
+        return Err(EnrolError::NotFound);
+    };
+    let (Some(version), Some(reentry), true) = (live, reentry, status.enrols()) else {
+        return Err(EnrolError::NotLive(status));
+    };
+    let live_subscriber: bool = sqlx::query_scalar(
+        "select exists (select 1 from subscribers where org_id = $1 and id = $2 and erased_at is null)",
+    )
+    .bind(org)
+    .bind(subscriber)
+    .fetch_one(&mut *conn)
+    .await?;
+    if !live_subscriber {
+        return Err(EnrolError::NoSubscriber);
+    }
+    let occurrence = occurrence(reentry, &format!("api:{key}"));
+    let id: Option<i64> = sqlx::query_scalar(
+        "insert into enrolments (org_id, automation_id, version, subscriber_id, occurrence,
+                                 exclusive, due_at, enrolled_at, context)
+         values ($1, $2, $3, $4, $5, $6, now(), now(), $7)
+         on conflict do nothing
+         returning id",
+    )
+    .bind(org)
+    .bind(automation)
+    .bind(version)
+    .bind(subscriber)
+    .bind(&occurrence)
+    .bind(reentry == Reentry::AfterLeaving)
+    .bind(Json(context))
+    .fetch_optional(&mut *conn)
+    .await?;
+    if let Some(id) = id {
+        return Ok(Enrolled { id, new: true });
+    }
+    // The conflict waited for the other transaction to commit; this statement's snapshot,
+    // taken after, sees its row.
+    let id: i64 = sqlx::query_scalar(
+        "select id from enrolments
+         where org_id = $1 and automation_id = $2 and subscriber_id = $3
+           and (occurrence = $4 or (exclusive and state = 'active'))
+         order by id desc limit 1",
+    )
+    .bind(org)
+    .bind(automation)
+    .bind(subscriber)
+    .bind(&occurrence)
+    .fetch_one(&mut *conn)
+    .await?;
+    Ok(Enrolled { id, new: false })
+}
+
+/// Enrols the subscribers of the newly recorded `events` (ids of the org's events) in every
+/// live automation an event of theirs triggers, inside the recording transaction. Returns
+/// how many enrolments were made.
+pub async fn enrol_from_events(
+    conn: &mut PgConnection,
+    org: OrgId,
+    events: &[i64],
+) -> sqlx::Result<u64> {
+    if events.is_empty() {
+        return Ok(0);
+    }
+    let triggered: Vec<(i64, i32, Json<Definition>)> = sqlx::query_as(
+        "select a.id, a.live_version, v.definition
+         from automations a
+         join automation_versions v on v.automation_id = a.id and v.version = a.live_version
+         where a.org_id = $1 and a.trigger_kind = 'event' and a.status in ('active', 'paused')
+           and a.trigger_event in (select distinct name from events where org_id = $1 and id = any($2))
+         order by a.id",
+    )
+    .bind(org)
+    .bind(events)
+    .fetch_all(&mut *conn)
+    .await?;
+    if triggered.is_empty() {
+        return Ok(0);
+    }
+    let clock = crate::db::segment::clock(conn, org, None).await?;
+    let mut made = 0;
+    for (automation, version, Json(d)) in triggered {
+        let Trigger::Event { name, property } = &d.trigger else {
+            continue;
+        };
+        let mut qb: QueryBuilder<'_, Postgres> = QueryBuilder::new(
+            "insert into enrolments (org_id, automation_id, version, subscriber_id, occurrence,
+                                     exclusive, due_at, enrolled_at, context)
+             select e.org_id, ",
+        );
+        qb.push_bind(automation);
+        qb.push(", ");
+        qb.push_bind(version);
+        qb.push(", e.subscriber_id, ");
+        match d.reentry {
+            Reentry::Once => qb.push("''"),
+            Reentry::PerTrigger | Reentry::AfterLeaving => qb.push("'event:' || e.key"),
+        };
+        qb.push(", ");
+        qb.push_bind(d.reentry == Reentry::AfterLeaving);
+        qb.push(
+            ", now(), now(), e.properties
+             from events e join subscribers s on s.org_id = e.org_id and s.id = e.subscriber_id
+             where s.erased_at is null and e.org_id = ",
+        );
+        qb.push_bind(org);
+        qb.push(" and e.id = any(");
+        qb.push_bind(events.to_vec());
+        qb.push(") and e.name = ");
+        qb.push_bind(name.clone());
+        if let Some(p) = property {
+            qb.push(" and ");
+            crate::db::segment::push_property_test(&mut qb, "e.properties", p, &clock);
+        }
+        qb.push(" order by e.subscriber_id, e.key on conflict do nothing");
+        made += qb
+            .build()
+            .persistent(false)
+            .execute(&mut *conn)
+            .await?
+            .rows_affected();
+    }
+    Ok(made)
+}
+
+/// Takes the subscriber out of the automation: their unfinished enrolments end (`removed`).
+/// Returns how many ended.
+pub async fn remove(
+    conn: &mut PgConnection,
+    org: OrgId,
+    automation: i64,
+    subscriber: SubscriberId,
+) -> sqlx::Result<u64> {
+    Ok(sqlx::query(
+        "update enrolments set state = 'exited', exit_reason = 'removed', ended_at = now()
+         where org_id = $1 and automation_id = $2 and subscriber_id = $3 and state = 'active'",
+    )
+    .bind(org)
+    .bind(automation)
+    .bind(subscriber)
+    .execute(conn)
+    .await?
+    .rows_affected())
+}
+
+/// An erasure: the subscribers' enrolments end (`erased`) and forget what their triggers said.
+pub async fn forget(conn: &mut PgConnection, org: OrgId, subscribers: &[i64]) -> sqlx::Result<()> {
+    sqlx::query(
+        "update enrolments
+         set context = '{}',
+             exit_reason = case when state = 'active' then 'erased' else exit_reason end,
+             ended_at = case when state = 'active' then now() else ended_at end,
+             state = case when state = 'active' then 'exited' else state end
+         where org_id = $1 and subscriber_id = any($2)",
+    )
+    .bind(org)
+    .bind(subscribers)
+    .execute(conn)
+    .await?;
+    Ok(())
+}

@@ -1,0 +1,325 @@
+//! An automation's versions and its life: a draft is edited in place until it is approved;
+//! editing an approved automation makes a new version, which goes live only when approved (the
+//! people already enrolled finish on theirs). Approval needs an admin other than the version's
+//! editor unless the org allows self-approval (then it is marked).
+
+use sqlx::types::Json;
+use sqlx::PgConnection;
+
+use crate::domain::automation::{AutomationStatus, Definition, Trigger};
+use crate::domain::{OrgId, UserId};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("no such automation")]
+    NotFound,
+    #[error("the name is taken")]
+    Taken,
+    /// A stopped automation is never changed again.
+    #[error("the automation was stopped")]
+    Stopped,
+    #[error(transparent)]
+    Db(#[from] sqlx::Error),
+}
+
+fn taken(e: sqlx::Error) -> StoreError {
+    match &e {
+        sqlx::Error::Database(d) if d.constraint() == Some("automations_name") => StoreError::Taken,
+        _ => StoreError::Db(e),
+    }
+}
+
+/// The first field of `d` naming a list that is not the org's.
+pub async fn foreign_reference(
+    conn: &mut PgConnection,
+    org: OrgId,
+    d: &Definition,
+) -> sqlx::Result<Option<String>> {
+    let lists = d.lists();
+    if lists.is_empty() {
+        return Ok(None);
+    }
+    let ids: Vec<i64> = lists.iter().map(|(_, l)| *l).collect();
+    let ours: Vec<i64> = sqlx::query_scalar(
+        "select coalesce(array_agg(id), '{}') from lists where org_id = $1 and id = any($2)",
+    )
+    .bind(org)
+    .bind(&ids)
+    .fetch_one(conn)
+    .await?;
+    Ok(lists
+        .into_iter()
+        .find(|(_, l)| !ours.contains(l))
+        .map(|(p, _)| p))
+}
+
+/// A new draft (version 1); the caller checked the definition and its references.
+pub async fn create(
+    conn: &mut PgConnection,
+    org: OrgId,
+    name: &str,
+    d: &Definition,
+    editor: UserId,
+) -> Result<i64, StoreError> {
+    sqlx::query_scalar(
+        "with a as (insert into automations (org_id, name) values ($1, $2) returning id, org_id),
+              v as (insert into automation_versions (org_id, automation_id, version, definition, editor_id)
+                    select org_id, id, 1, $3, $4 from a)
+         select id from a",
+    )
+    .bind(org)
+    .bind(name)
+    .bind(Json(d))
+    .bind(editor)
+    .fetch_one(conn)
+    .await
+    .map_err(taken)
+}
+
+/// Renames the automation and saves `d` as the version waiting for approval: the draft itself
+/// while none is live or an unapproved edit exists, else a new version. Returns that version.
+pub async fn update(
+    conn: &mut PgConnection,
+    org: OrgId,
+    id: i64,
+    name: &str,
+    d: &Definition,
+    editor: UserId,
+) -> Result<i32, StoreError> {
+    let row: Option<(AutomationStatus, Option<i32>, i32)> = sqlx::query_as(
+        "select status, live_version, draft_version from automations
+         where org_id = $1 and id = $2 for update",
+    )
+    .bind(org)
+    .bind(id)
+    .fetch_optional(&mut *conn)
+    .await?;
+    let Some((status, live, draft)) = row else {
+        return Err(StoreError::NotFound);
+    };
+    if status == AutomationStatus::Stopped {
+        return Err(StoreError::Stopped);
+    }
+    sqlx::query("update automations set name = $3 where org_id = $1 and id = $2")
+        .bind(org)
+        .bind(id)
+        .bind(name)
+        .execute(&mut *conn)
+        .await
+        .map_err(taken)?;
+    if live == Some(draft) {
+        let version = draft + 1;
+        sqlx::query(
+            "insert into automation_versions (org_id, automation_id, version, definition, editor_id)
+             values ($1, $2, $3, $4, $5)",
+        )
+        .bind(org)
+        .bind(id)
+        .bind(version)
+        .bind(Json(d))
+        .bind(editor)
+        .execute(&mut *conn)
+        .await?;
+        sqlx::query("update automations set draft_version = $3 where org_id = $1 and id = $2")
+            .bind(org)
+            .bind(id)
+            .bind(version)
+            .execute(&mut *conn)
+            .await?;
+        Ok(version)
+    } else {
+        sqlx::query(
+            "update automation_versions set definition = $4, editor_id = $5, created_at = now()
+             where org_id = $1 and automation_id = $2 and version = $3 and approver_id is null",
+        )
+        .bind(org)
+        .bind(id)
+        .bind(draft)
+        .bind(Json(d))
+        .bind(editor)
+        .execute(&mut *conn)
+        .await?;
+        Ok(draft)
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApproveError {
+    #[error("no such automation")]
+    NotFound,
+    /// The version shown to the approver is no longer the one waiting (it was edited since).
+    #[error("the automation changed meanwhile")]
+    Moved,
+    #[error("nothing waits for approval")]
+    NothingWaiting,
+    /// Four eyes: the approver edited this version, and the org does not allow self-approval.
+    #[error("approve someone else's edit")]
+    OwnEdit,
+    #[error("the automation was stopped")]
+    Stopped,
+    #[error(transparent)]
+    Db(#[from] sqlx::Error),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Approved {
+    pub version: i32,
+    /// The approver edited it themselves (the org allows that, and the audit log says so).
+    pub self_approved: bool,
+    /// It was a draft and is now active.
+    pub activated: bool,
+}
+
+/// Approves `version` (the one the approver was shown) and makes it live: triggers enrol on
+/// it from this commit on; people already enrolled finish on their own version.
+pub async fn approve(
+    conn: &mut PgConnection,
+    org: OrgId,
+    id: i64,
+    version: i32,
+    approver: UserId,
+    allow_self: bool,
+) -> Result<Approved, ApproveError> {
+    let row: Option<(AutomationStatus, Option<i32>, i32)> = sqlx::query_as(
+        "select status, live_version, draft_version from automations
+         where org_id = $1 and id = $2 for update",
+    )
+    .bind(org)
+    .bind(id)
+    .fetch_optional(&mut *conn)
+    .await?;
+    let Some((status, live, draft)) = row else {
+        return Err(ApproveError::NotFound);
+    };
+    if status == AutomationStatus::Stopped {
+        return Err(ApproveError::Stopped);
+    }
+    if live == Some(draft) {
+        return Err(ApproveError::NothingWaiting);
+    }
+    if version != draft {
+        return Err(ApproveError::Moved);
+    }
+    let (editor, definition): (UserId, Json<Definition>) = sqlx::query_as(
+        "select editor_id, definition from automation_versions
+         where org_id = $1 and automation_id = $2 and version = $3",
+    )
+    .bind(org)
+    .bind(id)
+    .bind(version)
+    .fetch_one(&mut *conn)
+    .await?;
+    let self_approved = editor == approver;
+    if self_approved && !allow_self {
+        return Err(ApproveError::OwnEdit);
+    }
+    sqlx::query(
+        "update automation_versions set approver_id = $4, approved_at = now(), self_approved = $5
+         where org_id = $1 and automation_id = $2 and version = $3",
+    )
+    .bind(org)
+    .bind(id)
+    .bind(version)
+    .bind(approver)
+    .bind(self_approved)
+    .execute(&mut *conn)
+    .await?;
+    let d = definition.0;
+    let (list, event) = match &d.trigger {
+        Trigger::ListJoined { list_id } => (Some(*list_id), None),
+        Trigger::Event { name, .. } => (None, Some(name.as_str())),
+        Trigger::Api => (None, None),
+    };
+    let activated = status == AutomationStatus::Draft;
+    sqlx::query(
+        "update automations
+         set live_version = $3, trigger_kind = $4, trigger_list_id = $5, trigger_event = $6,
+             reentry = $7, status = case when status = 'draft' then 'active' else status end
+         where org_id = $1 and id = $2",
+    )
+    .bind(org)
+    .bind(id)
+    .bind(version)
+    .bind(d.trigger.kind())
+    .bind(list)
+    .bind(event)
+    .bind(d.reentry)
+    .execute(&mut *conn)
+    .await?;
+    Ok(Approved {
+        version,
+        self_approved,
+        activated,
+    })
+}
+
+/// What an admin does to a live automation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Control {
+    /// No step is taken until resumed (triggers still enrol, so nobody is missed).
+    Pause,
+    Resume,
+    /// Ends every enrolment and takes its unsent mail off the queue; for good.
+    Stop,
+}
+
+/// Applies `c`; returns the status before and after, or `None` when the change does not apply
+/// to the automation's status (resuming one that is not paused, stopping a draft).
+pub async fn set_status(
+    conn: &mut PgConnection,
+    org: OrgId,
+    id: i64,
+    c: Control,
+) -> Result<Option<(AutomationStatus, AutomationStatus)>, StoreError> {
+    let (from, to) = match c {
+        Control::Pause => (vec![AutomationStatus::Active], AutomationStatus::Paused),
+        Control::Resume => (vec![AutomationStatus::Paused], AutomationStatus::Active),
+        Control::Stop => (
+            vec![AutomationStatus::Active, AutomationStatus::Paused],
+            AutomationStatus::Stopped,
+        ),
+    };
+    let before: Option<AutomationStatus> = sqlx::query_scalar(
+        "select status from automations where org_id = $1 and id = $2 for update",
+    )
+    .bind(org)
+    .bind(id)
+    .fetch_optional(&mut *conn)
+    .await?;
+    let Some(before) = before else {
+        return Err(StoreError::NotFound);
+    };
+    if !from.contains(&before) {
+        return Ok(None);
+    }
+    sqlx::query("update automations set status = $3 where org_id = $1 and id = $2")
+        .bind(org)
+        .bind(id)
+        .bind(to)
+        .execute(&mut *conn)
+        .await?;
+    if c == Control::Stop {
+        // Mail a claim already took is in flight: its mark or outcome decides it. The rest is
+        // taken off the queue under the queue row's lock.
+        sqlx::query(
+            "with ended as (
+                 update enrolments set state = 'stopped', exit_reason = 'stopped', ended_at = now()
+                 where org_id = $1 and automation_id = $2 and state = 'active'
+             ),
+             unsent as (
+                 delete from delivery_queue q using deliveries d
+                 where q.job_id = d.job_id and d.org_id = $1 and d.automation_id = $2
+                   and d.status = 'queued'
+                 returning q.job_id
+             )
+             update deliveries set status = 'cancelled', finished_at = now(), updated_at = now(),
+                                   last_error = 'the automation was stopped'
+             where job_id in (select job_id from unsent)",
+        )
+        .bind(org)
+        .bind(id)
+        .execute(&mut *conn)
+        .await?;
+    }
+    Ok(Some((before, to)))
+}

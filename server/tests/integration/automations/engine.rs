@@ -1,0 +1,666 @@
+//! The step engine in process, on the injected clock: several runners race over one database,
+//! triggers arrive many times at once, and people unsubscribe, are paused, stopped, or meet a
+//! new version mid-flight.
+
+use std::collections::BTreeMap;
+
+use app::db::automation::{self, ApproveError, Control};
+use app::db::events::NewEvent;
+use app::domain::SubscriberId;
+use chrono::{DateTime, Duration, Utc};
+use serde_json::json;
+
+use super::{definition, live, people, run_all};
+use crate::support::helpers::test_db;
+use crate::support::org::TestOrg;
+
+fn at(s: &str) -> DateTime<Utc> {
+    s.parse().unwrap()
+}
+
+/// (enrolment, step) → how many deliveries, for the automation's mail.
+async fn mails(pool: &sqlx::PgPool, automation: i64) -> BTreeMap<(i64, i32), i64> {
+    sqlx::query_as::<_, (String, i64)>(
+        "select job_id, count(*) over (partition by job_id) from deliveries
+         where kind = 'automation' and automation_id = $1",
+    )
+    .bind(automation)
+    .fetch_all(pool)
+    .await
+    .unwrap()
+    .into_iter()
+    .map(|(job, n)| {
+        let parts: Vec<&str> = job.split(':').collect();
+        ((parts[2].parse().unwrap(), parts[3].parse().unwrap()), n)
+    })
+    .collect()
+}
+
+async fn states(pool: &sqlx::PgPool, automation: i64) -> BTreeMap<String, i64> {
+    sqlx::query_as::<_, (String, i64)>(
+        "select state || coalesce(':' || exit_reason, ''), count(*) from enrolments
+         where automation_id = $1 group by 1",
+    )
+    .bind(automation)
+    .fetch_all(pool)
+    .await
+    .unwrap()
+    .into_iter()
+    .collect()
+}
+
+fn series(list: i64) -> serde_json::Value {
+    json!({
+        "trigger": {"type": "list_joined", "list_id": list},
+        "reentry": "once",
+        "steps": [
+            {"type": "email", "subject": "Welcome {{ name }}", "body": "Hello {{ attributes.plan | default('friend') }}"},
+            {"type": "wait", "days": 2},
+            {"type": "email", "subject": "Day 2", "body": "Tips"},
+            {"type": "wait", "days": 5},
+            {"type": "email", "subject": "Day 7", "body": "More"}
+        ]
+    })
+}
+
+#[tokio::test]
+async fn a_welcome_series_takes_each_step_once_on_the_injected_clock_with_four_runners() {
+    let pool = test_db().await;
+    let acme = TestOrg::new(&pool, "acme").await;
+    let org = acme.id;
+    let list = acme.list("Newsletter").await;
+    let id = live(
+        &pool,
+        org,
+        "Welcome",
+        &definition(series(list)),
+        acme.owner().id,
+        acme.admin(0).id,
+    )
+    .await;
+    let ids = people(&pool, org, "w", 200).await;
+    // Joining the list enrols, in the joining transaction, whichever path joined.
+    let mut tx = pool.begin().await.unwrap();
+    app::db::audience::add_members(&mut tx, org.0, list, &ids)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(
+        states(&pool, id).await,
+        BTreeMap::from([("active".into(), 200)])
+    );
+    // Leaving and joining again does not enrol again ("once").
+    sqlx::query("delete from list_members where list_id = $1 and subscriber_id = any($2)")
+        .bind(list)
+        .bind(&ids[..50])
+        .execute(&pool)
+        .await
+        .unwrap();
+    let mut tx = pool.begin().await.unwrap();
+    app::db::audience::add_members(&mut tx, org.0, list, &ids[..50])
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    let enrolled: i64 =
+        sqlx::query_scalar("select count(*) from enrolments where automation_id = $1")
+            .bind(id)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(enrolled, 200);
+
+    let t0 = at("2031-01-06T10:00:00Z");
+    assert_eq!(run_all(&pool, t0, 4).await, 200);
+    let m = mails(&pool, id).await;
+    assert_eq!(m.len(), 200);
+    assert!(m.iter().all(|((_, step), n)| *step == 0 && *n == 1));
+    // Nothing is due a day later; the second mail two days after the first.
+    assert_eq!(run_all(&pool, t0 + Duration::days(1), 4).await, 0);
+    assert_eq!(run_all(&pool, t0 + Duration::days(2), 4).await, 200);
+    assert_eq!(run_all(&pool, t0 + Duration::days(2), 4).await, 0);
+    assert_eq!(run_all(&pool, t0 + Duration::days(7), 4).await, 200);
+    let m = mails(&pool, id).await;
+    assert_eq!(m.len(), 600, "three mails each");
+    assert!(m.values().all(|n| *n == 1));
+    for e in m.keys().map(|(e, _)| *e) {
+        for step in [0, 2, 4] {
+            assert!(m.contains_key(&(e, step)), "enrolment {e} step {step}");
+        }
+    }
+    assert_eq!(
+        states(&pool, id).await,
+        BTreeMap::from([("completed".into(), 200)])
+    );
+    let counts = automation::step_counts(&mut pool.acquire().await.unwrap(), org, id)
+        .await
+        .unwrap();
+    let sent: i64 = counts
+        .iter()
+        .filter(|c| c.outcome.map(|o| o.as_str()) == Some("sent"))
+        .map(|c| c.n)
+        .sum();
+    assert_eq!(sent, 600);
+}
+
+#[tokio::test]
+async fn the_same_trigger_twenty_times_at_once_is_one_enrolment() {
+    let pool = test_db().await;
+    let acme = TestOrg::new(&pool, "acme").await;
+    let org = acme.id;
+    let list = acme.list("Trial").await;
+    let by_list = live(
+        &pool,
+        org,
+        "By list",
+        &definition(series(list)),
+        acme.owner().id,
+        acme.admin(0).id,
+    )
+    .await;
+    let per_event = live(
+        &pool,
+        org,
+        "Per order",
+        &definition(json!({
+            "trigger": {"type": "event", "name": "ordered",
+                        "property": {"name": "total", "test": {"op": "number_greater", "value": 10}}},
+            "reentry": "per_trigger",
+            "steps": [{"type": "email", "subject": "Thanks for order {{ event.order }}", "body": "x"}]
+        })),
+        acme.owner().id,
+        acme.admin(0).id,
+    )
+    .await;
+    let ids = people(&pool, org, "t", 2).await;
+    let (ann, bob) = (SubscriberId(ids[0]), SubscriberId(ids[1]));
+    // The same list join twenty times at once.
+    let joins: Vec<_> = (0..20)
+        .map(|_| {
+            let pool = pool.clone();
+            tokio::spawn(async move {
+                let mut tx = pool.begin().await.unwrap();
+                app::db::audience::add_members(&mut tx, org.0, list, &[ann.0])
+                    .await
+                    .unwrap();
+                tx.commit().await.unwrap();
+            })
+        })
+        .collect();
+    for j in joins {
+        j.await.unwrap();
+    }
+    // The same event twenty times at once, and two other orders (one under the threshold).
+    let post = |key: &'static str, total: i64, who: SubscriberId| {
+        let pool = pool.clone();
+        tokio::spawn(async move {
+            let props = json!({"order": key, "total": total});
+            let mut tx = pool.begin().await.unwrap();
+            app::db::events::insert(
+                &mut tx,
+                org,
+                &[NewEvent {
+                    key,
+                    subscriber: who,
+                    name: "ordered",
+                    properties: &props,
+                    occurred_at: Utc::now(),
+                }],
+            )
+            .await
+            .unwrap();
+            tx.commit().await.unwrap();
+        })
+    };
+    let mut posts: Vec<_> = (0..20).map(|_| post("order-1", 50, bob)).collect();
+    posts.push(post("order-2", 70, bob));
+    posts.push(post("order-3", 5, bob));
+    for p in posts {
+        p.await.unwrap();
+    }
+    let count = |a: i64| {
+        let pool = pool.clone();
+        async move {
+            sqlx::query_as::<_, (i64, String)>(
+                "select subscriber_id, occurrence from enrolments where automation_id = $1 order by occurrence",
+            )
+            .bind(a)
+            .fetch_all(&pool)
+            .await
+            .unwrap()
+        }
+    };
+    assert_eq!(count(by_list).await, vec![(ann.0, String::new())]);
+    assert_eq!(
+        count(per_event).await,
+        vec![
+            (bob.0, "event:order-1".to_owned()),
+            (bob.0, "event:order-2".to_owned())
+        ]
+    );
+    // The API's enrolment, twenty times at once under one key: one enrolment, one answer.
+    let api = live(
+        &pool,
+        org,
+        "By API",
+        &definition(json!({
+            "trigger": {"type": "api"}, "reentry": "per_trigger",
+            "steps": [{"type": "email", "subject": "Hi", "body": "x"}]
+        })),
+        acme.owner().id,
+        acme.admin(0).id,
+    )
+    .await;
+    let calls: Vec<_> = (0..20)
+        .map(|_| {
+            let pool = pool.clone();
+            tokio::spawn(async move {
+                let mut tx = pool.begin().await.unwrap();
+                let e = automation::enrol(&mut tx, org, api, ann, "signup-7", &json!({}))
+                    .await
+                    .unwrap();
+                tx.commit().await.unwrap();
+                e
+            })
+        })
+        .collect();
+    let mut answers = Vec::new();
+    for c in calls {
+        answers.push(c.await.unwrap());
+    }
+    assert_eq!(answers.iter().filter(|e| e.new).count(), 1);
+    assert!(answers.iter().all(|e| e.id == answers[0].id));
+    // The order's properties personalise its mail.
+    run_all(&pool, Utc::now() + Duration::minutes(1), 3).await;
+    let mail = automation::mail_contents(
+        &mut pool.acquire().await.unwrap(),
+        &sqlx::query_as::<_, (i64, i64, i32)>(
+            "select org_id, enrolment_id, 0 from deliveries where automation_id = $1",
+        )
+        .bind(per_event)
+        .fetch_all(&pool)
+        .await
+        .unwrap(),
+    )
+    .await
+    .unwrap();
+    let mut orders: Vec<String> = mail
+        .iter()
+        .map(|m| m.context["order"].as_str().unwrap().to_owned())
+        .collect();
+    orders.sort();
+    assert_eq!(orders, ["order-1", "order-2"]);
+}
+
+#[tokio::test]
+async fn an_unsubscribe_or_suppression_during_a_wait_stops_every_later_mail() {
+    let pool = test_db().await;
+    let acme = TestOrg::new(&pool, "acme").await;
+    let org = acme.id;
+    let list = acme.list("News").await;
+    let id = live(
+        &pool,
+        org,
+        "Series",
+        &definition(series(list)),
+        acme.owner().id,
+        acme.admin(0).id,
+    )
+    .await;
+    let ids = people(&pool, org, "u", 3).await;
+    let mut tx = pool.begin().await.unwrap();
+    app::db::audience::add_members(&mut tx, org.0, list, &ids)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    let t0 = at("2031-01-06T10:00:00Z");
+    run_all(&pool, t0, 2).await;
+    // During the wait: one unsubscribes (a suppression of their address), one bounces hard.
+    let mut c = pool.acquire().await.unwrap();
+    app::db::audience::suppress_subscriber(
+        &mut c,
+        org.0,
+        ids[0],
+        app::domain::SuppressionReason::Unsubscribed,
+        "test",
+    )
+    .await
+    .unwrap();
+    app::db::audience::suppress_subscriber(
+        &mut c,
+        org.0,
+        ids[1],
+        app::domain::SuppressionReason::HardBounce,
+        "test",
+    )
+    .await
+    .unwrap();
+    // Each run is at the clock it is given: the last wait starts from the second mail.
+    run_all(&pool, t0 + Duration::days(30), 2).await;
+    run_all(&pool, t0 + Duration::days(60), 2).await;
+    let by_person: BTreeMap<i64, Vec<i32>> = sqlx::query_as::<_, (i64, Vec<i32>)>(
+        "select e.subscriber_id, array_agg(split_part(d.job_id, ':', 4)::int order by d.job_id)
+         from deliveries d join enrolments e on e.id = d.enrolment_id
+         where d.automation_id = $1 group by 1",
+    )
+    .bind(id)
+    .fetch_all(&pool)
+    .await
+    .unwrap()
+    .into_iter()
+    .collect();
+    assert_eq!(by_person[&ids[0]], vec![0]);
+    assert_eq!(by_person[&ids[1]], vec![0]);
+    assert_eq!(by_person[&ids[2]], vec![0, 2, 4]);
+    assert_eq!(
+        states(&pool, id).await,
+        BTreeMap::from([("completed".into(), 1), ("exited:unsubscribed".into(), 2)])
+    );
+    // The step they would have taken says why it was not.
+    let skipped: Vec<(i32, String)> = sqlx::query_as(
+        "select step, detail from enrolment_steps where automation_id = $1 and outcome = 'skipped'",
+    )
+    .bind(id)
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        skipped,
+        vec![(2, "unsubscribed".into()), (2, "unsubscribed".into())]
+    );
+}
+
+#[tokio::test]
+async fn pause_holds_everyone_resume_goes_on_stop_ends_all_and_takes_unsent_mail_back() {
+    let pool = test_db().await;
+    let acme = TestOrg::new(&pool, "acme").await;
+    let org = acme.id;
+    let list = acme.list("News").await;
+    let id = live(
+        &pool,
+        org,
+        "Series",
+        &definition(series(list)),
+        acme.owner().id,
+        acme.admin(0).id,
+    )
+    .await;
+    let ids = people(&pool, org, "p", 10).await;
+    let mut c = pool.acquire().await.unwrap();
+    assert!(automation::set_status(&mut c, org, id, Control::Pause)
+        .await
+        .unwrap()
+        .is_some());
+    // Paused: people still enrol (nobody is missed), but no step is taken.
+    let mut tx = pool.begin().await.unwrap();
+    app::db::audience::add_members(&mut tx, org.0, list, &ids)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    let t0 = at("2031-01-06T10:00:00Z");
+    assert_eq!(run_all(&pool, t0, 2).await, 0);
+    assert_eq!(
+        states(&pool, id).await,
+        BTreeMap::from([("active".into(), 10)])
+    );
+    assert!(automation::set_status(&mut c, org, id, Control::Resume)
+        .await
+        .unwrap()
+        .is_some());
+    assert!(
+        automation::set_status(&mut c, org, id, Control::Resume)
+            .await
+            .unwrap()
+            .is_none(),
+        "resuming an active automation changes nothing"
+    );
+    assert_eq!(run_all(&pool, t0, 2).await, 10);
+    assert_eq!(mails(&pool, id).await.len(), 10);
+    // Stop: every enrolment ends, and mail not yet claimed is taken off the queue.
+    automation::set_status(&mut c, org, id, Control::Stop)
+        .await
+        .unwrap();
+    assert_eq!(
+        states(&pool, id).await,
+        BTreeMap::from([("stopped:stopped".into(), 10)])
+    );
+    let (cancelled, queued): (i64, i64) = sqlx::query_as(
+        "select count(*) filter (where status = 'cancelled'),
+                (select count(*) from delivery_queue q join deliveries d using (job_id) where d.automation_id = $1)
+         from deliveries where automation_id = $1",
+    )
+    .bind(id)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!((cancelled, queued), (10, 0));
+    assert_eq!(run_all(&pool, t0 + Duration::days(30), 2).await, 0);
+    // A stopped automation enrols nobody and is never approved again.
+    let more = people(&pool, org, "late", 1).await;
+    let mut tx = pool.begin().await.unwrap();
+    app::db::audience::add_members(&mut tx, org.0, list, &more)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(states(&pool, id).await.values().sum::<i64>(), 10);
+    assert!(matches!(
+        automation::approve(&mut c, org, id, 1, acme.admin(0).id, true).await,
+        Err(ApproveError::Stopped)
+    ));
+}
+
+#[tokio::test]
+async fn four_eyes_and_a_version_edit_mid_flight_leave_the_enrolled_on_theirs() {
+    let pool = test_db().await;
+    let acme = TestOrg::new(&pool, "acme").await;
+    let org = acme.id;
+    let (owner, admin) = (acme.owner().id, acme.admin(0).id);
+    let list = acme.list("News").await;
+    let mut c = pool.acquire().await.unwrap();
+    let id = automation::create(&mut c, org, "Series", &definition(series(list)), owner)
+        .await
+        .unwrap();
+    // Nobody approves their own edit unless the org allows it.
+    assert!(matches!(
+        automation::approve(&mut c, org, id, 1, owner, false).await,
+        Err(ApproveError::OwnEdit)
+    ));
+    // A draft enrols nobody.
+    let ids = people(&pool, org, "v", 4).await;
+    let mut tx = pool.begin().await.unwrap();
+    app::db::audience::add_members(&mut tx, org.0, list, &ids[..2])
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    assert!(states(&pool, id).await.is_empty());
+    automation::approve(&mut c, org, id, 1, admin, false)
+        .await
+        .unwrap();
+    sqlx::query("delete from list_members where list_id = $1")
+        .bind(list)
+        .execute(&pool)
+        .await
+        .unwrap();
+    let mut tx = pool.begin().await.unwrap();
+    app::db::audience::add_members(&mut tx, org.0, list, &ids[..2])
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    let t0 = at("2031-01-06T10:00:00Z");
+    run_all(&pool, t0, 2).await;
+    // The admin edits the live series: a new version, not live until the owner approves it.
+    let mut v2 = series(list);
+    v2["steps"][2]["subject"] = json!("Day 2, version 2");
+    let version = automation::update(&mut c, org, id, "Series", &definition(v2), admin)
+        .await
+        .unwrap();
+    assert_eq!(version, 2);
+    assert!(matches!(
+        automation::approve(&mut c, org, id, 2, admin, false).await,
+        Err(ApproveError::OwnEdit)
+    ));
+    assert!(matches!(
+        automation::approve(&mut c, org, id, 1, owner, false).await,
+        Err(ApproveError::Moved)
+    ));
+    automation::approve(&mut c, org, id, 2, owner, false)
+        .await
+        .unwrap();
+    // Newcomers enrol on version 2; the first two finish on version 1.
+    let mut tx = pool.begin().await.unwrap();
+    app::db::audience::add_members(&mut tx, org.0, list, &ids[2..])
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    run_all(&pool, t0, 2).await;
+    run_all(&pool, t0 + Duration::days(3), 2).await;
+    let subjects: BTreeMap<i64, String> = {
+        let refs: Vec<(i64, i64, i32)> = sqlx::query_as(
+            "select org_id, enrolment_id, 2 from deliveries where automation_id = $1 and job_id like '%:2'",
+        )
+        .bind(id)
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+        let by_enrolment: BTreeMap<i64, i64> = sqlx::query_as::<_, (i64, i64)>(
+            "select id, subscriber_id from enrolments where automation_id = $1",
+        )
+        .bind(id)
+        .fetch_all(&pool)
+        .await
+        .unwrap()
+        .into_iter()
+        .collect();
+        automation::mail_contents(&mut c, &refs)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|m| (by_enrolment[&m.enrolment_id], m.subject))
+            .collect()
+    };
+    assert_eq!(subjects.len(), 4);
+    for (i, who) in ids.iter().enumerate() {
+        let want = if i < 2 { "Day 2" } else { "Day 2, version 2" };
+        assert_eq!(subjects[who], want, "subscriber {i}");
+    }
+}
+
+#[tokio::test]
+async fn waits_until_an_hour_cross_both_hemispheres_daylight_changes_as_documented() {
+    let pool = test_db().await;
+    // The org is in UTC; each subscriber's own zone is an attribute.
+    let acme = TestOrg::new(&pool, "acme").await;
+    let org = acme.id;
+    sqlx::query("update orgs set timezone = 'UTC' where id = $1")
+        .bind(org)
+        .execute(&pool)
+        .await
+        .unwrap();
+    let id = live(
+        &pool,
+        org,
+        "Sunday 2am",
+        &definition(json!({
+            "trigger": {"type": "api"}, "reentry": "per_trigger",
+            "steps": [
+                {"type": "wait_until", "weekday": "sunday", "hour": 2},
+                {"type": "email", "subject": "Sunday", "body": "x"}
+            ]
+        })),
+        acme.owner().id,
+        acme.admin(0).id,
+    )
+    .await;
+    // (zone, reached at, the documented instant)
+    let cases = [
+        // Berlin springs forward at 02:00 on 2027-03-28: 02:00 does not exist, and is read as
+        // the clock before the change reads it (02:00 CET, 03:00 CEST).
+        (
+            "Europe/Berlin",
+            "2027-03-27T12:00:00Z",
+            "2027-03-28T01:00:00Z",
+        ),
+        // Berlin falls back on 2027-10-31: 02:00 happens twice; the later one.
+        (
+            "Europe/Berlin",
+            "2027-10-30T12:00:00Z",
+            "2027-10-31T01:00:00Z",
+        ),
+        // Sydney falls back on 2027-04-04 (02:00 twice; the later one, AEST).
+        (
+            "Australia/Sydney",
+            "2027-04-02T12:00:00Z",
+            "2027-04-03T16:00:00Z",
+        ),
+        // Sydney springs forward on 2027-10-03 (02:00 does not exist: 02:00 AEST).
+        (
+            "Australia/Sydney",
+            "2027-10-01T12:00:00Z",
+            "2027-10-02T16:00:00Z",
+        ),
+        // A zone nobody knows: the org's (UTC).
+        (
+            "Mars/Olympus_Mons",
+            "2027-03-27T12:00:00Z",
+            "2027-03-28T02:00:00Z",
+        ),
+        // Reached on Sunday after 02:00: next week's Sunday.
+        ("UTC", "2027-03-28T03:00:00Z", "2027-04-04T02:00:00Z"),
+    ];
+    let ids = people(&pool, org, "z", cases.len()).await;
+    let mut c = pool.acquire().await.unwrap();
+    for (i, (zone, reached, want)) in cases.iter().enumerate() {
+        sqlx::query("update subscribers set attributes = jsonb_build_object('timezone', $2::text) where id = $1")
+            .bind(ids[i])
+            .bind(zone)
+            .execute(&pool)
+            .await
+            .unwrap();
+        let e = automation::enrol(
+            &mut c,
+            org,
+            id,
+            SubscriberId(ids[i]),
+            &format!("k{i}"),
+            &json!({}),
+        )
+        .await
+        .unwrap();
+        // Only this one is due at `reached` (the others wait further on, or later).
+        sqlx::query("update enrolments set due_at = $2 where id = $1")
+            .bind(e.id)
+            .bind(at(reached))
+            .execute(&pool)
+            .await
+            .unwrap();
+        app::db::automation::run_due(&pool, Some(at(reached)), 10)
+            .await
+            .unwrap();
+        let due: DateTime<Utc> = sqlx::query_scalar("select due_at from enrolments where id = $1")
+            .bind(e.id)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        assert_eq!(due, at(want), "{zone} reached at {reached}");
+        // A second later nothing is sent; at the instant, the mail is queued once.
+        let before = at(want) - Duration::seconds(1);
+        app::db::automation::run_due(&pool, Some(before), 10)
+            .await
+            .unwrap();
+        let queued = |pool: sqlx::PgPool| async move {
+            sqlx::query_scalar::<_, i64>("select count(*) from deliveries where enrolment_id = $1")
+                .bind(e.id)
+                .fetch_one(&pool)
+                .await
+                .unwrap()
+        };
+        assert_eq!(queued(pool.clone()).await, 0);
+        // A runner that comes late (a missed window) sends once, late: never twice.
+        app::db::automation::run_due(&pool, Some(at(want) + Duration::hours(5)), 10)
+            .await
+            .unwrap();
+        app::db::automation::run_due(&pool, Some(at(want) + Duration::hours(6)), 10)
+            .await
+            .unwrap();
+        assert_eq!(queued(pool.clone()).await, 1);
+    }
+}
