@@ -7,6 +7,9 @@ pub mod api_tokens;
 pub mod audit_log;
 /// Signing in (throttled) and out, and who is signed in.
 pub mod auth;
+/// Automations: the list, one automation's builder sheet, counts and people, save, approval,
+/// pause / resume / stop, and a mail step's preview.
+pub mod automations;
 /// Campaigns: the list, one campaign, its editor and workflow, test sends, the bin.
 pub mod campaign;
 /// The Deliveries page: counts, the list, an admin's retry, captured messages.

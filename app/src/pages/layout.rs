@@ -5,9 +5,10 @@ use crate::api::auth::{me, Logout};
 use crate::api::CurrentUser;
 
 /// The signed-in sections: the navigation, and the paths behind a session.
-const NAV: [(&str, &str); 7] = [
+const NAV: [(&str, &str); 8] = [
     ("/", "Overview"),
     ("/campaigns", "Campaigns"),
+    ("/automations", "Automations"),
     ("/digests", "Digests"),
     ("/audience", "Audience"),
     ("/templates", "Templates"),

@@ -4,6 +4,7 @@ mod api_tokens;
 mod audience;
 /// Settings › Audit log, filtered and paged through the URL.
 mod audit_log;
+mod automations;
 /// Campaigns: the list, one campaign live, its editor, workflow panel and preview, the bin.
 mod campaign;
 /// Deliveries: counts, the filtered list, an admin's retry, captured messages.
@@ -300,6 +301,8 @@ pub fn App() -> impl IntoView {
                         <Route path=path!("campaigns/bin") view=campaign::bin::BinPage ssr=SsrMode::Async/>
                         <Route path=path!("campaigns/:id") view=campaign::CampaignPage ssr=SsrMode::Async/>
                         <Route path=path!("campaigns/:id/edit") view=campaign::editor::EditorPage ssr=SsrMode::Async/>
+                        <Route path=path!("automations") view=automations::AutomationsPage ssr=SsrMode::Async/>
+                        <Route path=path!("automations/:id") view=automations::AutomationPage ssr=SsrMode::Async/>
                         <Route path=path!("digests") view=digests::DigestsPage ssr=SsrMode::Async/>
                         <Route path=path!("digests/resend") view=digest_resend::ResendPage ssr=SsrMode::Async/>
                         <Route path=path!("audience") view=audience::SubscribersPage ssr=SsrMode::Async/>

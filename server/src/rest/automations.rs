@@ -193,16 +193,17 @@ async fn enrol(
     Body(input): Body<EnrolInput>,
 ) -> Result<(StatusCode, Json<Enrolment>), Problem> {
     token.require(ApiScope::AutomationsWrite)?;
-    let key = app::domain::idempotency_key(&input.id).map_err(|e| Problem::field("/id", e))?;
+    let key = app::domain::idempotency_key(&input.id)
+        .map_err(|e| Problem::field("#/id", format!("id: {e}")))?;
     let who = match (&input.subscriber_id, &input.email, &input.external_id) {
         (Some(id), None, None) => SubscriberRef::Id(SubscriberId(*id)),
         (None, Some(e), None) => SubscriberRef::Email(
-            EmailAddress::parse(e).map_err(|e| Problem::field("/email", e.to_string()))?,
+            EmailAddress::parse(e).map_err(|e| Problem::field("#/email", format!("email: {e}")))?,
         ),
         (None, None, Some(x)) => SubscriberRef::External(x.clone()),
         _ => {
             return Err(Problem::field(
-                "/subscriber_id",
+                "#/subscriber_id",
                 "Name the subscriber by exactly one of subscriber_id, email and external_id.",
             ))
         }
@@ -210,8 +211,8 @@ async fn enrol(
     let context = input
         .properties
         .unwrap_or_else(|| serde_json::Value::Object(Default::default()));
-    app::domain::event::properties("/properties", &context)
-        .map_err(|e| Problem::field(&e.field, e.fault))?;
+    app::domain::event::properties("properties", &context)
+        .map_err(|e| Problem::field("#/properties", format!("properties: {}", e.fault)))?;
     let org = OrgId(token.org_id());
     let mut tx = pool.begin().await?;
     let subscriber = app::db::events::resolve(&mut tx, org, std::slice::from_ref(&who))

@@ -2,6 +2,7 @@
 //! daylight-saving changes), unsubscribes, pause, stop and version edits mid-flight, four-eyes
 //! approval, the API, and workers SIGKILLed while thousands move through their steps.
 
+mod dashboard;
 mod engine;
 mod kill;
 

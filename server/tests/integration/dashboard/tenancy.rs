@@ -22,6 +22,7 @@ struct Objects {
     api_token: String,
     template: String,
     segment: String,
+    automation: String,
     event_endpoint: String,
     event_message: String,
 }
@@ -65,7 +66,43 @@ fn case(endpoint: &str) -> Option<Case> {
         | "feedback_settings"
         | "relay_health" => Case::Scoped(vec![]),
         "feedback_events" => Case::Scoped(vec![("unmatched", "false".into())]),
-        "api_tokens" | "templates" | "segments" => Case::Scoped(vec![]),
+        "api_tokens" | "templates" | "segments" | "automations" => Case::Scoped(vec![]),
+        "automation_sheet" => Case::Object {
+            args: |o| vec![("id", o.automation.clone())],
+            acts: false,
+        },
+        "save_automation" => Case::Object {
+            args: |o| {
+                vec![
+                    ("id", o.automation.clone()),
+                    ("name", "Taken over".into()),
+                    (
+                        "definition",
+                        r#"{"trigger":{"type":"api"},"reentry":"once","steps":[{"type":"exit"}]}"#
+                            .into(),
+                    ),
+                ]
+            },
+            acts: true,
+        },
+        "approve_automation" => Case::Object {
+            args: |o| vec![("id", o.automation.clone()), ("version", "1".into())],
+            acts: true,
+        },
+        "control_automation" => Case::Object {
+            args: |o| vec![("id", o.automation.clone()), ("action", "stop".into())],
+            acts: true,
+        },
+        // A definition naming another org's list is that list not found (the preview reads no
+        // object but the definition; its list is checked when saved).
+        "preview_automation_mail" => Case::Scoped(vec![
+            (
+                "definition",
+                r#"{"trigger":{"type":"api"},"reentry":"once","steps":[{"type":"email","subject":"Hi","body":"x"}]}"#
+                    .into(),
+            ),
+            ("step", "0".into()),
+        ]),
         "segment_sheet" => Case::Object {
             args: |o| vec![("id", o.segment.clone())],
             acts: false,
@@ -310,6 +347,8 @@ const ORG_ROWS: &str = "select md5(concat_ws('|',
         (select string_agg(t::text, ',' order by t.id) from tx_templates t where t.org_id = $1),
         (select string_agg(e::text, ',' order by e.id) from delivery_events e where e.org_id = $1),
         (select string_agg(g::text, ',' order by g.id) from segments g where g.org_id = $1),
+        (select string_agg(a::text, ',' order by a.id) from automations a where a.org_id = $1),
+        (select string_agg(v::text, ',' order by v.automation_id, v.version) from automation_versions v where v.org_id = $1),
         (select string_agg(w::text, ',' order by w.id) from webhook_out_endpoints w where w.org_id = $1),
         (select string_agg(m::text, ',' order by m.id) from webhook_out_messages m where m.org_id = $1),
         (select row(soft_bounce_threshold, soft_bounce_days, pause_bounce_pct, pause_complaint_pct,
@@ -465,6 +504,19 @@ async fn every_server_function_keeps_to_the_signed_in_org_and_viewers_cannot_act
         )
         .await
         .unwrap();
+        let automation = app::db::automation::create(
+            &mut tx,
+            app::domain::OrgId(org),
+            &format!("{marker} automation"),
+            &serde_json::from_value(serde_json::json!({
+                "trigger": {"type": "api"}, "reentry": "once",
+                "steps": [{"type": "email", "subject": format!("{marker} hello"), "body": "x"}]
+            }))
+            .unwrap(),
+            app::domain::UserId(author),
+        )
+        .await
+        .unwrap();
         let event_endpoint = app::db::webhooks_out::create(
             &mut tx,
             org,
@@ -485,6 +537,7 @@ async fn every_server_function_keeps_to_the_signed_in_org_and_viewers_cannot_act
             event_endpoint: event_endpoint.to_string(),
             event_message,
             segment: segment.to_string(),
+            automation: automation.to_string(),
             template: template.to_string(),
             campaign: campaign.to_string(),
             job: jobs[0].clone(),

@@ -1,6 +1,7 @@
 //! The REST API: its routes, errors, transactional mail, subscribers and its published schema.
 
 mod rest_api;
+mod rest_automations;
 mod rest_errors;
 mod rest_events;
 mod rest_messages;

@@ -231,6 +231,29 @@ async fn every_endpoint_needs_a_token_and_its_scope_and_never_reaches_another_or
             .unwrap()
     };
 
+    // A live automation of B's.
+    let b_automation = {
+        let mut conn = pool.acquire().await.unwrap();
+        let def: app::domain::automation::Definition = serde_json::from_value(serde_json::json!({
+            "trigger": {"type": "api"}, "reentry": "per_trigger",
+            "steps": [{"type": "email", "subject": "B's welcome", "body": "x"}]
+        }))
+        .unwrap();
+        let id = app::db::automation::create(
+            &mut conn,
+            globex.id,
+            "B's series",
+            &def,
+            globex.owner().id,
+        )
+        .await
+        .unwrap();
+        app::db::automation::approve(&mut conn, globex.id, id, 1, globex.owner().id, true)
+            .await
+            .unwrap();
+        id
+    };
+
     let ops = operations(&app).await;
     let mut covered = BTreeSet::new();
     for (method, template, scope) in &ops {
@@ -245,6 +268,8 @@ async fn every_endpoint_needs_a_token_and_its_scope_and_never_reaches_another_or
                     b_campaign.to_string()
                 } else if template.starts_with("/api/v1/segments") {
                     b_segment.to_string()
+                } else if template.starts_with("/api/v1/automations") {
+                    b_automation.to_string()
                 } else if template.starts_with("/api/v1/messages") {
                     b_msg.clone()
                 } else {
@@ -272,6 +297,9 @@ async fn every_endpoint_needs_a_token_and_its_scope_and_never_reaches_another_or
                     {"type": "list", "list_id": b_list},
                 ]}}),
             ),
+            ("POST", "/api/v1/automations/{id}/enrolments") => {
+                Some(serde_json::json!({"id": "k1", "subscriber_id": b_sub}))
+            }
             ("POST", "/api/v1/events") => Some(serde_json::json!({"events": [
                 {"id": "t1", "subscriber_id": b_sub, "name": "logged_in"},
             ]})),
@@ -299,7 +327,11 @@ async fn every_endpoint_needs_a_token_and_its_scope_and_never_reaches_another_or
         match (method.as_str(), template.as_str()) {
             (
                 "GET",
-                "/api/v1/subscribers" | "/api/v1/lists" | "/api/v1/campaigns" | "/api/v1/segments",
+                "/api/v1/subscribers"
+                | "/api/v1/lists"
+                | "/api/v1/campaigns"
+                | "/api/v1/segments"
+                | "/api/v1/automations",
             ) => {
                 assert_eq!(s, StatusCode::OK, "{body}");
                 let text = body.to_string();
@@ -366,6 +398,17 @@ async fn every_endpoint_needs_a_token_and_its_scope_and_never_reaches_another_or
             }
             ("GET", "/api/v1/deliveries/{job_id}") => {
                 assert_eq!(s, StatusCode::NOT_FOUND, "{body}");
+            }
+            // B's automation is no one's here, and B's subscriber with it.
+            ("GET", "/api/v1/automations/{id}")
+            | ("POST", "/api/v1/automations/{id}/enrolments")
+            | ("DELETE", "/api/v1/automations/{id}/enrolments/{subscriber_id}") => {
+                assert_eq!(s, StatusCode::NOT_FOUND, "{body}");
+                let enrolled: i64 = sqlx::query_scalar("select count(*) from enrolments")
+                    .fetch_one(&pool)
+                    .await
+                    .unwrap();
+                assert_eq!(enrolled, 0);
             }
             ("PUT", "/api/v1/suppressions/{email}") => {
                 // A suppression of A's own; B's row is untouched below.
