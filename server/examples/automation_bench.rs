@@ -1,0 +1,217 @@
+//! Automation benchmark, on this machine and in one run:
+//! (1) enrolling `n` people: a list import (the CSV import's batch insert, one transaction)
+//!     into a list that triggers a live automation, beside the same import into a list that
+//!     triggers nothing: enrolments/s and PostgreSQL CPU per enrolment;
+//! (2) the campaign materialisation of the same people (`campaign::start_due`), for the ratio;
+//! (3) their first step (a wait) taken by `runners` concurrent step runners; then the clock
+//!     moved past the wait, so `n` waits end at the same instant: mail steps dispatched per
+//!     second, PostgreSQL CPU per step, and the delay from the due instant to the 50th / 99th
+//!     percentile's message queued for the delivery engine.
+//!
+//! Run through `bench/automations.sh`. Usage: automation_bench [people=1000000] [runners=2]
+//! [batch=500]
+
+use std::time::Instant;
+
+use anyhow::{ensure, Context};
+use sqlx::PgPool;
+
+use app::db::campaign::edit::Audience;
+use app::domain::automation::Definition;
+use app::domain::{OrgId, UserId};
+use mailroom::embedded_pg::{self, EmbeddedPg};
+
+#[path = "support/mod.rs"]
+mod support;
+
+async fn timed_import(
+    pool: &PgPool,
+    org: i64,
+    list: i64,
+    people: &[(String, String)],
+    postmaster: u32,
+) -> anyhow::Result<(f64, f64)> {
+    let cpu = support::cpu_seconds(std::process::id(), postmaster).1;
+    let t = Instant::now();
+    support::import(pool, org, list, people).await?;
+    Ok((
+        t.elapsed().as_secs_f64(),
+        support::cpu_seconds(std::process::id(), postmaster).1 - cpu,
+    ))
+}
+
+/// Runs due steps at `now` from `runners` concurrent loops until none is due: (enrolments
+/// moved, seconds, PostgreSQL CPU seconds).
+async fn run_steps(
+    pool: &PgPool,
+    now: chrono::DateTime<chrono::Utc>,
+    runners: usize,
+    batch: i64,
+    postmaster: u32,
+) -> anyhow::Result<(usize, f64, f64)> {
+    let cpu = support::cpu_seconds(std::process::id(), postmaster).1;
+    let t = Instant::now();
+    let loops = (0..runners).map(|_| {
+        let pool = pool.clone();
+        tokio::spawn(async move {
+            let mut moved = 0;
+            loop {
+                let n = app::db::automation::run_due(&pool, Some(now), batch).await?;
+                if n == 0 {
+                    return anyhow::Ok(moved);
+                }
+                moved += n;
+            }
+        })
+    });
+    let mut moved = 0;
+    for l in futures::future::join_all(loops).await {
+        moved += l??;
+    }
+    Ok((
+        moved,
+        t.elapsed().as_secs_f64(),
+        support::cpu_seconds(std::process::id(), postmaster).1 - cpu,
+    ))
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    let n: usize = args.get(1).map_or(Ok(1_000_000), |s| s.parse())?;
+    let runners: usize = args.get(2).map_or(Ok(2), |s| s.parse())?;
+    let batch: i64 = args.get(3).map_or(Ok(500), |s| s.parse())?;
+    let data = tempfile::Builder::new()
+        .prefix("mrabench")
+        .tempdir_in("/tmp")?;
+    let pg = EmbeddedPg::open(data.path(), embedded_pg::Options::default()).await?;
+    let pool = mailroom::ops::database::connect(pg.connect_options(embedded_pg::DATABASE)).await?;
+    app::db::migrate::run(&pool, true).await?;
+    let postmaster = support::postmaster_pid(data.path())?;
+    let (org, users) =
+        support::org_with_admins(&pool, "bench", "owner@bench.example", "bench-password-1").await?;
+    let people = |prefix: &str| -> Vec<(String, String)> {
+        (0..n)
+            .map(|i| (format!("{prefix}{i}@example.org"), format!("Person {i}")))
+            .collect()
+    };
+
+    // (1) The same import twice: into a list nothing listens to, then into a list a live
+    // automation is triggered by.
+    let plain = support::list(&pool, org, "plain").await?;
+    let welcome = support::list(&pool, org, "welcome").await?;
+    let def: Definition = serde_json::from_value(serde_json::json!({
+        "trigger": {"type": "list_joined", "list_id": welcome},
+        "reentry": "once",
+        "steps": [
+            {"type": "wait", "days": 1},
+            {"type": "email", "subject": "Welcome {{ name }}", "body": "Hello"}
+        ]
+    }))?;
+    let automation = {
+        let mut c = pool.acquire().await?;
+        let id = app::db::automation::create(&mut c, OrgId(org), "Welcome", &def, UserId(users.0))
+            .await?;
+        app::db::automation::approve(&mut c, OrgId(org), id, 1, UserId(users.1), false).await?;
+        id
+    };
+    let (plain_s, plain_cpu) = timed_import(&pool, org, plain, &people("p"), postmaster).await?;
+    println!("import of {n} people into a list no automation listens to: {plain_s:.2}s, PostgreSQL CPU {plain_cpu:.2}s");
+    let (enrol_s, enrol_cpu) = timed_import(&pool, org, welcome, &people("a"), postmaster).await?;
+    let enrolled: i64 =
+        sqlx::query_scalar("select count(*) from enrolments where automation_id = $1")
+            .bind(automation)
+            .fetch_one(&pool)
+            .await?;
+    ensure!(enrolled as usize == n, "{enrolled} enrolled of {n}");
+    let marginal = (enrol_s - plain_s).max(1e-9);
+    println!(
+        "import of {n} people into a list that triggers the automation: {enrol_s:.2}s, PostgreSQL CPU {enrol_cpu:.2}s \
+         → {:.0} enrolments/s with the import ({:.0}/s for the enrolments alone: {:.2}s more), \
+         PostgreSQL CPU {:.1} µs per enrolment ({:.1} µs more than the plain import's row)",
+        n as f64 / enrol_s,
+        n as f64 / marginal,
+        enrol_s - plain_s,
+        enrol_cpu / n as f64 * 1e6,
+        (enrol_cpu - plain_cpu) / n as f64 * 1e6,
+    );
+    sqlx::raw_sql("analyze enrolments; analyze subscribers; analyze list_members")
+        .execute(&pool)
+        .await?;
+
+    // (2) The campaign materialisation of the same people.
+    let campaign = support::approved_campaign(
+        &pool,
+        org,
+        users,
+        &Audience::of_lists(&[welcome]),
+        "Bench",
+        "Hello",
+        false,
+    )
+    .await?;
+    let cpu = support::cpu_seconds(std::process::id(), postmaster).1;
+    let t = Instant::now();
+    let started = mailroom::workers::campaign::start_due(&pool).await?;
+    let materialise = t.elapsed().as_secs_f64();
+    let mat_cpu = support::cpu_seconds(std::process::id(), postmaster).1 - cpu;
+    let recipients: i64 = sqlx::query_scalar("select count(*) from sends where campaign_id = $1")
+        .bind(campaign)
+        .fetch_one(&pool)
+        .await?;
+    println!(
+        "campaign materialisation of the same people ({started:?} started): {recipients} recipients in {materialise:.2}s \
+         → {:.0} recipients/s, PostgreSQL CPU {:.1} µs per recipient",
+        recipients as f64 / materialise,
+        mat_cpu / recipients.max(1) as f64 * 1e6
+    );
+    println!(
+        "ratio: enrolments/s (with the import) ÷ materialisation recipients/s = {:.2}; enrolments alone ÷ materialisation = {:.2}",
+        (n as f64 / enrol_s) / (recipients as f64 / materialise),
+        (n as f64 / marginal) / (recipients as f64 / materialise),
+    );
+    // The campaign's deliveries are not this bench's: cancel it so they never compete.
+    support::transition(&pool, org, campaign, app::domain::Transition::Cancel)
+        .await
+        .context("cancelling the bench campaign")?;
+
+    // (3) The first step (a wait) for everyone, then every wait ending at one instant.
+    let t0: chrono::DateTime<chrono::Utc> =
+        sqlx::query_scalar("select now()").fetch_one(&pool).await?;
+    let (moved, secs, cpu) = run_steps(&pool, t0, runners, batch, postmaster).await?;
+    ensure!(moved == n, "{moved} took their first step of {n}");
+    println!(
+        "first step (a wait) for {n} people, {runners} runners, batch {batch}: {secs:.2}s → {:.0} steps/s, PostgreSQL CPU {:.1} µs per step",
+        n as f64 / secs,
+        cpu / n as f64 * 1e6
+    );
+    sqlx::raw_sql("vacuum analyze enrolments")
+        .execute(&pool)
+        .await?;
+    let due = t0 + chrono::Duration::days(1) + chrono::Duration::seconds(1);
+    let start: chrono::DateTime<chrono::Utc> = sqlx::query_scalar("select clock_timestamp()")
+        .fetch_one(&pool)
+        .await?;
+    let (moved, secs, cpu) = run_steps(&pool, due, runners, batch, postmaster).await?;
+    ensure!(moved == n, "{moved} took their mail step of {n}");
+    let (p50, p99, queued): (f64, f64, i64) = sqlx::query_as(
+        "select extract(epoch from percentile_cont(0.5) within group (order by created_at - $2))::float8,
+                extract(epoch from percentile_cont(0.99) within group (order by created_at - $2))::float8,
+                count(*)
+         from deliveries where automation_id = $1",
+    )
+    .bind(automation)
+    .bind(start)
+    .fetch_one(&pool)
+    .await?;
+    ensure!(queued as usize == n, "{queued} mails queued of {n}");
+    println!(
+        "{n} waits ending at one instant, {runners} runners, batch {batch}: {secs:.2}s → {:.0} mail steps/s, \
+         PostgreSQL CPU {:.1} µs per step; due instant → message queued: p50 {p50:.1}s, p99 {p99:.1}s",
+        n as f64 / secs,
+        cpu / n as f64 * 1e6
+    );
+    pool.close().await;
+    pg.shutdown().await?;
+    Ok(())
+}
