@@ -190,6 +190,12 @@ exception when others then
     return fallback;
 end $$;
 
+-- Quiet hours: an automation's mail step that comes due between these local hours of the org
+-- (`22-07`: from 22:00 to 07:00) waits until they end. Null: none.
+alter table orgs add column quiet_hours text
+    check (quiet_hours ~ '^([01][0-9]|2[0-3])-([01][0-9]|2[0-3])$'
+           and split_part(quiet_hours, '-', 1) <> split_part(quiet_hours, '-', 2));
+
 alter table api_tokens drop constraint api_tokens_scopes_check;
 alter table api_tokens add constraint api_tokens_scopes_check check (
     cardinality(scopes) between 1 and 20

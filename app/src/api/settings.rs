@@ -20,6 +20,8 @@ pub struct SettingsData {
     pub allow_self_approval: bool,
     /// How many days events are kept (by when they happened).
     pub event_retention_days: i32,
+    /// Automation mail waits through these local hours (`22-07`); empty: none.
+    pub quiet_hours: String,
     /// The signed-in user is an owner: may change settings and manage users.
     pub can_manage: bool,
 }
@@ -36,9 +38,13 @@ pub async fn settings_view() -> Result<SettingsData, AppError> {
         crate::db::settings::allows_self_approval(&mut conn, me.org_id).await?;
     let event_retention_days =
         crate::db::events::retention_days(&mut conn, crate::domain::OrgId(me.org_id)).await?;
+    let quiet_hours = crate::db::settings::quiet_hours(&mut conn, me.org_id)
+        .await?
+        .unwrap_or_default();
     Ok(SettingsData {
         allow_self_approval,
         event_retention_days,
+        quiet_hours,
         from_name: s.from_name,
         from_address: s.from_address,
         reply_to: s.reply_to.unwrap_or_default(),
@@ -168,4 +174,35 @@ pub async fn save_event_retention(event_retention_days: String) -> Result<String
     Ok(format!(
         "Events are kept for {days} days after they happened; older ones are deleted within the hour."
     ))
+}
+
+/// The org's quiet hours for automation mail (owner only): `22-07`, or empty for none.
+#[server(endpoint = "save_quiet_hours")]
+pub async fn save_quiet_hours(quiet_hours: String) -> Result<String, AppError> {
+    use crate::db::settings;
+    use crate::domain::automation::QuietHours;
+    let (me, pool) = super::signed_in().await?;
+    if !me.role.manages_org() {
+        return Err(AppError::Forbidden);
+    }
+    let hours = QuietHours::parse("Quiet hours", &quiet_hours)?;
+    let mut tx = pool.begin().await?;
+    let before = settings::set_quiet_hours(&mut tx, me.org_id, hours).await?;
+    audit::setting_changed(
+        &mut tx,
+        &me,
+        crate::domain::AuditAction::SettingsQuietHours,
+        "quiet_hours",
+        before,
+        hours.map(|h| h.to_string()),
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(match hours {
+        Some(h) => format!(
+            "Automation mail that comes due from {:02}:00 to {:02}:00 (the organisation's time) waits until {:02}:00.",
+            h.start, h.end, h.end
+        ),
+        None => "Automation mail goes out at any hour.".into(),
+    })
 }

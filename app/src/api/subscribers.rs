@@ -39,6 +39,8 @@ pub struct SubscriberDetail {
     pub history: Vec<Reached>,
     /// Their latest events, newest first.
     pub events: Vec<crate::model::TimelineEvent>,
+    /// Their automations, newest enrolment first.
+    pub automations: Vec<crate::model::Enrolled>,
     pub can_act: bool,
 }
 
@@ -129,11 +131,19 @@ pub async fn subscriber(id: i64) -> Result<SubscriberDetail, AppError> {
         EVENTS_SHOWN,
     )
     .await?;
+    let automations = crate::db::automation::of_subscriber(
+        &mut conn,
+        me.org(),
+        crate::domain::SubscriberId(id),
+        EVENTS_SHOWN,
+    )
+    .await?;
     Ok(SubscriberDetail {
         subscriber: d,
         lists,
         history,
         events,
+        automations,
         can_act: me.role.can_act(),
     })
 }

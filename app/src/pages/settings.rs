@@ -10,7 +10,7 @@ use super::action_outcome as outcome;
 use super::sender_auth::{SenderAuth, SenderAuthActions};
 use crate::api::sender_auth::sender_auth_view;
 use crate::api::settings::{
-    settings_view, SaveApprovalPolicy, SaveEventRetention, SaveSender, SettingsData,
+    settings_view, SaveApprovalPolicy, SaveEventRetention, SaveQuietHours, SaveSender, SettingsData,
 };
 use crate::api::users::{
     users_view, InviteUser, ResetPassword, SetUserDisabled, SetUserRole, UserEntry,
@@ -55,6 +55,7 @@ pub fn SettingsPage() -> impl IntoView {
     let reset = ServerAction::<ResetPassword>::new();
     let approval = ServerAction::<SaveApprovalPolicy>::new();
     let retention = ServerAction::<SaveEventRetention>::new();
+    let quiet = ServerAction::<SaveQuietHours>::new();
     let settings = Resource::new(
         move || {
             (
@@ -89,7 +90,7 @@ pub fn SettingsPage() -> impl IntoView {
             {move || Suspend::new(async move {
                 match settings.await {
                     Err(e) => crate::pages::load_error(e),
-                    Ok(s) => view! { <Sender s=s.clone() action=save/> <Approval s=s.clone() action=approval/> <EventRetention s action=retention/> }.into_any(),
+                    Ok(s) => view! { <Sender s=s.clone() action=save/> <Approval s=s.clone() action=approval/> <EventRetention s=s.clone() action=retention/> <QuietHoursForm s action=quiet/> }.into_any(),
                 }
             })}
         </Suspense>
@@ -209,6 +210,31 @@ fn EventRetention(s: SettingsData, action: ServerAction<SaveEventRetention>) -> 
                 </label>
                 {s.can_manage.then(|| view! {
                     <button type="submit" id="save-retention" disabled=move || action.pending().get() class=BUTTON>"Save"</button>
+                })}
+            </ActionForm>
+        </section>
+    }
+}
+
+/// When automation mail must not go out.
+#[component]
+fn QuietHoursForm(s: SettingsData, action: ServerAction<SaveQuietHours>) -> impl IntoView {
+    let disabled = !s.can_manage;
+    view! {
+        <section class="mt-6 rounded-lg bg-white p-4 shadow dark:bg-slate-900" aria-labelledby="quiet-heading">
+            <h2 id="quiet-heading" class="text-lg font-semibold mb-1">"Quiet hours"</h2>
+            <p class="mb-2 text-sm text-slate-600 dark:text-slate-300">
+                "An automation's mail that comes due in these hours (the organisation's time zone) waits until they end. Empty: any hour."
+            </p>
+            {move || outcome(action.value().get(), "quiet-result")}
+            <ActionForm action=action attr:id="quiet-form" attr:class="flex flex-wrap items-end gap-3 text-sm">
+                <label class="block">
+                    "From-to (HH-HH)"
+                    <input name="quiet_hours" placeholder="22-07" pattern="[0-2][0-9]-[0-2][0-9]"
+                        value=s.quiet_hours disabled=disabled class=INPUT data-test="quiet-hours"/>
+                </label>
+                {s.can_manage.then(|| view! {
+                    <button type="submit" id="save-quiet" disabled=move || action.pending().get() class=BUTTON>"Save"</button>
                 })}
             </ActionForm>
         </section>

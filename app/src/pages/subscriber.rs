@@ -137,6 +137,23 @@ fn Detail(
             </super::DataTable>
         }.into_any()
     };
+    let automations = if d.automations.is_empty() {
+        view! { <p class="text-sm text-slate-600 dark:text-slate-300" data-test="no-automations">"In no automation."</p> }.into_any()
+    } else {
+        view! {
+            <super::DataTable test="subscriber-automations" headings=&["Automation", "State", "Next step", "Enrolled", "Mails"]>
+                {d.automations.into_iter().map(|a| view! {
+                    <tr class="border-t border-slate-100 dark:border-slate-800" data-test="subscriber-automation">
+                        <td class="p-3"><A href=format!("/automations/{}", a.automation_id) attr:class="text-indigo-700 hover:underline dark:text-indigo-300">{a.automation}</A></td>
+                        <td class="p-3">{a.state}</td>
+                        <td class="p-3">{a.step}</td>
+                        <td class="p-3 whitespace-nowrap text-slate-500 dark:text-slate-400">{a.enrolled}</td>
+                        <td class="p-3">{a.mails}</td>
+                    </tr>
+                }).collect_view()}
+            </super::DataTable>
+        }.into_any()
+    };
     let external = d
         .subscriber
         .external_id
@@ -153,6 +170,8 @@ fn Detail(
         {actions}
         <h3 class="mb-2 font-semibold">"History"</h3>
         {history}
+        <h3 class="mb-2 mt-6 font-semibold">"Automations"</h3>
+        {automations}
         <h3 class="mb-2 mt-6 font-semibold">"Events"</h3>
         {timeline}
     }

@@ -93,6 +93,26 @@ pub async fn set_open_tracking(
     swap(conn, org_id, Column::OpenTracking, on).await
 }
 
+/// The org's quiet hours for automation mail (`22-07`), if any.
+pub async fn quiet_hours(conn: &mut PgConnection, org_id: i64) -> sqlx::Result<Option<String>> {
+    read(conn, org_id, Column::QuietHours).await
+}
+
+/// Sets them (`None`: none); returns what they were (for the audit row).
+pub async fn set_quiet_hours(
+    conn: &mut PgConnection,
+    org_id: i64,
+    hours: Option<crate::domain::automation::QuietHours>,
+) -> sqlx::Result<Option<String>> {
+    swap(
+        conn,
+        org_id,
+        Column::QuietHours,
+        hours.map(|h| h.to_string()),
+    )
+    .await
+}
+
 /// The settings that are one column of `orgs` each, read and swapped alike.
 #[derive(Clone, Copy)]
 enum Column {
@@ -100,6 +120,7 @@ enum Column {
     ClickTracking,
     EventRetentionDays,
     OpenTracking,
+    QuietHours,
     ReturnPath,
 }
 
@@ -110,6 +131,7 @@ impl Column {
             Column::ClickTracking => "click_tracking",
             Column::EventRetentionDays => "event_retention_days",
             Column::OpenTracking => "open_tracking",
+            Column::QuietHours => "quiet_hours",
             Column::ReturnPath => "return_path",
         }
     }

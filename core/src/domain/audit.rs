@@ -48,6 +48,7 @@ text_enum! {
         SettingsBounceDomain = "settings.bounce_domain",
         SettingsClickTracking = "settings.click_tracking",
         SettingsOpenTracking = "settings.open_tracking",
+        SettingsQuietHours = "settings.quiet_hours",
         SettingsBouncePolicy = "settings.bounce_policy",
         SettingsDkim = "settings.dkim",
         SettingsDkimKey = "settings.dkim_key",

@@ -448,6 +448,57 @@ impl Definition {
     }
 }
 
+/// The org's quiet hours for automation mail: from `start` o'clock to `end` o'clock, local
+/// time (past midnight when `start > end`). Written `22-07`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QuietHours {
+    pub start: u8,
+    pub end: u8,
+}
+
+impl QuietHours {
+    /// Reads `HH-HH` (`22-07`); an empty text is no quiet hours. The error names the field.
+    pub fn parse(field: &str, raw: &str) -> Result<Option<QuietHours>, super::input::InputError> {
+        let raw = raw.trim();
+        if raw.is_empty() {
+            return Ok(None);
+        }
+        let bad = || {
+            super::input::InputError::new(
+                field,
+                "give two different hours as HH-HH, such as 22-07 (from 22:00 to 07:00)",
+            )
+        };
+        let (a, b) = raw.split_once('-').ok_or_else(bad)?;
+        let hour = |s: &str| -> Option<u8> {
+            (s.len() == 2)
+                .then(|| s.parse::<u8>().ok())
+                .flatten()
+                .filter(|h| *h < 24)
+        };
+        let (start, end) = (hour(a).ok_or_else(bad)?, hour(b).ok_or_else(bad)?);
+        if start == end {
+            return Err(bad());
+        }
+        Ok(Some(QuietHours { start, end }))
+    }
+
+    /// Whether `hour` (local) is inside them.
+    pub fn covers(self, hour: u8) -> bool {
+        if self.start < self.end {
+            (self.start..self.end).contains(&hour)
+        } else {
+            hour >= self.start || hour < self.end
+        }
+    }
+}
+
+impl std::fmt::Display for QuietHours {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:02}-{:02}", self.start, self.end)
+    }
+}
+
 /// What taking one step decided, for the database layer to carry out.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Move {
@@ -554,6 +605,20 @@ mod tests {
             "steps": [{"type": "sms", "text": "x"}]
         }))
         .is_err());
+    }
+
+    #[test]
+    fn quiet_hours_read_back_and_wrap_past_midnight() {
+        let q = QuietHours::parse("q", "22-07").unwrap().unwrap();
+        assert_eq!(q.to_string(), "22-07");
+        assert!(q.covers(23) && q.covers(0) && q.covers(6));
+        assert!(!q.covers(7) && !q.covers(21));
+        let day = QuietHours::parse("q", "12-14").unwrap().unwrap();
+        assert!(day.covers(13) && !day.covers(14) && !day.covers(11));
+        assert_eq!(QuietHours::parse("q", " ").unwrap(), None);
+        for bad in ["7-22", "22-22", "24-01", "22:07", "x"] {
+            assert_eq!(QuietHours::parse("q", bad).unwrap_err().field, "q", "{bad}");
+        }
     }
 
     #[test]

@@ -196,6 +196,22 @@ pub struct Reached {
     pub at: String,
 }
 
+/// One of a subscriber's ways through an automation, as their page shows it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(sqlx::FromRow))]
+pub struct Enrolled {
+    pub automation_id: i64,
+    pub automation: String,
+    /// "active", "completed", "exited (goal)", …
+    pub state: String,
+    /// The next step (or where they left).
+    pub step: i32,
+    /// In the org's time zone.
+    pub enrolled: String,
+    /// Its mails by state: "2 delivered, 1 queued".
+    pub mails: String,
+}
+
 /// A campaign in the recycle bin.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ssr", derive(sqlx::FromRow))]

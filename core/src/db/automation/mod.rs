@@ -11,8 +11,8 @@ mod store;
 
 pub use enrol::{enrol, enrol_from_events, forget, remove, EnrolError, Enrolled};
 pub use read::{
-    get, list, mail_contents, people, step_counts, Detail, MailContent, Person, StepCount, Summary,
-    WaitingEdit,
+    get, list, mail_contents, of_subscriber, people, step_counts, Detail, MailContent, Person,
+    StepCount, Summary, WaitingEdit,
 };
 pub use run::run_due;
 pub use store::{

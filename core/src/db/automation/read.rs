@@ -235,3 +235,31 @@ pub async fn mail_contents(
         })
         .collect())
 }
+
+/// A subscriber's enrolments, newest first (at most `limit`), with their mails' states.
+pub async fn of_subscriber(
+    conn: &mut PgConnection,
+    org: OrgId,
+    subscriber: crate::domain::SubscriberId,
+    limit: i64,
+) -> sqlx::Result<Vec<crate::model::Enrolled>> {
+    sqlx::query_as(
+        "select a.id as automation_id, a.name as automation,
+                e.state || coalesce(' (' || e.exit_reason || ')', '') as state, e.step,
+                to_char(e.enrolled_at at time zone o.timezone, 'YYYY-MM-DD HH24:MI') as enrolled,
+                coalesce((select string_agg(n || ' ' || status, ', ' order by status)
+                          from (select d.status, count(*) as n from deliveries d
+                                where d.org_id = e.org_id and d.enrolment_id = e.id
+                                group by d.status) m), 'none') as mails
+         from enrolments e
+         join automations a on a.id = e.automation_id
+         join orgs o on o.id = e.org_id
+         where e.org_id = $1 and e.subscriber_id = $2
+         order by e.id desc limit $3",
+    )
+    .bind(org)
+    .bind(subscriber)
+    .bind(limit)
+    .fetch_all(conn)
+    .await
+}

@@ -39,6 +39,8 @@ struct Due {
     org_zone: String,
     /// The calendar day in the org's zone, as the segment language reads dates.
     today: chrono::NaiveDate,
+    /// Inside the org's quiet hours: when they end.
+    quiet_until: Option<DateTime<Utc>>,
 }
 
 /// Takes the steps of up to `limit` due enrolments of active automations, at the database's
@@ -55,11 +57,21 @@ pub async fn run_due(
                 exists (select 1 from suppressions x
                         where x.org_id = e.org_id and x.email_lower = s.email_lower) as suppressed,
                 mailroom_zone_or(s.attributes ->> 'timezone', o.timezone) as zone,
-                o.timezone as org_zone, (coalesce($1, now()) at time zone o.timezone)::date as today
+                o.timezone as org_zone, (coalesce($1, now()) at time zone o.timezone)::date as today,
+                case when q.quiet and o.quiet_hours is not null
+                     then mailroom_next_local(coalesce($1, now()), o.timezone, null, q.stop) end as quiet_until
          from enrolments e
          join automations a on a.id = e.automation_id
          join subscribers s on s.org_id = e.org_id and s.id = e.subscriber_id
          join orgs o on o.id = e.org_id
+         cross join lateral (
+             select split_part(o.quiet_hours, '-', 2)::int as stop,
+                    case when split_part(o.quiet_hours, '-', 1)::int < split_part(o.quiet_hours, '-', 2)::int
+                         then h >= split_part(o.quiet_hours, '-', 1)::int and h < split_part(o.quiet_hours, '-', 2)::int
+                         else h >= split_part(o.quiet_hours, '-', 1)::int or h < split_part(o.quiet_hours, '-', 2)::int
+                    end as quiet
+             from (select extract(hour from coalesce($1, now()) at time zone o.timezone)::int as h) l
+         ) q
          where e.state = 'active' and e.due_at <= coalesce($1, now()) and a.status = 'active'
          order by e.due_at
          limit $2
@@ -143,6 +155,10 @@ async fn take_steps(conn: &mut PgConnection, d: &Due, def: &Definition) -> sqlx:
         };
         match step {
             Step::Email { .. } => {
+                // Quiet hours: the mail waits, untaken, until they end.
+                if let Some(due) = d.quiet_until {
+                    break End::Sleep { next: at, due };
+                }
                 if record(conn, d, at, StepOutcome::Sent, "").await? {
                     queue_mail(conn, d, at).await?;
                 }

@@ -664,3 +664,68 @@ async fn waits_until_an_hour_cross_both_hemispheres_daylight_changes_as_document
         assert_eq!(queued(pool.clone()).await, 1);
     }
 }
+
+#[tokio::test]
+async fn a_mail_due_in_quiet_hours_waits_untaken_until_they_end() {
+    let pool = test_db().await;
+    let acme = TestOrg::new(&pool, "acme").await;
+    let org = acme.id;
+    sqlx::query("update orgs set timezone = 'Europe/Berlin' where id = $1")
+        .bind(org)
+        .execute(&pool)
+        .await
+        .unwrap();
+    let mut c = pool.acquire().await.unwrap();
+    app::db::settings::set_quiet_hours(
+        &mut c,
+        org.0,
+        app::domain::automation::QuietHours::parse("q", "22-07").unwrap(),
+    )
+    .await
+    .unwrap();
+    let id = live(
+        &pool,
+        org,
+        "Night",
+        &definition(json!({
+            "trigger": {"type": "api"}, "reentry": "per_trigger",
+            "steps": [
+                {"type": "set_attribute", "name": "seen", "value": true},
+                {"type": "email", "subject": "Hi", "body": "x"}
+            ]
+        })),
+        acme.owner().id,
+        acme.admin(0).id,
+    )
+    .await;
+    let ids = people(&pool, org, "q", 1).await;
+    let e = automation::enrol(&mut c, org, id, SubscriberId(ids[0]), "k", &json!({}))
+        .await
+        .unwrap();
+    // 23:30 in Berlin (22:30 UTC in January): the attribute is set, the mail waits for 07:00.
+    app::db::automation::run_due(&pool, Some(at("2031-01-06T22:30:00Z")), 10)
+        .await
+        .unwrap();
+    let (step, due): (i32, DateTime<Utc>) =
+        sqlx::query_as("select step, due_at from enrolments where id = $1")
+            .bind(e.id)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!((step, due), (1, at("2031-01-07T06:00:00Z")));
+    let taken: Vec<i32> =
+        sqlx::query_scalar("select step from enrolment_steps where enrolment_id = $1")
+            .bind(e.id)
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert_eq!(taken, vec![0], "the mail step is not taken while it waits");
+    app::db::automation::run_due(&pool, Some(at("2031-01-07T05:59:00Z")), 10)
+        .await
+        .unwrap();
+    assert!(mails(&pool, id).await.is_empty());
+    app::db::automation::run_due(&pool, Some(at("2031-01-07T06:00:00Z")), 10)
+        .await
+        .unwrap();
+    assert_eq!(mails(&pool, id).await.len(), 1);
+}

@@ -325,6 +325,7 @@ fn case(endpoint: &str) -> Option<Case> {
             acts: true,
         },
         "new_campaign" => Case::ActsOnOwnOrg(vec![("name", "Mine".into())]),
+        "save_quiet_hours" => Case::ActsOnOwnOrg(vec![("quiet_hours", "22-07".into())]),
         "digest_schedule" => Case::ActsOnOwnOrg(vec![
             ("weekday", "1".into()),
             ("hour", "9".into()),
