@@ -203,3 +203,85 @@ alter table api_tokens add constraint api_tokens_scopes_check check (
                         'suppressions:write', 'messages:send', 'campaigns:read',
                         'deliveries:read', 'events:write', 'segments:read',
                         'segments:write', 'automations:read', 'automations:write']::text[]);
+
+-- Events out about automations: someone enrolled, finished every step, or left early (with
+-- why), written by trigger in the transaction of the change, as every other event is.
+alter table webhook_out_endpoints drop constraint webhook_out_endpoints_event_types_check;
+alter table webhook_out_endpoints add constraint webhook_out_endpoints_event_types_check check (
+    cardinality(event_types) between 1 and 20
+    and event_types <@ array['message.delivered', 'message.failed', 'message.unknown',
+                             'message.bounced', 'message.complained',
+                             'subscriber.unsubscribed', 'subscriber.suppressed',
+                             'subscriber.confirmed', 'subscriber.erased',
+                             'campaign.sent', 'campaign.paused', 'link.clicked',
+                             'automation.enrolled', 'automation.completed', 'automation.exited',
+                             'webhook.test']::text[]);
+
+create function webhook_enrolment(n enrolments, kind text, at timestamptz) returns jsonb
+language sql stable as $$
+    select jsonb_build_object(
+        'org_id', n.org_id, 'type', kind, 'key', n.id,
+        'timestamp', webhook_time(at),
+        'data', jsonb_build_object('automation_id', n.automation_id, 'enrolment_id', n.id,
+                                   'version', n.version, 'subscriber_id', n.subscriber_id,
+                                   'step', n.step, 'reason', n.exit_reason))
+$$;
+
+create function webhook_enrolments_inserted() returns trigger language plpgsql as $$
+begin
+    if not exists (select 1 from webhook_out_endpoints where enabled) then
+        return null;
+    end if;
+    perform webhook_fan_out(coalesce(jsonb_agg(webhook_enrolment(n, 'automation.enrolled', n.enrolled_at)), '[]'))
+    from new_rows n
+    where exists (select 1 from webhook_out_endpoints e where e.org_id = n.org_id and e.enabled);
+    return null;
+end $$;
+create trigger enrolments_webhooks_insert after insert on enrolments
+    referencing new table as new_rows
+    for each statement execute function webhook_enrolments_inserted();
+
+create function webhook_enrolments_updated() returns trigger language plpgsql as $$
+begin
+    if not exists (select 1 from webhook_out_endpoints where enabled) then
+        return null;
+    end if;
+    perform webhook_fan_out(coalesce(jsonb_agg(webhook_enrolment(
+        n, case when n.state = 'completed' then 'automation.completed' else 'automation.exited' end,
+        n.ended_at)), '[]'))
+    from new_rows n join old_rows o on o.id = n.id
+    where o.state = 'active' and n.state <> 'active'
+      and exists (select 1 from webhook_out_endpoints e where e.org_id = n.org_id and e.enabled);
+    return null;
+end $$;
+create trigger enrolments_webhooks_update after update on enrolments
+    referencing old table as old_rows new table as new_rows
+    for each statement execute function webhook_enrolments_updated();
+
+-- A message's events name the automation it came from.
+create or replace function webhook_deliveries_updated() returns trigger language plpgsql as $$
+begin
+    if not exists (select 1 from webhook_out_endpoints where enabled) then
+        return null;
+    end if;
+    perform webhook_fan_out(coalesce(jsonb_agg(jsonb_build_object(
+        'org_id', n.org_id, 'type', 'message.' || n.status,
+        'key', n.job_id || ':' || n.attempt,
+        'timestamp', webhook_time(coalesce(n.finished_at, n.updated_at)),
+        'data', jsonb_build_object(
+            'job_id', n.job_id,
+            'kind', n.kind,
+            'recipient', n.recipient,
+            'attempt', n.attempt,
+            'campaign_id', n.campaign_id,
+            'automation_id', n.automation_id,
+            'subscriber_id', n.subscriber_id,
+            'transactional_message_id', n.tx_message_id,
+            'reply', n.smtp_reply,
+            'error', n.last_error))), '[]'))
+    from new_rows n
+    join old_rows o on o.job_id = n.job_id
+    where n.status in ('delivered', 'failed', 'unknown') and n.status is distinct from o.status
+      and exists (select 1 from webhook_out_endpoints e where e.org_id = n.org_id and e.enabled);
+    return null;
+end $$;

@@ -18,6 +18,9 @@ text_enum! {
         CampaignSent = "campaign.sent",
         CampaignPaused = "campaign.paused",
         LinkClicked = "link.clicked",
+        AutomationEnrolled = "automation.enrolled",
+        AutomationCompleted = "automation.completed",
+        AutomationExited = "automation.exited",
         WebhookTest = "webhook.test",
     }
 }
@@ -39,6 +42,11 @@ impl WebhookEventType {
             Self::CampaignSent => "a campaign finished sending",
             Self::CampaignPaused => "a campaign paused",
             Self::LinkClicked => "someone followed a tracked link (with click tracking on)",
+            Self::AutomationEnrolled => "someone was enrolled in an automation",
+            Self::AutomationCompleted => "someone took every step of an automation",
+            Self::AutomationExited => {
+                "someone left an automation early (goal, unsubscribe, branch, removal, stop)"
+            }
             Self::WebhookTest => "the test button",
         }
     }

@@ -28,12 +28,15 @@ pub struct MessageEvent {
 pub struct MessageData {
     /// The message's deterministic id (`GET /api/v1/deliveries/{job_id}`).
     pub job_id: String,
-    /// `campaign`, `transactional`, `digest`, `confirm`, `invite`, `notice` or `test`.
+    /// `campaign`, `automation`, `transactional`, `digest`, `confirm`, `invite`, `notice` or
+    /// `test`.
     pub kind: String,
     /// Absent once the recipient was erased.
     pub recipient: Option<String>,
     pub attempt: i32,
     pub campaign_id: Option<i64>,
+    /// The automation an `automation` message is a step of.
+    pub automation_id: Option<i64>,
     pub subscriber_id: Option<i64>,
     pub transactional_message_id: Option<i64>,
     /// The relay's reply.
@@ -134,6 +137,31 @@ pub struct ClickData {
     pub subscriber_id: Option<i64>,
 }
 
+/// `automation.enrolled`, `automation.completed`, `automation.exited`: one person's way through
+/// an automation began, or ended (each once: its key is the enrolment).
+#[derive(Serialize, ToSchema)]
+pub struct AutomationEvent {
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// When they were enrolled, or when it ended.
+    pub timestamp: String,
+    pub data: AutomationData,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct AutomationData {
+    pub automation_id: i64,
+    pub enrolment_id: i64,
+    /// The automation's version they are on.
+    pub version: i32,
+    pub subscriber_id: i64,
+    /// Their next step (where they left, for `automation.exited`).
+    pub step: i32,
+    /// `automation.exited`: `goal`, `unsubscribed`, `erased`, `removed`, `branch`, `stopped` or
+    /// `step` (an exit step).
+    pub reason: Option<String>,
+}
+
 /// `webhook.test`: an owner pressed "Send a test event".
 #[derive(Serialize, ToSchema)]
 pub struct TestEvent {
@@ -160,6 +188,7 @@ pub fn schema_of(t: WebhookEventType) -> &'static str {
         | T::SubscriberErased => "SubscriberEvent",
         T::CampaignSent | T::CampaignPaused => "CampaignEvent",
         T::LinkClicked => "ClickEvent",
+        T::AutomationEnrolled | T::AutomationCompleted | T::AutomationExited => "AutomationEvent",
         T::WebhookTest => "TestEvent",
     }
 }
@@ -178,6 +207,8 @@ pub fn describe(doc: &mut utoipa::openapi::OpenApi) {
         ("CampaignData", CampaignData::schema()),
         ("ClickEvent", ClickEvent::schema()),
         ("ClickData", ClickData::schema()),
+        ("AutomationEvent", AutomationEvent::schema()),
+        ("AutomationData", AutomationData::schema()),
         ("TestEvent", TestEvent::schema()),
         ("TestData", TestData::schema()),
     ] {

@@ -729,3 +729,110 @@ async fn a_mail_due_in_quiet_hours_waits_untaken_until_they_end() {
         .unwrap();
     assert_eq!(mails(&pool, id).await.len(), 1);
 }
+
+#[tokio::test]
+async fn enrolments_and_their_ends_are_events_out_in_the_same_transaction_as_documented() {
+    use app::domain::WebhookEventType as T;
+    let pool = test_db().await;
+    let acme = TestOrg::new(&pool, "acme").await;
+    let org = acme.id;
+    let mut c = pool.acquire().await.unwrap();
+    let endpoint = app::db::webhooks_out::create(
+        &mut c,
+        org.0,
+        Some(acme.owner().id.0),
+        "https://hooks.example.com/automations",
+        &[
+            T::AutomationEnrolled,
+            T::AutomationCompleted,
+            T::AutomationExited,
+        ],
+        &app::webhook::new_secret(),
+        app::domain::webhook::WEBHOOK_MAX_IN_FLIGHT,
+    )
+    .await
+    .unwrap();
+    let id = live(
+        &pool,
+        org,
+        "Trial",
+        &definition(json!({
+            "trigger": {"type": "api"}, "reentry": "per_trigger",
+            "goal": {"event": "upgraded"},
+            "steps": [
+                {"type": "email", "subject": "Hi", "body": "x"},
+                {"type": "wait", "days": 1},
+                {"type": "email", "subject": "Still there?", "body": "x"}
+            ]
+        })),
+        acme.owner().id,
+        acme.admin(0).id,
+    )
+    .await;
+    let ids = people(&pool, org, "h", 2).await;
+    for (i, who) in ids.iter().enumerate() {
+        automation::enrol(
+            &mut c,
+            org,
+            id,
+            SubscriberId(*who),
+            &format!("t{i}"),
+            &json!({}),
+        )
+        .await
+        .unwrap();
+    }
+    let t0 = at("2031-01-06T10:00:00Z");
+    run_all(&pool, t0, 2).await;
+    // The second one upgrades: they leave at their next step (the goal), the first completes.
+    let props = json!({});
+    app::db::events::insert(
+        &mut c,
+        org,
+        &[NewEvent {
+            key: "up-1",
+            subscriber: SubscriberId(ids[1]),
+            name: "upgraded",
+            properties: &props,
+            occurred_at: Utc::now() + Duration::seconds(1),
+        }],
+    )
+    .await
+    .unwrap();
+    run_all(&pool, t0 + Duration::days(2), 2).await;
+    let events: Vec<(String, serde_json::Value)> = sqlx::query_as(
+        "select event_type, payload from webhook_out_messages where endpoint_id = $1 order by event_type, id",
+    )
+    .bind(endpoint)
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    let kinds: Vec<&str> = events.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "automation.completed",
+            "automation.enrolled",
+            "automation.enrolled",
+            "automation.exited"
+        ]
+    );
+    for (_, body) in &events {
+        crate::webhooks::events_out::assert_documented(body);
+        assert_eq!(body["data"]["automation_id"], id);
+    }
+    let exited = &events[3].1["data"];
+    assert_eq!(
+        (exited["reason"].as_str(), exited["subscriber_id"].as_i64()),
+        (Some("goal"), Some(ids[1]))
+    );
+    // Running again reports nothing twice.
+    run_all(&pool, t0 + Duration::days(9), 2).await;
+    let again: i64 =
+        sqlx::query_scalar("select count(*) from webhook_out_messages where endpoint_id = $1")
+            .bind(endpoint)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(again, 4);
+}

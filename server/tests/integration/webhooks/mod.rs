@@ -1,6 +1,6 @@
 //! Events out: signed webhooks to the SaaS, their rows, retries, limits and address rules.
 
 mod clicks;
-mod events_out;
+pub(crate) mod events_out;
 mod kill;
 mod receiver;
