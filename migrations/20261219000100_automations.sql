@@ -15,7 +15,7 @@ create table automations (
     draft_version integer not null default 1,
     -- The live version's trigger, kept here for the statements that enrol: a list join is
     -- matched by `trigger_list_id`, an event by `trigger_event`.
-    trigger_kind text check (trigger_kind in ('list_joined', 'event', 'api')),
+    trigger_kind text check (trigger_kind in ('list_joined', 'event', 'api', 'date')),
     trigger_list_id bigint,
     trigger_event text,
     reentry text check (reentry in ('once', 'per_trigger', 'after_leaving')),

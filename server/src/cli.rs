@@ -419,6 +419,14 @@ pub struct WorkerArgs {
     #[arg(long, env = "MAILROOM_AUTOMATION_POLL_MS", default_value_t = 1000)]
     pub automation_poll_ms: u64,
 
+    /// Seconds between scans for automations' date triggers that fire today.
+    #[arg(
+        long,
+        env = "MAILROOM_AUTOMATION_DATE_SCAN_SECONDS",
+        default_value_t = 300
+    )]
+    pub automation_date_scan_seconds: u64,
+
     /// Seconds between campaign worker ticks while nothing is sending (an approval wakes it).
     #[arg(long, env = "MAILROOM_CAMPAIGN_TICK_SECONDS", default_value_t = 5)]
     pub campaign_tick_seconds: u64,
@@ -538,6 +546,7 @@ impl WorkerArgs {
                 poll: Duration::from_millis(self.automation_poll_ms.max(10)),
                 batch: 200,
                 now: self.automation_now,
+                date_scan: Duration::from_secs(self.automation_date_scan_seconds.max(1)),
             },
             shutdown_grace: Duration::from_secs(self.shutdown_timeout_seconds),
             delivery: self.delivery(transport, unsubscribe_keys),

@@ -300,6 +300,20 @@ fn list_select(
     }
 }
 
+/// Changes the date trigger's attribute, offset and yearly flag.
+fn edit_date(def: RwSignal<Definition>, f: impl FnOnce(&mut String, &mut i32, &mut bool)) {
+    def.update(|d| {
+        if let Trigger::Date {
+            attribute,
+            offset_days,
+            yearly,
+        } = &mut d.trigger
+        {
+            f(attribute, offset_days, yearly);
+        }
+    })
+}
+
 fn trigger_view(def: RwSignal<Definition>, lists: StoredValue<Vec<(i64, String)>>) -> AnyView {
     let d = def.get();
     let kind = d.trigger.kind();
@@ -316,6 +330,26 @@ fn trigger_view(def: RwSignal<Definition>, lists: StoredValue<Vec<(i64, String)>
         }
         .into_any(),
         Trigger::Api => view! { <span class="text-slate-500">"(enrolled through the API)"</span> }.into_any(),
+        Trigger::Date { attribute, offset_days, yearly } => {
+            view! {
+                <input class=FIELD placeholder="attribute (a date)" value=attribute.clone() data-test="trigger-attribute" on:change=move |ev| {
+                    let v = event_target_value(&ev);
+                    edit_date(def, move |a, _, _| *a = v);
+                }/>
+                <input type="number" class=format!("{FIELD} w-24") value=offset_days.to_string() data-test="trigger-offset" on:change=move |ev| {
+                    if let Ok(v) = event_target_value(&ev).parse::<i32>() { edit_date(def, move |_, o, _| *o = v); }
+                }/>
+                "days after it (negative: before)"
+                <label class="flex items-center gap-1">
+                    <input type="checkbox" checked=*yearly data-test="trigger-yearly" on:change=move |ev| {
+                        let on = event_target_checked(&ev);
+                        edit_date(def, move |_, _, y| *y = on);
+                    }/>
+                    "every year"
+                </label>
+            }
+            .into_any()
+        }
     };
     let goal = d.goal.as_ref().map(|g| g.event.clone()).unwrap_or_default();
     view! {
@@ -327,6 +361,7 @@ fn trigger_view(def: RwSignal<Definition>, lists: StoredValue<Vec<(i64, String)>
                     let t = match event_target_value(&ev).as_str() {
                         "event" => Trigger::Event { name: String::new(), property: None },
                         "api" => Trigger::Api,
+                        "date" => Trigger::Date { attribute: "trial_ends".into(), offset_days: -3, yearly: false },
                         _ => Trigger::ListJoined { list_id: first },
                     };
                     def.update(|d| d.trigger = t);
@@ -334,6 +369,7 @@ fn trigger_view(def: RwSignal<Definition>, lists: StoredValue<Vec<(i64, String)>
                     <option value="list_joined" selected=kind == "list_joined">"they join the list"</option>
                     <option value="event" selected=kind == "event">"the SaaS reports the event"</option>
                     <option value="api" selected=kind == "api">"the API enrols them"</option>
+                    <option value="date" selected=kind == "date">"a date of theirs comes"</option>
                 </select>
                 {detail}
             </div>

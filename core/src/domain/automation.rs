@@ -135,7 +135,20 @@ pub enum Trigger {
     },
     /// Only the API (and the dashboard) enrol people.
     Api,
+    /// A date in an attribute (`YYYY-MM-DD…`, as segments read dates): `offset_days` after it
+    /// (before it when negative), in the org's calendar; with `yearly`, on every anniversary
+    /// (a 29 February one on 28 February in other years).
+    Date {
+        attribute: String,
+        #[serde(default)]
+        offset_days: i32,
+        #[serde(default)]
+        yearly: bool,
+    },
 }
+
+/// The longest a date trigger may reach before or after its date, in days.
+pub const DATE_OFFSET_MAX: i32 = 3_650;
 
 impl Trigger {
     /// Its name as stored in `automations.trigger_kind`.
@@ -144,6 +157,7 @@ impl Trigger {
             Trigger::ListJoined { .. } => "list_joined",
             Trigger::Event { .. } => "event",
             Trigger::Api => "api",
+            Trigger::Date { .. } => "date",
         }
     }
 }
@@ -334,6 +348,19 @@ impl Definition {
                 event("trigger.name", name)?;
                 if let Some(p) = property {
                     check_property(p, "trigger.property")?;
+                }
+            }
+            Trigger::Date {
+                attribute,
+                offset_days,
+                ..
+            } => {
+                key_name("trigger.attribute", attribute)?;
+                if offset_days.abs() > DATE_OFFSET_MAX {
+                    return Err(fail(
+                        "trigger.offset_days",
+                        format!("at most {DATE_OFFSET_MAX} days before or after"),
+                    ));
                 }
             }
             _ => {}

@@ -3,8 +3,9 @@
 //! one enrolment. List joins enrol through the `list_members_enrol` trigger (the migration),
 //! whichever path joined; events here, in the transaction that records them.
 
+use chrono::{DateTime, Datelike, Duration, NaiveDate, Utc};
 use sqlx::types::Json;
-use sqlx::{PgConnection, Postgres, QueryBuilder};
+use sqlx::{PgConnection, PgPool, Postgres, QueryBuilder};
 
 use crate::domain::automation::{AutomationStatus, Definition, Reentry, Trigger};
 use crate::domain::{OrgId, SubscriberId};
@@ -176,6 +177,106 @@ pub async fn enrol_from_events(
             .execute(&mut *conn)
             .await?
             .rows_affected();
+    }
+    Ok(made)
+}
+
+/// How many days back a date trigger looks: a day on which no replica ran is caught up (late,
+/// once: the day it fired on is the occurrence).
+pub const DATE_CATCH_UP_DAYS: i64 = 3;
+
+/// Enrols, for every live automation with a date trigger, the subscribers whose date fires
+/// today in the org's calendar (at the database's now, or `pinned`), or fired on one of the
+/// [`DATE_CATCH_UP_DAYS`] before. Any number of replicas may run it at once: the enrolment's
+/// unique key referees. Returns how many enrolments were made.
+pub async fn enrol_by_dates(pool: &PgPool, pinned: Option<DateTime<Utc>>) -> sqlx::Result<u64> {
+    let mut conn = pool.acquire().await?;
+    let live: Vec<(i64, i64, i32, Json<Definition>, NaiveDate)> = sqlx::query_as(
+        "select a.org_id, a.id, a.live_version, v.definition,
+                (coalesce($1, now()) at time zone o.timezone)::date
+         from automations a
+         join automation_versions v on v.automation_id = a.id and v.version = a.live_version
+         join orgs o on o.id = a.org_id
+         where a.trigger_kind = 'date' and a.status in ('active', 'paused')
+         order by a.id",
+    )
+    .bind(pinned)
+    .fetch_all(&mut *conn)
+    .await?;
+    let mut made = 0;
+    for (org, automation, version, Json(d), today) in live {
+        let Trigger::Date {
+            attribute,
+            offset_days,
+            yearly,
+        } = &d.trigger
+        else {
+            continue;
+        };
+        for back in 0..DATE_CATCH_UP_DAYS {
+            let fires = today - Duration::days(back);
+            // The attribute's date that fires on `fires`.
+            let date = fires - Duration::days(i64::from(*offset_days));
+            let mut qb: QueryBuilder<'_, Postgres> = QueryBuilder::new(
+                "insert into enrolments (org_id, automation_id, version, subscriber_id, occurrence,
+                                         exclusive, due_at, enrolled_at, context)
+                 select s.org_id, ",
+            );
+            qb.push_bind(automation);
+            qb.push(", ");
+            qb.push_bind(version);
+            qb.push(", s.id, ");
+            match d.reentry {
+                Reentry::Once => {
+                    qb.push("''");
+                }
+                Reentry::PerTrigger | Reentry::AfterLeaving => {
+                    qb.push_bind(format!("date:{fires}"));
+                }
+            }
+            qb.push(", ");
+            qb.push_bind(d.reentry == Reentry::AfterLeaving);
+            qb.push(", now(), now(), jsonb_build_object('date', s.attributes ->> ");
+            qb.push_bind(attribute.clone());
+            qb.push(") from subscribers s where s.org_id = ");
+            qb.push_bind(org);
+            qb.push(" and s.erased_at is null and jsonb_typeof(s.attributes -> ");
+            qb.push_bind(attribute.clone());
+            qb.push(") = 'string' and ");
+            if *yearly {
+                // The same month and day in a year since (text order is number order for
+                // four-digit years); 29 February's falls on 28 February in other years.
+                let mut days = vec![date.format("%m-%d").to_string()];
+                if date.month() == 2
+                    && date.day() == 28
+                    && NaiveDate::from_ymd_opt(date.year(), 2, 29).is_none()
+                {
+                    days.push("02-29".into());
+                }
+                qb.push("substr(s.attributes ->> ");
+                qb.push_bind(attribute.clone());
+                qb.push(", 5, 1) = '-' and substr(s.attributes ->> ");
+                qb.push_bind(attribute.clone());
+                qb.push(", 6, 5) = any(");
+                qb.push_bind(days);
+                qb.push(") and substr(s.attributes ->> ");
+                qb.push_bind(attribute.clone());
+                qb.push(", 1, 4) <= ");
+                qb.push_bind(format!("{:04}", date.year()));
+            } else {
+                qb.push("substr(s.attributes ->> ");
+                qb.push_bind(attribute.clone());
+                qb.push(", 1, 10) = ");
+                qb.push_bind(date.format("%Y-%m-%d").to_string());
+            }
+            qb.push(" order by s.id on conflict do nothing");
+            made += qb
+                .build()
+                .persistent(false)
+                .execute(&mut *conn)
+                .await?
+                .rows_affected();
+        }
     }
     Ok(made)
 }

@@ -9,7 +9,10 @@ mod read;
 mod run;
 mod store;
 
-pub use enrol::{enrol, enrol_from_events, forget, remove, EnrolError, Enrolled};
+pub use enrol::{
+    enrol, enrol_by_dates, enrol_from_events, forget, remove, EnrolError, Enrolled,
+    DATE_CATCH_UP_DAYS,
+};
 pub use read::{
     get, list, mail_contents, of_subscriber, people, step_counts, Detail, MailContent, Person,
     StepCount, Summary, WaitingEdit,

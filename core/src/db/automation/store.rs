@@ -228,7 +228,7 @@ pub async fn approve(
     let (list, event) = match &d.trigger {
         Trigger::ListJoined { list_id } => (Some(*list_id), None),
         Trigger::Event { name, .. } => (None, Some(name.as_str())),
-        Trigger::Api => (None, None),
+        Trigger::Api | Trigger::Date { .. } => (None, None),
     };
     let activated = status == AutomationStatus::Draft;
     sqlx::query(

@@ -836,3 +836,120 @@ async fn enrolments_and_their_ends_are_events_out_in_the_same_transaction_as_doc
             .unwrap();
     assert_eq!(again, 4);
 }
+
+#[tokio::test]
+async fn a_date_trigger_fires_on_its_day_catches_up_a_missed_one_and_never_twice() {
+    let pool = test_db().await;
+    let acme = TestOrg::new(&pool, "acme").await;
+    let org = acme.id;
+    sqlx::query("update orgs set timezone = 'UTC' where id = $1")
+        .bind(org)
+        .execute(&pool)
+        .await
+        .unwrap();
+    let before_trial = live(
+        &pool,
+        org,
+        "Trial ends in 3 days",
+        &definition(json!({
+            "trigger": {"type": "date", "attribute": "trial_ends", "offset_days": -3},
+            "reentry": "per_trigger",
+            "steps": [{"type": "email", "subject": "Your trial ends on {{ event.date }}", "body": "x"}]
+        })),
+        acme.owner().id,
+        acme.admin(0).id,
+    )
+    .await;
+    let anniversary = live(
+        &pool,
+        org,
+        "Anniversary",
+        &definition(json!({
+            "trigger": {"type": "date", "attribute": "joined", "yearly": true},
+            "reentry": "per_trigger",
+            "steps": [{"type": "email", "subject": "Happy anniversary", "body": "x"}]
+        })),
+        acme.owner().id,
+        acme.admin(0).id,
+    )
+    .await;
+    let ids = people(&pool, org, "d", 7).await;
+    let attrs = [
+        json!({"trial_ends": "2031-01-09"}),           // fires 2031-01-06
+        json!({"trial_ends": "2031-01-10T12:00:00Z"}), // fires 2031-01-07
+        json!({"trial_ends": "2031-01-08"}),           // fired 2031-01-05: caught up
+        json!({"trial_ends": "2030-12-01"}),           // long past: never
+        json!({"trial_ends": "not a date", "joined": 2020}),
+        json!({"joined": "2020-01-06"}), // every 6 January
+        json!({"joined": "2024-02-29"}), // 28 February in 2031
+    ];
+    for (id, a) in ids.iter().zip(&attrs) {
+        sqlx::query("update subscribers set attributes = $2 where id = $1")
+            .bind(id)
+            .bind(a)
+            .execute(&pool)
+            .await
+            .unwrap();
+    }
+    let enrolled = |a: i64| {
+        let pool = pool.clone();
+        async move {
+            sqlx::query_as::<_, (i64, String)>(
+                "select subscriber_id, occurrence from enrolments where automation_id = $1 order by occurrence, subscriber_id",
+            )
+            .bind(a)
+            .fetch_all(&pool)
+            .await
+            .unwrap()
+        }
+    };
+    let on = |day: &str| at(&format!("{day}T10:00:00Z"));
+    for _ in 0..2 {
+        automation::enrol_by_dates(&pool, Some(on("2031-01-06")))
+            .await
+            .unwrap();
+    }
+    assert_eq!(
+        enrolled(before_trial).await,
+        vec![
+            (ids[2], "date:2031-01-05".to_owned()),
+            (ids[0], "date:2031-01-06".to_owned())
+        ]
+    );
+    assert_eq!(
+        enrolled(anniversary).await,
+        vec![(ids[5], "date:2031-01-06".to_owned())]
+    );
+    automation::enrol_by_dates(&pool, Some(on("2031-01-07")))
+        .await
+        .unwrap();
+    assert_eq!(enrolled(before_trial).await.len(), 3);
+    automation::enrol_by_dates(&pool, Some(on("2031-02-28")))
+        .await
+        .unwrap();
+    assert_eq!(
+        enrolled(anniversary).await,
+        vec![
+            (ids[5], "date:2031-01-06".to_owned()),
+            (ids[6], "date:2031-02-28".to_owned())
+        ]
+    );
+    // The date reaches the mail as {{ event.date }}.
+    run_all(&pool, on("2031-03-01"), 2).await;
+    let mail = automation::mail_contents(
+        &mut pool.acquire().await.unwrap(),
+        &sqlx::query_as::<_, (i64, i64, i32)>(
+            "select org_id, enrolment_id, 0 from deliveries where automation_id = $1",
+        )
+        .bind(before_trial)
+        .fetch_all(&pool)
+        .await
+        .unwrap(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(mail.len(), 3);
+    assert!(mail
+        .iter()
+        .all(|m| m.context["date"].as_str().unwrap().starts_with("2031-01-")));
+}
