@@ -16,6 +16,12 @@ macro_rules! stored_as_text {
             }
         }
         #[cfg(feature = "ssr")]
+        impl sqlx::postgres::PgHasArrayType for $t {
+            fn array_type_info() -> sqlx::postgres::PgTypeInfo {
+                <&str as sqlx::postgres::PgHasArrayType>::array_type_info()
+            }
+        }
+        #[cfg(feature = "ssr")]
         impl<'r> sqlx::Decode<'r, sqlx::Postgres> for $t {
             fn decode(
                 value: sqlx::postgres::PgValueRef<'r>,

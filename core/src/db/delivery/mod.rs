@@ -66,6 +66,59 @@ pub async fn enqueue(conn: &mut PgConnection, d: NewDelivery<'_>) -> sqlx::Resul
     Ok(r.rows_affected() == 1)
 }
 
+/// One automation step's message, for [`enqueue_automation_mail`].
+pub struct AutomationMail {
+    pub job: JobId,
+    pub org: OrgId,
+    pub recipient: EmailAddress,
+    pub automation: crate::domain::AutomationId,
+    pub enrolment: crate::domain::EnrolmentId,
+    pub subscriber: crate::domain::SubscriberId,
+}
+
+/// Queues many automation messages in one statement inside the caller's transaction (as
+/// [`enqueue`] does each: the same job twice stores one row), so the queue's statement
+/// triggers run once for the batch.
+pub async fn enqueue_automation_mail(
+    conn: &mut PgConnection,
+    mails: &[AutomationMail],
+) -> sqlx::Result<u64> {
+    if mails.is_empty() {
+        return Ok(0);
+    }
+    let jobs: Vec<String> = mails.iter().map(|m| m.job.to_string()).collect();
+    let orgs: Vec<OrgId> = mails.iter().map(|m| m.org).collect();
+    let recipients: Vec<&str> = mails.iter().map(|m| m.recipient.as_str()).collect();
+    let lowers: Vec<&str> = mails.iter().map(|m| m.recipient.lower()).collect();
+    let automations: Vec<crate::domain::AutomationId> =
+        mails.iter().map(|m| m.automation).collect();
+    let enrolments: Vec<crate::domain::EnrolmentId> = mails.iter().map(|m| m.enrolment).collect();
+    let subscribers: Vec<crate::domain::SubscriberId> =
+        mails.iter().map(|m| m.subscriber).collect();
+    let priority = mails[0].job.priority();
+    let r = sqlx::query(
+        "insert into deliveries (job_id, org_id, kind, priority, recipient, email_lower,
+                                 automation_id, enrolment_id, subscriber_id)
+         select job_id, org_id, $8, $9, recipient, email_lower, automation_id, enrolment_id, subscriber_id
+         from unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::bigint[], $6::bigint[], $7::bigint[])
+              as t(job_id, org_id, recipient, email_lower, automation_id, enrolment_id, subscriber_id)
+         order by job_id
+         on conflict (job_id) do nothing",
+    )
+    .bind(&jobs)
+    .bind(&orgs)
+    .bind(&recipients)
+    .bind(&lowers)
+    .bind(&automations)
+    .bind(&enrolments)
+    .bind(&subscribers)
+    .bind(DeliveryKind::Automation)
+    .bind(priority)
+    .execute(conn)
+    .await?;
+    Ok(r.rows_affected())
+}
+
 /// A delivery this worker now holds: send it while its claim's lease holds, report with `attempt`.
 /// Decoded once, from the claim's row: a row that does not decode never reaches a sender
 /// ([`claim`] fails it).
