@@ -111,6 +111,8 @@ alter table deliveries add constraint deliveries_automation_refs
 alter table deliveries add constraint deliveries_automation
     foreign key (org_id, automation_id) references automations (org_id, id);
 create index deliveries_automation on deliveries (automation_id, status) where automation_id is not null;
+-- A subscriber's automations and a removal read an enrolment's messages.
+create index deliveries_enrolment on deliveries (enrolment_id) where enrolment_id is not null;
 
 create or replace function delivery_queue_inserted() returns trigger language plpgsql as $$
 begin
@@ -150,7 +152,12 @@ begin
     from new_rows n
     join automations a on a.org_id = n.org_id and a.trigger_list_id = n.list_id
                       and a.trigger_kind = 'list_joined' and a.status in ('active', 'paused')
+    -- Confirmed people only, as campaigns: a double opt-in's join comes with its confirmation.
+    join subscribers s on s.org_id = n.org_id and s.id = n.subscriber_id
+                      and s.status = 'confirmed' and s.erased_at is null
     order by a.id, n.subscriber_id
+    -- A stop waits for this transaction, and sees what it enrolled.
+    for key share of a
     on conflict do nothing;
     return null;
 end $$;

@@ -32,6 +32,7 @@ pub struct AutomationsView {
 /// One step's counts as the page shows them.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct StepLine {
+    pub version: i32,
     pub step: i32,
     /// "next step of" (people whose next step it is), or the outcome.
     pub what: String,
@@ -156,6 +157,7 @@ pub async fn automation_sheet(id: i64) -> Result<AutomationView, AppError> {
         .await?
         .into_iter()
         .map(|c| StepLine {
+            version: c.version,
             step: c.step,
             what: c
                 .outcome
@@ -407,5 +409,24 @@ fn parse(definition: &str) -> Result<Definition, AppError> {
     let d: Definition = serde_json::from_str(definition)
         .map_err(|e| AppError::Invalid(format!("The definition is not an automation: {e}.")))?;
     d.check().map_err(|e| AppError::Invalid(format!("{e}.")))?;
+    // A mail whose template does not compile is refused now, not failed at each send.
+    for (i, step) in d.mails() {
+        if let crate::domain::automation::Step::Email {
+            subject,
+            body,
+            format,
+        } = step
+        {
+            crate::campaign_render::Compiled::new(&crate::db::campaign::Content {
+                id: 0,
+                org_id: 0,
+                subject: subject.clone(),
+                body: body.clone(),
+                body_format: *format,
+                content_version: 0,
+            })
+            .map_err(|e| AppError::Invalid(format!("steps[{i}]: {e}.")))?;
+        }
+    }
     Ok(d)
 }

@@ -147,10 +147,10 @@ fn Automation(s: AutomationView) -> impl IntoView {
     });
     let steps_table = (!s.steps.is_empty()).then(|| view! {
         <h3 class="mb-2 mt-6 font-semibold">"Steps, live"</h3>
-        <super::DataTable test="step-counts" headings=&["Step", "What", "Why", "People"]>
+        <super::DataTable test="step-counts" headings=&["Version", "Step", "What", "Why", "People"]>
             {s.steps.iter().cloned().map(|c| view! {
                 <tr class="border-t border-slate-100 dark:border-slate-800" data-test="step-count">
-                    <td class="p-3">{c.step}</td><td class="p-3">{c.what}</td><td class="p-3">{c.detail}</td>
+                    <td class="p-3">{c.version}</td><td class="p-3">{c.step}</td><td class="p-3">{c.what}</td><td class="p-3">{c.detail}</td>
                     <td class="p-3" data-test="step-count-n">{c.n}</td>
                 </tr>
             }).collect_view()}

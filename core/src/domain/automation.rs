@@ -428,6 +428,8 @@ impl Definition {
                     if name == TIMEZONE_ATTRIBUTE && !value.is_string() {
                         return Err(fail(at("value"), "a time zone is text"));
                     }
+                    super::input::json_input(&at("value"), value)
+                        .map_err(|e| fail(e.field, e.fault))?;
                     if value.to_string().len() > 10_000 {
                         return Err(fail(at("value"), "at most 10,000 characters of JSON"));
                     }
@@ -441,6 +443,20 @@ impl Definition {
             }
         }
         Ok(())
+    }
+
+    /// Every branch's condition, with its field.
+    pub fn conditions(&self) -> Vec<(String, &Group)> {
+        self.steps
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| match s {
+                Step::Branch { condition, .. } => {
+                    Some((format!("steps[{i}].condition"), condition))
+                }
+                _ => None,
+            })
+            .collect()
     }
 
     /// Every list id it names (its trigger's, its steps', its branches'), with the field.

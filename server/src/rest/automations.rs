@@ -66,6 +66,8 @@ pub struct AutomationList {
 /// step it is.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct StepCount {
+    /// The automation's version the people are on.
+    pub version: i32,
     pub step: i32,
     /// `sent`, `skipped`, `waited`, `branched`, `set`, `listed`, `unlisted` or `exited`.
     pub outcome: Option<String>,
@@ -160,6 +162,7 @@ async fn one(
         steps: steps
             .into_iter()
             .map(|c| StepCount {
+                version: c.version,
                 step: c.step,
                 outcome: c.outcome.map(|o| o.to_string()),
                 detail: c.detail,
@@ -181,7 +184,9 @@ async fn one(
         (status = 200, description = "Enrolled before under this id (or kept where they are by the re-entry rule).", body = Enrolment),
         (status = 400, description = "The body is not JSON.", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such automation, or no such subscriber, in this organisation.", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "The automation is a draft or stopped.", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The automation is a draft or stopped, or the subscriber is not confirmed.", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "The body is over 2 MiB.", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "The body is not sent as JSON (Content-Type: application/json).", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "The field at fault, named.", body = Problem, content_type = "application/problem+json"),
     ),
     security(("token" = ["automations:write"]))
@@ -225,6 +230,12 @@ async fn enrol(
         Ok(e) => e,
         Err(EnrolError::NotFound) => return Err(Problem::not_found("automation")),
         Err(EnrolError::NoSubscriber) => return Err(Problem::not_found("subscriber")),
+        Err(EnrolError::NotConfirmed) => {
+            return Err(Problem::new(
+                StatusCode::CONFLICT,
+                "The subscriber is not confirmed: automations, as campaigns, mail confirmed subscribers only.",
+            ))
+        }
         Err(EnrolError::NotLive(status)) => {
             return Err(Problem::new(
                 StatusCode::CONFLICT,

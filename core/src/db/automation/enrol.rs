@@ -19,6 +19,9 @@ pub enum EnrolError {
     NotLive(AutomationStatus),
     #[error("no such subscriber")]
     NoSubscriber,
+    /// Only confirmed subscribers are enrolled (as campaigns reach only them).
+    #[error("the subscriber is not confirmed")]
+    NotConfirmed,
     #[error(transparent)]
     Db(#[from] sqlx::Error),
 }
@@ -50,7 +53,9 @@ pub async fn enrol(
     context: &serde_json::Value,
 ) -> Result<Enrolled, EnrolError> {
     let row: Option<(AutomationStatus, Option<i32>, Option<Reentry>)> = sqlx::query_as(
-        "select status, live_version, reentry from automations where org_id = $1 and id = $2",
+        // A stop waits for this transaction, and sees what it enrolled.
+        "select status, live_version, reentry from automations where org_id = $1 and id = $2
+         for key share",
     )
     .bind(org)
     .bind(automation)
@@ -62,15 +67,17 @@ pub async fn enrol(
     let (Some(version), Some(reentry), true) = (live, reentry, status.enrols()) else {
         return Err(EnrolError::NotLive(status));
     };
-    let live_subscriber: bool = sqlx::query_scalar(
-        "select exists (select 1 from subscribers where org_id = $1 and id = $2 and erased_at is null)",
+    let status: Option<String> = sqlx::query_scalar(
+        "select status from subscribers where org_id = $1 and id = $2 and erased_at is null",
     )
     .bind(org)
     .bind(subscriber)
-    .fetch_one(&mut *conn)
+    .fetch_optional(&mut *conn)
     .await?;
-    if !live_subscriber {
-        return Err(EnrolError::NoSubscriber);
+    match status.as_deref() {
+        None => return Err(EnrolError::NoSubscriber),
+        Some("confirmed") => {}
+        Some(_) => return Err(EnrolError::NotConfirmed),
     }
     let occurrence = occurrence(reentry, &format!("api:{key}"));
     let id: Option<i64> = sqlx::query_scalar(
@@ -126,7 +133,8 @@ pub async fn enrol_from_events(
          join automation_versions v on v.automation_id = a.id and v.version = a.live_version
          where a.org_id = $1 and a.trigger_kind = 'event' and a.status in ('active', 'paused')
            and a.trigger_event in (select distinct name from events where org_id = $1 and id = any($2))
-         order by a.id",
+         order by a.id
+         for key share of a",
     )
     .bind(org)
     .bind(events)
@@ -159,7 +167,7 @@ pub async fn enrol_from_events(
         qb.push(
             ", now(), now(), e.properties
              from events e join subscribers s on s.org_id = e.org_id and s.id = e.subscriber_id
-             where s.erased_at is null and e.org_id = ",
+             where s.erased_at is null and s.status = 'confirmed' and e.org_id = ",
         );
         qb.push_bind(org);
         qb.push(" and e.id = any(");
@@ -203,6 +211,7 @@ pub async fn enrol_by_dates(pool: &PgPool, pinned: Option<DateTime<Utc>>) -> sql
     .bind(pinned)
     .fetch_all(&mut *conn)
     .await?;
+    drop(conn);
     let mut made = 0;
     for (org, automation, version, Json(d), today) in live {
         let Trigger::Date {
@@ -213,6 +222,20 @@ pub async fn enrol_by_dates(pool: &PgPool, pinned: Option<DateTime<Utc>>) -> sql
         else {
             continue;
         };
+        // Each automation in a transaction holding its row: a stop waits for it and sees what
+        // it enrolled, and one stopped (or edited) meanwhile is left for the next scan.
+        let mut tx = pool.begin().await?;
+        let still: Option<i32> = sqlx::query_scalar(
+            "select live_version from automations
+             where id = $1 and status in ('active', 'paused') for key share",
+        )
+        .bind(automation)
+        .fetch_optional(&mut *tx)
+        .await?
+        .flatten();
+        if still != Some(version) {
+            continue;
+        }
         for back in 0..DATE_CATCH_UP_DAYS {
             let fires = today - Duration::days(back);
             // The attribute's date that fires on `fires`.
@@ -240,7 +263,7 @@ pub async fn enrol_by_dates(pool: &PgPool, pinned: Option<DateTime<Utc>>) -> sql
             qb.push_bind(attribute.clone());
             qb.push(") from subscribers s where s.org_id = ");
             qb.push_bind(org);
-            qb.push(" and s.erased_at is null and jsonb_typeof(s.attributes -> ");
+            qb.push(" and s.erased_at is null and s.status = 'confirmed' and jsonb_typeof(s.attributes -> ");
             qb.push_bind(attribute.clone());
             qb.push(") = 'string' and ");
             if *yearly {
@@ -273,32 +296,41 @@ pub async fn enrol_by_dates(pool: &PgPool, pinned: Option<DateTime<Utc>>) -> sql
             made += qb
                 .build()
                 .persistent(false)
-                .execute(&mut *conn)
+                .execute(&mut *tx)
                 .await?
                 .rows_affected();
         }
+        tx.commit().await?;
     }
     Ok(made)
 }
 
-/// Takes the subscriber out of the automation: their unfinished enrolments end (`removed`).
-/// Returns how many ended.
+/// Takes the subscriber out of the automation: their unfinished enrolments end (`removed`),
+/// and their mail not yet claimed is taken off the queue. Returns how many ended.
 pub async fn remove(
     conn: &mut PgConnection,
     org: OrgId,
     automation: i64,
     subscriber: SubscriberId,
 ) -> sqlx::Result<u64> {
-    Ok(sqlx::query(
+    let ended: Vec<i64> = sqlx::query_scalar(
         "update enrolments set state = 'exited', exit_reason = 'removed', ended_at = now()
-         where org_id = $1 and automation_id = $2 and subscriber_id = $3 and state = 'active'",
+         where org_id = $1 and automation_id = $2 and subscriber_id = $3 and state = 'active'
+         returning id",
     )
     .bind(org)
     .bind(automation)
     .bind(subscriber)
-    .execute(conn)
-    .await?
-    .rows_affected())
+    .fetch_all(&mut *conn)
+    .await?;
+    crate::db::delivery::cancel_automation_mail(
+        conn,
+        org,
+        &ended,
+        "they were taken out of the automation",
+    )
+    .await?;
+    Ok(ended.len() as u64)
 }
 
 /// An erasure: the subscribers' enrolments end (`erased`) and forget what their triggers said.

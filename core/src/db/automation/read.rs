@@ -90,32 +90,35 @@ pub async fn get(conn: &mut PgConnection, org: OrgId, id: i64) -> sqlx::Result<O
     }))
 }
 
-/// How many people took step `step` with `outcome` (and, for skipped steps, why); `outcome`
-/// `None` counts the people whose next step it is.
+/// How many people on `version` took step `step` with `outcome` (and, for skipped steps,
+/// why); `outcome` `None` counts the people whose next step it is.
 #[derive(sqlx::FromRow, Debug, Clone, PartialEq, Eq)]
 pub struct StepCount {
+    pub version: i32,
     pub step: i32,
     pub outcome: Option<StepOutcome>,
     pub detail: String,
     pub n: i64,
 }
 
-/// Every step's counts for the automation (all versions together).
+/// Every step's counts for the automation, per version (a step's index means another step in
+/// another version).
 pub async fn step_counts(
     conn: &mut PgConnection,
     org: OrgId,
     id: i64,
 ) -> sqlx::Result<Vec<StepCount>> {
     sqlx::query_as(
-        "select step, outcome, case when outcome = 'skipped' then detail else '' end as detail,
-                count(*) as n
-         from enrolment_steps where org_id = $1 and automation_id = $2
-         group by 1, 2, 3
+        "select e.version, t.step, t.outcome,
+                case when t.outcome = 'skipped' then t.detail else '' end as detail, count(*) as n
+         from enrolment_steps t join enrolments e on e.id = t.enrolment_id
+         where t.org_id = $1 and t.automation_id = $2
+         group by 1, 2, 3, 4
          union all
-         select step, null, '', count(*) from enrolments
+         select version, step, null, '', count(*) from enrolments
          where org_id = $1 and automation_id = $2 and state = 'active'
-         group by 1
-         order by 1, 2 nulls first, 3",
+         group by 1, 2
+         order by 1, 2, 3 nulls first, 4",
     )
     .bind(org)
     .bind(id)

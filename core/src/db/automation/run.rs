@@ -52,8 +52,9 @@ pub async fn run_due(
     let due: Vec<Due> = sqlx::query_as(
         "select e.id, e.org_id, e.automation_id, e.version, e.subscriber_id, e.step, e.enrolled_at,
                 coalesce($1, now()) as now, s.email, s.erased_at is not null as erased,
-                exists (select 1 from suppressions x
-                        where x.org_id = e.org_id and x.email_lower = s.email_lower) as suppressed,
+                s.status <> 'confirmed'
+                or exists (select 1 from suppressions x
+                           where x.org_id = e.org_id and x.email_lower = s.email_lower) as suppressed,
                 mailroom_zone_or(s.attributes ->> 'timezone', o.timezone) as zone,
                 o.timezone as org_zone, (coalesce($1, now()) at time zone o.timezone)::date as today,
                 case when q.quiet and o.quiet_hours is not null
@@ -73,7 +74,10 @@ pub async fn run_due(
          where e.state = 'active' and e.due_at <= coalesce($1, now()) and a.status = 'active'
          order by e.due_at
          limit $2
-         for update of e skip locked",
+         -- The automation's row too, shared: a stop (which locks it) waits for this batch and
+         -- sees the mail it queued; while a stop holds it, its enrolments are skipped.
+         for update of e skip locked
+         for key share of a skip locked",
     )
     .bind(pinned)
     .bind(limit)

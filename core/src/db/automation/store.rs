@@ -35,6 +35,12 @@ pub async fn foreign_reference(
     org: OrgId,
     d: &Definition,
 ) -> sqlx::Result<Option<String>> {
+    // A branch's condition may name campaigns too: the segments' own check, per branch.
+    for (path, g) in d.conditions() {
+        if let Some(p) = crate::db::segment::foreign_reference(&mut *conn, org, g).await? {
+            return Ok(Some(format!("{path}.{p}")));
+        }
+    }
     let lists = d.lists();
     if lists.is_empty() {
         return Ok(None);
@@ -76,8 +82,9 @@ pub async fn create(
     .map_err(taken)
 }
 
-/// Renames the automation and saves `d` as the version waiting for approval: the draft itself
-/// while none is live or an unapproved edit exists, else a new version. Returns that version.
+/// Renames the automation and saves `d` as a new version, waiting for approval. Every save
+/// is a version of its own and a version never changes once written, so what an approver
+/// approves (by its number) is exactly what they were shown. Returns that version.
 pub async fn update(
     conn: &mut PgConnection,
     org: OrgId,
@@ -86,61 +93,43 @@ pub async fn update(
     d: &Definition,
     editor: UserId,
 ) -> Result<i32, StoreError> {
-    let row: Option<(AutomationStatus, Option<i32>, i32)> = sqlx::query_as(
-        "select status, live_version, draft_version from automations
+    let row: Option<(AutomationStatus, i32)> = sqlx::query_as(
+        "select status, draft_version from automations
          where org_id = $1 and id = $2 for update",
     )
     .bind(org)
     .bind(id)
     .fetch_optional(&mut *conn)
     .await?;
-    let Some((status, live, draft)) = row else {
+    let Some((status, draft)) = row else {
         return Err(StoreError::NotFound);
     };
     if status == AutomationStatus::Stopped {
         return Err(StoreError::Stopped);
     }
-    sqlx::query("update automations set name = $3 where org_id = $1 and id = $2")
-        .bind(org)
-        .bind(id)
-        .bind(name)
-        .execute(&mut *conn)
-        .await
-        .map_err(taken)?;
-    if live == Some(draft) {
-        let version = draft + 1;
-        sqlx::query(
-            "insert into automation_versions (org_id, automation_id, version, definition, editor_id)
-             values ($1, $2, $3, $4, $5)",
-        )
-        .bind(org)
-        .bind(id)
-        .bind(version)
-        .bind(Json(d))
-        .bind(editor)
-        .execute(&mut *conn)
-        .await?;
-        sqlx::query("update automations set draft_version = $3 where org_id = $1 and id = $2")
-            .bind(org)
-            .bind(id)
-            .bind(version)
-            .execute(&mut *conn)
-            .await?;
-        Ok(version)
-    } else {
-        sqlx::query(
-            "update automation_versions set definition = $4, editor_id = $5, created_at = now()
-             where org_id = $1 and automation_id = $2 and version = $3 and approver_id is null",
-        )
-        .bind(org)
-        .bind(id)
-        .bind(draft)
-        .bind(Json(d))
-        .bind(editor)
-        .execute(&mut *conn)
-        .await?;
-        Ok(draft)
-    }
+    let version = draft + 1;
+    sqlx::query(
+        "insert into automation_versions (org_id, automation_id, version, definition, editor_id)
+         values ($1, $2, $3, $4, $5)",
+    )
+    .bind(org)
+    .bind(id)
+    .bind(version)
+    .bind(Json(d))
+    .bind(editor)
+    .execute(&mut *conn)
+    .await?;
+    sqlx::query(
+        "update automations set name = $3, draft_version = $4 where org_id = $1 and id = $2",
+    )
+    .bind(org)
+    .bind(id)
+    .bind(name)
+    .bind(version)
+    .execute(&mut *conn)
+    .await
+    .map_err(taken)?;
+    Ok(version)
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -152,7 +141,8 @@ pub enum ApproveError {
     Moved,
     #[error("nothing waits for approval")]
     NothingWaiting,
-    /// Four eyes: the approver edited this version, and the org does not allow self-approval.
+    /// Four eyes: the approver wrote the automation or this version, and the org does not
+    /// allow self-approval.
     #[error("approve someone else's edit")]
     OwnEdit,
     #[error("the automation was stopped")]
@@ -200,16 +190,19 @@ pub async fn approve(
     if version != draft {
         return Err(ApproveError::Moved);
     }
-    let (editor, definition): (UserId, Json<Definition>) = sqlx::query_as(
-        "select editor_id, definition from automation_versions
-         where org_id = $1 and automation_id = $2 and version = $3",
+    // As for a campaign: neither its author (the first version's editor) nor this version's.
+    let (editor, author, definition): (UserId, UserId, Json<Definition>) = sqlx::query_as(
+        "select v.editor_id, first.editor_id, v.definition
+         from automation_versions v
+         join automation_versions first on first.automation_id = v.automation_id and first.version = 1
+         where v.org_id = $1 and v.automation_id = $2 and v.version = $3",
     )
     .bind(org)
     .bind(id)
     .bind(version)
     .fetch_one(&mut *conn)
     .await?;
-    let self_approved = editor == approver;
+    let self_approved = editor == approver || author == approver;
     if self_approved && !allow_self {
         return Err(ApproveError::OwnEdit);
     }
@@ -299,27 +292,25 @@ pub async fn set_status(
         .execute(&mut *conn)
         .await?;
     if c == Control::Stop {
-        // Mail a claim already took is in flight: its mark or outcome decides it. The rest is
-        // taken off the queue under the queue row's lock.
         sqlx::query(
-            "with ended as (
-                 update enrolments set state = 'stopped', exit_reason = 'stopped', ended_at = now()
-                 where org_id = $1 and automation_id = $2 and state = 'active'
-             ),
-             unsent as (
-                 delete from delivery_queue q using deliveries d
-                 where q.job_id = d.job_id and d.org_id = $1 and d.automation_id = $2
-                   and d.status = 'queued'
-                 returning q.job_id
-             )
-             update deliveries set status = 'cancelled', finished_at = now(), updated_at = now(),
-                                   last_error = 'the automation was stopped'
-             where job_id in (select job_id from unsent)",
+            "update enrolments set state = 'stopped', exit_reason = 'stopped', ended_at = now()
+             where org_id = $1 and automation_id = $2 and state = 'active'",
         )
         .bind(org)
         .bind(id)
         .execute(&mut *conn)
         .await?;
+        // Every enrolment's mail not yet claimed, ended now or before.
+        let all: Vec<i64> = sqlx::query_scalar(
+            "select distinct enrolment_id from deliveries
+             where org_id = $1 and automation_id = $2 and status = 'queued'",
+        )
+        .bind(org)
+        .bind(id)
+        .fetch_all(&mut *conn)
+        .await?;
+        crate::db::delivery::cancel_automation_mail(conn, org, &all, "the automation was stopped")
+            .await?;
     }
     Ok(Some((before, to)))
 }

@@ -119,6 +119,36 @@ pub async fn enqueue_automation_mail(
     Ok(r.rows_affected())
 }
 
+/// Takes the queued, unclaimed mail of the org's `enrolments` off the queue, cancelled with
+/// `why` (a message a claim took is in flight: its mark or outcome decides it).
+pub async fn cancel_automation_mail(
+    conn: &mut PgConnection,
+    org: OrgId,
+    enrolments: &[i64],
+    why: &str,
+) -> sqlx::Result<u64> {
+    if enrolments.is_empty() {
+        return Ok(0);
+    }
+    let r = sqlx::query(
+        "with unsent as (
+             delete from delivery_queue q using deliveries d
+             where q.job_id = d.job_id and d.org_id = $1 and d.enrolment_id = any($2)
+               and d.status = 'queued'
+             returning q.job_id
+         )
+         update deliveries set status = 'cancelled', finished_at = now(), updated_at = now(),
+                               last_error = $3
+         where job_id in (select job_id from unsent)",
+    )
+    .bind(org)
+    .bind(enrolments)
+    .bind(why)
+    .execute(conn)
+    .await?;
+    Ok(r.rows_affected())
+}
+
 /// A delivery this worker now holds: send it while its claim's lease holds, report with `attempt`.
 /// Decoded once, from the claim's row: a row that does not decode never reaches a sender
 /// ([`claim`] fails it).

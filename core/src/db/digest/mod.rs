@@ -103,10 +103,15 @@ pub async fn claim_due_weeks(
          ),
          -- The slot after the latest one. Not read below, so run after the insert: rows of
          -- orgs are locked only once this statement's claims are made.
+         -- Racing ticks lock the chunk's org rows in id order, so they queue instead of
+         -- deadlocking (each took them in its own plan's order before).
+         ordered as materialized (
+             select o.id from orgs o where o.id = any($2) order by o.id for no key update
+         ),
          moved as (
              update orgs o
              set digest_due_at = (l.slot + interval '7 days') at time zone l.timezone
-             from latest l
+             from latest l join ordered r on r.id = l.org_id
              where o.id = l.org_id and o.timezone = l.timezone
                and o.digest_weekday = l.digest_weekday and o.digest_hour = l.digest_hour
                and o.digest_due_at is distinct from (l.slot + interval '7 days') at time zone l.timezone

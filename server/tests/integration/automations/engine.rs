@@ -450,8 +450,9 @@ async fn pause_holds_everyone_resume_goes_on_stop_ends_all_and_takes_unsent_mail
 
 #[tokio::test]
 async fn four_eyes_and_a_version_edit_mid_flight_leave_the_enrolled_on_theirs() {
+    use app::domain::Role;
     let pool = test_db().await;
-    let acme = TestOrg::new(&pool, "acme").await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner, Role::Admin, Role::Admin]).await;
     let org = acme.id;
     let (owner, admin) = (acme.owner().id, acme.admin(0).id);
     let list = acme.list("News").await;
@@ -502,7 +503,34 @@ async fn four_eyes_and_a_version_edit_mid_flight_leave_the_enrolled_on_theirs() 
         automation::approve(&mut c, org, id, 1, owner, false).await,
         Err(ApproveError::Moved)
     ));
-    automation::approve(&mut c, org, id, 2, owner, false)
+    // An edit saved after the approver opened version 2 is a version of its own: approving 2
+    // approves what they saw, never the later text.
+    let mut v3 = series(list);
+    v3["steps"][2]["subject"] = json!("Day 2, sneaked in");
+    assert_eq!(
+        automation::update(&mut c, org, id, "Series", &definition(v3), admin)
+            .await
+            .unwrap(),
+        3
+    );
+    assert!(matches!(
+        automation::approve(&mut c, org, id, 2, acme.admin(1).id, false).await,
+        Err(ApproveError::Moved)
+    ));
+    let mut v4 = series(list);
+    v4["steps"][2]["subject"] = json!("Day 2, version 2");
+    assert_eq!(
+        automation::update(&mut c, org, id, "Series", &definition(v4), admin)
+            .await
+            .unwrap(),
+        4
+    );
+    // Nor its author, as for a campaign: a third admin approves.
+    assert!(matches!(
+        automation::approve(&mut c, org, id, 4, owner, false).await,
+        Err(ApproveError::OwnEdit)
+    ));
+    automation::approve(&mut c, org, id, 4, acme.admin(1).id, false)
         .await
         .unwrap();
     // Newcomers enrol on version 2; the first two finish on version 1.
@@ -952,4 +980,62 @@ async fn a_date_trigger_fires_on_its_day_catches_up_a_missed_one_and_never_twice
     assert!(mail
         .iter()
         .all(|m| m.context["date"].as_str().unwrap().starts_with("2031-01-")));
+}
+
+#[tokio::test]
+async fn only_confirmed_subscribers_are_enrolled_and_one_blocklisted_meanwhile_leaves() {
+    let pool = test_db().await;
+    let acme = TestOrg::new(&pool, "acme").await;
+    let org = acme.id;
+    let list = acme.list("News").await;
+    let id = live(
+        &pool,
+        org,
+        "Series",
+        &definition(series(list)),
+        acme.owner().id,
+        acme.admin(0).id,
+    )
+    .await;
+    let ids = people(&pool, org, "c", 3).await;
+    sqlx::query("update subscribers set status = 'unconfirmed' where id = $1")
+        .bind(ids[0])
+        .execute(&pool)
+        .await
+        .unwrap();
+    let mut tx = pool.begin().await.unwrap();
+    app::db::audience::add_members(&mut tx, org.0, list, &ids)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    let enrolled: Vec<i64> = sqlx::query_scalar(
+        "select subscriber_id from enrolments where automation_id = $1 order by subscriber_id",
+    )
+    .bind(id)
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        enrolled,
+        ids[1..].to_vec(),
+        "the unconfirmed one is not enrolled"
+    );
+    let mut c = pool.acquire().await.unwrap();
+    assert!(matches!(
+        automation::enrol(&mut c, org, id, SubscriberId(ids[0]), "k", &json!({})).await,
+        Err(automation::EnrolError::NotConfirmed)
+    ));
+    let t0 = at("2031-01-06T10:00:00Z");
+    run_all(&pool, t0, 2).await;
+    sqlx::query("update subscribers set status = 'blocklisted' where id = $1")
+        .bind(ids[1])
+        .execute(&pool)
+        .await
+        .unwrap();
+    run_all(&pool, t0 + Duration::days(30), 2).await;
+    run_all(&pool, t0 + Duration::days(60), 2).await;
+    assert_eq!(
+        states(&pool, id).await,
+        BTreeMap::from([("completed".into(), 1), ("exited:unsubscribed".into(), 1)])
+    );
 }
