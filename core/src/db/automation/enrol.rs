@@ -116,6 +116,42 @@ pub async fn enrol(
     Ok(Enrolled { id, new: false })
 }
 
+/// The start of an `insert into enrolments … select` shared by the triggers that enrol in
+/// bulk: org and subscriber from the given columns, the occurrence empty for "once" and made
+/// by `occurrence` otherwise, exclusive for "again after leaving"; the caller goes on with
+/// `, <context> from …`.
+fn insert_head<'a>(
+    org: &'static str,
+    automation: i64,
+    version: i32,
+    subscriber: &'static str,
+    reentry: Reentry,
+    occurrence: impl FnOnce(&mut QueryBuilder<'a, Postgres>),
+) -> QueryBuilder<'a, Postgres> {
+    let mut qb = QueryBuilder::new(
+        "insert into enrolments (org_id, automation_id, version, subscriber_id, occurrence,
+                                 exclusive, due_at, enrolled_at, context)
+         select ",
+    );
+    qb.push(org);
+    qb.push(", ");
+    qb.push_bind(automation);
+    qb.push(", ");
+    qb.push_bind(version);
+    qb.push(", ");
+    qb.push(subscriber);
+    qb.push(", ");
+    match reentry {
+        Reentry::Once => {
+            qb.push("''");
+        }
+        Reentry::PerTrigger | Reentry::AfterLeaving => occurrence(&mut qb),
+    }
+    qb.push(", ");
+    qb.push_bind(reentry == Reentry::AfterLeaving);
+    qb
+}
+
 /// Enrols the subscribers of the newly recorded `events` (ids of the org's events) in every
 /// live automation an event of theirs triggers, inside the recording transaction. Returns
 /// how many enrolments were made.
@@ -149,21 +185,16 @@ pub async fn enrol_from_events(
         let Trigger::Event { name, property } = &d.trigger else {
             continue;
         };
-        let mut qb: QueryBuilder<'_, Postgres> = QueryBuilder::new(
-            "insert into enrolments (org_id, automation_id, version, subscriber_id, occurrence,
-                                     exclusive, due_at, enrolled_at, context)
-             select e.org_id, ",
+        let mut qb = insert_head(
+            "e.org_id",
+            automation,
+            version,
+            "e.subscriber_id",
+            d.reentry,
+            |qb| {
+                qb.push("'event:' || e.key");
+            },
         );
-        qb.push_bind(automation);
-        qb.push(", ");
-        qb.push_bind(version);
-        qb.push(", e.subscriber_id, ");
-        match d.reentry {
-            Reentry::Once => qb.push("''"),
-            Reentry::PerTrigger | Reentry::AfterLeaving => qb.push("'event:' || e.key"),
-        };
-        qb.push(", ");
-        qb.push_bind(d.reentry == Reentry::AfterLeaving);
         qb.push(
             ", now(), now(), e.properties
              from events e join subscribers s on s.org_id = e.org_id and s.id = e.subscriber_id
@@ -240,25 +271,9 @@ pub async fn enrol_by_dates(pool: &PgPool, pinned: Option<DateTime<Utc>>) -> sql
             let fires = today - Duration::days(back);
             // The attribute's date that fires on `fires`.
             let date = fires - Duration::days(i64::from(*offset_days));
-            let mut qb: QueryBuilder<'_, Postgres> = QueryBuilder::new(
-                "insert into enrolments (org_id, automation_id, version, subscriber_id, occurrence,
-                                         exclusive, due_at, enrolled_at, context)
-                 select s.org_id, ",
-            );
-            qb.push_bind(automation);
-            qb.push(", ");
-            qb.push_bind(version);
-            qb.push(", s.id, ");
-            match d.reentry {
-                Reentry::Once => {
-                    qb.push("''");
-                }
-                Reentry::PerTrigger | Reentry::AfterLeaving => {
-                    qb.push_bind(format!("date:{fires}"));
-                }
-            }
-            qb.push(", ");
-            qb.push_bind(d.reentry == Reentry::AfterLeaving);
+            let mut qb = insert_head("s.org_id", automation, version, "s.id", d.reentry, |qb| {
+                qb.push_bind(format!("date:{fires}"));
+            });
             qb.push(", now(), now(), jsonb_build_object('date', s.attributes ->> ");
             qb.push_bind(attribute.clone());
             qb.push(") from subscribers s where s.org_id = ");
