@@ -68,6 +68,8 @@ pub struct AutomationView {
     /// self-approval).
     pub may_approve: bool,
     pub lists: Vec<(i64, String)>,
+    /// The org's saved segments, for a segment trigger.
+    pub segments: Vec<(i64, String)>,
     pub steps: Vec<StepLine>,
     pub people: Vec<PersonLine>,
     pub can_act: bool,
@@ -125,6 +127,11 @@ pub async fn automation_sheet(id: i64) -> Result<AutomationView, AppError> {
         .into_iter()
         .map(|l| (l.id, l.name))
         .collect();
+    let segments: Vec<(i64, String)> = crate::db::segment::list(&mut conn, me.org())
+        .await?
+        .into_iter()
+        .map(|s| (s.id, s.name))
+        .collect();
     if id == 0 {
         return Ok(AutomationView {
             id: 0,
@@ -136,6 +143,7 @@ pub async fn automation_sheet(id: i64) -> Result<AutomationView, AppError> {
             waiting_editor: None,
             may_approve: false,
             lists,
+            segments,
             steps: Vec::new(),
             people: Vec::new(),
             can_act: me.role.can_act(),
@@ -194,6 +202,7 @@ pub async fn automation_sheet(id: i64) -> Result<AutomationView, AppError> {
         waiting_editor,
         may_approve,
         lists,
+        segments,
         steps,
         people,
         can_act: me.role.can_act(),

@@ -201,7 +201,7 @@ pub async fn delete_segment(id: i64) -> Result<String, AppError> {
         Err(DeleteError::NotFound) => return Err(AppError::NotFound),
         Err(DeleteError::InUse(names)) => {
             return Err(AppError::Conflict(format!(
-                "Campaigns still to be sent use this segment: {}.",
+                "Campaigns still to be sent or live automations use this segment: {}.",
                 names.join(", ")
             )))
         }

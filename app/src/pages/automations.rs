@@ -98,6 +98,7 @@ fn Automation(s: AutomationView) -> impl IntoView {
     let def = RwSignal::new(s.definition.clone());
     let problem = RwSignal::new(None::<String>);
     let lists = StoredValue::new(s.lists.clone());
+    let segments = StoredValue::new(s.segments.clone());
     let json = move || def.with(|d| serde_json::to_string_pretty(d).unwrap_or_default());
     let (id, can_act, status) = (s.id, s.can_act, s.status);
     let heading = if id == 0 {
@@ -180,7 +181,7 @@ fn Automation(s: AutomationView) -> impl IntoView {
         {move || super::action_outcome(control.value().get(), "control-result")}
         {move || problem.get().map(|p| view! { <p role="alert" data-test="form-problem" class="mb-2 text-sm text-red-700 dark:text-red-300">{p}</p> })}
         <div class="grid gap-4" data-test="builder">
-            {move || trigger_view(def, lists)}
+            {move || trigger_view(def, lists, segments)}
             <ol class="grid gap-3" data-test="steps">
                 {move || def.with(|d| d.steps.len()).eq(&0).then(|| view! { <li class="text-sm text-slate-500">"No steps yet."</li> })}
                 {move || (0..def.with(|d| d.steps.len())).map(|i| step_view(def, lists, i)).collect_view()}
@@ -314,7 +315,11 @@ fn edit_date(def: RwSignal<Definition>, f: impl FnOnce(&mut String, &mut i32, &m
     })
 }
 
-fn trigger_view(def: RwSignal<Definition>, lists: StoredValue<Vec<(i64, String)>>) -> AnyView {
+fn trigger_view(
+    def: RwSignal<Definition>,
+    lists: StoredValue<Vec<(i64, String)>>,
+    segments: StoredValue<Vec<(i64, String)>>,
+) -> AnyView {
     let d = def.get();
     let kind = d.trigger.kind();
     let detail = match &d.trigger {
@@ -330,6 +335,16 @@ fn trigger_view(def: RwSignal<Definition>, lists: StoredValue<Vec<(i64, String)>
         }
         .into_any(),
         Trigger::Api => view! { <span class="text-slate-500">"(enrolled through the API)"</span> }.into_any(),
+        Trigger::SegmentEntered { segment_id, version } => {
+            let pinned = version.map(|v| format!("(as of its version {v}; saving again takes its latest)"));
+            view! {
+                {list_select(segments, *segment_id, "trigger-segment", move |id| {
+                    def.update(|d| d.trigger = Trigger::SegmentEntered { segment_id: id, version: None })
+                })}
+                <span class="text-slate-500">{pinned}</span>
+            }
+            .into_any()
+        }
         Trigger::Date { attribute, offset_days, yearly } => {
             view! {
                 <input class=FIELD placeholder="attribute (a date)" value=attribute.clone() data-test="trigger-attribute" on:change=move |ev| {
@@ -360,6 +375,10 @@ fn trigger_view(def: RwSignal<Definition>, lists: StoredValue<Vec<(i64, String)>
                     let first = lists.with_value(|l| l.first().map_or(0, |l| l.0));
                     let t = match event_target_value(&ev).as_str() {
                         "event" => Trigger::Event { name: String::new(), property: None },
+                        "segment_entered" => Trigger::SegmentEntered {
+                            segment_id: segments.with_value(|l| l.first().map_or(0, |l| l.0)),
+                            version: None,
+                        },
                         "api" => Trigger::Api,
                         "date" => Trigger::Date { attribute: "trial_ends".into(), offset_days: -3, yearly: false },
                         _ => Trigger::ListJoined { list_id: first },
@@ -370,6 +389,7 @@ fn trigger_view(def: RwSignal<Definition>, lists: StoredValue<Vec<(i64, String)>
                     <option value="event" selected=kind == "event">"the SaaS reports the event"</option>
                     <option value="api" selected=kind == "api">"the API enrols them"</option>
                     <option value="date" selected=kind == "date">"a date of theirs comes"</option>
+                    <option value="segment_entered" selected=kind == "segment_entered">"they enter the segment"</option>
                 </select>
                 {detail}
             </div>

@@ -145,6 +145,16 @@ pub enum Trigger {
         #[serde(default)]
         yearly: bool,
     },
+    /// Entering a saved segment: matching it at a scan after not matching it at the one
+    /// before. The first scan of a segment version only notes who matches, so switching the
+    /// automation on enrols nobody who already did. `version` is the segment's version when
+    /// this automation version was saved (the server sets it): an edit of the segment reaches
+    /// the automation through a new, approved automation version, as everything it sends does.
+    SegmentEntered {
+        segment_id: i64,
+        #[serde(default)]
+        version: Option<i32>,
+    },
 }
 
 /// The longest a date trigger may reach before or after its date, in days.
@@ -158,6 +168,7 @@ impl Trigger {
             Trigger::Event { .. } => "event",
             Trigger::Api => "api",
             Trigger::Date { .. } => "date",
+            Trigger::SegmentEntered { .. } => "segment_entered",
         }
     }
 }
@@ -343,6 +354,9 @@ impl Definition {
         match &self.trigger {
             Trigger::ListJoined { list_id } if *list_id < 1 => {
                 return Err(fail("trigger.list_id", "an id is 1 or more"))
+            }
+            Trigger::SegmentEntered { segment_id, .. } if *segment_id < 1 => {
+                return Err(fail("trigger.segment_id", "an id is 1 or more"))
             }
             Trigger::Event { name, property } => {
                 event("trigger.name", name)?;

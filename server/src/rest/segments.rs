@@ -228,7 +228,7 @@ async fn remove(
             return Err(Problem::new(
                 StatusCode::CONFLICT,
                 format!(
-                    "Campaigns still to be sent use this segment: {}.",
+                    "Campaigns still to be sent or live automations use this segment: {}.",
                     names.join(", ")
                 ),
             ))

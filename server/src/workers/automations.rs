@@ -1,6 +1,7 @@
 //! The automation step runner on every replica: claims due enrolments with `SKIP LOCKED` and
 //! takes their steps (`db::automation::run_due`), batch after batch while there is work, then
-//! polls; and every few minutes enrols the people whose date trigger fires today. Any number
+//! polls; every few minutes enrols the people whose date trigger fires today, and every
+//! minute those who entered a segment that triggers an automation. Any number
 //! of replicas run it side by side; a killed one's batch rolls back and is taken again by the
 //! next claim.
 
@@ -20,19 +21,39 @@ pub struct Config {
     pub now: Option<chrono::DateTime<chrono::Utc>>,
     /// Between scans for date triggers that fire today.
     pub date_scan: Duration,
+    /// Between scans for people who entered a triggering segment.
+    pub segment_scan: Duration,
+}
+
+/// Runs `scan` when `every` has passed since `last` (or never ran), logging what it enrolled.
+async fn scan_when_due<F>(
+    last: &mut Option<std::time::Instant>,
+    every: Duration,
+    what: &str,
+    scan: F,
+) where
+    F: std::future::Future<Output = sqlx::Result<u64>>,
+{
+    if last.is_some_and(|t| t.elapsed() < every) {
+        return;
+    }
+    *last = Some(std::time::Instant::now());
+    match scan.await {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(enrolments = n, trigger = what, "triggers enrolled"),
+        Err(e) => {
+            tracing::warn!(error = %e, trigger = what, "scanning triggers failed; will retry")
+        }
+    }
 }
 
 pub async fn run(pool: PgPool, cfg: Config, shutdown: Shutdown) {
-    let mut scanned: Option<std::time::Instant> = None;
+    let (mut dates, mut segments) = (None, None);
     loop {
-        if scanned.is_none_or(|t| t.elapsed() >= cfg.date_scan) {
-            scanned = Some(std::time::Instant::now());
-            match app::db::automation::enrol_by_dates(&pool, cfg.now).await {
-                Ok(0) => {}
-                Ok(n) => tracing::info!(enrolments = n, "date triggers enrolled"),
-                Err(e) => tracing::warn!(error = %e, "scanning date triggers failed; will retry"),
-            }
-        }
+        let by_dates = app::db::automation::enrol_by_dates(&pool, cfg.now);
+        scan_when_due(&mut dates, cfg.date_scan, "date", by_dates).await;
+        let by_segments = app::db::automation::enrol_by_segments(&pool, cfg.now);
+        scan_when_due(&mut segments, cfg.segment_scan, "segment", by_segments).await;
         let idle = tokio::select! {
             _ = shutdown.requested() => return,
             r = app::db::automation::run_due(&pool, cfg.now, cfg.batch) => match r {

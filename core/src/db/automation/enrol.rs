@@ -117,18 +117,19 @@ pub async fn enrol(
 }
 
 /// The start of an `insert into enrolments … select` shared by the triggers that enrol in
-/// bulk: org and subscriber from the given columns, the occurrence empty for "once" and made
-/// by `occurrence` otherwise, exclusive for "again after leaving"; the caller goes on with
-/// `, <context> from …`.
-fn insert_head<'a>(
+/// bulk, pushed onto `qb`: org and subscriber from the given columns, the occurrence empty
+/// for "once" and made by `occurrence` otherwise, exclusive for "again after leaving"; the
+/// caller goes on with `, <context> from …`.
+fn push_insert_head<'a>(
+    qb: &mut QueryBuilder<'a, Postgres>,
     org: &'static str,
     automation: i64,
     version: i32,
     subscriber: &'static str,
     reentry: Reentry,
     occurrence: impl FnOnce(&mut QueryBuilder<'a, Postgres>),
-) -> QueryBuilder<'a, Postgres> {
-    let mut qb = QueryBuilder::new(
+) {
+    qb.push(
         "insert into enrolments (org_id, automation_id, version, subscriber_id, occurrence,
                                  exclusive, due_at, enrolled_at, context)
          select ",
@@ -145,10 +146,25 @@ fn insert_head<'a>(
         Reentry::Once => {
             qb.push("''");
         }
-        Reentry::PerTrigger | Reentry::AfterLeaving => occurrence(&mut qb),
+        Reentry::PerTrigger | Reentry::AfterLeaving => occurrence(qb),
     }
     qb.push(", ");
     qb.push_bind(reentry == Reentry::AfterLeaving);
+}
+
+/// [`push_insert_head`] as a statement of its own.
+fn insert_head<'a>(
+    org: &'static str,
+    automation: i64,
+    version: i32,
+    subscriber: &'static str,
+    reentry: Reentry,
+    occurrence: impl FnOnce(&mut QueryBuilder<'a, Postgres>),
+) -> QueryBuilder<'a, Postgres> {
+    let mut qb = QueryBuilder::new("");
+    push_insert_head(
+        &mut qb, org, automation, version, subscriber, reentry, occurrence,
+    );
     qb
 }
 
@@ -317,6 +333,176 @@ pub async fn enrol_by_dates(pool: &PgPool, pinned: Option<DateTime<Utc>>) -> sql
         }
         tx.commit().await?;
     }
+    Ok(made)
+}
+
+/// Enrols, for every live automation triggered by entering a segment, the subscribers who
+/// match its segment version now (at the database's now, or `pinned`) and did not at its last
+/// scan; those who no longer match are dropped from the last scan's answer, so matching again
+/// later is another entry. The first scan of a segment version enrols nobody: it only notes
+/// who matches. Any number of replicas may run it at once: an automation's scan state is
+/// locked by the one scanning it (the others skip it), and the entries a scan finds are its
+/// scan number's occurrence. Returns how many enrolments were made.
+pub async fn enrol_by_segments(pool: &PgPool, pinned: Option<DateTime<Utc>>) -> sqlx::Result<u64> {
+    let mut conn = pool.acquire().await?;
+    let live: Vec<(OrgId, i64, i32, Json<Definition>)> = sqlx::query_as(
+        "select a.org_id, a.id, a.live_version, v.definition
+         from automations a
+         join automation_versions v on v.automation_id = a.id and v.version = a.live_version
+         where a.trigger_kind = 'segment_entered' and a.status in ('active', 'paused')
+         order by a.id",
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    drop(conn);
+    let mut made = 0;
+    for (org, automation, version, Json(d)) in live {
+        let Trigger::SegmentEntered {
+            segment_id,
+            version: Some(segment_version),
+        } = d.trigger
+        else {
+            continue;
+        };
+        made += scan_segment(
+            pool,
+            pinned,
+            org,
+            automation,
+            version,
+            d.reentry,
+            segment_id,
+            segment_version,
+        )
+        .await?;
+    }
+    Ok(made)
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn scan_segment(
+    pool: &PgPool,
+    pinned: Option<DateTime<Utc>>,
+    org: OrgId,
+    automation: i64,
+    version: i32,
+    reentry: Reentry,
+    segment_id: i64,
+    segment_version: i32,
+) -> sqlx::Result<u64> {
+    let mut tx = pool.begin().await?;
+    // As for the other triggers: a stop waits for this transaction and sees what it enrolled;
+    // one stopped or edited meanwhile is left for the next scan.
+    let still: Option<i32> = sqlx::query_scalar(
+        "select live_version from automations
+         where id = $1 and status in ('active', 'paused') for key share",
+    )
+    .bind(automation)
+    .fetch_optional(&mut *tx)
+    .await?
+    .flatten();
+    if still != Some(version) {
+        return Ok(0);
+    }
+    sqlx::query(
+        "insert into automation_segment_scans (automation_id, org_id) values ($1, $2)
+         on conflict do nothing",
+    )
+    .bind(automation)
+    .bind(org)
+    .execute(&mut *tx)
+    .await?;
+    let state: Option<(Option<i64>, Option<i32>, i64)> = sqlx::query_as(
+        "select segment_id, segment_version, generation from automation_segment_scans
+         where automation_id = $1 for update skip locked",
+    )
+    .bind(automation)
+    .fetch_optional(&mut *tx)
+    .await?;
+    // Another replica is scanning it.
+    let Some((scanned_segment, scanned_version, generation)) = state else {
+        return Ok(0);
+    };
+    let Some(g) =
+        crate::db::segment::definition_at(&mut tx, org, segment_id, segment_version).await?
+    else {
+        return Ok(0);
+    };
+    let clock = crate::db::segment::clock(&mut tx, org, pinned).await?;
+    let first = (scanned_segment, scanned_version) != (Some(segment_id), Some(segment_version));
+    let generation = generation + 1;
+    let mut room = crate::db::segment::roomy(&mut tx).await?;
+    if first {
+        // Another segment version's answer says nothing about this one's.
+        sqlx::query("delete from automation_segment_members where automation_id = $1")
+            .bind(automation)
+            .execute(&mut *room)
+            .await?;
+    }
+    let mut qb = QueryBuilder::new(
+        "with now_in as materialized (
+             select s.id from subscribers s
+             where s.erased_at is null and s.status = 'confirmed' and s.org_id = ",
+    );
+    qb.push_bind(org);
+    qb.push(" and ");
+    crate::db::segment::push_predicate(&mut qb, org, &g, &clock, crate::db::segment::Place::Top);
+    qb.push("), gone as (delete from automation_segment_members m where m.automation_id = ");
+    qb.push_bind(automation);
+    qb.push(
+        " and not exists (select 1 from now_in n where n.id = m.subscriber_id)),
+         entered as (insert into automation_segment_members (automation_id, org_id, subscriber_id)
+                     select ",
+    );
+    qb.push_bind(automation);
+    qb.push(", ");
+    qb.push_bind(org);
+    qb.push(
+        ", id from now_in order by id on conflict do nothing
+                     returning org_id, subscriber_id) ",
+    );
+    let made = if first {
+        qb.push("select count(*) from entered");
+        qb.build_query_scalar::<i64>()
+            .persistent(false)
+            .fetch_one(&mut *room)
+            .await?;
+        0
+    } else {
+        push_insert_head(
+            &mut qb,
+            "e.org_id",
+            automation,
+            version,
+            "e.subscriber_id",
+            reentry,
+            |qb| {
+                qb.push_bind(format!("segment:{generation}"));
+            },
+        );
+        qb.push(", now(), now(), jsonb_build_object('segment_id', ");
+        qb.push_bind(segment_id);
+        qb.push(") from entered e order by e.subscriber_id on conflict do nothing");
+        qb.build()
+            .persistent(false)
+            .execute(&mut *room)
+            .await?
+            .rows_affected()
+    };
+    room.commit().await?;
+    sqlx::query(
+        "update automation_segment_scans
+         set segment_id = $2, segment_version = $3, generation = $4, scanned_at = coalesce($5, now())
+         where automation_id = $1",
+    )
+    .bind(automation)
+    .bind(segment_id)
+    .bind(segment_version)
+    .bind(generation)
+    .bind(pinned)
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await?;
     Ok(made)
 }
 

@@ -10,8 +10,8 @@ mod run;
 mod store;
 
 pub use enrol::{
-    enrol, enrol_by_dates, enrol_from_events, forget, remove, EnrolError, Enrolled,
-    DATE_CATCH_UP_DAYS,
+    enrol, enrol_by_dates, enrol_by_segments, enrol_from_events, forget, remove, EnrolError,
+    Enrolled, DATE_CATCH_UP_DAYS,
 };
 pub use read::{
     get, list, mail_contents, of_subscriber, people, step_counts, Detail, MailContent, Person,

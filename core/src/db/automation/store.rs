@@ -29,12 +29,21 @@ fn taken(e: sqlx::Error) -> StoreError {
     }
 }
 
-/// The first field of `d` naming a list that is not the org's.
+/// The first field of `d` naming a list or segment that is not the org's (a deleted
+/// segment is no longer anyone's).
 pub async fn foreign_reference(
     conn: &mut PgConnection,
     org: OrgId,
     d: &Definition,
 ) -> sqlx::Result<Option<String>> {
+    if let Trigger::SegmentEntered { segment_id, .. } = d.trigger {
+        if segment_version(&mut *conn, org, segment_id)
+            .await?
+            .is_none()
+        {
+            return Ok(Some("trigger.segment_id".into()));
+        }
+    }
     // A branch's condition may name campaigns too: the segments' own check, per branch.
     for (path, g) in d.conditions() {
         if let Some(p) = crate::db::segment::foreign_reference(&mut *conn, org, g).await? {
@@ -59,6 +68,43 @@ pub async fn foreign_reference(
         .map(|(p, _)| p))
 }
 
+/// The current version of the org's segment `id`, unless it was deleted.
+async fn segment_version(
+    conn: &mut PgConnection,
+    org: OrgId,
+    id: i64,
+) -> sqlx::Result<Option<i32>> {
+    sqlx::query_scalar(
+        "select version from segments where org_id = $1 and id = $2 and deleted_at is null",
+    )
+    .bind(org)
+    .bind(id)
+    .fetch_optional(conn)
+    .await
+}
+
+/// `d` as it is saved: a segment trigger names the segment's version now, whatever the caller
+/// sent, so approving this automation version approves that segment version too.
+async fn pinned(
+    conn: &mut PgConnection,
+    org: OrgId,
+    d: &Definition,
+) -> Result<Definition, StoreError> {
+    let mut d = d.clone();
+    if let Trigger::SegmentEntered {
+        segment_id,
+        version,
+    } = &mut d.trigger
+    {
+        *version = Some(
+            segment_version(conn, org, *segment_id)
+                .await?
+                .ok_or(StoreError::NotFound)?,
+        );
+    }
+    Ok(d)
+}
+
 /// A new draft (version 1); the caller checked the definition and its references.
 pub async fn create(
     conn: &mut PgConnection,
@@ -67,6 +113,7 @@ pub async fn create(
     d: &Definition,
     editor: UserId,
 ) -> Result<i64, StoreError> {
+    let d = &pinned(&mut *conn, org, d).await?;
     sqlx::query_scalar(
         "with a as (insert into automations (org_id, name) values ($1, $2) returning id, org_id),
               v as (insert into automation_versions (org_id, automation_id, version, definition, editor_id)
@@ -107,6 +154,7 @@ pub async fn update(
     if status == AutomationStatus::Stopped {
         return Err(StoreError::Stopped);
     }
+    let d = &pinned(&mut *conn, org, d).await?;
     let version = draft + 1;
     sqlx::query(
         "insert into automation_versions (org_id, automation_id, version, definition, editor_id)
@@ -218,16 +266,18 @@ pub async fn approve(
     .execute(&mut *conn)
     .await?;
     let d = definition.0;
-    let (list, event) = match &d.trigger {
-        Trigger::ListJoined { list_id } => (Some(*list_id), None),
-        Trigger::Event { name, .. } => (None, Some(name.as_str())),
-        Trigger::Api | Trigger::Date { .. } => (None, None),
+    let (list, event, segment) = match &d.trigger {
+        Trigger::ListJoined { list_id } => (Some(*list_id), None, None),
+        Trigger::Event { name, .. } => (None, Some(name.as_str()), None),
+        Trigger::SegmentEntered { segment_id, .. } => (None, None, Some(*segment_id)),
+        Trigger::Api | Trigger::Date { .. } => (None, None, None),
     };
     let activated = status == AutomationStatus::Draft;
     sqlx::query(
         "update automations
          set live_version = $3, trigger_kind = $4, trigger_list_id = $5, trigger_event = $6,
-             reentry = $7, status = case when status = 'draft' then 'active' else status end
+             trigger_segment_id = $8, reentry = $7,
+             status = case when status = 'draft' then 'active' else status end
          where org_id = $1 and id = $2",
     )
     .bind(org)
@@ -237,6 +287,7 @@ pub async fn approve(
     .bind(list)
     .bind(event)
     .bind(d.reentry)
+    .bind(segment)
     .execute(&mut *conn)
     .await?;
     Ok(Approved {

@@ -195,14 +195,16 @@ pub async fn definition_at(
 pub enum DeleteError {
     #[error("no such segment")]
     NotFound,
-    /// Campaigns not yet sent target it: their names.
+    /// Campaigns not yet sent target it, or live automations are triggered by it: their
+    /// names (an automation's prefixed `automation `).
     #[error("the segment is in use")]
     InUse(Vec<String>),
     #[error(transparent)]
     Db(#[from] sqlx::Error),
 }
 
-/// Deletes a segment no campaign still to be sent (draft to paused) targets.
+/// Deletes a segment no campaign still to be sent (draft to paused) targets and no live
+/// automation is triggered by.
 pub async fn delete(conn: &mut PgConnection, org: OrgId, id: i64) -> Result<(), DeleteError> {
     let found: Option<i64> = sqlx::query_scalar(
         "select id from segments where org_id = $1 and id = $2 and deleted_at is null for update",
@@ -219,7 +221,11 @@ pub async fn delete(conn: &mut PgConnection, org: OrgId, id: i64) -> Result<(), 
          join campaigns c on c.org_id = cs.org_id and c.id = cs.campaign_id
          where cs.org_id = $1 and cs.segment_id = $2 and c.deleted_at is null
            and c.status in ('draft', 'submitted', 'approved', 'sending', 'paused')
-         order by c.name",
+         union all
+         select 'automation ' || a.name from automations a
+         where a.org_id = $1 and a.trigger_segment_id = $2 and a.trigger_kind = 'segment_entered'
+           and a.status in ('active', 'paused')
+         order by 1",
     )
     .bind(org)
     .bind(id)

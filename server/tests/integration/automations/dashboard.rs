@@ -121,6 +121,39 @@ async fn a_draft_is_saved_approved_by_a_second_admin_edited_live_paused_and_stop
     }
     let (s, body) = app.call_fn(&admin, save(id, &def)).await;
     assert_eq!(s, 409, "a stopped automation is never changed: {body}");
+    // A segment trigger: the org's own segment is saved with its version; another org's is
+    // not found.
+    let empty: app::domain::segment::Group =
+        serde_json::from_value(json!({"op": "all", "children": []})).unwrap();
+    let globex = TestOrg::new(&pool, "globex").await;
+    let mut c = pool.acquire().await.unwrap();
+    let ours = app::db::segment::create(&mut c, acme.id, "Ours", &empty)
+        .await
+        .unwrap();
+    let theirs = app::db::segment::create(&mut c, globex.id, "Theirs", &empty)
+        .await
+        .unwrap();
+    drop(c);
+    let by_segment = |segment: i64| SaveAutomation {
+        id: 0,
+        name: format!("Entered {segment}"),
+        definition: json!({
+            "trigger": {"type": "segment_entered", "segment_id": segment, "version": 99},
+            "reentry": "once", "steps": [{"type": "exit"}]
+        })
+        .to_string(),
+    };
+    let (s, body) = app.call_fn(&admin, by_segment(theirs)).await;
+    assert_eq!(s, 404, "{body}");
+    let (s, body) = app.call_fn(&admin, by_segment(ours)).await;
+    assert_eq!(s, 200, "{body}");
+    let saved: i64 = body.trim().parse().unwrap();
+    let (s, body) = app.call_fn(&admin, AutomationSheet { id: saved }).await;
+    assert_eq!(s, 200, "{body}");
+    let sheet: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(sheet["definition"]["trigger"]["version"], 1, "{body}");
+    assert!(sheet["segments"].to_string().contains("Ours"), "{body}");
+    assert!(!sheet["segments"].to_string().contains("Theirs"), "{body}");
     let actions: Vec<String> = sqlx::query_scalar(
         "select action from audit_log where org_id = $1 and object_type = 'automation' order by id",
     )
@@ -136,7 +169,8 @@ async fn a_draft_is_saved_approved_by_a_second_admin_edited_live_paused_and_stop
             "automation.edit",
             "automation.pause",
             "automation.resume",
-            "automation.stop"
+            "automation.stop",
+            "automation.create"
         ]
     );
 }

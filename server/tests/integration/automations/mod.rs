@@ -5,6 +5,7 @@
 mod dashboard;
 mod engine;
 mod kill;
+mod segment_trigger;
 
 use app::domain::automation::Definition;
 use app::domain::{EmailAddress, OrgId, UserId};
