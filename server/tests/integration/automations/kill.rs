@@ -4,7 +4,9 @@
 //! in phases (every restart reads the phase's instant). Afterwards: everyone was enrolled once,
 //! took every step once and ended completed; each mail step queued one message; no message
 //! arrived twice; and a message that never arrived is `unknown` (its body may have started
-//! when its worker died: never retried, guarantee 9), never lost silently.
+//! when its worker died: never retried, guarantee 9), never lost silently. The same again on
+//! a PostgreSQL of the test's own, crash-restarted (`pg_ctl -m immediate restart`: every
+//! backend dies at once, crash recovery on start) while people join and in each phase.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -49,15 +51,123 @@ fn scalar(rt: &tokio::runtime::Runtime, pool: &PgPool, sql: &str, id: i64) -> i6
         .unwrap()
 }
 
-#[test]
-fn sigkilled_workers_take_every_step_once_and_strand_nobody() {
-    // CI runs a small crowd; bench/automations.sh runs 100,000 with the same code and checks.
-    let n: usize = std::env::var("AUTOMATION_KILL_PEOPLE")
+/// How many people: CI runs a small crowd; bench/automations-kill.sh runs 100,000 with the
+/// same code and checks.
+fn crowd() -> usize {
+    std::env::var("AUTOMATION_KILL_PEOPLE")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(1500);
+        .unwrap_or(1500)
+}
+
+#[test]
+fn sigkilled_workers_take_every_step_once_and_strand_nobody() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let (pool, url) = rt.block_on(crate::support::helpers::migrated_db_with_url());
+    kill_through_the_series(rt, pool, &url, crowd(), None);
+}
+
+/// A PostgreSQL of this test's own (the suite's cluster serves every other test), durable
+/// (fsync and synchronous commit on: a crash loses no commit), crash-restarted on demand.
+struct OwnCluster {
+    pg: mailroom::embedded_pg::EmbeddedPg,
+    _dir: tempfile::TempDir,
+}
+
+impl OwnCluster {
+    fn start(rt: &tokio::runtime::Runtime) -> (OwnCluster, PgPool, String) {
+        use mailroom::embedded_pg::{EmbeddedPg, Options, DATABASE};
+        let dir = crate::support::helpers::data_dir();
+        let pg = rt
+            .block_on(EmbeddedPg::open(dir.path(), Options { fast: false }))
+            .expect("start a cluster of the test's own");
+        let pool = rt.block_on(async {
+            let pool = PgPool::connect_with(pg.connect_options(DATABASE))
+                .await
+                .unwrap();
+            app::db::migrate::run(&pool, true).await.unwrap();
+            pool
+        });
+        let url = format!(
+            "postgres://mailroom@localhost/{DATABASE}?host={}",
+            pg.cluster_dir().display()
+        );
+        // Stopped even when the test fails.
+        let as_db_user = if nix::unistd::Uid::effective().is_root() {
+            "runuser -u postgres -- "
+        } else {
+            ""
+        };
+        crate::support::helpers::after_exit(&format!(
+            "{as_db_user}{} -D {} -m immediate stop >/dev/null 2>&1",
+            crate::support::helpers::pg_ctl_path(pg.cluster_dir()).display(),
+            pg.cluster_dir().display()
+        ));
+        (OwnCluster { pg, _dir: dir }, pool, url)
+    }
+
+    /// Every backend killed at once (`-m immediate`: no checkpoint, crash recovery on start);
+    /// returns once the server accepts connections again.
+    fn crash_restart(&self) {
+        let cluster = self.pg.cluster_dir();
+        let pg_ctl = crate::support::helpers::pg_ctl_path(cluster);
+        let mut cmd = if nix::unistd::Uid::effective().is_root() {
+            let mut c = std::process::Command::new("runuser");
+            c.args(["-u", "postgres", "--"]).arg(&pg_ctl);
+            c
+        } else {
+            std::process::Command::new(&pg_ctl)
+        };
+        let out = cmd
+            .arg("-D")
+            .arg(cluster)
+            .arg("-l")
+            .arg(cluster.join("server.log"))
+            .args(["-m", "immediate", "-w", "-t", "60", "restart"])
+            .current_dir("/tmp")
+            // The server it starts would hold captured pipes open for ever.
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .output()
+            .expect("run pg_ctl");
+        assert!(
+            out.status.success(),
+            "pg_ctl restart: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+/// The same series while PostgreSQL itself is crash-restarted: while people join, and once in
+/// each phase; the workers go on killed and restarted too.
+#[test]
+fn a_crash_restarted_database_strands_nobody_and_sends_nothing_twice() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (cluster, pool, url) = OwnCluster::start(&rt);
+    let n = crowd();
+    kill_through_the_series(rt, pool, &url, n, Some(&|| cluster.crash_restart()));
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(cluster.pg.shutdown()).unwrap();
+}
+
+/// Three workers take the welcome series of `n` people on `pool` (reached by `url`), SIGKILLed
+/// at random throughout; with `restart`, the database is crash-restarted three times too.
+fn kill_through_the_series(
+    rt: tokio::runtime::Runtime,
+    pool: PgPool,
+    url: &str,
+    n: usize,
+    restart: Option<&dyn Fn()>,
+) {
+    let url = url.to_owned();
+    let mut restarts = 0;
+    let restart_now = |restarts: &mut usize| {
+        if let Some(r) = restart {
+            r();
+            *restarts += 1;
+        }
+    };
     let (id, list, ids) = rt.block_on(async {
         let acme = TestOrg::new(&pool, "acme").await;
         let list = acme.list("Newsletter").await;
@@ -111,7 +221,11 @@ fn sigkilled_workers_take_every_step_once_and_strand_nobody() {
         procs[victim] = start(&format!("k{kills}"), dir.path(), &sink, &url, now);
     };
     // People join the list in chunks while the workers run and die.
-    for chunk in ids.chunks(100) {
+    let halfway = ids.len() / 200;
+    for (c, chunk) in ids.chunks(100).enumerate() {
+        if c == halfway {
+            restart_now(&mut restarts);
+        }
         rt.block_on(async {
             let mut tx = pool.begin().await.unwrap();
             app::db::audience::add_members(&mut tx, org, list, chunk)
@@ -133,6 +247,11 @@ fn sigkilled_workers_take_every_step_once_and_strand_nobody() {
                 proc_.wait_exit(10);
                 kills += 1;
                 *proc_ = start(&format!("p{p}w{i}"), dir.path(), &sink, &url, *now);
+            }
+            if restart.is_some() {
+                // Once the new workers are taking the phase's steps.
+                std::thread::sleep(Duration::from_millis(700));
+                restart_now(&mut restarts);
             }
         }
         let due = || {
@@ -229,12 +348,20 @@ fn sigkilled_workers_take_every_step_once_and_strand_nobody() {
             assert_eq!(status, "unknown", "{job} never arrived and is not unknown");
         }
     }
+    // A database restart cuts every worker's connections at once.
+    let cuts = kills + 3 * restarts;
     assert!(
-        unknown <= kills * CONNECTIONS * BATCH,
-        "{unknown} unknown after {kills} kills"
+        unknown <= cuts * CONNECTIONS * BATCH,
+        "{unknown} unknown after {kills} kills and {restarts} database restarts"
     );
+    if restart.is_some() {
+        assert!(
+            restarts == 3,
+            "the run ended before the database was restarted: make it bigger"
+        );
+    }
     eprintln!(
-        "{kills} kills over {n} people: {} messages, {unknown} unknown, {} arrived",
+        "{kills} kills, {restarts} database restarts over {n} people: {} messages, {unknown} unknown, {} arrived",
         outcomes.len(),
         arrived.len()
     );
