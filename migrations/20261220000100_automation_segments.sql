@@ -34,3 +34,9 @@ create table automation_segment_members (
     primary key (automation_id, subscriber_id),
     foreign key (org_id, subscriber_id) references subscribers (org_id, id) on delete cascade
 );
+
+-- A step the database refused for one person ends their enrolment (`failed`), so the others in
+-- their batch go on.
+alter table enrolments drop constraint enrolments_exit_reason_check;
+alter table enrolments add constraint enrolments_exit_reason_check
+    check (exit_reason in ('goal', 'unsubscribed', 'erased', 'removed', 'branch', 'stopped', 'step', 'failed'));

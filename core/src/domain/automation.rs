@@ -98,6 +98,9 @@ text_enum! {
         Stopped = "stopped",
         /// They reached an exit step.
         Step = "step",
+        /// The database refused one of their steps (the server log says why); the others in
+        /// the same batch went on.
+        Failed = "failed",
     }
 }
 

@@ -43,10 +43,31 @@ struct Due {
 
 /// Takes the steps of up to `limit` due enrolments of active automations, at the database's
 /// now (or `pinned`). Returns how many enrolments it moved.
+///
+/// A step the database refuses for one person (a constraint or trigger of the operator's, a
+/// row gone) would fail the whole batch, and fail it again at every claim, stranding everyone
+/// in it: such a batch is taken again one person at a time, each in a savepoint, and whoever
+/// fails leaves the automation (`failed`) while the others go on.
 pub async fn run_due(
     pool: &PgPool,
     pinned: Option<DateTime<Utc>>,
     limit: i64,
+) -> sqlx::Result<usize> {
+    match run_batch(pool, pinned, limit, false).await {
+        Err(sqlx::Error::Database(e)) => {
+            tracing::warn!(error = %e, "a batch of automation steps was refused; taking it one person at a time");
+            run_batch(pool, pinned, limit, true).await
+        }
+        r => r,
+    }
+}
+
+/// One claim of up to `limit` due enrolments; `careful`: each person's steps in a savepoint.
+async fn run_batch(
+    pool: &PgPool,
+    pinned: Option<DateTime<Utc>>,
+    limit: i64,
+    careful: bool,
 ) -> sqlx::Result<usize> {
     let mut tx = pool.begin().await?;
     let due: Vec<Due> = sqlx::query_as(
@@ -108,7 +129,26 @@ pub async fn run_due(
         let Some(def) = definitions.get(&(d.automation_id, d.version)) else {
             continue;
         };
-        take_steps(&mut tx, d, def, &mut fx).await?;
+        if !careful {
+            take_steps(&mut tx, d, def, &mut fx).await?;
+            continue;
+        }
+        let mut one = sqlx::Connection::begin(&mut *tx).await?;
+        let mut own = Effects::default();
+        let taken = match take_steps(&mut one, d, def, &mut own).await {
+            Ok(()) => own.write(&mut one, d.now).await,
+            Err(e) => Err(e),
+        };
+        match taken {
+            Ok(()) => one.commit().await?,
+            Err(sqlx::Error::Database(e)) => {
+                one.rollback().await?;
+                tracing::error!(enrolment = d.id, automation = d.automation_id, step = d.step, error = %e,
+                    "the database refused an automation step; the person leaves the automation");
+                fx.failed(d);
+            }
+            Err(e) => return Err(e),
+        }
     }
     fx.write(&mut tx, due[0].now).await?;
     tx.commit().await?;
@@ -156,6 +196,24 @@ impl Effects {
             step: index(at),
             outcome,
             detail: detail.to_owned(),
+        });
+    }
+
+    /// `d`'s step was refused: recorded as skipped, and they leave.
+    fn failed(&mut self, d: &Due) {
+        let at = usize::try_from(d.step).unwrap_or(0);
+        self.record(
+            d,
+            at,
+            StepOutcome::Skipped,
+            "the database refused this step (the server log says why)",
+        );
+        self.ends.push(EndRow {
+            id: d.id,
+            step: d.step,
+            state: EnrolmentState::Exited,
+            reason: Some(ExitReason::Failed),
+            due: None,
         });
     }
 

@@ -1039,3 +1039,84 @@ async fn only_confirmed_subscribers_are_enrolled_and_one_blocklisted_meanwhile_l
         BTreeMap::from([("completed".into(), 1), ("exited:unsubscribed".into(), 1)])
     );
 }
+
+/// A step the database refuses for one person (here a constraint of the operator's) fails
+/// their batch; it is taken again one person at a time: they leave (`failed`, the step
+/// recorded as skipped), everyone else in the batch goes on, and nothing is sent twice.
+#[tokio::test]
+async fn a_step_the_database_refuses_for_one_person_ends_theirs_and_strands_nobody_else() {
+    let pool = test_db().await;
+    let acme = TestOrg::new(&pool, "acme").await;
+    let org = acme.id;
+    let list = acme.list("News").await;
+    let id = live(
+        &pool,
+        org,
+        "Flagged",
+        &definition(json!({
+            "trigger": {"type": "list_joined", "list_id": list},
+            "reentry": "once",
+            "steps": [
+                {"type": "email", "subject": "Welcome", "body": "x"},
+                {"type": "wait", "days": 1},
+                {"type": "set_attribute", "name": "vip", "value": true},
+                {"type": "email", "subject": "You are a VIP", "body": "x"}
+            ]
+        })),
+        acme.owner().id,
+        acme.admin(0).id,
+    )
+    .await;
+    let ids = people(&pool, org, "f", 30).await;
+    let poison = ids[17];
+    sqlx::query(&format!(
+        "alter table subscribers add constraint operators_rule
+         check (id <> {poison} or not attributes ? 'vip')"
+    ))
+    .execute(&pool)
+    .await
+    .unwrap();
+    let mut tx = pool.begin().await.unwrap();
+    app::db::audience::add_members(&mut tx, org.0, list, &ids)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    // One runner, one batch of everyone at each instant; the second claim's batch meets the
+    // refused step; then a later claim again.
+    let t0 = at("2031-01-06T10:00:00Z");
+    run_all(&pool, t0, 1).await;
+    run_all(&pool, t0 + Duration::days(1) + Duration::minutes(1), 1).await;
+    run_all(&pool, t0 + Duration::days(2), 1).await;
+    assert_eq!(
+        states(&pool, id).await,
+        BTreeMap::from([("completed".into(), 29), ("exited:failed".into(), 1)])
+    );
+    let taken: Vec<(i32, String, String)> = sqlx::query_as(
+        "select st.step, st.outcome, st.detail from enrolment_steps st
+         join enrolments e on e.id = st.enrolment_id
+         where e.automation_id = $1 and e.subscriber_id = $2 order by st.step",
+    )
+    .bind(id)
+    .bind(poison)
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    let outcomes: Vec<(i32, &str)> = taken.iter().map(|t| (t.0, t.1.as_str())).collect();
+    assert_eq!(outcomes, [(0, "sent"), (1, "waited"), (2, "skipped")]);
+    assert!(taken[2].2.contains("refused"), "{}", taken[2].2);
+    // The others got both mails, the one who failed the first only, each once.
+    let per_person: Vec<(i64, i64)> = sqlx::query_as(
+        "select subscriber_id, count(*) from deliveries where automation_id = $1
+         group by subscriber_id order by subscriber_id",
+    )
+    .bind(id)
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    let want: Vec<(i64, i64)> = ids
+        .iter()
+        .map(|s| (*s, if *s == poison { 1 } else { 2 }))
+        .collect();
+    assert_eq!(per_person, want);
+    assert!(mails(&pool, id).await.values().all(|n| *n == 1));
+}
