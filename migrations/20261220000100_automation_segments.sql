@@ -40,3 +40,35 @@ create table automation_segment_members (
 alter table enrolments drop constraint enrolments_exit_reason_check;
 alter table enrolments add constraint enrolments_exit_reason_check
     check (exit_reason in ('goal', 'unsubscribed', 'erased', 'removed', 'branch', 'stopped', 'step', 'failed'));
+
+-- Events out about segments: someone entered or left a saved segment. Learnt as the trigger
+-- above learns it, by comparing scans, for the segments of orgs with an endpoint that asked:
+-- `segment_members` is the last scan's answer, per segment (the segment as it is now: a new
+-- version's differences are entries and exits too). The first scan, or one after a day
+-- without any, only notes who matches.
+alter table webhook_out_endpoints drop constraint webhook_out_endpoints_event_types_check;
+alter table webhook_out_endpoints add constraint webhook_out_endpoints_event_types_check check (
+    cardinality(event_types) between 1 and 20
+    and event_types <@ array['message.delivered', 'message.failed', 'message.unknown',
+                             'message.bounced', 'message.complained',
+                             'subscriber.unsubscribed', 'subscriber.suppressed',
+                             'subscriber.confirmed', 'subscriber.erased',
+                             'campaign.sent', 'campaign.paused', 'link.clicked',
+                             'automation.enrolled', 'automation.completed', 'automation.exited',
+                             'segment.entered', 'segment.left',
+                             'webhook.test']::text[]);
+
+create table segment_scans (
+    segment_id bigint primary key references segments (id),
+    org_id bigint not null,
+    generation bigint not null default 0,
+    scanned_at timestamptz
+);
+
+create table segment_members (
+    segment_id bigint not null references segment_scans (segment_id),
+    org_id bigint not null,
+    subscriber_id bigint not null,
+    primary key (segment_id, subscriber_id),
+    foreign key (org_id, subscriber_id) references subscribers (org_id, id) on delete cascade
+);

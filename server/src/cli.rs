@@ -427,14 +427,11 @@ pub struct WorkerArgs {
     )]
     pub automation_date_scan_seconds: u64,
 
-    /// Seconds between scans for people who entered a segment that triggers an automation
-    /// (each scan evaluates every such segment once, on one replica at a time).
-    #[arg(
-        long,
-        env = "MAILROOM_AUTOMATION_SEGMENT_SCAN_SECONDS",
-        default_value_t = 60
-    )]
-    pub automation_segment_scan_seconds: u64,
+    /// Seconds between segment scans: who entered a segment that triggers an automation, and
+    /// who entered or left a segment an endpoint wants events of (each segment evaluated once
+    /// per scan, on one replica at a time).
+    #[arg(long, env = "MAILROOM_SEGMENT_SCAN_SECONDS", default_value_t = 60)]
+    pub segment_scan_seconds: u64,
 
     /// Seconds between campaign worker ticks while nothing is sending (an approval wakes it).
     #[arg(long, env = "MAILROOM_CAMPAIGN_TICK_SECONDS", default_value_t = 5)]
@@ -556,7 +553,7 @@ impl WorkerArgs {
                 batch: 200,
                 now: self.automation_now,
                 date_scan: Duration::from_secs(self.automation_date_scan_seconds.max(1)),
-                segment_scan: Duration::from_secs(self.automation_segment_scan_seconds.max(1)),
+                segment_scan: Duration::from_secs(self.segment_scan_seconds.max(1)),
             },
             shutdown_grace: Duration::from_secs(self.shutdown_timeout_seconds),
             delivery: self.delivery(transport, unsubscribe_keys),

@@ -21,6 +21,8 @@ text_enum! {
         AutomationEnrolled = "automation.enrolled",
         AutomationCompleted = "automation.completed",
         AutomationExited = "automation.exited",
+        SegmentEntered = "segment.entered",
+        SegmentLeft = "segment.left",
         WebhookTest = "webhook.test",
     }
 }
@@ -47,6 +49,8 @@ impl WebhookEventType {
             Self::AutomationExited => {
                 "someone left an automation early (goal, unsubscribe, branch, removal, stop)"
             }
+            Self::SegmentEntered => "someone came to match a saved segment (learnt by a scan)",
+            Self::SegmentLeft => "someone no longer matches a saved segment (learnt by a scan)",
             Self::WebhookTest => "the test button",
         }
     }

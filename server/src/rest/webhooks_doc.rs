@@ -157,9 +157,29 @@ pub struct AutomationData {
     pub subscriber_id: i64,
     /// Their next step (where they left, for `automation.exited`).
     pub step: i32,
-    /// `automation.exited`: `goal`, `unsubscribed`, `erased`, `removed`, `branch`, `stopped` or
-    /// `step` (an exit step).
+    /// `automation.exited`: `goal`, `unsubscribed`, `erased`, `removed`, `branch`, `stopped`,
+    /// `step` (an exit step) or `failed` (the database refused one of their steps).
     pub reason: Option<String>,
+}
+
+/// `segment.entered`, `segment.left`: someone came to match a saved segment, or no longer
+/// does, as a scan found (every `--segment-scan-seconds`; each scan's findings once: its key is
+/// the segment, the scan's number and the subscriber).
+#[derive(Serialize, ToSchema)]
+pub struct SegmentEvent {
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// When the scan found it.
+    pub timestamp: String,
+    pub data: SegmentData,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct SegmentData {
+    pub segment_id: i64,
+    /// The segment's version the scan evaluated.
+    pub version: i32,
+    pub subscriber_id: i64,
 }
 
 /// `webhook.test`: an owner pressed "Send a test event".
@@ -189,6 +209,7 @@ pub fn schema_of(t: WebhookEventType) -> &'static str {
         T::CampaignSent | T::CampaignPaused => "CampaignEvent",
         T::LinkClicked => "ClickEvent",
         T::AutomationEnrolled | T::AutomationCompleted | T::AutomationExited => "AutomationEvent",
+        T::SegmentEntered | T::SegmentLeft => "SegmentEvent",
         T::WebhookTest => "TestEvent",
     }
 }
@@ -209,6 +230,8 @@ pub fn describe(doc: &mut utoipa::openapi::OpenApi) {
         ("ClickData", ClickData::schema()),
         ("AutomationEvent", AutomationEvent::schema()),
         ("AutomationData", AutomationData::schema()),
+        ("SegmentEvent", SegmentEvent::schema()),
+        ("SegmentData", SegmentData::schema()),
         ("TestEvent", TestEvent::schema()),
         ("TestData", TestData::schema()),
     ] {

@@ -1,7 +1,8 @@
 //! The automation step runner on every replica: claims due enrolments with `SKIP LOCKED` and
 //! takes their steps (`db::automation::run_due`), batch after batch while there is work, then
 //! polls; every few minutes enrols the people whose date trigger fires today, and every
-//! minute those who entered a segment that triggers an automation. Any number
+//! minute those who entered a segment that triggers an automation (and reports who entered or
+//! left the segments endpoints want events of). Any number
 //! of replicas run it side by side; a killed one's batch rolls back and is taken again by the
 //! next claim.
 
@@ -21,11 +22,12 @@ pub struct Config {
     pub now: Option<chrono::DateTime<chrono::Utc>>,
     /// Between scans for date triggers that fire today.
     pub date_scan: Duration,
-    /// Between scans for people who entered a triggering segment.
+    /// Between segment scans (automation triggers and events out).
     pub segment_scan: Duration,
 }
 
-/// Runs `scan` when `every` has passed since `last` (or never ran), logging what it enrolled.
+/// Runs `scan` when `every` has passed since `last` (or never ran), logging what it found
+/// (enrolments, or segment entries and exits reported).
 async fn scan_when_due<F>(
     last: &mut Option<std::time::Instant>,
     every: Duration,
@@ -40,20 +42,26 @@ async fn scan_when_due<F>(
     *last = Some(std::time::Instant::now());
     match scan.await {
         Ok(0) => {}
-        Ok(n) => tracing::info!(enrolments = n, trigger = what, "triggers enrolled"),
-        Err(e) => {
-            tracing::warn!(error = %e, trigger = what, "scanning triggers failed; will retry")
-        }
+        Ok(n) => tracing::info!(found = n, scan = what, "scan found changes"),
+        Err(e) => tracing::warn!(error = %e, scan = what, "scan failed; will retry"),
     }
 }
 
 pub async fn run(pool: PgPool, cfg: Config, shutdown: Shutdown) {
-    let (mut dates, mut segments) = (None, None);
+    let (mut dates, mut segments, mut watched) = (None, None, None);
     loop {
         let by_dates = app::db::automation::enrol_by_dates(&pool, cfg.now);
         scan_when_due(&mut dates, cfg.date_scan, "date", by_dates).await;
         let by_segments = app::db::automation::enrol_by_segments(&pool, cfg.now);
-        scan_when_due(&mut segments, cfg.segment_scan, "segment", by_segments).await;
+        scan_when_due(
+            &mut segments,
+            cfg.segment_scan,
+            "segment trigger",
+            by_segments,
+        )
+        .await;
+        let events = app::db::segment::watch(&pool, cfg.now);
+        scan_when_due(&mut watched, cfg.segment_scan, "segment events", events).await;
         let idle = tokio::select! {
             _ = shutdown.requested() => return,
             r = app::db::automation::run_due(&pool, cfg.now, cfg.batch) => match r {

@@ -913,3 +913,153 @@ async fn retention_removes_settled_events_under_the_leaders_fence() {
         "{left:?}"
     );
 }
+
+/// Segment events: twenty scans at once report each entry and exit once; the first scan (and
+/// one after a day without any) only notes who matches; an edit of the segment is reported as
+/// the entries and exits it makes; an org without an endpoint that asked is never scanned;
+/// the events reach the receiver signed, documented, under one id each.
+#[tokio::test]
+async fn who_enters_or_leaves_a_watched_segment_is_reported_once_and_signed() {
+    use chrono::{DateTime, Duration as Days, Utc};
+    let pool = test_db().await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
+    let globex = TestOrg::with_roles(&pool, "globex", &[Role::Owner]).await;
+    let receiver = Receiver::start(|_, _| Act::ok()).await;
+    let (id, secret) = endpoint(
+        &pool,
+        &acme,
+        &receiver.url("/hooks/segments"),
+        &[
+            WebhookEventType::SegmentEntered,
+            WebhookEventType::SegmentLeft,
+        ],
+    )
+    .await;
+    let plan = |plans: &[&str]| -> app::domain::segment::Group {
+        let children: Vec<serde_json::Value> = plans
+            .iter()
+            .map(|p| serde_json::json!({"type": "attribute", "name": "plan", "test": {"op": "text_equals", "value": p}}))
+            .collect();
+        serde_json::from_value(serde_json::json!({"op": "any", "children": children})).unwrap()
+    };
+    let set_plan = |s: i64, p: &'static str| {
+        let pool = pool.clone();
+        async move {
+            sqlx::query("update subscribers set attributes = jsonb_build_object('plan', $2::text) where id = $1")
+                .bind(s)
+                .bind(p)
+                .execute(&pool)
+                .await
+                .unwrap();
+        }
+    };
+    let ids = crate::automations::people(&pool, acme.id, "w", 6).await;
+    set_plan(ids[0], "pro").await;
+    set_plan(ids[1], "pro").await;
+    let (segment, theirs) = {
+        let mut c = pool.acquire().await.unwrap();
+        let ours = app::db::segment::create(&mut c, acme.id, "Pro", &plan(&["pro"]))
+            .await
+            .unwrap();
+        let theirs = app::db::segment::create(&mut c, globex.id, "Pro", &plan(&["pro"]))
+            .await
+            .unwrap();
+        (ours, theirs)
+    };
+    let scan = |at: DateTime<Utc>| {
+        let pool = pool.clone();
+        async move {
+            let scans: Vec<_> = (0..20)
+                .map(|_| {
+                    let pool = pool.clone();
+                    tokio::spawn(async move { app::db::segment::watch(&pool, Some(at)).await })
+                })
+                .collect();
+            let mut found = 0;
+            for s in scans {
+                found += s.await.unwrap().unwrap();
+            }
+            found
+        }
+    };
+    let reported = || {
+        let pool = pool.clone();
+        async move {
+            sqlx::query_as::<_, (String, i64, i64)>(
+                "select event_type, (payload -> 'data' ->> 'subscriber_id')::bigint,
+                        (payload -> 'data' ->> 'version')::bigint
+                 from webhook_out_messages where endpoint_id = $1
+                 order by created_at, event_type, 2",
+            )
+            .bind(id)
+            .fetch_all(&pool)
+            .await
+            .unwrap()
+        }
+    };
+    let t0: DateTime<Utc> = "2031-01-06T10:00:00Z".parse().unwrap();
+    assert_eq!(scan(t0).await, 0, "the first scan only notes who matches");
+    set_plan(ids[2], "pro").await;
+    set_plan(ids[0], "free").await;
+    assert_eq!(scan(t0 + Days::minutes(1)).await, 2);
+    assert_eq!(
+        reported().await,
+        vec![
+            ("segment.entered".to_owned(), ids[2], 1),
+            ("segment.left".to_owned(), ids[0], 1)
+        ]
+    );
+    assert_eq!(scan(t0 + Days::minutes(2)).await, 0, "nothing changed");
+    // An edit is the entries and exits it makes.
+    {
+        let mut c = pool.acquire().await.unwrap();
+        app::db::segment::update(
+            &mut c,
+            acme.id,
+            segment,
+            "Pro",
+            &plan(&["pro", "team"]),
+            None,
+        )
+        .await
+        .unwrap();
+    }
+    set_plan(ids[3], "team").await;
+    assert_eq!(scan(t0 + Days::minutes(3)).await, 1);
+    assert_eq!(
+        reported().await.last(),
+        Some(&("segment.entered".to_owned(), ids[3], 2))
+    );
+    // A day without a scan: the next only notes who matches.
+    set_plan(ids[4], "pro").await;
+    assert_eq!(scan(t0 + Days::days(2)).await, 0);
+    assert_eq!(reported().await.len(), 3);
+    let scanned: Vec<i64> = sqlx::query_scalar("select segment_id from segment_scans order by 1")
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        scanned,
+        [segment],
+        "globex's segment {theirs} is not watched"
+    );
+
+    let (stop, task) = start(&pool, config(), "segment-events");
+    wait_for("the segment events delivered", 60, async || {
+        counts(&pool, id).await.get("delivered") == Some(&3)
+    })
+    .await;
+    stop.send(true).unwrap();
+    task.await.unwrap();
+    let got = receiver.requests();
+    let ids_seen: BTreeSet<&str> = got.iter().map(|g| g.id()).collect();
+    assert_eq!(ids_seen.len(), 3, "one id per event");
+    for g in &got {
+        let body: serde_json::Value = serde_json::from_str(&g.body).unwrap();
+        assert_documented(&body);
+        assert_eq!(body["data"]["segment_id"], segment);
+    }
+    for (g, v) in got.iter().zip(verify_independently(&secret, &got)) {
+        assert_eq!(v.as_deref(), Ok(g.id()));
+    }
+}
