@@ -72,3 +72,26 @@ create table segment_members (
     primary key (segment_id, subscriber_id),
     foreign key (org_id, subscriber_id) references subscribers (org_id, id) on delete cascade
 );
+
+-- Clicks and opens of automation mail, recorded as campaign mail's are: against the automation
+-- whose step sent it (a click's event names it).
+alter table link_clicks add column automation_id bigint,
+    add foreign key (org_id, automation_id) references automations (org_id, id) on delete cascade;
+alter table message_opens add column automation_id bigint,
+    add foreign key (org_id, automation_id) references automations (org_id, id) on delete cascade;
+
+create or replace function webhook_clicks_inserted() returns trigger language plpgsql as $$
+begin
+    if not exists (select 1 from webhook_out_endpoints where enabled) then
+        return null;
+    end if;
+    perform webhook_fan_out(coalesce(jsonb_agg(jsonb_build_object(
+        'org_id', n.org_id, 'type', 'link.clicked', 'key', 'click:' || n.id,
+        'timestamp', webhook_time(n.clicked_at),
+        'data', jsonb_build_object('url', n.url, 'job_id', n.job_id,
+                                   'campaign_id', n.campaign_id,
+                                   'automation_id', n.automation_id,
+                                   'subscriber_id', n.subscriber_id))), '[]'))
+    from new_rows n where not n.scanner;
+    return null;
+end $$;

@@ -291,6 +291,10 @@ pub async fn approve_automation(id: i64, version: i32) -> Result<String, AppErro
                 .into(),
         ),
         ApproveError::Stopped => AppError::Conflict("This automation was stopped.".into()),
+        ApproveError::SegmentGone => AppError::Conflict(
+            "The segment that starts this automation was deleted: choose another and save again."
+                .into(),
+        ),
         ApproveError::Db(e) => e.into(),
     })?;
     audit::record(

@@ -227,9 +227,15 @@ pub async fn replay_event(message_id: String) -> Result<String, AppError> {
         return Err(AppError::NotFound);
     }
     let mut tx = pool.begin().await?;
-    let endpoint = webhooks_out::replay(&mut tx, me.org_id, &message_id)
-        .await?
-        .ok_or(AppError::NotFound)?;
+    let endpoint = match webhooks_out::replay(&mut tx, me.org_id, &message_id).await? {
+        webhooks_out::Replayed::Queued(endpoint) => endpoint,
+        webhooks_out::Replayed::NotFound => return Err(AppError::NotFound),
+        webhooks_out::Replayed::Pending => {
+            return Err(AppError::Conflict(format!(
+                "{message_id} has not been delivered or given up on yet: it is already on its way."
+            )))
+        }
+    };
     audit::record(
         &mut tx,
         audit::Entry {

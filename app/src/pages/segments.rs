@@ -245,6 +245,7 @@ fn fresh(kind: &str, c: &Choices) -> Node {
             at_least: 1,
             within_days: Some(30),
             property: None,
+            since_enrolment: false,
         },
         "group" => Node::Group(Group {
             op: GroupOp::Any,
@@ -476,6 +477,7 @@ fn condition_view(
             at_least,
             within_days,
             property,
+            since_enrolment,
         } => {
             let rebuild = {
                 let (name, property) = (name.clone(), property.clone());
@@ -486,6 +488,7 @@ fn condition_view(
                         at_least,
                         within_days,
                         property: property.clone(),
+                        since_enrolment,
                     };
                     f(&mut n);
                     n

@@ -141,8 +141,13 @@ fn Endpoint(
         .collect::<Vec<_>>()
         .join(", ");
     let health = match (&e.enabled, &e.disabled_reason, &e.failing_since) {
-        (false, Some(why), _) => format!("Off. {why}"),
-        (false, None, _) => "Off (turned off by an owner).".to_owned(),
+        (false, Some(why), _) => {
+            format!("Off. {why} Events queued before wait; new ones are not written for it.")
+        }
+        (false, None, _) => {
+            "Off (turned off by an owner): events queued before wait; new ones are not written for it."
+                .to_owned()
+        }
         (true, _, Some(since)) => {
             format!("Failing since {since}: it is turned off after a day of failures.")
         }

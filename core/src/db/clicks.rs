@@ -7,18 +7,18 @@ use sqlx::{PgConnection, PgPool};
 
 use crate::model::{LinkClicks, Opens};
 
-/// The select of a click's or an open's row from delivery `$1` (campaign mail only): its org,
-/// campaign, job id and subscriber (nobody's once the subscriber was erased: a message read
+/// The select of a click's or an open's row from delivery `$1` (campaign or automation mail,
+/// the bulk mail that is tracked): its org, campaign or automation, job id and subscriber (nobody's once the subscriber was erased: a message read
 /// after the erasure still counts, for no one), then `scanner` — the request's own say (`$2`)
 /// or within `$3` seconds of delivery — then `extra` columns.
 fn from_delivery(extra: &str) -> String {
     let erased = crate::domain::ERASED_PREFIX;
     format!(
-        "select d.org_id, d.campaign_id,
+        "select d.org_id, d.campaign_id, d.automation_id,
                 case when starts_with(d.email_lower, '{erased}') then null else d.job_id end,
                 case when starts_with(d.email_lower, '{erased}') then null else d.subscriber_id end,
                 $2 or coalesce(d.finished_at > now() - make_interval(secs => $3), false){extra}
-         from deliveries d where d.job_id = $1 and d.kind = 'campaign'"
+         from deliveries d where d.job_id = $1 and d.kind in ('campaign', 'automation')"
     )
 }
 
@@ -33,7 +33,7 @@ pub async fn record(
     scanner_seconds: f64,
 ) -> sqlx::Result<bool> {
     let n = sqlx::query(&format!(
-        "insert into link_clicks (org_id, campaign_id, job_id, subscriber_id, scanner, url) {}",
+        "insert into link_clicks (org_id, campaign_id, automation_id, job_id, subscriber_id, scanner, url) {}",
         from_delivery(", $4")
     ))
     .bind(job_id)
@@ -47,7 +47,7 @@ pub async fn record(
 }
 
 /// Records a fetch of delivery `job_id`'s pixel, machines' apart as for [`record`]. `false`:
-/// no such campaign delivery, nothing recorded.
+/// no such campaign or automation delivery, nothing recorded.
 pub async fn record_open(
     pool: &PgPool,
     job_id: &str,
@@ -55,7 +55,7 @@ pub async fn record_open(
     scanner_seconds: f64,
 ) -> sqlx::Result<bool> {
     let n = sqlx::query(&format!(
-        "insert into message_opens (org_id, campaign_id, job_id, subscriber_id, scanner) {}",
+        "insert into message_opens (org_id, campaign_id, automation_id, job_id, subscriber_id, scanner) {}",
         from_delivery("")
     ))
     .bind(job_id)
@@ -103,21 +103,35 @@ pub async fn per_link(
     .await
 }
 
-/// Erasure: the clicks and opens stay counted, nobody's.
+/// Erasure: the clicks and opens stay counted, nobody's. A link personalised with the
+/// address (`?e={{ email }}`, as written or percent-encoded) keeps only what does not name
+/// it: its query and fragment go, and if its path names the address too, all but its origin.
 pub async fn forget(
     conn: &mut PgConnection,
     org_id: i64,
     subscribers: &[i64],
+    email_lower: &str,
 ) -> sqlx::Result<u64> {
     sqlx::query_scalar::<_, i64>(
-        "with c as (update link_clicks set subscriber_id = null, job_id = null
-                    where org_id = $1 and subscriber_id = any($2) returning 1),
-              o as (update message_opens set subscriber_id = null, job_id = null
-                    where org_id = $1 and subscriber_id = any($2) returning 1)
+        "with a as (select $3::text as raw, replace($3::text, '@', '%40') as encoded),
+         c as (update link_clicks set subscriber_id = null, job_id = null,
+                   url = case
+                       when strpos(lower(url), a.raw) = 0 and strpos(lower(url), a.encoded) = 0
+                           then url
+                       when strpos(lower(regexp_replace(url, '[?#].*$', '')), a.raw) = 0
+                            and strpos(lower(regexp_replace(url, '[?#].*$', '')), a.encoded) = 0
+                           then regexp_replace(url, '[?#].*$', '')
+                       else coalesce(substring(url from '^[A-Za-z][A-Za-z0-9+.-]*://[^/?#]*'), '')
+                   end
+               from a
+               where org_id = $1 and subscriber_id = any($2) returning 1),
+         o as (update message_opens set subscriber_id = null, job_id = null
+               where org_id = $1 and subscriber_id = any($2) returning 1)
          select (select count(*) from c) + (select count(*) from o)",
     )
     .bind(org_id)
     .bind(subscribers)
+    .bind(email_lower)
     .fetch_one(conn)
     .await
     .map(i64::unsigned_abs)

@@ -280,7 +280,7 @@ pub async fn erase(conn: &mut PgConnection, org_id: i64, id: i64) -> sqlx::Resul
     crate::db::events::forget(conn, crate::domain::OrgId(org_id), &rows).await?;
     crate::db::automation::forget(conn, crate::domain::OrgId(org_id), &rows).await?;
     crate::db::webhooks_out::forget(conn, org_id, &lower).await?;
-    crate::db::clicks::forget(conn, org_id, &rows).await?;
+    crate::db::clicks::forget(conn, org_id, &rows, &lower).await?;
     let (erased, job_ids): (i64, Vec<String>) = sqlx::query_as(
         "with hashed as (select $3::text as h),
          members as (

@@ -170,36 +170,59 @@ pub async fn send_test(
     .await
 }
 
-/// Sends one of the org's events again, under the same `webhook-id`, with three more days of
-/// retries. `None`: not the org's.
+/// What a replay came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Replayed {
+    /// Queued again, for this endpoint.
+    Queued(i64),
+    /// Still waiting to be sent (or being sent): queuing it again would send it twice.
+    Pending,
+    /// Not the org's.
+    NotFound,
+}
+
+/// Sends one of the org's finished events again, under the same `webhook-id`, with three more
+/// days of retries.
 pub async fn replay(
     conn: &mut PgConnection,
     org_id: i64,
     message_id: &str,
-) -> sqlx::Result<Option<i64>> {
-    sqlx::query_scalar(
-        "update webhook_out_messages
-         set status = 'pending', next_attempt_at = now(), retrying_since = now(),
-             finished_at = null, lease_until = null, holder = null
-         where org_id = $1 and id = $2 returning endpoint_id",
+) -> sqlx::Result<Replayed> {
+    let row: Option<Option<i64>> = sqlx::query_scalar(
+        "with m as (select id, status from webhook_out_messages
+                    where org_id = $1 and id = $2 for update),
+              q as (update webhook_out_messages w
+                    set status = 'pending', next_attempt_at = now(), retrying_since = now(),
+                        finished_at = null, lease_until = null, holder = null
+                    from m where w.id = m.id and m.status <> 'pending'
+                    returning w.endpoint_id)
+         select (select endpoint_id from q) from m",
     )
     .bind(org_id)
     .bind(message_id)
     .fetch_optional(conn)
-    .await
+    .await?;
+    Ok(match row {
+        None => Replayed::NotFound,
+        Some(Some(endpoint)) => Replayed::Queued(endpoint),
+        Some(None) => Replayed::Pending,
+    })
 }
 
 /// Forgets an erased address in the org's events, sent or not: its `recipient` or `email` field
-/// goes (the event keeps its ids), so neither the page nor a later attempt shows it.
+/// goes, and a clicked link that names it (as written or percent-encoded), so neither the page
+/// nor a later attempt shows it; the event keeps its ids.
 pub async fn forget(conn: &mut PgConnection, org_id: i64, email_lower: &str) -> sqlx::Result<u64> {
     sqlx::query(
         "update webhook_out_messages
          set payload = jsonb_set(payload, '{data}',
-                                 (payload -> 'data') - 'recipient' - 'email' - 'diagnostic'
+                                 (payload -> 'data') - 'recipient' - 'email' - 'diagnostic' - 'url'
                                  || '{\"erased\": true}')
          where org_id = $1
            and (lower(payload -> 'data' ->> 'recipient') = $2
-                or payload -> 'data' ->> 'email' = $2)",
+                or payload -> 'data' ->> 'email' = $2
+                or strpos(lower(payload -> 'data' ->> 'url'), $2) > 0
+                or strpos(lower(payload -> 'data' ->> 'url'), replace($2, '@', '%40')) > 0)",
     )
     .bind(org_id)
     .bind(email_lower)
@@ -251,12 +274,14 @@ pub struct Claimed {
 
 /// Claims up to `limit` due events for `holder` for `lease`, never more in flight per endpoint
 /// than its `max_in_flight` (the endpoint's row is locked while its room is counted, so
-/// replicas claiming at once share it), oldest first per endpoint.
+/// replicas claiming at once share it), nor more than `share` of one endpoint's for this
+/// holder (a few slow endpoints then cannot take every request slot a process has and starve
+/// the others' events), oldest first per endpoint.
 pub async fn claim(
     pool: &PgPool,
     holder: &str,
     now: Option<DateTime<Utc>>,
-    limit: i64,
+    (limit, share): (i64, i64),
     lease: Duration,
 ) -> sqlx::Result<Vec<Claimed>> {
     sqlx::query_as(
@@ -275,7 +300,8 @@ pub async fn claim(
          picked as (
              select p.id from ep, t,
              -- What is in flight: the few rows holding a lease.
-             lateral (select count(*) as busy from webhook_out_messages f
+             lateral (select count(*) as busy, count(*) filter (where f.holder = $3) as mine
+                      from webhook_out_messages f
                       where f.endpoint_id = ep.id and f.status = 'pending'
                         and f.lease_until > t.now) b,
              lateral (select m.id from webhook_out_messages m
@@ -283,7 +309,7 @@ pub async fn claim(
                         and m.next_attempt_at <= t.now
                         and (m.lease_until is null or m.lease_until <= t.now)
                       order by m.next_attempt_at
-                      limit greatest(ep.max_in_flight - b.busy, 0)
+                      limit greatest(least(ep.max_in_flight - b.busy, $5 - b.mine), 0)
                       for update of m skip locked) p
              limit $2
          )
@@ -301,6 +327,7 @@ pub async fn claim(
     .bind(limit)
     .bind(holder)
     .bind(lease.as_secs_f64())
+    .bind(share)
     .fetch_all(pool)
     .await
 }

@@ -426,7 +426,9 @@ impl Definition {
                     then,
                     otherwise,
                 } => {
-                    condition.check().map_err(|e| under(&at("condition"), e))?;
+                    condition
+                        .check_enrolled()
+                        .map_err(|e| under(&at("condition"), e))?;
                     for (field, j) in [("then", then), ("else", otherwise)] {
                         if let Jump::GoTo(to) = j {
                             if *to <= i || *to > end {

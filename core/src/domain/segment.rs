@@ -96,6 +96,10 @@ pub enum Node {
         at_least: u32,
         within_days: Option<u32>,
         property: Option<PropertyTest>,
+        /// Counts only events since the person was enrolled: for an automation's branch (a
+        /// saved segment has no enrolment, and refuses it).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        since_enrolment: bool,
     },
 }
 
@@ -316,7 +320,14 @@ impl Group {
     /// Checks the whole tree: its size and depth, and every condition's names and values.
     pub fn check(&self) -> Result<(), TreeError> {
         let mut nodes = 0;
-        check_group(self, "", 1, &mut nodes)
+        check_group(self, "", 1, &mut nodes, Anchor::None)
+    }
+
+    /// As [`Group::check`], for a condition evaluated for one enrolled person (an
+    /// automation's branch): events may be counted since their enrolment.
+    pub fn check_enrolled(&self) -> Result<(), TreeError> {
+        let mut nodes = 0;
+        check_group(self, "", 1, &mut nodes, Anchor::Enrolment)
     }
 
     /// Every list id the tree names, in order, with its node's path.
@@ -379,7 +390,20 @@ fn fail(path: String, fault: impl Into<String>) -> TreeError {
     }
 }
 
-fn check_group(g: &Group, path: &str, depth: usize, nodes: &mut usize) -> Result<(), TreeError> {
+/// What a condition may count events from besides the clock.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Anchor {
+    None,
+    Enrolment,
+}
+
+fn check_group(
+    g: &Group,
+    path: &str,
+    depth: usize,
+    nodes: &mut usize,
+    anchor: Anchor,
+) -> Result<(), TreeError> {
     if depth > MAX_DEPTH {
         return Err(fail(
             path.to_owned(),
@@ -396,14 +420,14 @@ fn check_group(g: &Group, path: &str, depth: usize, nodes: &mut usize) -> Result
             ));
         }
         match n {
-            Node::Group(inner) => check_group(inner, &p, depth + 1, nodes)?,
-            other => check_condition(other, &p)?,
+            Node::Group(inner) => check_group(inner, &p, depth + 1, nodes, anchor)?,
+            other => check_condition(other, &p, anchor)?,
         }
     }
     Ok(())
 }
 
-fn check_condition(n: &Node, path: &str) -> Result<(), TreeError> {
+fn check_condition(n: &Node, path: &str, anchor: Anchor) -> Result<(), TreeError> {
     let at = |field: &str| field_path(path, field);
     match n {
         Node::Group(_) => Ok(()),
@@ -430,7 +454,14 @@ fn check_condition(n: &Node, path: &str) -> Result<(), TreeError> {
             at_least,
             within_days,
             property,
+            since_enrolment,
         } => {
+            if *since_enrolment && anchor != Anchor::Enrolment {
+                return Err(fail(
+                    at("since_enrolment"),
+                    "\"since enrolment\" belongs in an automation's branch: a segment has no enrolment",
+                ));
+            }
             super::event::event_name(&at("name"), name)
                 .map_err(|e| fail(e.field.clone(), e.fault))?;
             if !(1..=TIMES_MAX).contains(at_least) {

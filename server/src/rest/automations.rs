@@ -184,7 +184,7 @@ async fn one(
         (status = 200, description = "Enrolled before under this id (or kept where they are by the re-entry rule).", body = Enrolment),
         (status = 400, description = "The body is not JSON.", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such automation, or no such subscriber, in this organisation.", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "The automation is a draft or stopped, or the subscriber is not confirmed.", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The automation is a draft or stopped, the subscriber is not confirmed, or their enrolment changed meanwhile (send it again).", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "The body is over 2 MiB.", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "The body is not sent as JSON (Content-Type: application/json).", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "The field at fault, named.", body = Problem, content_type = "application/problem+json"),
@@ -240,6 +240,12 @@ async fn enrol(
             return Err(Problem::new(
                 StatusCode::CONFLICT,
                 format!("The automation is {status}: it enrols nobody."),
+            ))
+        }
+        Err(EnrolError::Busy) => {
+            return Err(Problem::new(
+                StatusCode::CONFLICT,
+                "The subscriber's enrolment changed while this one was made; send the request again.",
             ))
         }
         Err(EnrolError::Db(e)) => return Err(e.into()),

@@ -129,12 +129,17 @@ pub struct ClickEvent {
 
 #[derive(Serialize, ToSchema)]
 pub struct ClickData {
-    /// Where the link led.
-    pub url: String,
+    /// Where the link led (absent once the subscriber was erased, if it named their address).
+    pub url: Option<String>,
     /// The message it was in (absent once the subscriber was erased).
     pub job_id: Option<String>,
+    /// The campaign the message was part of (null for an automation's mail).
     pub campaign_id: Option<i64>,
+    /// The automation whose step sent it (null for a campaign's mail).
+    pub automation_id: Option<i64>,
     pub subscriber_id: Option<i64>,
+    /// Present (true) once the link, which named the subscriber's address, was forgotten.
+    pub erased: Option<bool>,
 }
 
 /// `automation.enrolled`, `automation.completed`, `automation.exited`: one person's way through

@@ -52,7 +52,7 @@ pub async fn run(pool: PgPool, cfg: Config, shutdown: Shutdown) {
     loop {
         let by_dates = app::db::automation::enrol_by_dates(&pool, cfg.now);
         scan_when_due(&mut dates, cfg.date_scan, "date", by_dates).await;
-        let by_segments = app::db::automation::enrol_by_segments(&pool, cfg.now);
+        let by_segments = app::db::automation::enrol_by_segments(&pool, cfg.now, cfg.segment_scan);
         scan_when_due(
             &mut segments,
             cfg.segment_scan,
@@ -60,7 +60,7 @@ pub async fn run(pool: PgPool, cfg: Config, shutdown: Shutdown) {
             by_segments,
         )
         .await;
-        let events = app::db::segment::watch(&pool, cfg.now);
+        let events = app::db::segment::watch(&pool, cfg.now, cfg.segment_scan);
         scan_when_due(&mut watched, cfg.segment_scan, "segment events", events).await;
         let idle = tokio::select! {
             _ = shutdown.requested() => return,

@@ -1,8 +1,8 @@
 //! The webhook sender (every replica): claims due events with leases, POSTs each to its endpoint
 //! signed the Standard Webhooks way, and records the attempts as they finish, whatever has
-//! gathered in one transaction. Requests run concurrently, at most
-//! `concurrency` per process and the endpoint's `max_in_flight` across replicas, so a slow
-//! endpoint holds only its own share and never the mail or another org's events. Only public
+//! gathered in one transaction. Requests run concurrently, at most `concurrency` per process,
+//! a quarter of them per endpoint, and the endpoint's `max_in_flight` across replicas, so a
+//! slow endpoint holds only its own share and never the mail or another org's events. Only public
 //! addresses are called unless the operator allows private ones; redirects are not followed;
 //! answers are read up to a bound.
 
@@ -75,6 +75,9 @@ pub async fn run(pool: PgPool, cfg: Config, holder: String, shutdown: Shutdown) 
         gathered,
         recorded.clone(),
     ));
+    // One endpoint's share of this process's requests: slow endpoints fill at most their
+    // shares, and the rest stay free for the others.
+    let share = (cfg.concurrency / 4).max(1) as i64;
     let mut in_flight: JoinSet<()> = JoinSet::new();
     loop {
         if shutdown.is_requested() {
@@ -89,7 +92,7 @@ pub async fn run(pool: PgPool, cfg: Config, holder: String, shutdown: Shutdown) 
         let room = cfg.concurrency.saturating_sub(in_flight.len());
         let mut claimed = Vec::new();
         if room > 0 {
-            match webhooks_out::claim(&pool, &holder, None, room as i64, lease).await {
+            match webhooks_out::claim(&pool, &holder, None, (room as i64, share), lease).await {
                 Ok(c) => claimed = c,
                 Err(e) => tracing::warn!(error = %e, "cannot claim webhook events; will retry"),
             }

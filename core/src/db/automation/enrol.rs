@@ -22,6 +22,10 @@ pub enum EnrolError {
     /// Only confirmed subscribers are enrolled (as campaigns reach only them).
     #[error("the subscriber is not confirmed")]
     NotConfirmed,
+    /// The person's enrolment kept changing under this one (ending as it was made, again
+    /// and again): the caller may simply try again.
+    #[error("the subscriber's enrolment changed meanwhile; try again")]
+    Busy,
     #[error(transparent)]
     Db(#[from] sqlx::Error),
 }
@@ -80,40 +84,46 @@ pub async fn enrol(
         Some(_) => return Err(EnrolError::NotConfirmed),
     }
     let occurrence = occurrence(reentry, &format!("api:{key}"));
-    let id: Option<i64> = sqlx::query_scalar(
-        "insert into enrolments (org_id, automation_id, version, subscriber_id, occurrence,
-                                 exclusive, due_at, enrolled_at, context)
-         values ($1, $2, $3, $4, $5, $6, now(), now(), $7)
-         on conflict do nothing
-         returning id",
-    )
-    .bind(org)
-    .bind(automation)
-    .bind(version)
-    .bind(subscriber)
-    .bind(&occurrence)
-    .bind(reentry == Reentry::AfterLeaving)
-    .bind(Json(context))
-    .fetch_optional(&mut *conn)
-    .await?;
-    if let Some(id) = id {
-        return Ok(Enrolled { id, new: true });
+    // On a conflict the insert waited for the other transaction to commit, and the select's
+    // snapshot, taken after, sees its row, unless that enrolment has ended meanwhile (an
+    // "again after leaving" one conflicts only while active): then the insert is tried again.
+    for _ in 0..3 {
+        let made: Option<i64> = sqlx::query_scalar(
+            "insert into enrolments (org_id, automation_id, version, subscriber_id, occurrence,
+                                     exclusive, due_at, enrolled_at, context)
+             values ($1, $2, $3, $4, $5, $6, now(), now(), $7)
+             on conflict do nothing
+             returning id",
+        )
+        .bind(org)
+        .bind(automation)
+        .bind(version)
+        .bind(subscriber)
+        .bind(&occurrence)
+        .bind(reentry == Reentry::AfterLeaving)
+        .bind(Json(context))
+        .fetch_optional(&mut *conn)
+        .await?;
+        if let Some(id) = made {
+            return Ok(Enrolled { id, new: true });
+        }
+        let id: Option<i64> = sqlx::query_scalar(
+            "select id from enrolments
+             where org_id = $1 and automation_id = $2 and subscriber_id = $3
+               and (occurrence = $4 or (exclusive and state = 'active'))
+             order by id desc limit 1",
+        )
+        .bind(org)
+        .bind(automation)
+        .bind(subscriber)
+        .bind(&occurrence)
+        .fetch_optional(&mut *conn)
+        .await?;
+        if let Some(id) = id {
+            return Ok(Enrolled { id, new: false });
+        }
     }
-    // The conflict waited for the other transaction to commit; this statement's snapshot,
-    // taken after, sees its row.
-    let id: i64 = sqlx::query_scalar(
-        "select id from enrolments
-         where org_id = $1 and automation_id = $2 and subscriber_id = $3
-           and (occurrence = $4 or (exclusive and state = 'active'))
-         order by id desc limit 1",
-    )
-    .bind(org)
-    .bind(automation)
-    .bind(subscriber)
-    .bind(&occurrence)
-    .fetch_one(&mut *conn)
-    .await?;
-    Ok(Enrolled { id, new: false })
+    Err(EnrolError::Busy)
 }
 
 /// The start of an `insert into enrolments … select` shared by the triggers that enrol in
@@ -269,70 +279,115 @@ pub async fn enrol_by_dates(pool: &PgPool, pinned: Option<DateTime<Utc>>) -> sql
         else {
             continue;
         };
-        // Each automation in a transaction holding its row: a stop waits for it and sees what
-        // it enrolled, and one stopped (or edited) meanwhile is left for the next scan.
-        let mut tx = pool.begin().await?;
-        let still: Option<i32> = sqlx::query_scalar(
-            "select live_version from automations
-             where id = $1 and status in ('active', 'paused') for key share",
-        )
-        .bind(automation)
-        .fetch_optional(&mut *tx)
-        .await?
-        .flatten();
-        if still != Some(version) {
-            continue;
-        }
-        for back in 0..DATE_CATCH_UP_DAYS {
-            let fires = today - Duration::days(back);
-            // The attribute's date that fires on `fires`.
-            let date = fires - Duration::days(i64::from(*offset_days));
-            let mut qb = insert_head("s.org_id", automation, version, "s.id", d.reentry, |qb| {
-                qb.push_bind(format!("date:{fires}"));
-            });
-            qb.push(", now(), now(), jsonb_build_object('date', s.attributes ->> ");
-            qb.push_bind(attribute.clone());
-            qb.push(") from subscribers s where s.org_id = ");
-            qb.push_bind(org);
-            qb.push(" and s.erased_at is null and s.status = 'confirmed' and jsonb_typeof(s.attributes -> ");
-            qb.push_bind(attribute.clone());
-            qb.push(") = 'string' and ");
-            if *yearly {
-                // The same month and day in a year since (text order is number order for
-                // four-digit years); 29 February's falls on 28 February in other years.
-                let mut days = vec![date.format("%m-%d").to_string()];
-                if date.month() == 2
-                    && date.day() == 28
-                    && NaiveDate::from_ymd_opt(date.year(), 2, 29).is_none()
-                {
-                    days.push("02-29".into());
-                }
-                qb.push("substr(s.attributes ->> ");
-                qb.push_bind(attribute.clone());
-                qb.push(", 5, 1) = '-' and substr(s.attributes ->> ");
-                qb.push_bind(attribute.clone());
-                qb.push(", 6, 5) = any(");
-                qb.push_bind(days);
-                qb.push(") and substr(s.attributes ->> ");
-                qb.push_bind(attribute.clone());
-                qb.push(", 1, 4) <= ");
-                qb.push_bind(format!("{:04}", date.year()));
-            } else {
-                qb.push("substr(s.attributes ->> ");
-                qb.push_bind(attribute.clone());
-                qb.push(", 1, 10) = ");
-                qb.push_bind(date.format("%Y-%m-%d").to_string());
-            }
-            qb.push(" order by s.id on conflict do nothing");
-            made += qb
-                .build()
-                .persistent(false)
-                .execute(&mut *tx)
-                .await?
-                .rows_affected();
-        }
-        tx.commit().await?;
+        let on_date = enrol_on_date(
+            pool,
+            org,
+            automation,
+            version,
+            d.reentry,
+            (attribute, *offset_days, *yearly),
+            today,
+        );
+        made += one_of_many(automation, "date", on_date.await)?;
     }
+    Ok(made)
+}
+
+/// What one automation's scan came to, for a pass over many: the database refusing it (an
+/// operator's data it cannot read, say) is logged and the pass goes on to the others, which
+/// it must not stop; losing the database ends the pass.
+fn one_of_many(automation: i64, trigger: &str, r: sqlx::Result<u64>) -> sqlx::Result<u64> {
+    match r {
+        Err(sqlx::Error::Database(e)) => {
+            tracing::error!(automation, trigger, error = %e, "an automation's trigger scan failed");
+            Ok(0)
+        }
+        r => r,
+    }
+}
+
+/// Holds the automation's row shared in `tx` if `version` is still its live version: a stop
+/// waits for the transaction and sees what it enrolled, and one stopped (or edited) meanwhile
+/// is left for the next scan.
+async fn still_live(tx: &mut PgConnection, automation: i64, version: i32) -> sqlx::Result<bool> {
+    let still: Option<i32> = sqlx::query_scalar(
+        "select live_version from automations
+         where id = $1 and status in ('active', 'paused') for key share",
+    )
+    .bind(automation)
+    .fetch_optional(&mut *tx)
+    .await?
+    .flatten();
+    Ok(still == Some(version))
+}
+
+/// Enrols, for one date-triggered automation, whoever's date (`attribute`, `offset_days`
+/// before it fires, every year or once) fires `today` or fired in the catch-up days before.
+async fn enrol_on_date(
+    pool: &PgPool,
+    org: i64,
+    automation: i64,
+    version: i32,
+    reentry: Reentry,
+    (attribute, offset_days, yearly): (&str, i32, bool),
+    today: NaiveDate,
+) -> sqlx::Result<u64> {
+    let mut tx = pool.begin().await?;
+    if !still_live(&mut tx, automation, version).await? {
+        return Ok(0);
+    }
+    let mut made = 0;
+    for back in 0..DATE_CATCH_UP_DAYS {
+        let fires = today - Duration::days(back);
+        // The attribute's date that fires on `fires`.
+        let date = fires - Duration::days(i64::from(offset_days));
+        let mut qb = insert_head("s.org_id", automation, version, "s.id", reentry, |qb| {
+            qb.push_bind(format!("date:{fires}"));
+        });
+        qb.push(", now(), now(), jsonb_build_object('date', s.attributes ->> ");
+        qb.push_bind(attribute.to_owned());
+        qb.push(") from subscribers s where s.org_id = ");
+        qb.push_bind(org);
+        qb.push(
+            " and s.erased_at is null and s.status = 'confirmed' and jsonb_typeof(s.attributes -> ",
+        );
+        qb.push_bind(attribute.to_owned());
+        qb.push(") = 'string' and ");
+        if yearly {
+            // The same month and day in a year since (text order is number order for
+            // four-digit years); 29 February's falls on 28 February in other years.
+            let mut days = vec![date.format("%m-%d").to_string()];
+            if date.month() == 2
+                && date.day() == 28
+                && NaiveDate::from_ymd_opt(date.year(), 2, 29).is_none()
+            {
+                days.push("02-29".into());
+            }
+            qb.push("substr(s.attributes ->> ");
+            qb.push_bind(attribute.to_owned());
+            qb.push(", 5, 1) = '-' and substr(s.attributes ->> ");
+            qb.push_bind(attribute.to_owned());
+            qb.push(", 6, 5) = any(");
+            qb.push_bind(days);
+            qb.push(") and substr(s.attributes ->> ");
+            qb.push_bind(attribute.to_owned());
+            qb.push(", 1, 4) <= ");
+            qb.push_bind(format!("{:04}", date.year()));
+        } else {
+            qb.push("substr(s.attributes ->> ");
+            qb.push_bind(attribute.to_owned());
+            qb.push(", 1, 10) = ");
+            qb.push_bind(date.format("%Y-%m-%d").to_string());
+        }
+        qb.push(" order by s.id on conflict do nothing");
+        made += qb
+            .build()
+            .persistent(false)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+    }
+    tx.commit().await?;
     Ok(made)
 }
 
@@ -342,8 +397,13 @@ pub async fn enrol_by_dates(pool: &PgPool, pinned: Option<DateTime<Utc>>) -> sql
 /// later is another entry. The first scan of a segment version enrols nobody: it only notes
 /// who matches. Any number of replicas may run it at once: an automation's scan state is
 /// locked by the one scanning it (the others skip it), and the entries a scan finds are its
-/// scan number's occurrence. Returns how many enrolments were made.
-pub async fn enrol_by_segments(pool: &PgPool, pinned: Option<DateTime<Utc>>) -> sqlx::Result<u64> {
+/// scan number's occurrence; one scanned less than half of `every` ago is not scanned again,
+/// so more replicas do not mean more scans. Returns how many enrolments were made.
+pub async fn enrol_by_segments(
+    pool: &PgPool,
+    pinned: Option<DateTime<Utc>>,
+    every: std::time::Duration,
+) -> sqlx::Result<u64> {
     let mut conn = pool.acquire().await?;
     let live: Vec<(OrgId, i64, i32, Json<Definition>)> = sqlx::query_as(
         "select a.org_id, a.id, a.live_version, v.definition
@@ -364,17 +424,17 @@ pub async fn enrol_by_segments(pool: &PgPool, pinned: Option<DateTime<Utc>>) -> 
         else {
             continue;
         };
-        made += scan_segment(
+        let scan = scan_segment(
             pool,
-            pinned,
+            (pinned, every),
             org,
             automation,
             version,
             d.reentry,
             segment_id,
             segment_version,
-        )
-        .await?;
+        );
+        made += one_of_many(automation, "segment", scan.await)?;
     }
     Ok(made)
 }
@@ -382,7 +442,7 @@ pub async fn enrol_by_segments(pool: &PgPool, pinned: Option<DateTime<Utc>>) -> 
 #[allow(clippy::too_many_arguments)]
 async fn scan_segment(
     pool: &PgPool,
-    pinned: Option<DateTime<Utc>>,
+    (pinned, every): (Option<DateTime<Utc>>, std::time::Duration),
     org: OrgId,
     automation: i64,
     version: i32,
@@ -391,17 +451,7 @@ async fn scan_segment(
     segment_version: i32,
 ) -> sqlx::Result<u64> {
     let mut tx = pool.begin().await?;
-    // As for the other triggers: a stop waits for this transaction and sees what it enrolled;
-    // one stopped or edited meanwhile is left for the next scan.
-    let still: Option<i32> = sqlx::query_scalar(
-        "select live_version from automations
-         where id = $1 and status in ('active', 'paused') for key share",
-    )
-    .bind(automation)
-    .fetch_optional(&mut *tx)
-    .await?
-    .flatten();
-    if still != Some(version) {
+    if !still_live(&mut tx, automation, version).await? {
         return Ok(0);
     }
     sqlx::query(
@@ -414,12 +464,17 @@ async fn scan_segment(
     .await?;
     let state: Option<(Option<i64>, Option<i32>, i64)> = sqlx::query_as(
         "select segment_id, segment_version, generation from automation_segment_scans
-         where automation_id = $1 for update skip locked",
+         where automation_id = $1
+           and (scanned_at is null
+                or scanned_at <= coalesce($2, now()) - make_interval(secs => $3 / 2))
+         for update skip locked",
     )
     .bind(automation)
+    .bind(pinned)
+    .bind(every.as_secs_f64())
     .fetch_optional(&mut *tx)
     .await?;
-    // Another replica is scanning it.
+    // Another replica is scanning it, or just did.
     let Some((scanned_segment, scanned_version, generation)) = state else {
         return Ok(0);
     };

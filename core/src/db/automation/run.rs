@@ -54,12 +54,25 @@ pub async fn run_due(
     limit: i64,
 ) -> sqlx::Result<usize> {
     match run_batch(pool, pinned, limit, false).await {
-        Err(sqlx::Error::Database(e)) => {
+        Err(sqlx::Error::Database(e)) if refused_for_data(e.as_ref()) => {
             tracing::warn!(error = %e, "a batch of automation steps was refused; taking it one person at a time");
             run_batch(pool, pinned, limit, true).await
         }
         r => r,
     }
+}
+
+/// Whether the database refused a statement for what it held (a value out of range, a
+/// constraint, an operator's trigger raising), which taking it again would not change; a
+/// deadlock, a timeout or a server shutting down is none of these, and the claim is simply
+/// retried later with nobody's enrolment ended.
+fn refused_for_data(e: &dyn sqlx::error::DatabaseError) -> bool {
+    data_refusal(e.code().as_deref())
+}
+
+/// By SQLSTATE: data exceptions (22), integrity constraints (23), PL/pgSQL raising (P0).
+fn data_refusal(sqlstate: Option<&str>) -> bool {
+    sqlstate.is_some_and(|c| c.starts_with("22") || c.starts_with("23") || c.starts_with("P0"))
 }
 
 /// One claim of up to `limit` due enrolments; `careful`: each person's steps in a savepoint.
@@ -141,7 +154,7 @@ async fn run_batch(
         };
         match taken {
             Ok(()) => one.commit().await?,
-            Err(sqlx::Error::Database(e)) => {
+            Err(sqlx::Error::Database(e)) if refused_for_data(e.as_ref()) => {
                 one.rollback().await?;
                 tracing::error!(enrolment = d.id, automation = d.automation_id, step = d.step, error = %e,
                     "the database refused an automation step; the person leaves the automation");
@@ -303,6 +316,7 @@ async fn take_steps(
         now: d.now,
         today: d.today,
         tz: d.org_zone.clone(),
+        enrolled_at: Some(d.enrolled_at),
     };
     let goal = match &def.goal {
         Some(g) => reached_goal(conn, org, d, g, &clock).await?,
@@ -499,4 +513,23 @@ async fn reached_goal(
         .persistent(false)
         .fetch_one(conn)
         .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::data_refusal;
+
+    #[test]
+    fn only_what_the_data_causes_ends_an_enrolment() {
+        for refused in ["22003", "22P02", "23505", "23514", "P0001"] {
+            assert!(data_refusal(Some(refused)), "{refused}");
+        }
+        // Deadlock, serialization, lock and statement timeouts, shutdown, no room: retried.
+        for passing in [
+            "40P01", "40001", "55P03", "57014", "57P01", "53100", "08006",
+        ] {
+            assert!(!data_refusal(Some(passing)), "{passing}");
+        }
+        assert!(!data_refusal(None));
+    }
 }

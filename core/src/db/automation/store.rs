@@ -195,6 +195,9 @@ pub enum ApproveError {
     OwnEdit,
     #[error("the automation was stopped")]
     Stopped,
+    /// The segment that triggers it was deleted after the version was saved.
+    #[error("its segment was deleted")]
+    SegmentGone,
     #[error(transparent)]
     Db(#[from] sqlx::Error),
 }
@@ -254,6 +257,28 @@ pub async fn approve(
     if self_approved && !allow_self {
         return Err(ApproveError::OwnEdit);
     }
+    let d = definition.0;
+    let (list, event, segment) = match &d.trigger {
+        Trigger::ListJoined { list_id } => (Some(*list_id), None, None),
+        Trigger::Event { name, .. } => (None, Some(name.as_str()), None),
+        Trigger::SegmentEntered { segment_id, .. } => (None, None, Some(*segment_id)),
+        Trigger::Api | Trigger::Date { .. } => (None, None, None),
+    };
+    if let Some(segment) = segment {
+        // Held shared until commit: a segment delete (which locks its row) waits, then sees
+        // this automation live and refuses; one that committed first leaves nothing to hold.
+        let still: Option<i64> = sqlx::query_scalar(
+            "select id from segments where org_id = $1 and id = $2 and deleted_at is null
+             for share",
+        )
+        .bind(org)
+        .bind(segment)
+        .fetch_optional(&mut *conn)
+        .await?;
+        if still.is_none() {
+            return Err(ApproveError::SegmentGone);
+        }
+    }
     sqlx::query(
         "update automation_versions set approver_id = $4, approved_at = now(), self_approved = $5
          where org_id = $1 and automation_id = $2 and version = $3",
@@ -265,13 +290,6 @@ pub async fn approve(
     .bind(self_approved)
     .execute(&mut *conn)
     .await?;
-    let d = definition.0;
-    let (list, event, segment) = match &d.trigger {
-        Trigger::ListJoined { list_id } => (Some(*list_id), None, None),
-        Trigger::Event { name, .. } => (None, Some(name.as_str()), None),
-        Trigger::SegmentEntered { segment_id, .. } => (None, None, Some(*segment_id)),
-        Trigger::Api | Trigger::Date { .. } => (None, None, None),
-    };
     let activated = status == AutomationStatus::Draft;
     sqlx::query(
         "update automations

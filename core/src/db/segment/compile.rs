@@ -28,6 +28,9 @@ pub struct Clock {
     pub now: DateTime<Utc>,
     pub today: NaiveDate,
     pub tz: String,
+    /// When the person a condition is evaluated for was enrolled (an automation's branch):
+    /// the start of "since enrolment".
+    pub enrolled_at: Option<DateTime<Utc>>,
 }
 
 impl Clock {
@@ -56,7 +59,12 @@ pub async fn clock(
     .bind(pinned)
     .fetch_one(conn)
     .await?;
-    Ok(Clock { now, today, tz })
+    Ok(Clock {
+        now,
+        today,
+        tz,
+        enrolled_at: None,
+    })
 }
 
 /// Hash memory for one statement that evaluates segments (PostgreSQL's `work_mem`; hashes may
@@ -221,7 +229,10 @@ fn push_condition(
         } => {
             qb.push("s.id in (select c.subscriber_id from link_clicks c where c.org_id = ");
             qb.push_bind(org);
-            qb.push(" and not c.scanner and c.subscriber_id is not null");
+            // Campaign mail's clicks (an automation's are its own).
+            qb.push(
+                " and not c.scanner and c.subscriber_id is not null and c.campaign_id is not null",
+            );
             if let Some(id) = campaign_id {
                 qb.push(" and c.campaign_id = ");
                 qb.push_bind(*id);
@@ -281,6 +292,7 @@ fn push_condition(
             at_least,
             within_days,
             property,
+            since_enrolment,
         } => {
             let anti = !*did && place == Place::Top;
             qb.push(match (*did, anti) {
@@ -298,6 +310,18 @@ fn push_condition(
             if let Some(days) = within_days {
                 qb.push(" and e.occurred_at >= ");
                 qb.push_bind(clock.since(*days));
+            }
+            if *since_enrolment {
+                // Checked away from saved segments; without an enrolment, no event counts.
+                match clock.enrolled_at {
+                    Some(at) => {
+                        qb.push(" and e.occurred_at >= ");
+                        qb.push_bind(at);
+                    }
+                    None => {
+                        qb.push(" and false");
+                    }
+                }
             }
             if let Some(p) = property {
                 qb.push(" and coalesce((");

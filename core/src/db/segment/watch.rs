@@ -18,8 +18,13 @@ use crate::domain::OrgId;
 /// Scans every watched segment once (at the database's now, or `pinned`). Any number of
 /// replicas may run it at once: a segment's scan state is locked by the one scanning it (the
 /// others skip it), and each scan's findings are keyed by its number. Returns how many
-/// entries and exits it reported.
-pub async fn watch(pool: &PgPool, pinned: Option<DateTime<Utc>>) -> sqlx::Result<u64> {
+/// entries and exits it reported. A segment scanned (by any replica) less than half of
+/// `every` ago is not scanned again, so more replicas do not mean more scans.
+pub async fn watch(
+    pool: &PgPool,
+    pinned: Option<DateTime<Utc>>,
+    every: std::time::Duration,
+) -> sqlx::Result<u64> {
     let watched: Vec<(OrgId, i64, i32, Json<Group>)> = sqlx::query_as(
         "select s.org_id, s.id, s.version, s.definition from segments s
          where s.deleted_at is null
@@ -32,14 +37,24 @@ pub async fn watch(pool: &PgPool, pinned: Option<DateTime<Utc>>) -> sqlx::Result
     .await?;
     let mut written = 0;
     for (org, segment, version, Json(g)) in watched {
-        written += scan(pool, pinned, org, segment, version, &g).await?;
+        match scan(pool, pinned, every, org, segment, version, &g).await {
+            Ok(n) => written += n,
+            // One segment the database cannot evaluate (an operator's data it refuses, say)
+            // must not stop the others' events.
+            Err(sqlx::Error::Database(e)) => {
+                tracing::error!(segment, error = %e, "a watched segment's scan failed");
+            }
+            Err(e) => return Err(e),
+        }
     }
     Ok(written)
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn scan(
     pool: &PgPool,
     pinned: Option<DateTime<Utc>>,
+    every: std::time::Duration,
     org: OrgId,
     segment: i64,
     version: i32,
@@ -56,13 +71,18 @@ async fn scan(
     let state: Option<(i64, bool)> = sqlx::query_as(
         "select generation,
                 scanned_at is null or scanned_at < coalesce($2, now()) - interval '1 day'
-         from segment_scans where segment_id = $1 for update skip locked",
+         from segment_scans
+         where segment_id = $1
+           and (scanned_at is null
+                or scanned_at <= coalesce($2, now()) - make_interval(secs => $3 / 2))
+         for update skip locked",
     )
     .bind(segment)
     .bind(pinned)
+    .bind(every.as_secs_f64())
     .fetch_optional(&mut *tx)
     .await?;
-    // Another replica is scanning it.
+    // Another replica is scanning it, or just did.
     let Some((generation, silent)) = state else {
         return Ok(0);
     };

@@ -116,6 +116,40 @@ async fn deliver(pool: &sqlx::PgPool) -> Vec<String> {
 #[tokio::test]
 async fn a_double_submit_sends_one_confirmation_and_its_link_confirms_once() {
     let s = setup().await;
+    // A welcome series on the list: it enrols her when she confirms, not when she signs up.
+    let welcome = {
+        let mut c = s.pool.acquire().await.unwrap();
+        let d: app::domain::automation::Definition = serde_json::from_value(serde_json::json!({
+            "trigger": {"type": "list_joined", "list_id": s.list},
+            "reentry": "once",
+            "steps": [{"type": "email", "subject": "Welcome", "body": "Hello"}]
+        }))
+        .unwrap();
+        let owner: i64 = sqlx::query_scalar("select id from users where org_id = $1")
+            .bind(s.org)
+            .fetch_one(&s.pool)
+            .await
+            .unwrap();
+        let owner = app::domain::UserId(owner);
+        let org = app::domain::OrgId(s.org);
+        let id = app::db::automation::create(&mut c, org, "Welcome", &d, owner)
+            .await
+            .unwrap();
+        app::db::automation::approve(&mut c, org, id, 1, owner, true)
+            .await
+            .unwrap();
+        id
+    };
+    let enrolled = || {
+        let pool = s.pool.clone();
+        async move {
+            sqlx::query_scalar::<_, i64>("select count(*) from enrolments where automation_id = $1")
+                .bind(welcome)
+                .fetch_one(&pool)
+                .await
+                .unwrap()
+        }
+    };
     let (status, body) = sign_up(&s, "Ann@Example.com", "").await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert!(body.contains("Check your inbox"), "{body}");
@@ -149,6 +183,7 @@ async fn a_double_submit_sends_one_confirmation_and_its_link_confirms_once() {
         0,
         "unconfirmed: on no list, in no audience"
     );
+    assert_eq!(enrolled().await, 0, "unconfirmed: in no automation");
 
     let links = deliver(&s.pool).await;
     assert_eq!(links.len(), 1);
@@ -180,10 +215,12 @@ async fn a_double_submit_sends_one_confirmation_and_its_link_confirms_once() {
         (status.as_str(), confirmed_ip.as_deref(), members),
         ("confirmed", Some("127.0.0.1"), 1)
     );
+    assert_eq!(enrolled().await, 1, "confirmed: enrolled with the join");
     // The link works once.
     let (status, body) = post_form(&s, &links[0], &[]).await;
     assert_eq!(status, StatusCode::OK);
     assert!(body.contains("used already"), "{body}");
+    assert_eq!(enrolled().await, 1);
     assert_eq!(
         count(
             &s.pool,

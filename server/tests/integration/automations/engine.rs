@@ -980,6 +980,38 @@ async fn a_date_trigger_fires_on_its_day_catches_up_a_missed_one_and_never_twice
     assert!(mail
         .iter()
         .all(|m| m.context["date"].as_str().unwrap().starts_with("2031-01-")));
+
+    // One automation the database refuses to enrol anyone in (an operator's rule) fails its
+    // own scan only: the automations after it in the pass still enrol.
+    sqlx::query(&format!(
+        "alter table enrolments add constraint operators_rule
+         check (automation_id <> {before_trial}) not valid"
+    ))
+    .execute(&pool)
+    .await
+    .unwrap();
+    for (id, a) in [
+        (ids[3], json!({"trial_ends": "2032-01-09"})),
+        (ids[4], json!({"joined": "2021-01-06"})),
+    ] {
+        sqlx::query("update subscribers set attributes = $2 where id = $1")
+            .bind(id)
+            .bind(a)
+            .execute(&pool)
+            .await
+            .unwrap();
+    }
+    assert!(
+        before_trial < anniversary,
+        "the refused one is scanned first"
+    );
+    automation::enrol_by_dates(&pool, Some(on("2032-01-06")))
+        .await
+        .unwrap();
+    assert_eq!(enrolled(before_trial).await.len(), 3);
+    assert!(enrolled(anniversary)
+        .await
+        .contains(&(ids[4], "date:2032-01-06".to_owned())));
 }
 
 #[tokio::test]
@@ -1119,4 +1151,194 @@ async fn a_step_the_database_refuses_for_one_person_ends_theirs_and_strands_nobo
         .collect();
     assert_eq!(per_person, want);
     assert!(mails(&pool, id).await.values().all(|n| *n == 1));
+}
+
+/// A branch on "did the event since they were enrolled" tells an invitation made before the
+/// enrolment from one made after; the lists the steps name gain and lose the person; the
+/// condition is refused in a saved segment, which has no enrolment.
+#[tokio::test]
+async fn a_branch_counts_events_since_enrolment_and_list_steps_move_people() {
+    let pool = test_db().await;
+    let acme = TestOrg::new(&pool, "acme").await;
+    let org = acme.id;
+    let (engaged, trial) = (acme.list("Engaged").await, acme.list("Trial").await);
+    let invited = json!({"op": "all", "children": [
+        {"type": "event", "name": "invited", "since_enrolment": true}
+    ]});
+    let a = live(
+        &pool,
+        org,
+        "Invite nudge",
+        &definition(json!({
+            "trigger": {"type": "api"},
+            "reentry": "once",
+            "steps": [
+                {"type": "branch", "condition": invited, "else": {"go_to": 3}},
+                {"type": "add_to_list", "list_id": engaged},
+                {"type": "exit"},
+                {"type": "remove_from_list", "list_id": trial}
+            ]
+        })),
+        acme.owner().id,
+        acme.admin(0).id,
+    )
+    .await;
+    let ids = people(&pool, org, "b", 3).await;
+    let (ann, bob, cat) = (ids[0], ids[1], ids[2]);
+    let mut tx = pool.begin().await.unwrap();
+    app::db::audience::add_members(&mut tx, org.0, trial, &ids)
+        .await
+        .unwrap();
+    let mut enrolled_at = BTreeMap::new();
+    for id in ids.iter().copied() {
+        let e = automation::enrol(&mut tx, org, a, SubscriberId(id), "k", &json!({}))
+            .await
+            .unwrap();
+        let t: DateTime<Utc> =
+            sqlx::query_scalar("select enrolled_at from enrolments where id = $1")
+                .bind(e.id)
+                .fetch_one(&mut *tx)
+                .await
+                .unwrap();
+        enrolled_at.insert(id, t);
+    }
+    // Ann was invited the day before her enrolment, Bob a minute after his, Cat never.
+    let props = json!({});
+    for (key, who, when) in [
+        ("i1", ann, enrolled_at[&ann] - Duration::days(1)),
+        ("i2", bob, enrolled_at[&bob] + Duration::minutes(1)),
+    ] {
+        app::db::events::insert(
+            &mut tx,
+            org,
+            &[NewEvent {
+                key,
+                subscriber: SubscriberId(who),
+                name: "invited",
+                properties: &props,
+                occurred_at: when,
+            }],
+        )
+        .await
+        .unwrap();
+    }
+    tx.commit().await.unwrap();
+    run_all(&pool, enrolled_at[&cat] + Duration::hours(1), 3).await;
+
+    let ends: BTreeMap<i64, (String, Option<String>)> = sqlx::query_as::<_, (i64, String, Option<String>)>(
+        "select subscriber_id, state::text, exit_reason::text from enrolments where automation_id = $1",
+    )
+    .bind(a)
+    .fetch_all(&pool)
+    .await
+    .unwrap()
+    .into_iter()
+    .map(|(s, st, r)| (s, (st, r)))
+    .collect();
+    assert_eq!(ends[&bob], ("exited".to_owned(), Some("step".to_owned())));
+    assert_eq!(ends[&ann], ("completed".to_owned(), None));
+    assert_eq!(ends[&cat], ("completed".to_owned(), None));
+    let branched: BTreeMap<i64, String> = sqlx::query_as(
+        "select e.subscriber_id, s.detail from enrolment_steps s
+         join enrolments e on e.id = s.enrolment_id
+         where s.automation_id = $1 and s.step = 0",
+    )
+    .bind(a)
+    .fetch_all(&pool)
+    .await
+    .unwrap()
+    .into_iter()
+    .collect();
+    assert_eq!(
+        branched,
+        BTreeMap::from([
+            (ann, "else".into()),
+            (bob, "then".into()),
+            (cat, "else".into())
+        ])
+    );
+    let members = |list: i64| {
+        let pool = pool.clone();
+        async move {
+            sqlx::query_scalar::<_, i64>(
+                "select subscriber_id from list_members where list_id = $1 order by 1",
+            )
+            .bind(list)
+            .fetch_all(&pool)
+            .await
+            .unwrap()
+        }
+    };
+    assert_eq!(members(engaged).await, vec![bob]);
+    assert_eq!(
+        members(trial).await,
+        vec![bob],
+        "the others left the trial list"
+    );
+
+    // A saved segment has no enrolment to count from.
+    let g: app::domain::segment::Group = serde_json::from_value(invited).unwrap();
+    let refused = g.check().unwrap_err();
+    assert!(refused.path.ends_with("since_enrolment"), "{refused:?}");
+}
+
+/// An automation's mail queued before the address was suppressed is not sent: the delivery
+/// engine checks suppressions again when it claims the message, as for any bulk mail.
+#[tokio::test]
+async fn automation_mail_queued_before_a_suppression_is_suppressed_at_the_claim() {
+    let pool = test_db().await;
+    let acme = TestOrg::new(&pool, "acme").await;
+    let org = acme.id;
+    let a = live(
+        &pool,
+        org,
+        "Hello",
+        &definition(json!({
+            "trigger": {"type": "api"},
+            "reentry": "once",
+            "steps": [{"type": "email", "subject": "Hello", "body": "x"}]
+        })),
+        acme.owner().id,
+        acme.admin(0).id,
+    )
+    .await;
+    let ids = people(&pool, org, "q", 2).await;
+    let mut c = pool.acquire().await.unwrap();
+    for id in &ids {
+        automation::enrol(&mut c, org, a, SubscriberId(*id), "k", &json!({}))
+            .await
+            .unwrap();
+    }
+    run_all(&pool, Utc::now() + Duration::minutes(1), 2).await;
+    assert_eq!(mails(&pool, a).await.len(), 2, "both queued");
+    app::db::audience::suppress_all(
+        &mut c,
+        org.0,
+        &["q0@example.org"],
+        app::domain::SuppressionReason::Manual,
+        "test",
+    )
+    .await
+    .unwrap();
+    let sink = testkit::SmtpSink::start();
+    mailroom::workers::delivery::Worker::new(
+        pool.clone(),
+        crate::support::fixtures::config(&sink),
+        "inproc",
+    )
+    .drain()
+    .await
+    .unwrap();
+    let outcomes: BTreeMap<i64, String> =
+        sqlx::query_as("select subscriber_id, status from deliveries where automation_id = $1")
+            .bind(a)
+            .fetch_all(&pool)
+            .await
+            .unwrap()
+            .into_iter()
+            .collect();
+    assert_eq!(outcomes[&ids[0]], "suppressed");
+    assert_eq!(outcomes[&ids[1]], "delivered");
+    let to: Vec<String> = sink.messages().iter().flat_map(|m| m.to.clone()).collect();
+    assert_eq!(to, ["q1@example.org"]);
 }

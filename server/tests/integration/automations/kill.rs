@@ -212,6 +212,9 @@ fn kill_through_the_series(
         .map(|i| start(&format!("w{i}"), dir.path(), &sink, &url, phases[0]))
         .collect();
     let mut kills = 0;
+    // Kills made while steps were due or mail unsent: the ones that can lose or double work
+    // (the kills that move the workers to the next phase may find nothing in hand).
+    let mut mid_work = 0;
     let mut last_kill = Instant::now();
     let kill_one = |procs: &mut Vec<Proc>, now: DateTime<Utc>, kills: &mut usize| {
         let victim = rand::random::<usize>() % procs.len();
@@ -219,6 +222,29 @@ fn kill_through_the_series(
         procs[victim].wait_exit(10);
         *kills += 1;
         procs[victim] = start(&format!("k{kills}"), dir.path(), &sink, &url, now);
+    };
+    // Steps due at `now` and mail not yet sent.
+    let work = |now: DateTime<Utc>| {
+        rt.block_on(
+            sqlx::query_scalar::<_, i64>(
+                "select (select count(*) from enrolments
+                         where automation_id = $1 and state = 'active' and due_at <= $2)
+                      + (select count(*) from deliveries
+                         where automation_id = $1 and status = 'queued')",
+            )
+            .bind(id)
+            .bind(now)
+            .fetch_one(&pool),
+        )
+        .unwrap()
+    };
+    // Every second while work remains, one worker is killed.
+    let mut kill_while_busy = |procs: &mut Vec<Proc>, now: DateTime<Utc>, kills: &mut usize| {
+        if last_kill.elapsed() > Duration::from_secs(1) && work(now) > 0 {
+            kill_one(procs, now, kills);
+            mid_work += 1;
+            last_kill = Instant::now();
+        }
     };
     // People join the list in chunks while the workers run and die.
     let halfway = ids.len() / 200;
@@ -233,10 +259,7 @@ fn kill_through_the_series(
                 .unwrap();
             tx.commit().await.unwrap();
         });
-        if last_kill.elapsed() > Duration::from_millis(1500) {
-            kill_one(&mut procs, phases[0], &mut kills);
-            last_kill = Instant::now();
-        }
+        kill_while_busy(&mut procs, phases[0], &mut kills);
     }
     let deadline = Instant::now() + Duration::from_secs(600 + n as u64 / 200);
     for (p, now) in phases.iter().enumerate() {
@@ -268,42 +291,28 @@ fn kill_through_the_series(
         };
         while due() > 0 {
             assert!(Instant::now() < deadline, "phase {p} did not finish");
-            std::thread::sleep(Duration::from_millis(1500));
-            if due() == 0 {
-                break;
-            }
-            kill_one(&mut procs, *now, &mut kills);
+            std::thread::sleep(Duration::from_millis(200));
+            kill_while_busy(&mut procs, *now, &mut kills);
         }
     }
-    // The delivery engine finishes what the steps queued.
-    let unsent = || {
-        scalar(
-            &rt,
-            &pool,
-            "select count(*) from deliveries where automation_id = $1 and status = 'queued'",
-            id,
-        )
-    };
-    // Killed on, every 1.5 s, while the delivery engine sends (a debug build sends a few
-    // hundred a second: the full size takes a while).
+    // The delivery engine finishes what the steps queued, killed on every second while it
+    // sends (a debug build sends a few hundred a second: the full size takes a while).
     let deadline = Instant::now() + Duration::from_secs(300 + n as u64 / 50);
-    while unsent() > 0 {
+    while work(phases[2]) > 0 {
         assert!(
             Instant::now() < deadline,
             "the automation mail was not all sent"
         );
-        std::thread::sleep(Duration::from_millis(1500));
-        if unsent() > 0 {
-            kill_one(&mut procs, phases[2], &mut kills);
-        }
+        std::thread::sleep(Duration::from_millis(200));
+        kill_while_busy(&mut procs, phases[2], &mut kills);
     }
     for mut p in procs {
         p.signal(Signal::SIGTERM);
         p.wait_exit(60);
     }
     assert!(
-        kills >= 4,
-        "the run ended before the workers were killed: make it bigger"
+        mid_work >= 3,
+        "only {mid_work} kills came while work remained: make the run bigger"
     );
 
     // Everyone enrolled once, took all five steps once, and finished.
@@ -373,7 +382,7 @@ fn kill_through_the_series(
         );
     }
     eprintln!(
-        "{kills} kills, {restarts} database restarts over {n} people: {} messages, {unknown} unknown, {} arrived",
+        "{kills} kills ({mid_work} while work remained), {restarts} database restarts over {n} people: {} messages, {unknown} unknown, {} arrived",
         outcomes.len(),
         arrived.len()
     );

@@ -47,12 +47,17 @@ async fn enrolled(pool: &PgPool, automation: i64) -> Vec<(i64, String)> {
     .unwrap()
 }
 
+/// The scan interval the tests' scans are made at (the worker's default).
+const EVERY: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// Twenty scans at once, as twenty replicas would run them; returns the enrolments made.
 async fn scan(pool: &PgPool, now: DateTime<Utc>) -> u64 {
     let scans: Vec<_> = (0..20)
         .map(|_| {
             let pool = pool.clone();
-            tokio::spawn(async move { automation::enrol_by_segments(&pool, Some(now)).await })
+            tokio::spawn(
+                async move { automation::enrol_by_segments(&pool, Some(now), EVERY).await },
+            )
         })
         .collect();
     let mut made = 0;
@@ -112,6 +117,9 @@ async fn entering_a_segment_enrols_once_per_entry_and_switching_on_enrols_nobody
         .execute(&pool)
         .await
         .unwrap();
+    // Scanned less than half an interval ago (by any replica): not scanned again yet.
+    assert_eq!(scan(&pool, t0 + Duration::seconds(20)).await, 0);
+    assert!(enrolled(&pool, each).await.is_empty());
     assert_eq!(scan(&pool, t0 + Duration::minutes(1)).await, 2);
     let first = enrolled(&pool, each).await;
     assert_eq!(first.len(), 1, "{first:?}");
@@ -206,6 +214,35 @@ async fn entering_a_segment_enrols_once_per_entry_and_switching_on_enrols_nobody
             }
             other => panic!("deleted a live automation's segment: {other:?}"),
         }
+    }
+
+    // A draft's segment may be deleted (nothing is live on it), and then the draft cannot be
+    // approved: it would go live on a segment that is gone.
+    {
+        let mut c = pool.acquire().await.unwrap();
+        let doomed = app::db::segment::create(&mut c, org, "Doomed", &plan_is(&["team"]))
+            .await
+            .unwrap();
+        let d = definition(json!({
+            "trigger": {"type": "segment_entered", "segment_id": doomed},
+            "reentry": "once",
+            "steps": [{"type": "exit"}]
+        }));
+        let draft = automation::create(&mut c, org, "On a doomed segment", &d, owner)
+            .await
+            .unwrap();
+        app::db::segment::delete(&mut c, org, doomed).await.unwrap();
+        assert!(matches!(
+            automation::approve(&mut c, org, draft, 1, second, false).await,
+            Err(automation::ApproveError::SegmentGone)
+        ));
+        let status: String =
+            sqlx::query_scalar("select status::text from automations where id = $1")
+                .bind(draft)
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+        assert_eq!(status, "draft");
     }
 
     // Another org's segment is not found, on the reference check and on save.

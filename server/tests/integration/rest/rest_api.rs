@@ -425,6 +425,35 @@ async fn every_endpoint_needs_a_token_and_its_scope_and_never_reaches_another_or
         covered.insert((method.clone(), template.clone()));
     }
     assert_eq!(covered.len(), ops.len());
+    // A's own subscriber into B's automation: still not found.
+    let (s, _, ann) = send(
+        &app,
+        "POST",
+        "/api/v1/subscribers",
+        Some(&a_all),
+        Some(&serde_json::json!({"email": "ann@acme.example", "name": "Ann"})),
+    )
+    .await;
+    assert_eq!(s, StatusCode::CREATED, "{ann}");
+    let (s, _, body) = send(
+        &app,
+        "POST",
+        &format!("/api/v1/automations/{b_automation}/enrolments"),
+        Some(&a_all),
+        Some(&serde_json::json!({"id": "k2", "subscriber_id": ann["id"]})),
+    )
+    .await;
+    assert_eq!(s, StatusCode::NOT_FOUND, "{body}");
+    assert_eq!(
+        body["detail"].as_str().map(|d| d.contains("automation")),
+        Some(true),
+        "{body}"
+    );
+    let enrolled: i64 = sqlx::query_scalar("select count(*) from enrolments")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(enrolled, 0);
     let (name, erased, lists): (String, bool, i64) = sqlx::query_as(
         "select name, erased_at is not null, (select count(*) from list_members where subscriber_id = s.id)
          from subscribers s where id = $1",

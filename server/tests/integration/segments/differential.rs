@@ -279,6 +279,7 @@ fn condition() -> impl Strategy<Value = Node> {
                     name: KEYS[k].to_string(),
                     test,
                 }),
+                since_enrolment: false,
             }),
     ]
 }
@@ -659,6 +660,7 @@ impl Model<'_> {
                 at_least,
                 within_days,
                 property,
+                since_enrolment: _,
             } => {
                 let since = self.since(*within_days);
                 let n = self

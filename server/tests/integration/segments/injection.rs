@@ -65,6 +65,7 @@ fn tree(name: &str, value: &str) -> Group {
                     name: name.into(),
                     test: text(value),
                 }),
+                since_enrolment: false,
             },
         ],
     }

@@ -8,10 +8,11 @@ use reqwest::StatusCode;
 use sqlx::PgPool;
 
 use super::events_out::assert_documented;
-use crate::support::fixtures::run_to_end;
+use crate::support::fixtures::{config, run_to_end};
 use crate::support::helpers::test_db;
 use crate::support::org::TestOrg;
 use crate::support::test_app::spawn_app;
+use mailroom::workers::delivery::Worker;
 use testkit::SmtpSink;
 
 const PRICING: &str = "https://example.com/pricing?plan=pro&ref=mail";
@@ -206,6 +207,86 @@ async fn tracked_links_lead_only_to_their_own_target_and_count_people_apart_from
         assert_eq!(e["data"]["campaign_id"], tracked.0);
     }
 
+    // Automation mail is tracked as campaign mail is, and its clicks name the automation.
+    let welcome = crate::automations::live(
+        &pool,
+        acme.id,
+        "Welcome",
+        &crate::automations::definition(serde_json::json!({
+            "trigger": {"type": "api"},
+            "reentry": "once",
+            "steps": [{"type": "email", "subject": "Welcome", "body": format!("See [our prices]({PRICING}).")}]
+        })),
+        acme.owner().id,
+        acme.admin(0).id,
+    )
+    .await;
+    let someone: i64 = sqlx::query_scalar(
+        "select id from subscribers where org_id = $1 and status = 'confirmed' order by id limit 1",
+    )
+    .bind(org)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    app::db::automation::enrol(
+        &mut conn,
+        acme.id,
+        welcome,
+        app::domain::SubscriberId(someone),
+        "k1",
+        &serde_json::json!({}),
+    )
+    .await
+    .unwrap();
+    crate::automations::run_all(&pool, chrono::Utc::now() + chrono::Duration::minutes(1), 1).await;
+    let sink = SmtpSink::start();
+    Worker::new(pool.clone(), config(&sink), "inproc")
+        .drain()
+        .await
+        .unwrap();
+    let sent = tokens(&sink);
+    assert_eq!(sent.len(), 1, "the automation's one message");
+    assert_eq!(sent[0].len(), 1, "{sent:?}");
+    sqlx::query(
+        "update deliveries set finished_at = now() - interval '1 hour' where automation_id = $1",
+    )
+    .bind(welcome)
+    .execute(&pool)
+    .await
+    .unwrap();
+    let (status, location) = follow(sent[0][0].clone(), false, BROWSER).await;
+    assert_eq!(
+        (status, location.as_deref()),
+        (StatusCode::FOUND, Some(PRICING))
+    );
+    let recorded: (Option<i64>, Option<i64>, Option<i64>) = sqlx::query_as(
+        "select campaign_id, automation_id, subscriber_id from link_clicks order by id desc limit 1",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(recorded, (None, Some(welcome), Some(someone)));
+    let event: serde_json::Value = sqlx::query_scalar(
+        "select payload from webhook_out_messages where endpoint_id = $1
+         order by created_at desc limit 1",
+    )
+    .bind(endpoint)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_documented(&event);
+    assert_eq!(event["data"]["automation_id"], welcome, "{event}");
+    assert_eq!(
+        event["data"]["campaign_id"],
+        serde_json::Value::Null,
+        "{event}"
+    );
+    // The campaign's counts are the campaign's alone.
+    let links = app::db::clicks::per_link(&mut conn, org, tracked.0)
+        .await
+        .unwrap();
+    assert_eq!(links.iter().find(|l| l.url == PRICING).unwrap().clicks, 3);
+
     // An erasure keeps the clicks counted and forgets whose they were.
     let first: i64 = sqlx::query_scalar(
         "select subscriber_id from link_clicks where campaign_id = $1 and not scanner order by id limit 1",
@@ -221,6 +302,31 @@ async fn tracked_links_lead_only_to_their_own_target_and_count_people_apart_from
             .await
             .unwrap();
     assert!(!their_jobs.is_empty());
+    // A link personalised with their address, clicked (recorded as the redirect records it).
+    let address: String = sqlx::query_scalar("select email from subscribers where id = $1")
+        .bind(first)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    let job: String = sqlx::query_scalar(
+        "select job_id from deliveries where campaign_id = $1 and subscriber_id = $2",
+    )
+    .bind(tracked.0)
+    .bind(first)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    for personal in [
+        format!("https://example.com/welcome?e={address}#top"),
+        format!(
+            "https://example.com/u/{}/prefs",
+            address.replace('@', "%40")
+        ),
+    ] {
+        assert!(app::db::clicks::record(&pool, &job, &personal, false, 0.0)
+            .await
+            .unwrap());
+    }
     let mut tx = pool.begin().await.unwrap();
     app::db::subscribers::erase(&mut tx, org, first)
         .await
@@ -236,6 +342,33 @@ async fn tracked_links_lead_only_to_their_own_target_and_count_people_apart_from
     .await
     .unwrap();
     assert_eq!(left, 0, "no click names the erased subscriber");
+    let urls: Vec<String> = sqlx::query_scalar(
+        "select url from link_clicks where url like 'https://example.com%' and url not like $1",
+    )
+    .bind(format!("{PRICING}%"))
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert!(
+        urls.contains(&"https://example.com/welcome".to_owned()),
+        "{urls:?}"
+    );
+    assert!(urls.contains(&"https://example.com".to_owned()), "{urls:?}");
+    let mentions: i64 = sqlx::query_scalar(
+        "select (select count(*) from link_clicks
+                 where strpos(lower(url), $1) > 0 or strpos(lower(url), replace($1, '@', '%40')) > 0)
+              + (select count(*) from webhook_out_messages
+                 where strpos(lower(payload::text), $1) > 0
+                    or strpos(lower(payload::text), replace($1, '@', '%40')) > 0)",
+    )
+    .bind(address.to_lowercase())
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        mentions, 0,
+        "neither a click nor an event names the erased address"
+    );
     let links = app::db::clicks::per_link(&mut conn, org, tracked.0)
         .await
         .unwrap();
@@ -373,6 +506,31 @@ async fn the_open_pixel_is_opt_in_counts_people_apart_from_machines_and_refuses_
             .fetch_one(&pool)
             .await
             .unwrap();
+    // A link personalised with their address, clicked (recorded as the redirect records it).
+    let address: String = sqlx::query_scalar("select email from subscribers where id = $1")
+        .bind(first)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    let job: String = sqlx::query_scalar(
+        "select job_id from deliveries where campaign_id = $1 and subscriber_id = $2",
+    )
+    .bind(tracked.0)
+    .bind(first)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    for personal in [
+        format!("https://example.com/welcome?e={address}#top"),
+        format!(
+            "https://example.com/u/{}/prefs",
+            address.replace('@', "%40")
+        ),
+    ] {
+        assert!(app::db::clicks::record(&pool, &job, &personal, false, 0.0)
+            .await
+            .unwrap());
+    }
     let mut tx = pool.begin().await.unwrap();
     app::db::subscribers::erase(&mut tx, org, first)
         .await

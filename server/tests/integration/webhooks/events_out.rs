@@ -543,6 +543,146 @@ async fn a_slow_endpoint_holds_only_its_own_share() {
     assert!(most <= 4, "at most 4 of A's requests at once, saw {most}");
 }
 
+/// At the default limits (32 requests per process, 16 in flight per endpoint), two slow
+/// endpoints with events queued first still leave a process room for a third org's fast one:
+/// each endpoint gets at most a quarter of the process's requests.
+#[tokio::test]
+async fn two_slow_endpoints_at_the_default_limits_leave_room_for_the_rest() {
+    let pool = test_db().await;
+    let slow =
+        Receiver::start(|_, _| Act::Answer(200, Vec::new(), Duration::from_millis(1500))).await;
+    let fast = Receiver::start(|_, _| Act::ok()).await;
+    let mut slow_endpoints = Vec::new();
+    for name in ["slowone", "slowtwo"] {
+        let org = TestOrg::with_roles(&pool, name, &[Role::Owner]).await;
+        let (e, _) = endpoint(
+            &pool,
+            &org,
+            &slow.url(&format!("/{name}")),
+            &[WebhookEventType::MessageDelivered],
+        )
+        .await;
+        let jobs = deliveries(&pool, org.id.0, name, 20).await;
+        settle(&pool, &jobs, "delivered").await;
+        slow_endpoints.push(e);
+    }
+    let b = TestOrg::with_roles(&pool, "fastco", &[Role::Owner]).await;
+    let (eb, _) = endpoint(
+        &pool,
+        &b,
+        &fast.url("/b"),
+        &[WebhookEventType::MessageDelivered],
+    )
+    .await;
+    let jb = deliveries(&pool, b.id.0, "fast", 12).await;
+    settle(&pool, &jb, "delivered").await;
+    let cfg = Config {
+        timeout: Duration::from_secs(5),
+        concurrency: Config::default().concurrency,
+        ..config()
+    };
+    let (stop, task) = start(&pool, cfg, "shared");
+    wait_for("all three endpoints served", 90, async || {
+        let mut done = counts(&pool, eb).await.get("delivered") == Some(&12);
+        for e in &slow_endpoints {
+            done &= counts(&pool, *e).await.get("delivered") == Some(&20);
+        }
+        done
+    })
+    .await;
+    stop.send(true).unwrap();
+    task.await.unwrap();
+    let (b_last, slow_first): (chrono::DateTime<chrono::Utc>, chrono::DateTime<chrono::Utc>) =
+        sqlx::query_as(
+            "select (select max(finished_at) from webhook_out_messages where endpoint_id = $2),
+                    (select min(finished_at) from webhook_out_messages where endpoint_id = any($1))",
+        )
+        .bind(&slow_endpoints)
+        .bind(eb)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert!(
+        b_last < slow_first,
+        "the fast endpoint's last {b_last} before the slow ones' first {slow_first}"
+    );
+}
+
+/// A replay sends a delivered event again under its `webhook-id`, once however often it is
+/// asked for while on its way (a second queueing would send it twice); another org's event is
+/// not found.
+#[tokio::test]
+async fn a_replay_sends_an_event_again_under_its_id_once() {
+    let pool = test_db().await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
+    let globex = TestOrg::with_roles(&pool, "globex", &[Role::Owner]).await;
+    let receiver = Receiver::start(|_, _| Act::ok()).await;
+    let (e, _) = endpoint(
+        &pool,
+        &acme,
+        &receiver.url("/r"),
+        &[WebhookEventType::MessageDelivered],
+    )
+    .await;
+    let jobs = deliveries(&pool, acme.id.0, "r", 1).await;
+    settle(&pool, &jobs, "delivered").await;
+    let (stop, task) = start(&pool, config(), "first");
+    wait_for("the event delivered", 30, async || {
+        counts(&pool, e).await.get("delivered") == Some(&1)
+    })
+    .await;
+    stop.send(true).unwrap();
+    task.await.unwrap();
+    let id: String =
+        sqlx::query_scalar("select id from webhook_out_messages where endpoint_id = $1")
+            .bind(e)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    let mut conn = pool.acquire().await.unwrap();
+    assert_eq!(
+        webhooks_out::replay(&mut conn, globex.id.0, &id)
+            .await
+            .unwrap(),
+        webhooks_out::Replayed::NotFound
+    );
+    assert_eq!(
+        webhooks_out::replay(&mut conn, acme.id.0, &id)
+            .await
+            .unwrap(),
+        webhooks_out::Replayed::Queued(e)
+    );
+    // Asked for again, at once and many times, while it waits: it is already on its way.
+    let again: Vec<_> = (0..10)
+        .map(|_| {
+            let (pool, id) = (pool.clone(), id.clone());
+            let org = acme.id.0;
+            tokio::spawn(async move {
+                let mut c = pool.acquire().await.unwrap();
+                webhooks_out::replay(&mut c, org, &id).await.unwrap()
+            })
+        })
+        .collect();
+    for r in again {
+        assert_eq!(r.await.unwrap(), webhooks_out::Replayed::Pending);
+    }
+    let (stop, task) = start(&pool, config(), "second");
+    wait_for("the replay delivered", 30, async || {
+        counts(&pool, e).await.get("delivered") == Some(&1) && receiver.requests().len() >= 2
+    })
+    .await;
+    // Long enough for a second queueing to have been sent too.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.send(true).unwrap();
+    task.await.unwrap();
+    let ids: Vec<String> = receiver
+        .requests()
+        .iter()
+        .map(|r| r.id().to_owned())
+        .collect();
+    assert_eq!(ids, [id.clone(), id], "sent twice in all, under one id");
+}
+
 /// A refusal (410) fails an event at once; an endpoint failing for longer than its limit is
 /// turned off with a reason, its owners are mailed an account notice (once each, nobody else),
 /// and turning it on sends what waited.
@@ -972,7 +1112,10 @@ async fn who_enters_or_leaves_a_watched_segment_is_reported_once_and_signed() {
             let scans: Vec<_> = (0..20)
                 .map(|_| {
                     let pool = pool.clone();
-                    tokio::spawn(async move { app::db::segment::watch(&pool, Some(at)).await })
+                    tokio::spawn(async move {
+                        app::db::segment::watch(&pool, Some(at), std::time::Duration::from_secs(60))
+                            .await
+                    })
                 })
                 .collect();
             let mut found = 0;
@@ -1001,6 +1144,9 @@ async fn who_enters_or_leaves_a_watched_segment_is_reported_once_and_signed() {
     assert_eq!(scan(t0).await, 0, "the first scan only notes who matches");
     set_plan(ids[2], "pro").await;
     set_plan(ids[0], "free").await;
+    // Scanned less than half an interval ago (by any replica): not scanned again yet.
+    assert_eq!(scan(t0 + Days::seconds(20)).await, 0);
+    assert!(reported().await.is_empty());
     assert_eq!(scan(t0 + Days::minutes(1)).await, 2);
     assert_eq!(
         reported().await,

@@ -14,7 +14,7 @@ use crate::support::procs::wait_until;
 
 #[test]
 fn sigkilled_workers_report_every_committed_outcome_and_nothing_else() {
-    // CI runs a small campaign; bench/webhooks.sh runs 50,000 with the same code and checks.
+    // CI runs a small campaign; bench/webhooks-kill.sh runs 50,000 with the same code and checks.
     let recipients: usize = std::env::var("WEBHOOK_KILL_RECIPIENTS")
         .ok()
         .and_then(|v| v.parse().ok())
