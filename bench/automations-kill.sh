@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Automations at full size: 3 `mailroom worker` processes take a welcome series (three mails,
-# two waits) for 100,000 people joining its list while a random one is SIGKILLed every 1.5 s,
-# the workers' clock moved past each wait in phases; then everyone must have been enrolled
+# two waits) for 100,000 people joining its list while a random one is SIGKILLed every second
+# while steps are due or mail unsent, the workers' clock moved past each wait in phases; then everyone must have been enrolled
 # once, taken all five steps once and ended completed, and no message arrived twice. Then the
 # same on a PostgreSQL of the test's own, crash-restarted three times (while people join, and at
 # each later phase). The test command runs the same tests at 1,500.
