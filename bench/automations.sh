@@ -5,6 +5,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export LEPTOS_OUTPUT_NAME=mailroom
-cargo build --release -p mailroom --example automation_bench
+command -v smtp-sink >/dev/null || { echo "needs Postfix's smtp-sink: apt-get install postfix" >&2; exit 1; }
+cargo build --release -p mailroom --bin mailroom --example automation_bench
 target=${CARGO_TARGET_DIR:-target}
+# The worker sends the automation's mail while the steps are taken (BENCH_NO_SENDER=1: not).
+if [ -z "${BENCH_NO_SENDER:-}" ]; then export MAILROOM_BIN="$target/release/mailroom"; fi
 "$target/release/examples/automation_bench" "$@"

@@ -506,31 +506,6 @@ async fn the_open_pixel_is_opt_in_counts_people_apart_from_machines_and_refuses_
             .fetch_one(&pool)
             .await
             .unwrap();
-    // A link personalised with their address, clicked (recorded as the redirect records it).
-    let address: String = sqlx::query_scalar("select email from subscribers where id = $1")
-        .bind(first)
-        .fetch_one(&pool)
-        .await
-        .unwrap();
-    let job: String = sqlx::query_scalar(
-        "select job_id from deliveries where campaign_id = $1 and subscriber_id = $2",
-    )
-    .bind(tracked.0)
-    .bind(first)
-    .fetch_one(&pool)
-    .await
-    .unwrap();
-    for personal in [
-        format!("https://example.com/welcome?e={address}#top"),
-        format!(
-            "https://example.com/u/{}/prefs",
-            address.replace('@', "%40")
-        ),
-    ] {
-        assert!(app::db::clicks::record(&pool, &job, &personal, false, 0.0)
-            .await
-            .unwrap());
-    }
     let mut tx = pool.begin().await.unwrap();
     app::db::subscribers::erase(&mut tx, org, first)
         .await

@@ -220,6 +220,23 @@ async fn a_flaky_receiver_gets_every_event_under_one_id_verified_by_the_referenc
         assert!(reported.insert(job));
     }
     assert_eq!(reported.len(), 24, "each delivery reported");
+    // A 429's Retry-After (1 s, where the backoff would wait at most 0.4 s) is honoured: that
+    // event's next attempt came no sooner.
+    let mut honoured = 0;
+    for attempts in by_id.values() {
+        for w in attempts.windows(2) {
+            if w[0].answered == Some(429) {
+                assert!(
+                    w[1].at >= w[0].at + Duration::from_secs(1),
+                    "{}: retried {:?} after a Retry-After of 1 s",
+                    w[0].id(),
+                    w[1].at - w[0].at
+                );
+                honoured += 1;
+            }
+        }
+    }
+    assert!(honoured > 0, "some events were answered 429 and retried");
     assert!(got.iter().all(|g| g.path == "/hooks/mailroom"));
 
     let verdicts = verify_independently(&secret, &got);
@@ -391,6 +408,66 @@ async fn an_event_commits_with_its_change_once_and_only_for_endpoints_that_asked
         jobs[0].as_str(),
         "matched to its delivery"
     );
+
+    // A complaint, and a campaign paused, each reported once, as documented.
+    let (told, _) = endpoint(
+        &pool,
+        &acme,
+        "https://hooks.example.com/told",
+        &[
+            WebhookEventType::MessageComplained,
+            WebhookEventType::CampaignPaused,
+        ],
+    )
+    .await;
+    let complaint = app::domain::FeedbackReport {
+        id: "complaint-1".into(),
+        kind: app::domain::EventKind::Complaint,
+        recipient: Some(app::domain::EmailAddress::parse("once-2@example.org").unwrap()),
+        status: None,
+        diagnostic: None,
+        ..report
+    };
+    for _ in 0..3 {
+        let mut tx = pool.begin().await.unwrap();
+        app::feedback::record(&mut tx, &cx, &complaint)
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+    }
+    let (campaign, _) = crate::support::fixtures::campaign_deliveries(
+        &pool,
+        acme.id.0,
+        acme.owner().id.0,
+        "sending",
+        &["paused-0@example.org".to_owned()],
+    )
+    .await;
+    let mut c = pool.acquire().await.unwrap();
+    app::db::campaign::states::change(
+        &mut c,
+        acme.id,
+        app::domain::CampaignId(campaign),
+        app::domain::Transition::Pause,
+    )
+    .await
+    .unwrap();
+    let told: Vec<serde_json::Value> = sqlx::query_scalar(
+        "select payload from webhook_out_messages where endpoint_id = $1 order by event_type",
+    )
+    .bind(told)
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(told.len(), 2, "{told:?}");
+    for e in &told {
+        assert_documented(e);
+    }
+    assert_eq!(told[0]["type"], "campaign.paused");
+    assert_eq!(told[0]["data"]["campaign_id"], campaign);
+    assert_eq!(told[1]["type"], "message.complained");
+    assert_eq!(told[1]["data"]["recipient"], "once-2@example.org");
+    assert_eq!(told[1]["data"]["job_id"], jobs[2].as_str());
 }
 
 /// Without the operator's flag, neither an address literal nor a name that resolves to
@@ -606,6 +683,49 @@ async fn two_slow_endpoints_at_the_default_limits_leave_room_for_the_rest() {
         b_last < slow_first,
         "the fast endpoint's last {b_last} before the slow ones' first {slow_first}"
     );
+}
+
+/// An event whose endpoint keeps failing is retried until its limit (three days unless the
+/// operator chose otherwise), then failed; the endpoint, not failing long enough to be turned
+/// off, stays on.
+#[tokio::test]
+async fn an_event_failing_past_its_retry_limit_is_given_up() {
+    assert_eq!(
+        Limits::default().give_up_after,
+        Duration::from_secs(3 * 86400),
+        "three days by default"
+    );
+    let pool = test_db().await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
+    let down = Receiver::start(|_, _| Act::status(503)).await;
+    let (e, _) = endpoint(
+        &pool,
+        &acme,
+        &down.url("/down"),
+        &[WebhookEventType::MessageDelivered],
+    )
+    .await;
+    let jobs = deliveries(&pool, acme.id.0, "down", 1).await;
+    settle(&pool, &jobs, "delivered").await;
+    let cfg = Config {
+        limits: Limits {
+            disable_after: Duration::from_secs(3600),
+            give_up_after: Duration::from_secs(2),
+        },
+        ..config()
+    };
+    let (stop, task) = start(&pool, cfg, "give-up");
+    wait_for("the event given up", 30, async || {
+        counts(&pool, e).await.get("failed") == Some(&1)
+    })
+    .await;
+    stop.send(true).unwrap();
+    task.await.unwrap();
+    let tries = down.requests().len();
+    assert!(tries >= 2, "retried before giving up: {tries}");
+    let mut conn = pool.acquire().await.unwrap();
+    let list = webhooks_out::list(&mut conn, acme.id.0).await.unwrap();
+    assert!(list.iter().any(|x| x.id == e && x.enabled), "{list:?}");
 }
 
 /// A replay sends a delivered event again under its `webhook-id`, once however often it is
