@@ -102,3 +102,16 @@ impl<R, C> Page<R, C> {
         Page { rows, next }
     }
 }
+
+/// What one item's scan came to, for a pass over many (automations' triggers, watched
+/// segments): the database refusing it (an operator's data it cannot read, say) is logged and
+/// the pass goes on to the others, which it must not stop; losing the database ends the pass.
+pub(crate) fn one_of_many(what: &str, id: i64, r: sqlx::Result<u64>) -> sqlx::Result<u64> {
+    match r {
+        Err(sqlx::Error::Database(e)) => {
+            tracing::error!(what, id, error = %e, "a scan failed; the pass goes on");
+            Ok(0)
+        }
+        r => r,
+    }
+}

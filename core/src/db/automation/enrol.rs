@@ -288,22 +288,9 @@ pub async fn enrol_by_dates(pool: &PgPool, pinned: Option<DateTime<Utc>>) -> sql
             (attribute, *offset_days, *yearly),
             today,
         );
-        made += one_of_many(automation, "date", on_date.await)?;
+        made += crate::db::one_of_many("date trigger of automation", automation, on_date.await)?;
     }
     Ok(made)
-}
-
-/// What one automation's scan came to, for a pass over many: the database refusing it (an
-/// operator's data it cannot read, say) is logged and the pass goes on to the others, which
-/// it must not stop; losing the database ends the pass.
-fn one_of_many(automation: i64, trigger: &str, r: sqlx::Result<u64>) -> sqlx::Result<u64> {
-    match r {
-        Err(sqlx::Error::Database(e)) => {
-            tracing::error!(automation, trigger, error = %e, "an automation's trigger scan failed");
-            Ok(0)
-        }
-        r => r,
-    }
 }
 
 /// Holds the automation's row shared in `tx` if `version` is still its live version: a stop
@@ -434,7 +421,7 @@ pub async fn enrol_by_segments(
             segment_id,
             segment_version,
         );
-        made += one_of_many(automation, "segment", scan.await)?;
+        made += crate::db::one_of_many("segment trigger of automation", automation, scan.await)?;
     }
     Ok(made)
 }

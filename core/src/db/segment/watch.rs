@@ -37,15 +37,8 @@ pub async fn watch(
     .await?;
     let mut written = 0;
     for (org, segment, version, Json(g)) in watched {
-        match scan(pool, pinned, every, org, segment, version, &g).await {
-            Ok(n) => written += n,
-            // One segment the database cannot evaluate (an operator's data it refuses, say)
-            // must not stop the others' events.
-            Err(sqlx::Error::Database(e)) => {
-                tracing::error!(segment, error = %e, "a watched segment's scan failed");
-            }
-            Err(e) => return Err(e),
-        }
+        let scanned = scan(pool, pinned, every, org, segment, version, &g).await;
+        written += crate::db::one_of_many("watched segment", segment, scanned)?;
     }
     Ok(written)
 }
