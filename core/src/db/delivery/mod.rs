@@ -352,11 +352,14 @@ pub static CLAIM: LazyLock<String> = LazyLock::new(|| {
              limit $1
          ),
          -- Off the queue: from here the claim row below holds them. An entry whose delivery is
-         -- no longer `queued` (its campaign was cancelled) is dropped with them.
-         taken as (delete from delivery_queue q using due where q.job_id = due.job_id),
+         -- no longer `queued` (its campaign was cancelled) is dropped with them. Rows are found
+         -- by key lists (`= any(array(…))`), never joined: the planner cannot know the batch's
+         -- size through the walk and would hash the whole queue (or the whole of `deliveries`)
+         -- for a few dozen rows, a second per claim with a million queued.
+         taken as (delete from delivery_queue q where q.job_id = any(array(select job_id from due))),
          found as (
-             select d.* from deliveries d join due on d.job_id = due.job_id
-             where d.status = 'queued'
+             select d.* from deliveries d
+             where d.job_id = any(array(select job_id from due)) and d.status = 'queued'
          ),
          -- An erased address gets nothing more, whatever the kind.
          blocked as (
@@ -367,7 +370,7 @@ pub static CLAIM: LazyLock<String> = LazyLock::new(|| {
              update deliveries d
              set status = 'suppressed', attempt = d.attempt + 1, finished_at = now(), updated_at = now(),
                  last_error = 'suppressed when claimed'
-             from blocked b where d.job_id = b.job_id
+             where d.job_id = any(array(select job_id from blocked))
              returning d.org_id, d.campaign_id, d.status
          ),
          {bump},
@@ -378,11 +381,13 @@ pub static CLAIM: LazyLock<String> = LazyLock::new(|| {
              from claimed having count(*) > 0
              returning id
          )
-         select (select id from held) as claim_id, job_id, org_id, kind, recipient,
-                attempt + 1 as attempt, campaign_id, content_version, subscriber_id,
-                digest_send_id, user_id, tx_message_id, signup_id, notice_id,
-                automation_id, enrolment_id
-         from claimed",
+         -- In the walk's round-robin order (both sides are the batch: no estimate matters).
+         select (select id from held) as claim_id, c.job_id, c.org_id, c.kind, c.recipient,
+                c.attempt + 1 as attempt, c.campaign_id, c.content_version, c.subscriber_id,
+                c.digest_send_id, c.user_id, c.tx_message_id, c.signup_id, c.notice_id,
+                c.automation_id, c.enrolment_id
+         from claimed c join due u on u.job_id = c.job_id
+         order by u.priority, u.turn",
         bump = bump_changed!(),
         blocks = blocks!("r", "$4", "$5"),
         erased = crate::domain::ERASED_PREFIX,

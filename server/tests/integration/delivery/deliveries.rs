@@ -1266,6 +1266,18 @@ async fn suppression_reads(
     statement: &str,
     args: &str,
 ) -> (f64, f64, String) {
+    relation_reads(conn, types, statement, args, "suppressions").await
+}
+
+/// What the plan of `statement`, executed as a generic plan, did with `relation`: the rows its
+/// nodes on the table returned and the times they ran, each summed, and the plan.
+async fn relation_reads(
+    conn: &mut sqlx::PgConnection,
+    types: &str,
+    statement: &str,
+    args: &str,
+    relation: &str,
+) -> (f64, f64, String) {
     use sqlx::Connection;
     let mut tx = conn.begin().await.unwrap();
     for sql in [
@@ -1286,18 +1298,18 @@ async fn suppression_reads(
         .execute(&mut *conn)
         .await
         .unwrap();
-    fn walk(node: &serde_json::Value, read: &mut f64, runs: &mut f64) {
-        if node["Relation Name"] == "suppressions" {
+    fn walk(node: &serde_json::Value, relation: &str, read: &mut f64, runs: &mut f64) {
+        if node["Relation Name"] == relation {
             let loops = node["Actual Loops"].as_f64().unwrap();
             *read += node["Actual Rows"].as_f64().unwrap() * loops;
             *runs += loops;
         }
         for child in node["Plans"].as_array().into_iter().flatten() {
-            walk(child, read, runs);
+            walk(child, relation, read, runs);
         }
     }
     let (mut read, mut runs) = (0.0, 0.0);
-    walk(&plan[0]["Plan"], &mut read, &mut runs);
+    walk(&plan[0]["Plan"], relation, &mut read, &mut runs);
     (read, runs, serde_json::to_string_pretty(&plan).unwrap())
 }
 
@@ -1385,6 +1397,82 @@ async fn a_long_suppression_list_is_probed_per_message_not_read_per_claim_or_mar
     .await;
     assert_eq!(read, 0.0, "the mark read the suppression list:\n{plan}");
     assert_eq!(probes, 100.0, "one probe a marked message:\n{plan}");
+}
+
+/// A claim finds its batch by key whatever the planner guesses about its size: with 50,000
+/// messages due in one group (an automation's mail, all due at once) a claim of 100 reads about
+/// its 100 rows of the queue and of `deliveries`, suppressed ones included. A hash join over the
+/// whole queue made every claim cost a second with a million queued.
+#[tokio::test]
+async fn a_claim_reads_its_batch_not_the_whole_queue() {
+    let pool = test_db().await;
+    let acme = TestOrg::with_roles(&pool, "acme", &[Role::Owner]).await;
+    let org = acme.id.0;
+    // The batch: 100 messages due first, every tenth to a suppressed address. Behind them in
+    // the same group, 50,000 more due later (copies of the first's references).
+    let addresses: Vec<String> = (1..=100).map(|i| format!("r{i}@example.org")).collect();
+    let batch = crate::support::helpers::enqueue_test_mail_to(&pool, org, "dlg", &addresses).await;
+    sqlx::query(
+        "update deliveries d set next_attempt_at = timestamptz '2026-01-01 00:00Z' + j.n * interval '1 second'
+         from unnest($1::text[]) with ordinality j(job_id, n) where d.job_id = j.job_id",
+    )
+    .bind(&batch)
+    .execute(&pool)
+    .await
+    .unwrap();
+    sqlx::query(
+        "insert into deliveries (job_id, org_id, kind, priority, recipient, email_lower, campaign_id, content_version)
+         select 'bulk:' || g, org_id, kind, priority, 'bulk' || g || '@example.org', 'bulk' || g || '@example.org',
+                campaign_id, content_version
+         from deliveries, generate_series(1, 50000) g where job_id = $1",
+    )
+    .bind(&batch[0])
+    .execute(&pool)
+    .await
+    .unwrap();
+    sqlx::query(
+        "insert into suppressions (org_id, email_lower, reason)
+         select $1, 'r' || g || '@example.org', 'unsubscribed' from generate_series(10, 100, 10) g",
+    )
+    .bind(org)
+    .execute(&pool)
+    .await
+    .unwrap();
+    sqlx::query("analyze deliveries, delivery_queue, suppressions")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let literal = |names: Vec<&str>| format!("array['{}']", names.join("', '"));
+    let args = format!(
+        "100, 60, 'plan', {}, {}",
+        literal(app::domain::DeliveryKind::stopped_by_any_suppression_names()),
+        literal(app::domain::SuppressionReason::stopping_all_mail())
+    );
+    let types = "bigint, float8, text, text[], text[]";
+    let mut conn = pool.acquire().await.unwrap();
+    for table in ["delivery_queue", "deliveries"] {
+        let (read, _, plan) =
+            relation_reads(&mut conn, types, &app::db::delivery::CLAIM, &args, table).await;
+        assert!(
+            read <= 500.0,
+            "a claim of 100 read {read} rows of {table}:\n{plan}"
+        );
+    }
+    // The plans' claims were rolled back; the real one takes the same batch.
+    let claimed = app::db::delivery::claim(&pool, 100, 60.0, "t")
+        .await
+        .unwrap();
+    let jobs: Vec<String> = claimed.iter().map(|c| c.job_id()).collect();
+    let kept: Vec<String> = (1..=100)
+        .filter(|i| i % 10 != 0)
+        .map(|i| batch[i - 1].clone())
+        .collect();
+    assert_eq!(
+        jobs, kept,
+        "the oldest 100 but the suppressed, oldest first"
+    );
+    assert_eq!(status_of(&pool, &batch[9]).await.0, "suppressed");
+    assert_eq!(status_of(&pool, "bulk:1").await.0, "queued");
 }
 
 /// A claim leaves the delivery row `queued` (in flight, off the queue), so cancelling its
