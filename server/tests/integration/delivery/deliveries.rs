@@ -1257,6 +1257,16 @@ async fn of_an_expired_attempt_and_its_successor_marked_together_only_the_curren
     assert_eq!(mark_groups(&pool).await.len(), 1);
 }
 
+/// The suppression rule's parameters as SQL literals, as the statements' callers bind them.
+fn suppression_rule() -> String {
+    let literal = |names: Vec<&str>| format!("array['{}']", names.join("', '"));
+    format!(
+        "{}, {}",
+        literal(app::domain::DeliveryKind::stopped_by_any_suppression_names()),
+        literal(app::domain::SuppressionReason::stopping_all_mail())
+    )
+}
+
 /// What the plan of `statement`, executed as a generic plan (as a prepared statement is after
 /// its first executions), did with `suppressions`: the rows its nodes on the table returned and
 /// the times they ran, each summed, and the plan.
@@ -1351,13 +1361,7 @@ async fn a_long_suppression_list_is_probed_per_message_not_read_per_claim_or_mar
         .execute(&pool)
         .await
         .unwrap();
-    // The suppression rule's parameters, as the statements' callers bind them.
-    let literal = |names: Vec<&str>| format!("array['{}']", names.join("', '"));
-    let rule = format!(
-        "{}, {}",
-        literal(app::domain::DeliveryKind::stopped_by_any_suppression_names()),
-        literal(app::domain::SuppressionReason::stopping_all_mail())
-    );
+    let rule = suppression_rule();
     let mut conn = pool.acquire().await.unwrap();
     let (read, probes, plan) = suppression_reads(
         &mut conn,
@@ -1442,12 +1446,7 @@ async fn a_claim_reads_its_batch_not_the_whole_queue() {
         .execute(&pool)
         .await
         .unwrap();
-    let literal = |names: Vec<&str>| format!("array['{}']", names.join("', '"));
-    let args = format!(
-        "100, 60, 'plan', {}, {}",
-        literal(app::domain::DeliveryKind::stopped_by_any_suppression_names()),
-        literal(app::domain::SuppressionReason::stopping_all_mail())
-    );
+    let args = format!("100, 60, 'plan', {}", suppression_rule());
     let types = "bigint, float8, text, text[], text[]";
     let mut conn = pool.acquire().await.unwrap();
     for table in ["delivery_queue", "deliveries"] {
