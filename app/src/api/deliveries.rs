@@ -89,6 +89,15 @@ pub async fn relay_health() -> Result<Vec<RelayView>, AppError> {
         .collect())
 }
 
+/// What a failover of the database would cost now: why mail could be sent twice, or stop,
+/// whichever org it is for.
+#[server(endpoint = "database_durability")]
+pub async fn database_durability() -> Result<crate::domain::Durability, AppError> {
+    let (_me, pool) = super::signed_in().await?;
+    let reading = crate::db::health::replication(&pool).await?;
+    Ok(crate::domain::Durability::of(&reading))
+}
+
 /// Deliveries of the org in each state.
 #[server(endpoint = "delivery_counts")]
 pub async fn delivery_counts() -> Result<Vec<StatusCount>, AppError> {

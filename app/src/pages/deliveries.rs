@@ -9,11 +9,11 @@ use leptos_router::hooks::use_query_map;
 use leptos_router::location::Url;
 
 use crate::api::deliveries::{
-    captured_message, deliveries_page, delivery_counts, relay_health, DeliveryRow, RelayView,
+    captured_message, database_durability, deliveries_page, delivery_counts, relay_health, DeliveryRow, RelayView,
     RetryDelivery,
 };
 use crate::domain::relay::RelayState;
-use crate::domain::{DeliveryKind, DeliveryStatus};
+use crate::domain::{DeliveryKind, DeliveryStatus, Durability};
 
 /// The list's filters as they stand in the URL (`?status=&kind=&recipient=&after=`).
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -86,6 +86,27 @@ fn RelayHealthNote(relays: Vec<RelayView>) -> impl IntoView {
         .collect_view()
 }
 
+/// The database's durability: a quiet line, or a warning when a failover can cost mail.
+#[component]
+fn DurabilityNote(durability: Durability) -> impl IntoView {
+    match durability.warning() {
+        None => view! {
+            <p class="mb-4 text-sm text-slate-600 dark:text-slate-300" data-test="database-durability"
+                data-state=durability.as_str()>
+                {format!("Database: {}.", durability.describe())}
+            </p>
+        }
+        .into_any(),
+        Some(warning) => view! {
+            <p role="status" data-test="database-durability" data-state=durability.as_str()
+                class="mb-4 rounded border border-amber-300 bg-amber-50 p-3 text-sm text-amber-900 dark:border-amber-700 dark:bg-amber-950 dark:text-amber-100">
+                {format!("Database: {warning}.")}
+            </p>
+        }
+        .into_any(),
+    }
+}
+
 #[component]
 pub fn DeliveriesPage() -> impl IntoView {
     let query = super::query_of(|get| Query {
@@ -104,6 +125,7 @@ pub fn DeliveriesPage() -> impl IntoView {
     });
     let counts = Resource::new(move || retry.version().get(), |_| delivery_counts());
     let relays = Resource::new(move || retry.version().get(), |_| relay_health());
+    let durability = Resource::new(|| (), |_| database_durability());
     let page = Resource::new(
         move || (query.get(), retry.version().get()),
         |(q, _)| {
@@ -121,6 +143,11 @@ pub fn DeliveriesPage() -> impl IntoView {
         <Suspense fallback=|| ()>
             {move || Suspend::new(async move {
                 relays.await.ok().map(|relays| view! { <RelayHealthNote relays/> })
+            })}
+        </Suspense>
+        <Suspense fallback=|| ()>
+            {move || Suspend::new(async move {
+                durability.await.ok().map(|durability| view! { <DurabilityNote durability/> })
             })}
         </Suspense>
         <Suspense fallback=|| view! { <p>"Loading…"</p> }>

@@ -16,6 +16,8 @@ pub struct Snapshot {
     /// How long past its org's retention the oldest event still stored is (0: retention
     /// keeps up). One index probe per org.
     pub events_overdue_seconds: f64,
+    /// The primary's replication, as Mailroom's sessions see it.
+    pub replication: crate::domain::ReplicationReading,
 }
 
 /// The figures, summed from `delivery_counts` (a few rows per kind and status between two
@@ -67,6 +69,7 @@ pub async fn snapshot(pool: &PgPool) -> sqlx::Result<Snapshot> {
         oldest_queued_seconds,
         leader_epoch,
         events_overdue_seconds: overdue.max(0.0),
+        replication: crate::db::health::replication(pool).await?,
     })
 }
 

@@ -111,6 +111,8 @@ mod campaign;
 mod delivery;
 /// DKIM signing domains and selectors, checked as DNS host name labels.
 mod dkim;
+/// What a failover of the database can cost.
+mod durability;
 /// `EmailAddress`: the one place its comparison form `email_lower` is computed.
 mod email;
 /// Events the SaaS reports about its people, and its own ids for them.
@@ -160,6 +162,7 @@ pub use delivery::{
     DeliveryCursor, DeliveryKind, DeliveryStatus, Failure, Reference, ReferenceColumns,
 };
 pub use dkim::{DkimDomain, DkimNameError, DkimSelector};
+pub use durability::{Durability, ReplicationReading};
 #[cfg(feature = "ssr")]
 pub use email::erased_form;
 pub use email::{is_erased, sentence, EmailAddress, EmailError, ERASED_PREFIX};

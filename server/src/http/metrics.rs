@@ -25,6 +25,11 @@ struct Status {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DurabilityState {
+    state: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct Kind {
     kind: String,
 }
@@ -101,6 +106,35 @@ pub async fn handler(
         "mailroom_events_retention_overdue_seconds",
         "How long past its organisation's retention the oldest stored event is (0: retention keeps up)",
         overdue,
+    );
+    let r = &snapshot.replication;
+    let durability = Family::<DurabilityState, Gauge>::default();
+    let now = app::domain::Durability::of(r);
+    for d in app::domain::Durability::ALL {
+        durability
+            .get_or_create(&DurabilityState {
+                state: d.as_str().into(),
+            })
+            .set(i64::from(d == now));
+    }
+    registry.register(
+        "mailroom_database_durability",
+        "What a failover of the database can cost: 1 for the state that holds (synchronous: nothing Mailroom acted on is lost)",
+        durability,
+    );
+    let standbys = Gauge::<i64>::default();
+    standbys.set(r.standbys);
+    registry.register(
+        "mailroom_database_standbys",
+        "Standbys streaming from the primary",
+        standbys,
+    );
+    let synchronous = Gauge::<i64>::default();
+    synchronous.set(r.synchronous_standbys);
+    registry.register(
+        "mailroom_database_synchronous_standbys",
+        "Standbys whose flush Mailroom's commits wait for",
+        synchronous,
     );
     registry.register(
         "mailroom_smtp_latency_seconds",

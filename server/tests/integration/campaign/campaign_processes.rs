@@ -12,8 +12,8 @@ use crate::support::org::TestOrg;
 use crate::support::procs::{wait_until, Proc};
 use testkit::SmtpSink;
 
-const CONNECTIONS: usize = 4;
-const BATCH: usize = 20;
+pub(crate) const CONNECTIONS: usize = 4;
+pub(crate) const BATCH: usize = 20;
 
 pub(crate) fn worker_args(sink: &SmtpSink, extra: &[&str]) -> Vec<String> {
     let mut args: Vec<String> = [
@@ -47,7 +47,7 @@ pub(crate) fn start(name: &str, dir: &std::path::Path, args: &[String], url: &st
     Proc::start_with_env(name, dir, &args, &[("DATABASE_URL", url)])
 }
 
-fn campaign_status(rt: &tokio::runtime::Runtime, pool: &PgPool, id: i64) -> String {
+pub(crate) fn campaign_status(rt: &tokio::runtime::Runtime, pool: &PgPool, id: i64) -> String {
     rt.block_on(
         sqlx::query_scalar("select status from campaigns where id = $1")
             .bind(id)
@@ -57,13 +57,13 @@ fn campaign_status(rt: &tokio::runtime::Runtime, pool: &PgPool, id: i64) -> Stri
 }
 
 /// How many `unknown` deliveries a run may end with: in all, and of those never sent.
-struct Allowed {
-    unknown: usize,
-    never_arrived: usize,
+pub(crate) struct Allowed {
+    pub unknown: usize,
+    pub never_arrived: usize,
 }
 
 /// Everything the database says against everything the sink got.
-fn reconcile(
+pub(crate) fn reconcile(
     rt: &tokio::runtime::Runtime,
     pool: &PgPool,
     org: i64,
@@ -184,7 +184,7 @@ fn reconcile(
 
 /// Waits for the leader's reconcile of the finished campaign (workers still running) and
 /// asserts the counter slots were already exact: kills, reaps and retries moved them right.
-fn slots_were_exact(rt: &tokio::runtime::Runtime, pool: &PgPool, id: i64) {
+pub(crate) fn slots_were_exact(rt: &tokio::runtime::Runtime, pool: &PgPool, id: i64) {
     let deadline = Instant::now() + Duration::from_secs(30);
     let detail = loop {
         let found: Option<String> = rt
@@ -209,7 +209,7 @@ fn slots_were_exact(rt: &tokio::runtime::Runtime, pool: &PgPool, id: i64) {
 }
 
 /// What the database and the workers say, for a campaign that did not finish.
-fn report(rt: &tokio::runtime::Runtime, pool: &PgPool, id: i64, procs: &[Proc]) -> String {
+pub(crate) fn report(rt: &tokio::runtime::Runtime, pool: &PgPool, id: i64, procs: &[Proc]) -> String {
     let rows: Vec<(String, String, i64)> = rt
         .block_on(
             sqlx::query_as(

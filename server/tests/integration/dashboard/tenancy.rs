@@ -64,7 +64,8 @@ fn case(endpoint: &str) -> Option<Case> {
         | "users"
         | "audit_log"
         | "feedback_settings"
-        | "relay_health" => Case::Scoped(vec![]),
+        | "relay_health"
+        | "database_durability" => Case::Scoped(vec![]),
         "feedback_events" => Case::Scoped(vec![("unmatched", "false".into())]),
         "api_tokens" | "templates" | "segments" | "automations" => Case::Scoped(vec![]),
         "automation_sheet" => Case::Object {

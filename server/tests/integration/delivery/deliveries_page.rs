@@ -656,6 +656,11 @@ async fn the_page_says_when_the_relay_is_failing_without_naming_it() {
     };
     let html = page(c.clone()).await;
     assert!(html.contains(r#"data-state="open""#), "{html}");
+    // The suite's cluster has no standby: said quietly, no warning.
+    assert!(
+        html.contains(r#"data-test="database-durability" data-state="no_standby""#),
+        "{html}"
+    );
     assert!(html.contains("7 failures in a row"), "{html}");
     assert!(
         html.contains("takes messages without confirming them"),

@@ -3,6 +3,7 @@
 mod backup_restore;
 mod cli_errors;
 mod embedded_cluster;
+mod failover;
 mod jit;
 mod metrics;
 mod migrations;

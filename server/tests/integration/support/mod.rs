@@ -9,10 +9,14 @@ pub mod canary;
 pub mod dovecot;
 /// Fixtures several test modules share (audiences, approvals, worker configurations).
 pub mod fixtures;
+/// A TCP proxy that freezes: a partition between a process and its database.
+pub mod freezer;
 /// The test run's PostgreSQL cluster, a fresh database per test, and seeding helpers.
 pub mod helpers;
 /// `TestOrg`: an organisation with its users by role, and builders for its campaigns.
 pub mod org;
+/// PostgreSQL servers of a test's own: a primary and standbys, for failovers.
+pub mod pg_servers;
 /// The real `mailroom` binary as a child process.
 pub mod procs;
 /// The REST API as a client calls it: tokens and requests.

@@ -1,0 +1,136 @@
+//! What a failover of the database can cost Mailroom, judged from what the primary reports of
+//! its replication. Exactly-once across a failover needs every commit Mailroom acted on (a
+//! claim, a body-start mark, an outcome) to be on the standby that takes over: only synchronous
+//! replication promises that.
+
+text_enum! {
+    /// The durability of Mailroom's commits against the loss of the primary.
+    pub enum Durability ("a database durability") {
+        /// No standby streams from the primary: there is nothing to fail over to (a managed
+        /// service's own standby may be invisible to Mailroom).
+        NoStandby = "no_standby",
+        /// Standbys stream, but Mailroom's commits do not wait for any of them: a failover can
+        /// lose the last commits.
+        Asynchronous = "asynchronous",
+        /// Each of Mailroom's commits waits until a standby holds it.
+        Synchronous = "synchronous",
+        /// Commits must wait for a synchronous standby, and none is connected: they wait
+        /// until one is.
+        SynchronousWaiting = "synchronous_waiting",
+        /// Standbys stream, but Mailroom's database role may not see whether they are
+        /// synchronous (PostgreSQL shows that to members of `pg_monitor`).
+        Unknown = "unknown",
+    }
+}
+
+/// What the primary reports: Mailroom's own session's `synchronous_commit`, the server's
+/// `synchronous_standby_names`, and the standbys in `pg_stat_replication`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ReplicationReading {
+    pub synchronous_commit: String,
+    pub synchronous_standby_names: String,
+    /// Standbys connected to the primary.
+    pub standbys: i64,
+    /// Of those, the ones whose flush a commit waits for (`sync` or `quorum`).
+    pub synchronous_standbys: i64,
+    /// Of those, the ones whose state this role may not read.
+    pub hidden: i64,
+}
+
+impl Durability {
+    pub fn of(r: &ReplicationReading) -> Durability {
+        // `local` and `off` commit without waiting for any standby, whatever is configured.
+        let waits = !r.synchronous_standby_names.trim().is_empty()
+            && matches!(
+                r.synchronous_commit.as_str(),
+                "on" | "remote_write" | "remote_apply"
+            );
+        match (waits, r.standbys) {
+            (false, 0) => Durability::NoStandby,
+            (false, _) => Durability::Asynchronous,
+            (true, _) if r.synchronous_standbys > 0 => Durability::Synchronous,
+            (true, _) if r.hidden > 0 => Durability::Unknown,
+            (true, _) => Durability::SynchronousWaiting,
+        }
+    }
+
+    /// What the operator should know, when there is something to know.
+    pub fn warning(self) -> Option<&'static str> {
+        match self {
+            Durability::NoStandby | Durability::Synchronous => None,
+            Durability::Asynchronous => Some(
+                "the database's standbys are asynchronous: if the primary is lost and a standby \
+                 promoted, Mailroom's last commits can be lost with it, and a message whose \
+                 body-start mark was lost may be sent a second time (docs/operations.md shows \
+                 the synchronous set-up)",
+            ),
+            Durability::SynchronousWaiting => Some(
+                "synchronous replication is configured but no synchronous standby is connected: \
+                 every commit waits until one is, so mail stops",
+            ),
+            Durability::Unknown => Some(
+                "standbys are connected but Mailroom's database role may not see whether they \
+                 are synchronous: grant it pg_monitor",
+            ),
+        }
+    }
+
+    /// One line for the dashboard.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Durability::NoStandby => "no standby: a single database",
+            Durability::Asynchronous => "asynchronous standby: a failover can lose the last commits",
+            Durability::Synchronous => {
+                "synchronous standby: a failover keeps every commit Mailroom acted on"
+            }
+            Durability::SynchronousWaiting => {
+                "synchronous standby configured but none connected: commits wait"
+            }
+            Durability::Unknown => "standbys connected, their mode hidden from Mailroom",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reading(commit: &str, names: &str, standbys: i64, sync: i64, hidden: i64) -> Durability {
+        Durability::of(&ReplicationReading {
+            synchronous_commit: commit.into(),
+            synchronous_standby_names: names.into(),
+            standbys,
+            synchronous_standbys: sync,
+            hidden,
+        })
+    }
+
+    #[test]
+    fn each_reading_has_one_verdict() {
+        assert_eq!(reading("on", "", 0, 0, 0), Durability::NoStandby);
+        assert_eq!(reading("on", "", 1, 0, 0), Durability::Asynchronous);
+        assert_eq!(reading("on", "s1", 1, 1, 0), Durability::Synchronous);
+        assert_eq!(
+            reading("remote_write", "ANY 1 (s1, s2)", 2, 2, 0),
+            Durability::Synchronous
+        );
+        // Configured, but Mailroom's session commits locally: nothing waits for the standby.
+        assert_eq!(reading("local", "s1", 1, 1, 0), Durability::Asynchronous);
+        assert_eq!(reading("off", "s1", 0, 0, 0), Durability::NoStandby);
+        assert_eq!(reading("on", "s1", 0, 0, 0), Durability::SynchronousWaiting);
+        assert_eq!(
+            reading("on", "s1", 1, 0, 0),
+            Durability::SynchronousWaiting
+        );
+        assert_eq!(reading("on", "s1", 1, 0, 1), Durability::Unknown);
+        assert_eq!(reading("on", "  ", 1, 0, 1), Durability::Asynchronous);
+    }
+
+    #[test]
+    fn only_a_synchronous_standby_or_none_goes_without_a_warning() {
+        for d in Durability::ALL {
+            let quiet = matches!(d, Durability::NoStandby | Durability::Synchronous);
+            assert_eq!(d.warning().is_none(), quiet, "{d}");
+        }
+    }
+}

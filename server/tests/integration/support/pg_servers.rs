@@ -1,0 +1,242 @@
+//! PostgreSQL servers of a test's own, on loopback TCP ports: a primary and streaming standbys
+//! made by `pg_basebackup`, for failovers. Apart from the suite's shared cluster, since a test
+//! kills them. Trust authentication on loopback only; stopped and removed when dropped.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use sqlx::PgPool;
+
+pub const DATABASE: &str = "mailroom";
+
+pub struct PgServer {
+    /// Holds the data directory, the socket and the server log.
+    dir: tempfile::TempDir,
+    pub port: u16,
+}
+
+/// How a standby's commits are waited for.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Replication {
+    /// The primary names the standby in `synchronous_standby_names`.
+    Synchronous,
+    Asynchronous,
+}
+
+const STANDBY_NAME: &str = "standby1";
+
+impl PgServer {
+    /// A new primary with a `mailroom` database, ready for a standby (`Synchronous`: its
+    /// commits wait for the standby named by [`PgServer::standby_of`]).
+    pub fn primary(replication: Replication) -> PgServer {
+        let server = PgServer::empty();
+        let data = server.data();
+        run(as_db_user("initdb")
+            .args(["-U", "postgres", "--auth=trust", "-E", "UTF8", "-D"])
+            .arg(&data));
+        append(
+            &data.join("postgresql.conf"),
+            &format!(
+                "listen_addresses = '127.0.0.1'\nport = {}\nunix_socket_directories = '{}'\n\
+                 wal_level = replica\nmax_wal_senders = 5\nfsync = off\nfull_page_writes = off\n\
+                 max_connections = 200\n",
+                server.port,
+                server.dir.path().display()
+            ),
+        );
+        std::fs::write(
+            data.join("pg_hba.conf"),
+            "local all all trust\nhost all all 127.0.0.1/32 trust\n\
+             host replication all 127.0.0.1/32 trust\n",
+        )
+        .unwrap();
+        server.start();
+        server.psql(&format!("create database {DATABASE}"));
+        // Only now: from here each commit waits for the standby.
+        if replication == Replication::Synchronous {
+            server.psql(&format!(
+                "alter system set synchronous_standby_names = '{STANDBY_NAME}'"
+            ));
+            server.psql("select pg_reload_conf()");
+        }
+        server
+    }
+
+    /// A streaming standby of `primary`, copied by `pg_basebackup` and started; waits until
+    /// it streams (and, for a synchronous primary, until it is the synchronous one).
+    pub async fn standby_of(primary: &PgServer) -> PgServer {
+        let server = PgServer::empty();
+        let data = server.data();
+        run(as_db_user("pg_basebackup")
+            .args(["-h", "127.0.0.1", "-U", "postgres", "-X", "stream", "-R", "-p"])
+            .arg(primary.port.to_string())
+            .arg("-D")
+            .arg(&data));
+        // Later lines win: its own port and socket, the name the primary waits for, and no
+        // standby of its own to wait for once promoted (the copied settings name one; a
+        // failover tool clears them as it promotes).
+        append(
+            &data.join("postgresql.auto.conf"),
+            &format!(
+                "port = {}\nunix_socket_directories = '{}'\nsynchronous_standby_names = ''\n\
+                 primary_conninfo = 'host=127.0.0.1 port={} user=postgres application_name={STANDBY_NAME}'\n",
+                server.port,
+                server.dir.path().display(),
+                primary.port
+            ),
+        );
+        server.start();
+        let pool = primary.pool().await;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let streaming: i64 = sqlx::query_scalar(
+                "select count(*) from pg_stat_replication where state = 'streaming'
+                   and (sync_state = 'sync' or current_setting('synchronous_standby_names') = '')",
+            )
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+            if streaming == 1 {
+                break;
+            }
+            assert!(Instant::now() < deadline, "the standby never streamed");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        pool.close().await;
+        server
+    }
+
+    /// A URL reaching this server's `mailroom` database over TCP.
+    pub fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/{DATABASE}", self.port)
+    }
+
+    /// A pool to this server's `mailroom` database.
+    pub async fn pool(&self) -> PgPool {
+        PgPool::connect(&self.url()).await.unwrap()
+    }
+
+    /// The machine is lost: the postmaster and every backend SIGKILLed at once (the postmaster
+    /// stopped first, so that it cannot restart its children in between).
+    pub fn kill(&self) {
+        let pid = self.postmaster_pid();
+        run(Command::new("kill").args(["-STOP", &pid]));
+        let _ = Command::new("pkill").args(["-KILL", "-P", &pid]).status();
+        run(Command::new("kill").args(["-KILL", &pid]));
+    }
+
+    /// Promotes this standby to primary; returns once it takes writes.
+    pub fn promote(&self) {
+        run(as_db_user("pg_ctl")
+            .args(["-w", "-t", "60", "promote", "-D"])
+            .arg(self.data()));
+    }
+
+    pub fn start(&self) {
+        run(as_db_user("pg_ctl")
+            .args(["-w", "-t", "60", "start", "-D"])
+            .arg(self.data())
+            .arg("-l")
+            .arg(self.dir.path().join("server.log")));
+    }
+
+    fn psql(&self, sql: &str) {
+        run(as_db_user("psql")
+            .args(["-h", "127.0.0.1", "-U", "postgres", "-d", "postgres", "-c", sql, "-p"])
+            .arg(self.port.to_string()));
+    }
+
+    fn postmaster_pid(&self) -> String {
+        let pid = std::fs::read_to_string(self.data().join("postmaster.pid")).unwrap();
+        pid.lines().next().unwrap().trim().to_string()
+    }
+
+    fn data(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    fn empty() -> PgServer {
+        let dir = tempfile::Builder::new()
+            .prefix("mrpg")
+            .tempdir_in("/tmp")
+            .unwrap();
+        let as_postgres = if nix::unistd::Uid::effective().is_root() {
+            run(Command::new("chown").arg("postgres:").arg(dir.path()));
+            "runuser -u postgres -- "
+        } else {
+            ""
+        };
+        // A test process that dies (a panic, a kill) must not leave a server behind.
+        crate::support::helpers::after_exit(&format!(
+            "{as_postgres}{} -D {}/data -m immediate stop >/dev/null 2>&1; rm -rf {}",
+            bin_dir().join("pg_ctl").display(),
+            dir.path().display(),
+            dir.path().display()
+        ));
+        PgServer {
+            dir,
+            port: free_port(),
+        }
+    }
+}
+
+impl Drop for PgServer {
+    fn drop(&mut self) {
+        let _ = as_db_user("pg_ctl")
+            .args(["-m", "immediate", "stop", "-D"])
+            .arg(self.data())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+/// A port nothing listens on now.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A PostgreSQL program, run as `postgres` when the test runs as root (PostgreSQL refuses
+/// root).
+fn as_db_user(program: &str) -> Command {
+    let path = bin_dir().join(program);
+    if nix::unistd::Uid::effective().is_root() {
+        let mut c = Command::new("runuser");
+        c.args(["-u", "postgres", "--"]).arg(path);
+        c
+    } else {
+        Command::new(path)
+    }
+}
+
+/// The newest installed PostgreSQL's programs.
+fn bin_dir() -> PathBuf {
+    let mut majors: Vec<u32> = std::fs::read_dir("/usr/lib/postgresql")
+        .expect("PostgreSQL is installed (scripts/setup)")
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    majors.sort();
+    let major = majors.last().expect("a PostgreSQL major version");
+    PathBuf::from(format!("/usr/lib/postgresql/{major}/bin"))
+}
+
+fn run(c: &mut Command) {
+    let out = c.stdin(Stdio::null()).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{c:?} failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn append(file: &Path, text: &str) {
+    use std::io::Write;
+    let mut f = std::fs::OpenOptions::new().append(true).open(file).unwrap();
+    f.write_all(text.as_bytes()).unwrap();
+}
