@@ -9,8 +9,8 @@ use leptos_router::hooks::use_query_map;
 use leptos_router::location::Url;
 
 use crate::api::deliveries::{
-    captured_message, database_durability, deliveries_page, delivery_counts, relay_health, DeliveryRow, RelayView,
-    RetryDelivery,
+    captured_message, database_durability, deliveries_page, delivery_counts, relay_health,
+    DeliveryRow, RelayView, RetryDelivery,
 };
 use crate::domain::relay::RelayState;
 use crate::domain::{DeliveryKind, DeliveryStatus, Durability};

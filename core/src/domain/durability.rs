@@ -79,7 +79,9 @@ impl Durability {
     pub fn describe(self) -> &'static str {
         match self {
             Durability::NoStandby => "no standby: a single database",
-            Durability::Asynchronous => "asynchronous standby: a failover can lose the last commits",
+            Durability::Asynchronous => {
+                "asynchronous standby: a failover can lose the last commits"
+            }
             Durability::Synchronous => {
                 "synchronous standby: a failover keeps every commit Mailroom acted on"
             }
@@ -118,10 +120,7 @@ mod tests {
         assert_eq!(reading("local", "s1", 1, 1, 0), Durability::Asynchronous);
         assert_eq!(reading("off", "s1", 0, 0, 0), Durability::NoStandby);
         assert_eq!(reading("on", "s1", 0, 0, 0), Durability::SynchronousWaiting);
-        assert_eq!(
-            reading("on", "s1", 1, 0, 0),
-            Durability::SynchronousWaiting
-        );
+        assert_eq!(reading("on", "s1", 1, 0, 0), Durability::SynchronousWaiting);
         assert_eq!(reading("on", "s1", 1, 0, 1), Durability::Unknown);
         assert_eq!(reading("on", "  ", 1, 0, 1), Durability::Asynchronous);
     }

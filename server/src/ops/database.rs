@@ -280,8 +280,12 @@ fn log_durability(
     let now = Durability::of(reading);
     if before != Some(now) {
         match now.warning() {
-            Some(warning) => tracing::warn!(durability = %now, standbys = reading.standbys, "{warning}"),
-            None => tracing::info!(durability = %now, standbys = reading.standbys, "{}", now.describe()),
+            Some(warning) => {
+                tracing::warn!(durability = %now, standbys = reading.standbys, "{warning}")
+            }
+            None => {
+                tracing::info!(durability = %now, standbys = reading.standbys, "{}", now.describe())
+            }
         }
     }
     Some(now)
@@ -362,15 +366,24 @@ mod tests {
     fn several_hosts_share_the_credentials_database_and_parameters() {
         let found =
             hosts("postgres://u:p%40ss@a:5433,b,[::1]:6000/db?sslmode=disable&target_session_attrs=read-write");
-        assert_eq!(found[..2], [
-            ("a".into(), 5433, "db".into()),
-            ("b".into(), 5432, "db".into()),
-        ]);
-        assert!(found[2].0.contains("::1") && found[2].1 == 6000, "{found:?}");
+        assert_eq!(
+            found[..2],
+            [
+                ("a".into(), 5433, "db".into()),
+                ("b".into(), 5432, "db".into()),
+            ]
+        );
+        assert!(
+            found[2].0.contains("::1") && found[2].1 == 6000,
+            "{found:?}"
+        );
         let one = parse_url("postgresql://u:secret@h:5/x?application_name=m").unwrap();
         assert_eq!(one.len(), 1);
         assert_eq!(one[0].get_username(), "u");
-        assert_eq!(hosts("postgres://h/x?target_session_attrs=primary").len(), 1);
+        assert_eq!(
+            hosts("postgres://h/x?target_session_attrs=primary").len(),
+            1
+        );
     }
 
     #[test]

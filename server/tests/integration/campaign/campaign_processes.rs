@@ -209,7 +209,12 @@ pub(crate) fn slots_were_exact(rt: &tokio::runtime::Runtime, pool: &PgPool, id: 
 }
 
 /// What the database and the workers say, for a campaign that did not finish.
-pub(crate) fn report(rt: &tokio::runtime::Runtime, pool: &PgPool, id: i64, procs: &[Proc]) -> String {
+pub(crate) fn report(
+    rt: &tokio::runtime::Runtime,
+    pool: &PgPool,
+    id: i64,
+    procs: &[Proc],
+) -> String {
     let rows: Vec<(String, String, i64)> = rt
         .block_on(
             sqlx::query_as(

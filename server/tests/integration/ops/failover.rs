@@ -99,7 +99,10 @@ fn fail_over_mid_campaign(replication: Replication) {
         )),
         "{metrics}"
     );
-    assert!(metrics.contains("mailroom_database_standbys 1"), "{metrics}");
+    assert!(
+        metrics.contains("mailroom_database_standbys 1"),
+        "{metrics}"
+    );
 
     // A URL naming the standby first: Mailroom connects to the primary behind it.
     let both = |first: &PgServer, second: &PgServer| {
@@ -270,9 +273,11 @@ fn a_worker_whose_database_connection_freezes_loses_its_claims_and_recovers_when
         .unwrap()
     };
     // Frozen while it holds mail.
-    wait_until("the proxied worker holding claims mid-campaign", 120, || {
-        sink.messages().len() >= n / 5 && held_by_frozen(&pool) > 0
-    });
+    wait_until(
+        "the proxied worker holding claims mid-campaign",
+        120,
+        || sink.messages().len() >= n / 5 && held_by_frozen(&pool) > 0,
+    );
     proxy.freeze();
     let frozen_at = Instant::now();
     let at_freeze = sink.messages().len();
@@ -303,7 +308,10 @@ fn a_worker_whose_database_connection_freezes_loses_its_claims_and_recovers_when
         std::thread::sleep(Duration::from_millis(100));
     }
     let thawed_sent = sink.messages().len() - at_thaw;
-    assert!(thawed_sent > 0, "the campaign was sent before the thaw: make it bigger");
+    assert!(
+        thawed_sent > 0,
+        "the campaign was sent before the thaw: make it bigger"
+    );
     assert!(
         procs[0].child.try_wait().unwrap().is_none(),
         "the frozen worker exited:\n{}",

@@ -69,7 +69,16 @@ impl PgServer {
         let server = PgServer::empty();
         let data = server.data();
         run(as_db_user("pg_basebackup")
-            .args(["-h", "127.0.0.1", "-U", "postgres", "-X", "stream", "-R", "-p"])
+            .args([
+                "-h",
+                "127.0.0.1",
+                "-U",
+                "postgres",
+                "-X",
+                "stream",
+                "-R",
+                "-p",
+            ])
             .arg(primary.port.to_string())
             .arg("-D")
             .arg(&data));
@@ -143,7 +152,17 @@ impl PgServer {
 
     fn psql(&self, sql: &str) {
         run(as_db_user("psql")
-            .args(["-h", "127.0.0.1", "-U", "postgres", "-d", "postgres", "-c", sql, "-p"])
+            .args([
+                "-h",
+                "127.0.0.1",
+                "-U",
+                "postgres",
+                "-d",
+                "postgres",
+                "-c",
+                sql,
+                "-p",
+            ])
             .arg(self.port.to_string()));
     }
 
