@@ -150,8 +150,10 @@ pub async fn run(pool: PgPool, plan: Plan, mode: Mode, shutdown: Shutdown) {
             _ = renew.tick() => {
                 // While this process lives, its claims do not expire under a slow SMTP server.
                 let in_flight = held.claims();
-                if let Err(e) = app::db::delivery::extend_leases(&pool, &id, &in_flight, lease_seconds).await {
-                    tracing::warn!(error = %e, "could not extend delivery leases; will retry");
+                let asked = std::time::Instant::now();
+                match app::db::delivery::extend_leases(&pool, &id, &in_flight, lease_seconds).await {
+                    Ok(extended) => held.leased(&extended, asked),
+                    Err(e) => tracing::warn!(error = %e, "could not extend delivery leases; will retry"),
                 }
             }
             _ = tick.tick() => {

@@ -803,7 +803,7 @@ pub async fn extend_leases(
     holder: &str,
     held: &[i64],
     lease_seconds: f64,
-) -> sqlx::Result<u64> {
+) -> sqlx::Result<Vec<i64>> {
     sqlx::query(concat!(
         "delete from delivery_claims where id in (
              select c.id from delivery_claims c
@@ -815,18 +815,18 @@ pub async fn extend_leases(
     .bind(held)
     .execute(pool)
     .await?;
-    Ok(sqlx::query(
+    sqlx::query_scalar(
         "update delivery_claims set lease_until = now() + make_interval(secs => $2)
          where id in (select id from delivery_claims
                       where holder = $1 and id = any($3)
-                      for update skip locked)",
+                      for update skip locked)
+         returning id",
     )
     .bind(holder)
     .bind(lease_seconds)
     .bind(held)
-    .execute(pool)
-    .await?
-    .rows_affected())
+    .fetch_all(pool)
+    .await
 }
 
 /// Retention (a leader job): message details (SMTP replies, errors) of deliveries finished more

@@ -55,6 +55,8 @@ pub async fn claim(
     let batch = app::db::delivery::claim(pool, allowed, cfg.lease_seconds, holder)
         .await
         .context("claiming deliveries")?;
+    let claims: Vec<i64> = batch.iter().map(|c| c.claim_id).collect();
+    cfg.held.leased(&claims, t);
     tracing::debug!(
         n = batch.len(),
         us = t.elapsed().as_micros() as u64,

@@ -3,6 +3,7 @@
 //! lost reply is `unknown`.
 
 use std::path::Path;
+use std::time::Duration;
 
 use app::db::delivery::{Claimed, Outcome};
 
@@ -132,17 +133,29 @@ fn refused_by(cfg: &Config, attempt: i32, r: Refusal) -> (Outcome, Signal) {
 
 /// From here a crash must read as "may have been sent": the mark is committed before the body
 /// goes out (now, or ahead with the connection's next messages). If it cannot be, the body is
-/// not sent and the message is retried.
+/// not sent and the message is retried. Nor is it sent once the claim's lease may have run out
+/// (a database that stopped answering, a mark's reply that came late): another process may
+/// have taken the message back.
 async fn body_may_start(
     cfg: &Config,
     marks: &Ledger,
     c: &Claimed,
     mark: Mark,
 ) -> Result<(), Outcome> {
-    if mark == Mark::Ahead {
-        return Ok(());
+    if mark == Mark::AtBody {
+        after_mark(cfg, c.attempt, marks.mark(&c.job_id(), c.attempt).await)?;
     }
-    after_mark(cfg, c.attempt, marks.mark(&c.job_id(), c.attempt).await)
+    if !cfg
+        .held
+        .lease_holds(c.claim_id, Duration::from_secs_f64(cfg.lease_seconds))
+    {
+        return Err(retry_or_fail(
+            cfg,
+            c.attempt,
+            "not sent: the claim's lease could not be renewed in time".into(),
+        ));
+    }
+    Ok(())
 }
 
 /// What a mark's answer means for its message: the body may go out, or this outcome instead.
