@@ -19,6 +19,7 @@ pub async fn writable(conn: &mut sqlx::PgConnection) -> sqlx::Result<bool> {
 
 /// What the primary reports of its replication, as Mailroom's own sessions see it. A role
 /// outside `pg_monitor` sees each standby's row with its state hidden (null): counted apart.
+/// A base backup in progress and a logical subscriber are not standbys.
 pub async fn replication(pool: &PgPool) -> sqlx::Result<ReplicationReading> {
     let (synchronous_commit, synchronous_standby_names, standbys, synchronous_standbys, hidden) =
         sqlx::query_as::<_, (String, String, i64, i64, i64)>(
@@ -27,7 +28,11 @@ pub async fn replication(pool: &PgPool) -> sqlx::Result<ReplicationReading> {
                     count(r.pid),
                     count(*) filter (where r.sync_state in ('sync', 'quorum')),
                     count(r.pid) filter (where r.sync_state is null)
-             from (select 1) one left join pg_stat_replication r on true",
+             from (select 1) one
+             left join pg_stat_replication r
+               on r.state is distinct from 'backup'
+              and r.pid not in (select s.active_pid from pg_replication_slots s
+                                where s.slot_type = 'logical' and s.active_pid is not null)",
         )
         .fetch_one(pool)
         .await?;

@@ -48,7 +48,9 @@ impl Durability {
         match (waits, r.standbys) {
             (false, 0) => Durability::NoStandby,
             (false, _) => Durability::Asynchronous,
-            (true, _) if r.synchronous_standbys > 0 => Durability::Synchronous,
+            (true, _) if r.synchronous_standbys >= required(&r.synchronous_standby_names) => {
+                Durability::Synchronous
+            }
             (true, _) if r.hidden > 0 => Durability::Unknown,
             (true, _) => Durability::SynchronousWaiting,
         }
@@ -93,6 +95,23 @@ impl Durability {
     }
 }
 
+/// How many standbys a commit waits for under `synchronous_standby_names`: `FIRST n (…)`,
+/// `ANY n (…)` or the older `n (…)` name n; a plain list names one.
+fn required(names: &str) -> i64 {
+    let names = names.trim();
+    let upper = names.to_ascii_uppercase();
+    let counted = upper
+        .strip_prefix("FIRST")
+        .or_else(|| upper.strip_prefix("ANY"))
+        .unwrap_or(&upper)
+        .trim_start();
+    let digits: String = counted.chars().take_while(char::is_ascii_digit).collect();
+    match counted[digits.len()..].trim_start().starts_with('(') {
+        true => digits.parse().unwrap_or(1),
+        false => 1,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -123,6 +142,36 @@ mod tests {
         assert_eq!(reading("on", "s1", 1, 0, 0), Durability::SynchronousWaiting);
         assert_eq!(reading("on", "s1", 1, 0, 1), Durability::Unknown);
         assert_eq!(reading("on", "  ", 1, 0, 1), Durability::Asynchronous);
+        // Two must confirm, one is there: commits wait.
+        assert_eq!(
+            reading("on", "FIRST 2 (s1, s2)", 2, 1, 0),
+            Durability::SynchronousWaiting
+        );
+        assert_eq!(
+            reading("on", "ANY 2 (s1, s2, s3)", 3, 2, 0),
+            Durability::Synchronous
+        );
+        assert_eq!(
+            reading("on", "2 (s1, s2)", 2, 2, 0),
+            Durability::Synchronous
+        );
+    }
+
+    #[test]
+    fn the_standbys_a_commit_waits_for_are_counted_from_the_setting() {
+        for (names, n) in [
+            ("s1", 1),
+            ("s1, s2", 1),
+            ("*", 1),
+            ("FIRST 2 (s1, s2)", 2),
+            ("first 3 (a,b,c)", 3),
+            ("ANY 2(a, b)", 2),
+            ("2 (a, b)", 2),
+            ("\"2x\"", 1),
+            ("any", 1),
+        ] {
+            assert_eq!(required(names), n, "{names}");
+        }
     }
 
     #[test]

@@ -184,8 +184,17 @@ pub async fn connect_primary(hosts: Vec<PgConnectOptions>) -> anyhow::Result<PgP
             })?
         }
     };
-    let pool = PgPoolOptions::new()
-        .max_connections(20)
+    let pool = primary_only(PgPoolOptions::new().max_connections(20))
+        .connect_with(primary.log_statements(tracing::log::LevelFilter::Debug))
+        .await?;
+    tokio::spawn(watch(pool.clone(), hosts));
+    Ok(pool)
+}
+
+/// Pool options whose every new connection must reach a writable primary (a standby's is
+/// refused, and the pool tries again within its acquire timeout).
+fn primary_only(options: PgPoolOptions) -> PgPoolOptions {
+    options
         .acquire_timeout(Duration::from_secs(10))
         .after_connect(|conn, _| {
             Box::pin(async move {
@@ -197,10 +206,6 @@ pub async fn connect_primary(hosts: Vec<PgConnectOptions>) -> anyhow::Result<PgP
                 }
             })
         })
-        .connect_with(primary.log_statements(tracing::log::LevelFilter::Debug))
-        .await?;
-    tokio::spawn(watch(pool.clone(), hosts));
-    Ok(pool)
 }
 
 /// The first of `hosts` that is a writable primary, and why each one before it was not.
@@ -229,11 +234,15 @@ async fn find_primary(hosts: &[PgConnectOptions]) -> (Option<PgConnectOptions>, 
 /// durability of its commits now and then.
 async fn watch(pool: PgPool, hosts: Vec<PgConnectOptions>) {
     let mut durability = None;
-    let mut durability_read = tokio::time::Instant::now() - DURABILITY_EVERY;
+    // None: due now (an instant a minute back could precede the boot of a machine just up).
+    let mut durability_read: Option<tokio::time::Instant> = None;
     while !pool.is_closed() {
-        if durability_read.elapsed() >= DURABILITY_EVERY {
-            durability_read = tokio::time::Instant::now();
-            if let Ok(reading) = app::db::health::replication(&pool).await {
+        if durability_read.is_none_or(|at| at.elapsed() >= DURABILITY_EVERY) {
+            durability_read = Some(tokio::time::Instant::now());
+            // Bounded: a primary cut off mid-statement must not stop the watch.
+            let reading =
+                tokio::time::timeout(PROBE_TIMEOUT, app::db::health::replication(&pool)).await;
+            if let Ok(Ok(reading)) = reading {
                 durability = log_durability(durability, &reading);
             }
         }
@@ -252,14 +261,16 @@ async fn watch(pool: PgPool, hosts: Vec<PgConnectOptions>) {
                 );
                 pool.set_connect_options(primary.log_statements(tracing::log::LevelFilter::Debug));
                 // Now, not in a minute: a failover is when the durability matters.
-                durability_read = tokio::time::Instant::now() - DURABILITY_EVERY;
+                durability_read = None;
             }
         }
     }
 }
 
-/// Whether the pool's connections reach the writable primary now (a connection that cannot be
-/// had in time counts as no).
+/// Whether the pool's connections reach the writable primary now. One that cannot be had in
+/// time counts as no: a partitioned primary looks like a busy one, and telling them apart is
+/// left to the probe of every host that follows (a pool that is only busy finds the same host
+/// and stays).
 async fn on_primary(pool: &PgPool) -> bool {
     let check = async {
         let mut conn = pool.acquire().await?;
@@ -327,9 +338,7 @@ pub fn generic_plans_pool(pool: &PgPool, max_connections: u32) -> PgPool {
             .clone()
             .options([("plan_cache_mode", "force_generic_plan")])
     };
-    let follower = PgPoolOptions::new()
-        .max_connections(max_connections)
-        .acquire_timeout(Duration::from_secs(10))
+    let follower = primary_only(PgPoolOptions::new().max_connections(max_connections))
         .connect_lazy_with(generic(&pool.connect_options()));
     let (leader, follows) = (pool.clone(), follower.clone());
     tokio::spawn(async move {

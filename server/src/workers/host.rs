@@ -152,7 +152,7 @@ pub async fn run(pool: PgPool, plan: Plan, mode: Mode, shutdown: Shutdown) {
                 let in_flight = held.claims();
                 let asked = std::time::Instant::now();
                 match app::db::delivery::extend_leases(&pool, &id, &in_flight, lease_seconds).await {
-                    Ok(extended) => held.leased(&extended, asked),
+                    Ok(extended) => held.renewed(&extended, asked),
                     Err(e) => tracing::warn!(error = %e, "could not extend delivery leases; will retry"),
                 }
             }

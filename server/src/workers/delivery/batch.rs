@@ -56,7 +56,7 @@ pub async fn claim(
         .await
         .context("claiming deliveries")?;
     let claims: Vec<i64> = batch.iter().map(|c| c.claim_id).collect();
-    cfg.held.leased(&claims, t);
+    cfg.held.granted(&claims, t);
     tracing::debug!(
         n = batch.len(),
         us = t.elapsed().as_micros() as u64,

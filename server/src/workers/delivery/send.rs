@@ -142,20 +142,28 @@ async fn body_may_start(
     c: &Claimed,
     mark: Mark,
 ) -> Result<(), Outcome> {
+    // Before the mark too: a mark on a lapsed claim not yet reaped would make the reaper
+    // count an unsent message as `unknown`.
+    lease_holds(cfg, c)?;
     if mark == Mark::AtBody {
         after_mark(cfg, c.attempt, marks.mark(&c.job_id(), c.attempt).await)?;
     }
-    if !cfg
+    lease_holds(cfg, c)
+}
+
+/// The message is retried unless its claim's lease surely still holds.
+fn lease_holds(cfg: &Config, c: &Claimed) -> Result<(), Outcome> {
+    match cfg
         .held
         .lease_holds(c.claim_id, Duration::from_secs_f64(cfg.lease_seconds))
     {
-        return Err(retry_or_fail(
+        true => Ok(()),
+        false => Err(retry_or_fail(
             cfg,
             c.attempt,
             "not sent: the claim's lease could not be renewed in time".into(),
-        ));
+        )),
     }
-    Ok(())
 }
 
 /// What a mark's answer means for its message: the body may go out, or this outcome instead.

@@ -71,7 +71,14 @@ fn fail_over_mid_campaign(replication: Replication) {
     let n = recipients();
     let rt = tokio::runtime::Runtime::new().unwrap();
     let primary = PgServer::primary(replication);
-    let standby = rt.block_on(PgServer::standby_of(&primary));
+    // The asynchronous standby streams through a proxy that freezes before the primary dies:
+    // it falls behind, as one over a slow network or under load does.
+    let replication_path = (replication == Replication::Asynchronous)
+        .then(|| Freezer::start(([127, 0, 0, 1], primary.port).into()));
+    let standby = rt.block_on(PgServer::standby_of(
+        &primary,
+        replication_path.as_ref().map(|p| p.addr.port()),
+    ));
     let pool = rt.block_on(primary.pool());
     rt.block_on(app::db::migrate::run(&pool, true)).unwrap();
 
@@ -152,6 +159,13 @@ fn fail_over_mid_campaign(replication: Replication) {
     wait_until("a quarter of the campaign", 120, || {
         sink.messages().len() >= n / 4
     });
+    let mut behind = 0;
+    if let Some(path) = &replication_path {
+        let cut = sink.messages().len();
+        path.freeze();
+        std::thread::sleep(Duration::from_secs(1));
+        behind = sink.messages().len() - cut;
+    }
     primary.kill();
     let killed = Instant::now();
     let at_kill = sink.messages().len();
@@ -216,9 +230,16 @@ fn fail_over_mid_campaign(replication: Replication) {
                 *per_address.entry(m.to[0].to_lowercase()).or_default() += 1;
             }
             let twice = per_address.values().filter(|&&k| k > 1).count();
-            assert_eq!(per_address.len(), n, "every address got the campaign");
+            // A mark the standby got whose reply the kill lost is `unknown`, never sent: the
+            // bound of the synchronous case.
+            let missing = n - per_address.len();
+            assert!(
+                missing <= WORKERS * CONNECTIONS,
+                "{missing} addresses never got the campaign"
+            );
             eprintln!(
-                "failover (asynchronous): {twice} of {n} addresses got the campaign more than once"
+                "failover (asynchronous, the standby cut off 1 s before the kill while {behind} \
+                 messages arrived): {twice} of {n} addresses got the campaign more than once"
             );
         }
     }
@@ -289,14 +310,14 @@ fn a_worker_whose_database_connection_freezes_loses_its_claims_and_recovers_when
         sink.messages().len() > at_freeze,
         "the other worker went on sending"
     );
+    // The other worker stops (giving back what it holds): the rest of the campaign can only
+    // go through the frozen one once it thaws.
+    procs[1].signal(Signal::SIGTERM);
+    procs[1].wait_exit(60);
     std::thread::sleep(Duration::from_secs(3 * lease).saturating_sub(frozen_at.elapsed()));
     let frozen_for = frozen_at.elapsed();
     proxy.thaw();
-    // The other worker stops (giving back what it holds): the campaign can only finish through
-    // the thawed one.
     let at_thaw = sink.messages().len();
-    procs[1].signal(Signal::SIGTERM);
-    procs[1].wait_exit(60);
     let deadline = Instant::now() + Duration::from_secs(180);
     while campaign_status(&rt, &pool, id.0) != "sent" {
         if Instant::now() > deadline {

@@ -30,7 +30,7 @@ impl PgServer {
     /// A new primary with a `mailroom` database, ready for a standby (`Synchronous`: its
     /// commits wait for the standby named by [`PgServer::standby_of`]).
     pub fn primary(replication: Replication) -> PgServer {
-        let server = PgServer::empty();
+        let mut server = PgServer::empty();
         let data = server.data();
         run(as_db_user("initdb")
             .args(["-U", "postgres", "--auth=trust", "-E", "UTF8", "-D"])
@@ -38,10 +38,9 @@ impl PgServer {
         append(
             &data.join("postgresql.conf"),
             &format!(
-                "listen_addresses = '127.0.0.1'\nport = {}\nunix_socket_directories = '{}'\n\
+                "listen_addresses = '127.0.0.1'\nunix_socket_directories = '{}'\n\
                  wal_level = replica\nmax_wal_senders = 5\nfsync = off\nfull_page_writes = off\n\
                  max_connections = 200\n",
-                server.port,
                 server.dir.path().display()
             ),
         );
@@ -63,10 +62,11 @@ impl PgServer {
         server
     }
 
-    /// A streaming standby of `primary`, copied by `pg_basebackup` and started; waits until
-    /// it streams (and, for a synchronous primary, until it is the synchronous one).
-    pub async fn standby_of(primary: &PgServer) -> PgServer {
-        let server = PgServer::empty();
+    /// A streaming standby of `primary`, copied by `pg_basebackup` and started, streaming
+    /// through `via` (a port that forwards to the primary) when given; waits until it streams
+    /// (and, for a synchronous primary, until it is the synchronous one).
+    pub async fn standby_of(primary: &PgServer, via: Option<u16>) -> PgServer {
+        let mut server = PgServer::empty();
         let data = server.data();
         run(as_db_user("pg_basebackup")
             .args([
@@ -82,17 +82,16 @@ impl PgServer {
             .arg(primary.port.to_string())
             .arg("-D")
             .arg(&data));
-        // Later lines win: its own port and socket, the name the primary waits for, and no
+        // Later lines win: its own socket, the name the primary waits for, and no
         // standby of its own to wait for once promoted (the copied settings name one; a
         // failover tool clears them as it promotes).
         append(
             &data.join("postgresql.auto.conf"),
             &format!(
-                "port = {}\nunix_socket_directories = '{}'\nsynchronous_standby_names = ''\n\
+                "unix_socket_directories = '{}'\nsynchronous_standby_names = ''\n\
                  primary_conninfo = 'host=127.0.0.1 port={} user=postgres application_name={STANDBY_NAME}'\n",
-                server.port,
                 server.dir.path().display(),
-                primary.port
+                via.unwrap_or(primary.port)
             ),
         );
         server.start();
@@ -142,12 +141,29 @@ impl PgServer {
             .arg(self.data()));
     }
 
-    pub fn start(&self) {
-        run(as_db_user("pg_ctl")
-            .args(["-w", "-t", "60", "start", "-D"])
-            .arg(self.data())
-            .arg("-l")
-            .arg(self.dir.path().join("server.log")));
+    /// Starts the server on a free port; another on a port found free but taken since (a
+    /// race with any other socket of the machine) means another port.
+    fn start(&mut self) {
+        for _ in 0..5 {
+            let started = as_db_user("pg_ctl")
+                .args(["-w", "-t", "60", "start", "-D"])
+                .arg(self.data())
+                .arg("-o")
+                .arg(format!("-p {}", self.port))
+                .arg("-l")
+                .arg(self.dir.path().join("server.log"))
+                .stdin(Stdio::null())
+                .output()
+                .unwrap();
+            if started.status.success() {
+                return;
+            }
+            self.port = free_port();
+        }
+        panic!(
+            "PostgreSQL did not start:\n{}",
+            std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default()
+        );
     }
 
     fn psql(&self, sql: &str) {
