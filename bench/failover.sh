@@ -10,4 +10,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export LEPTOS_OUTPUT_NAME=mailroom
 FAILOVER_RECIPIENTS=${1:-30000} cargo test -p mailroom --test integration ops::failover \
-  -- --nocapture --test-threads 1 2>&1 | grep -E "failover|tally|test result|panicked"
+  -- --nocapture --test-threads 1 2>&1 | grep -E "failover|frozen|tally|test result|panicked"
