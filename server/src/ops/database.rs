@@ -153,7 +153,7 @@ pub async fn connect(options: PgConnectOptions) -> anyhow::Result<PgPool> {
     Ok(PgPoolOptions::new()
         .max_connections(20)
         .acquire_timeout(Duration::from_secs(10))
-        .connect_with(session_settings(options).log_statements(tracing::log::LevelFilter::Debug))
+        .connect_with(session_settings(options))
         .await?)
 }
 
@@ -185,7 +185,7 @@ pub async fn connect_primary(hosts: Vec<PgConnectOptions>) -> anyhow::Result<PgP
         }
     };
     let pool = primary_only(PgPoolOptions::new().max_connections(20))
-        .connect_with(primary.log_statements(tracing::log::LevelFilter::Debug))
+        .connect_with(primary)
         .await?;
     tokio::spawn(watch(pool.clone(), hosts));
     Ok(pool)
@@ -251,20 +251,22 @@ async fn watch(pool: PgPool, hosts: Vec<PgConnectOptions>) {
             continue;
         }
         if let (Some(primary), _) = find_primary(&hosts).await {
-            if primary.get_host() != pool.connect_options().get_host()
-                || primary.get_port() != pool.connect_options().get_port()
-            {
+            if !same_host(&primary, &pool.connect_options()) {
                 tracing::warn!(
                     host = %primary.get_host(),
                     port = primary.get_port(),
                     "the database's primary moved: new connections go to this host"
                 );
-                pool.set_connect_options(primary.log_statements(tracing::log::LevelFilter::Debug));
+                pool.set_connect_options(primary);
                 // Now, not in a minute: a failover is when the durability matters.
                 durability_read = None;
             }
         }
     }
+}
+
+fn same_host(a: &PgConnectOptions, b: &PgConnectOptions) -> bool {
+    a.get_host() == b.get_host() && a.get_port() == b.get_port()
 }
 
 /// Whether the pool's connections reach the writable primary now. One that cannot be had in
@@ -314,16 +316,18 @@ fn log_durability(
 /// stop the others from taking its claims back once its lease runs out: a session idle inside
 /// a transaction for a minute is ended (no Mailroom transaction waits on anything but the
 /// database), and over TCP, keepalives and a send timeout end a session whose client is gone
-/// within about a minute.
+/// within about a minute. Statements are logged at debug level.
 fn session_settings(options: PgConnectOptions) -> PgConnectOptions {
-    options.options([
-        ("jit", "off"),
-        ("idle_in_transaction_session_timeout", "60s"),
-        ("tcp_keepalives_idle", "30"),
-        ("tcp_keepalives_interval", "10"),
-        ("tcp_keepalives_count", "3"),
-        ("tcp_user_timeout", "60000"),
-    ])
+    options
+        .log_statements(tracing::log::LevelFilter::Debug)
+        .options([
+            ("jit", "off"),
+            ("idle_in_transaction_session_timeout", "60s"),
+            ("tcp_keepalives_idle", "30"),
+            ("tcp_keepalives_interval", "10"),
+            ("tcp_keepalives_count", "3"),
+            ("tcp_user_timeout", "60000"),
+        ])
 }
 
 /// A small pool beside `pool`, to the same database, for statements run thousands of times a
@@ -344,8 +348,8 @@ pub fn generic_plans_pool(pool: &PgPool, max_connections: u32) -> PgPool {
     tokio::spawn(async move {
         while !follows.is_closed() && !leader.is_closed() {
             tokio::time::sleep(WATCH_EVERY).await;
-            let (to, at) = (leader.connect_options(), follows.connect_options());
-            if to.get_host() != at.get_host() || to.get_port() != at.get_port() {
+            let to = leader.connect_options();
+            if !same_host(&to, &follows.connect_options()) {
                 follows.set_connect_options(generic(&to));
             }
         }

@@ -50,14 +50,7 @@ fn an_asynchronous_standby_is_warned_about_before_it_takes_over() {
 async fn shown(pool: &PgPool, org: &TestOrg) -> (String, String) {
     let app = spawn_app(pool.clone()).await;
     let c = org.owner().signed_in(&app).await;
-    let page = c
-        .get(format!("{}/deliveries", app.base))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let page = app.get_html(&c, "/deliveries").await;
     let metrics = reqwest::get(format!("{}/metrics", app.base))
         .await
         .unwrap()

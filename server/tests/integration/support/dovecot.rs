@@ -15,6 +15,8 @@ use futures::TryStreamExt;
 use nix::unistd::{chown, Gid, Uid, User};
 use tokio::net::TcpStream;
 
+use crate::support::helpers::free_port;
+
 use crate::support::canary::{imap_password, log_file, percent};
 
 const DOVECOT: &str = "/usr/sbin/dovecot";
@@ -175,14 +177,6 @@ impl Drop for Dovecot {
         // Into the run's log directory, for the scan.
         let _ = std::fs::copy(self.dir.path().join("dovecot.log"), log_file("dovecot"));
     }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 pub struct Client(pub Session<TcpStream>);

@@ -299,3 +299,12 @@ pub async fn draft(conn: &mut sqlx::PgConnection, org_id: i64, author_id: i64, n
 pub fn test_keys() -> app::unsubscribe::Keys {
     app::unsubscribe::Keys::new(vec![crate::support::canary::unsubscribe_key()]).unwrap()
 }
+
+/// A port nothing listens on now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}

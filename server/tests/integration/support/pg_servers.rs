@@ -8,6 +8,8 @@ use std::time::{Duration, Instant};
 
 use sqlx::PgPool;
 
+use crate::support::helpers::free_port;
+
 pub const DATABASE: &str = "mailroom";
 
 pub struct PgServer {
@@ -225,15 +227,6 @@ impl Drop for PgServer {
             .stderr(Stdio::null())
             .status();
     }
-}
-
-/// A port nothing listens on now.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// A PostgreSQL program, run as `postgres` when the test runs as root (PostgreSQL refuses
