@@ -17,6 +17,29 @@ pub async fn writable(conn: &mut sqlx::PgConnection) -> sqlx::Result<bool> {
     .await
 }
 
+/// Sets `settings` (name, value) for the rest of this session, in one round trip.
+pub async fn set_session(
+    conn: &mut sqlx::PgConnection,
+    settings: &[(&str, &str)],
+) -> sqlx::Result<()> {
+    let (names, values): (Vec<&str>, Vec<&str>) = settings.iter().copied().unzip();
+    sqlx::query("select set_config(n, v, false) from unnest($1::text[], $2::text[]) s(n, v)")
+        .bind(names)
+        .bind(values)
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+/// The server process serving this connection now. Not kept as a prepared statement: it is
+/// asked of connections that may pass through a pooler mixing sessions up.
+pub async fn server_process(conn: &mut sqlx::PgConnection) -> sqlx::Result<i32> {
+    sqlx::query_scalar("select pg_backend_pid()")
+        .persistent(false)
+        .fetch_one(conn)
+        .await
+}
+
 /// What the primary reports of its replication, as Mailroom's own sessions see it. A role
 /// outside `pg_monitor` sees each standby's row with its state hidden (null): counted apart.
 /// A base backup in progress and a logical subscriber are not standbys.

@@ -57,6 +57,8 @@ impl Database {
                         let _ = pg.shutdown().await;
                         "cannot connect to the embedded PostgreSQL"
                     }
+                    // A refusal of Mailroom's own says what is wrong already.
+                    None if e.downcast_ref::<sqlx::Error>().is_none() => return Err(e),
                     None => "cannot connect to the database at DATABASE_URL (is it running and reachable, are the credentials right?)",
                 };
                 return Err(e.context(what));
@@ -150,11 +152,7 @@ fn session_attrs_checked(tail: &str) -> Result<String, String> {
 
 /// A pool of Mailroom's connections to the database `options` names, with its session settings.
 pub async fn connect(options: PgConnectOptions) -> anyhow::Result<PgPool> {
-    Ok(PgPoolOptions::new()
-        .max_connections(20)
-        .acquire_timeout(Duration::from_secs(10))
-        .connect_with(session_settings(options))
-        .await?)
+    Ok(pool_options(20, &[]).connect_with(startup(options)).await?)
 }
 
 /// How long a host of several may take to answer whether it is the primary.
@@ -170,7 +168,7 @@ const DURABILITY_EVERY: Duration = Duration::from_secs(60);
 /// workers back off as for a database restart). Logs the replication's durability at start
 /// and whenever it changes.
 pub async fn connect_primary(hosts: Vec<PgConnectOptions>) -> anyhow::Result<PgPool> {
-    let hosts: Vec<PgConnectOptions> = hosts.into_iter().map(session_settings).collect();
+    let hosts: Vec<PgConnectOptions> = hosts.into_iter().map(startup).collect();
     let primary = match hosts.as_slice() {
         [one] => one.clone(),
         _ => {
@@ -184,20 +182,28 @@ pub async fn connect_primary(hosts: Vec<PgConnectOptions>) -> anyhow::Result<PgP
             })?
         }
     };
-    let pool = primary_only(PgPoolOptions::new().max_connections(20))
-        .connect_with(primary)
-        .await?;
+    refuse_shared_sessions(&primary).await?;
+    let pool = pool_options(20, &[]).connect_with(primary).await?;
     tokio::spawn(watch(pool.clone(), hosts));
     Ok(pool)
 }
 
-/// Pool options whose every new connection must reach a writable primary (a standby's is
-/// refused, and the pool tries again within its acquire timeout).
-fn primary_only(options: PgPoolOptions) -> PgPoolOptions {
-    options
+/// Pool options whose every new connection runs with [`SESSION`] and `extra` settings and must
+/// reach a writable primary (a standby's is refused, and the pool tries again within its
+/// acquire timeout).
+fn pool_options(
+    max_connections: u32,
+    extra: &'static [(&'static str, &'static str)],
+) -> PgPoolOptions {
+    let settings: Vec<(&str, &str)> = SESSION.iter().chain(extra).copied().collect();
+    let settings = std::sync::Arc::new(settings);
+    PgPoolOptions::new()
+        .max_connections(max_connections)
         .acquire_timeout(Duration::from_secs(10))
-        .after_connect(|conn, _| {
+        .after_connect(move |conn, _| {
+            let settings = settings.clone();
             Box::pin(async move {
+                app::db::health::set_session(conn, &settings).await?;
                 match app::db::health::writable(conn).await? {
                     true => Ok(()),
                     false => Err(sqlx::Error::Configuration(
@@ -206,6 +212,37 @@ fn primary_only(options: PgPoolOptions) -> PgPoolOptions {
                 }
             })
         })
+}
+
+/// Refuses a pooler that hands one server session to several clients (pgbouncer in
+/// transaction or statement mode): Mailroom keeps state in its sessions (prepared statements,
+/// the settings above, `LISTEN` for live progress), which such a pooler mixes up or drops.
+/// Two connections held at once are asked for their server process: directly, or through a
+/// pool in session mode, they never share one; a transaction pool reuses the idle one at once.
+async fn refuse_shared_sessions(host: &PgConnectOptions) -> anyhow::Result<()> {
+    let (mut a, mut b) = (host.connect().await?, host.connect().await?);
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        seen.push(app::db::health::server_process(&mut a).await?);
+        seen.push(app::db::health::server_process(&mut b).await?);
+    }
+    let _ = a.close().await;
+    let _ = b.close().await;
+    let (first, second): (Vec<i32>, Vec<i32>) = (
+        seen.iter().step_by(2).copied().collect(),
+        seen.iter().skip(1).step_by(2).copied().collect(),
+    );
+    let kept = |pids: &[i32]| pids.iter().all(|p| *p == pids[0]);
+    if kept(&first) && kept(&second) && first[0] != second[0] {
+        return Ok(());
+    }
+    Err(anyhow!(
+        "DATABASE_URL reaches PostgreSQL through a connection pooler in transaction or \
+         statement mode (two of Mailroom's connections were served by one server session): \
+         Mailroom keeps state in its sessions (prepared statements, settings, LISTEN for live \
+         progress), so connect it to PostgreSQL directly or through a pool in session mode \
+         (pgbouncer: pool_mode = session)"
+    ))
 }
 
 /// The first of `hosts` that is a writable primary, and why each one before it was not.
@@ -316,18 +353,29 @@ fn log_durability(
 /// stop the others from taking its claims back once its lease runs out: a session idle inside
 /// a transaction for a minute is ended (no Mailroom transaction waits on anything but the
 /// database), and over TCP, keepalives and a send timeout end a session whose client is gone
-/// within about a minute. Statements are logged at debug level.
-fn session_settings(options: PgConnectOptions) -> PgConnectOptions {
+/// within about a minute.
+///
+/// They are set once the connection is open, not sent as startup options, which a pooler in
+/// front of PostgreSQL (pgbouncer) refuses or drops.
+const SESSION: &[(&str, &str)] = &[
+    ("jit", "off"),
+    ("idle_in_transaction_session_timeout", "60s"),
+    ("tcp_keepalives_idle", "30"),
+    ("tcp_keepalives_interval", "10"),
+    ("tcp_keepalives_count", "3"),
+    ("tcp_user_timeout", "60000"),
+];
+
+/// Added to [`SESSION`] on the pool of [`generic_plans_pool`].
+const GENERIC_PLANS: &[(&str, &str)] = &[("plan_cache_mode", "force_generic_plan")];
+
+/// What Mailroom's connections ask for at start-up: nothing a pooler would refuse (sqlx's
+/// default `extra_float_digits` is one; Mailroom reads floats in binary, and PostgreSQL's own
+/// default already prints them exactly).
+fn startup(options: PgConnectOptions) -> PgConnectOptions {
     options
         .log_statements(tracing::log::LevelFilter::Debug)
-        .options([
-            ("jit", "off"),
-            ("idle_in_transaction_session_timeout", "60s"),
-            ("tcp_keepalives_idle", "30"),
-            ("tcp_keepalives_interval", "10"),
-            ("tcp_keepalives_count", "3"),
-            ("tcp_user_timeout", "60000"),
-        ])
+        .extra_float_digits(None)
 }
 
 /// A small pool beside `pool`, to the same database, for statements run thousands of times a
@@ -337,20 +385,15 @@ fn session_settings(options: PgConnectOptions) -> PgConnectOptions {
 /// more CPU than executing (docs/lab-notes/benchmarks.md, 2026-11-30 and 2026-12-03).
 /// It follows `pool` to a new primary after a failover.
 pub fn generic_plans_pool(pool: &PgPool, max_connections: u32) -> PgPool {
-    let generic = |options: &PgConnectOptions| {
-        options
-            .clone()
-            .options([("plan_cache_mode", "force_generic_plan")])
-    };
-    let follower = primary_only(PgPoolOptions::new().max_connections(max_connections))
-        .connect_lazy_with(generic(&pool.connect_options()));
+    let follower = pool_options(max_connections, GENERIC_PLANS)
+        .connect_lazy_with((*pool.connect_options()).clone());
     let (leader, follows) = (pool.clone(), follower.clone());
     tokio::spawn(async move {
         while !follows.is_closed() && !leader.is_closed() {
             tokio::time::sleep(WATCH_EVERY).await;
             let to = leader.connect_options();
             if !same_host(&to, &follows.connect_options()) {
-                follows.set_connect_options(generic(&to));
+                follows.set_connect_options((*to).clone());
             }
         }
     });

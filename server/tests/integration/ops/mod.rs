@@ -7,6 +7,7 @@ mod failover;
 mod jit;
 mod metrics;
 mod migrations;
+mod pooler;
 mod secrets_in_logs;
 mod user_commands;
 mod version;

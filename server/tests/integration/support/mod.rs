@@ -17,6 +17,8 @@ pub mod helpers;
 pub mod org;
 /// PostgreSQL servers of a test's own: a primary and standbys, for failovers.
 pub mod pg_servers;
+/// pgbouncer in front of one of those, in session or transaction mode.
+pub mod pgbouncer;
 /// The real `mailroom` binary as a child process.
 pub mod procs;
 /// The REST API as a client calls it: tokens and requests.
