@@ -89,13 +89,17 @@ pub async fn relay_health() -> Result<Vec<RelayView>, AppError> {
         .collect())
 }
 
-/// What a failover of the database would cost now: why mail could be sent twice, or stop,
-/// whichever org it is for.
-#[server(endpoint = "database_durability")]
-pub async fn database_durability() -> Result<crate::domain::Durability, AppError> {
+/// The database as this replica sees it, whichever org it is for: what a failover would cost
+/// now (why mail could be sent twice, or stop), and whether this replica's workers can write to
+/// it (a full disk stops them).
+#[server(endpoint = "database_status")]
+pub async fn database_status() -> Result<crate::domain::DatabaseStatus, AppError> {
     let (_me, pool) = super::signed_in().await?;
     let reading = crate::db::health::replication(&pool).await?;
-    Ok(crate::domain::Durability::of(&reading))
+    Ok(crate::domain::DatabaseStatus {
+        durability: crate::domain::Durability::of(&reading),
+        writes_failing: crate::db::health::writes_failing(),
+    })
 }
 
 /// Deliveries of the org in each state.

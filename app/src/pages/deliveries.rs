@@ -9,11 +9,11 @@ use leptos_router::hooks::use_query_map;
 use leptos_router::location::Url;
 
 use crate::api::deliveries::{
-    captured_message, database_durability, deliveries_page, delivery_counts, relay_health,
-    DeliveryRow, RelayView, RetryDelivery,
+    captured_message, database_status, deliveries_page, delivery_counts, relay_health, DeliveryRow,
+    RelayView, RetryDelivery,
 };
 use crate::domain::relay::RelayState;
-use crate::domain::{DeliveryKind, DeliveryStatus, Durability};
+use crate::domain::{DatabaseStatus, DeliveryKind, DeliveryStatus, Durability};
 
 /// The list's filters as they stand in the URL (`?status=&kind=&recipient=&after=`).
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -87,6 +87,26 @@ fn RelayHealthNote(relays: Vec<RelayView>) -> impl IntoView {
 }
 
 /// The database's durability: a quiet line, or a warning when a failover can cost mail.
+/// Shown while this replica's workers cannot write to the database: nothing is sent that
+/// cannot be recorded first.
+#[component]
+fn WritesFailingNote(status: DatabaseStatus) -> impl IntoView {
+    status.writes_failing.map(|failing| {
+        let since = failing.since.format("%Y-%m-%d %H:%M:%S UTC");
+        view! {
+            <p role="alert" data-test="database-writes-failing" data-trouble=failing.trouble.as_str()
+                class="mb-4 rounded border border-red-300 bg-red-50 p-3 text-sm text-red-900 dark:border-red-700 dark:bg-red-950 dark:text-red-100">
+                {format!(
+                    "This replica's workers cannot write to the database since {since}: {}. \
+                     Nothing is sent until they can record it; sending resumes by itself once the \
+                     database takes writes again.",
+                    failing.trouble.describe()
+                )}
+            </p>
+        }
+    })
+}
+
 #[component]
 fn DurabilityNote(durability: Durability) -> impl IntoView {
     match durability.warning() {
@@ -125,7 +145,7 @@ pub fn DeliveriesPage() -> impl IntoView {
     });
     let counts = Resource::new(move || retry.version().get(), |_| delivery_counts());
     let relays = Resource::new(move || retry.version().get(), |_| relay_health());
-    let durability = Resource::new(|| (), |_| database_durability());
+    let database = Resource::new(|| (), |_| database_status());
     let page = Resource::new(
         move || (query.get(), retry.version().get()),
         |(q, _)| {
@@ -147,7 +167,10 @@ pub fn DeliveriesPage() -> impl IntoView {
         </Suspense>
         <Suspense fallback=|| ()>
             {move || Suspend::new(async move {
-                durability.await.ok().map(|durability| view! { <DurabilityNote durability/> })
+                database.await.ok().map(|status| view! {
+                    <WritesFailingNote status/>
+                    <DurabilityNote durability=status.durability/>
+                })
             })}
         </Suspense>
         <Suspense fallback=|| view! { <p>"Loading…"</p> }>

@@ -1,6 +1,9 @@
 use sqlx::PgPool;
 
-use crate::domain::ReplicationReading;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+
+use crate::domain::{ReplicationReading, WriteTrouble, WritesFailing};
 
 /// The database answers a query.
 pub async fn ping(pool: &PgPool) -> sqlx::Result<()> {
@@ -66,4 +69,53 @@ pub async fn replication(pool: &PgPool) -> sqlx::Result<ReplicationReading> {
         synchronous_standbys,
         hidden,
     })
+}
+
+/// Whether this process's last write to the database failed for a cause of the database's own
+/// (the fast path of every successful write), and since when and why.
+static FAILING: AtomicBool = AtomicBool::new(false);
+static TROUBLE: Mutex<Option<WritesFailing>> = Mutex::new(None);
+
+/// The database's own trouble behind `e`, if that is why it failed.
+pub fn trouble_of(e: &sqlx::Error) -> Option<WriteTrouble> {
+    match e {
+        sqlx::Error::Database(e) => WriteTrouble::of_sqlstate(e.code().as_deref()?),
+        sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::Tls(_) => {
+            Some(WriteTrouble::Unreachable)
+        }
+        _ => None,
+    }
+}
+
+/// Records that a worker's write failed with `e` (kept from the first failure of a run of
+/// them); returns the database's trouble behind it, if any.
+pub fn note_write_failure(e: &sqlx::Error) -> Option<WriteTrouble> {
+    let trouble = trouble_of(e)?;
+    let mut noted = TROUBLE
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    if noted.is_none_or(|n| n.trouble != trouble) {
+        *noted = Some(WritesFailing {
+            trouble,
+            since: chrono::Utc::now(),
+        });
+    }
+    FAILING.store(true, Ordering::Release);
+    Some(trouble)
+}
+
+/// Records that a worker's write succeeded: the trouble, if any, is over.
+pub fn note_write_success() {
+    if FAILING.swap(false, Ordering::AcqRel) {
+        *TROUBLE
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = None;
+    }
+}
+
+/// Why this process's workers cannot write to the database now, if they cannot.
+pub fn writes_failing() -> Option<WritesFailing> {
+    *TROUBLE
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }

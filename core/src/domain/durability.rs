@@ -112,6 +112,66 @@ fn required(names: &str) -> i64 {
     }
 }
 
+text_enum! {
+    /// Why the database refuses Mailroom's writes, when the cause lies with the database
+    /// itself rather than with what was written.
+    pub enum WriteTrouble ("a database write failure") {
+        /// The disk holding its data is full (SQLSTATE 53100).
+        DiskFull = "disk_full",
+        /// It ran out of memory (53200).
+        OutOfMemory = "out_of_memory",
+        /// It has no connection slot left (53300).
+        NoConnectionSlots = "no_connection_slots",
+        /// It takes no writes: a standby, or read-only (25006).
+        ReadOnly = "read_only",
+        /// It is shutting down or restarting (57P01–57P03).
+        ShuttingDown = "shutting_down",
+        /// It cannot be reached: the connection failed or none could be had in time.
+        Unreachable = "unreachable",
+    }
+}
+
+impl WriteTrouble {
+    /// The trouble an error's SQLSTATE names, if it is the database's own.
+    pub fn of_sqlstate(code: &str) -> Option<WriteTrouble> {
+        Some(match code {
+            "53100" => WriteTrouble::DiskFull,
+            "53200" => WriteTrouble::OutOfMemory,
+            "53300" => WriteTrouble::NoConnectionSlots,
+            "25006" => WriteTrouble::ReadOnly,
+            "57P01" | "57P02" | "57P03" => WriteTrouble::ShuttingDown,
+            c if c.starts_with("08") => WriteTrouble::Unreachable,
+            _ => return None,
+        })
+    }
+
+    pub fn describe(self) -> &'static str {
+        match self {
+            WriteTrouble::DiskFull => "the database's disk is full",
+            WriteTrouble::OutOfMemory => "the database is out of memory",
+            WriteTrouble::NoConnectionSlots => "the database has no free connection slot",
+            WriteTrouble::ReadOnly => "the database takes no writes (a standby, or read-only)",
+            WriteTrouble::ShuttingDown => "the database is shutting down or restarting",
+            WriteTrouble::Unreachable => "the database cannot be reached",
+        }
+    }
+}
+
+/// This process's workers cannot write to the database, since when and why.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct WritesFailing {
+    pub trouble: WriteTrouble,
+    pub since: chrono::DateTime<chrono::Utc>,
+}
+
+/// What the dashboard shows of the database: the durability of its commits, and whether this
+/// process's workers can write to it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct DatabaseStatus {
+    pub durability: Durability,
+    pub writes_failing: Option<WritesFailing>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -179,6 +239,30 @@ mod tests {
         for d in Durability::ALL {
             let quiet = matches!(d, Durability::NoStandby | Durability::Synchronous);
             assert_eq!(d.warning().is_none(), quiet, "{d}");
+        }
+    }
+
+    #[test]
+    fn only_the_databases_own_troubles_are_named() {
+        assert_eq!(
+            WriteTrouble::of_sqlstate("53100"),
+            Some(WriteTrouble::DiskFull)
+        );
+        assert_eq!(
+            WriteTrouble::of_sqlstate("57P01"),
+            Some(WriteTrouble::ShuttingDown)
+        );
+        assert_eq!(
+            WriteTrouble::of_sqlstate("08006"),
+            Some(WriteTrouble::Unreachable)
+        );
+        assert_eq!(
+            WriteTrouble::of_sqlstate("25006"),
+            Some(WriteTrouble::ReadOnly)
+        );
+        // What was written, or a race the caller retries, is no trouble of the database.
+        for code in ["23505", "40001", "40P01", "22P02"] {
+            assert_eq!(WriteTrouble::of_sqlstate(code), None, "{code}");
         }
     }
 }

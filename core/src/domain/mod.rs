@@ -162,7 +162,7 @@ pub use delivery::{
     DeliveryCursor, DeliveryKind, DeliveryStatus, Failure, Reference, ReferenceColumns,
 };
 pub use dkim::{DkimDomain, DkimNameError, DkimSelector};
-pub use durability::{Durability, ReplicationReading};
+pub use durability::{DatabaseStatus, Durability, ReplicationReading, WriteTrouble, WritesFailing};
 #[cfg(feature = "ssr")]
 pub use email::erased_form;
 pub use email::{is_erased, sentence, EmailAddress, EmailError, ERASED_PREFIX};

@@ -30,6 +30,11 @@ struct DurabilityState {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WriteTroubleLabel {
+    trouble: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct Kind {
     kind: String,
 }
@@ -135,6 +140,20 @@ pub async fn handler(
         "mailroom_database_synchronous_standbys",
         "Standbys whose flush Mailroom's commits wait for",
         synchronous,
+    );
+    let failing = Family::<WriteTroubleLabel, Gauge>::default();
+    let trouble = app::db::health::writes_failing().map(|f| f.trouble);
+    for t in app::domain::WriteTrouble::ALL {
+        failing
+            .get_or_create(&WriteTroubleLabel {
+                trouble: t.as_str().into(),
+            })
+            .set(i64::from(Some(t) == trouble));
+    }
+    registry.register(
+        "mailroom_database_writes_failing",
+        "1 for the database's trouble while this process's workers cannot write to it (disk_full: nothing is sent until space is freed)",
+        failing,
     );
     registry.register(
         "mailroom_smtp_latency_seconds",

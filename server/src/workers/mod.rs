@@ -18,3 +18,18 @@ pub mod leader;
 pub mod progress;
 /// Events out: signed webhook requests, retried, per-endpoint limited.
 pub mod webhooks;
+
+/// Notes how a worker's write to the database went, for the dashboard's database status;
+/// returns, for a failure, the database's own trouble behind it (a full disk, say) to log.
+pub(crate) fn note_write<T>(written: &anyhow::Result<T>) -> Option<app::domain::WriteTrouble> {
+    match written {
+        Ok(_) => {
+            app::db::health::note_write_success();
+            None
+        }
+        Err(e) => e
+            .chain()
+            .find_map(|cause| cause.downcast_ref::<sqlx::Error>())
+            .and_then(app::db::health::note_write_failure),
+    }
+}

@@ -265,11 +265,14 @@ async fn commit(pool: PgPool, mut q: Queues, gather: Duration) {
         let t = std::time::Instant::now();
         let mut written = write(&pool, &mut kept, &marks, &results, &mut groups).await;
         for pause in RETRY_AFTER {
+            let trouble = crate::workers::note_write(&written);
             let Err(e) = &written else { break };
-            tracing::warn!(error = %format!("{e:#}"), "delivery ledger write failed; retrying");
+            let trouble = trouble.map(|t| t.describe()).unwrap_or("");
+            tracing::warn!(error = %format!("{e:#}"), trouble, "delivery ledger write failed; retrying");
             tokio::time::sleep(pause).await;
             written = write(&pool, &mut kept, &marks, &results, &mut groups).await;
         }
+        crate::workers::note_write(&written);
         tracing::debug!(
             marks = marks.len(),
             outcomes = results.len(),

@@ -150,14 +150,17 @@ async fn feed(w: Arc<Run>, to_send: mpsc::Sender<Job>, share: usize, shutdown: S
             drop(room);
             continue;
         }
-        let claimed = match claim(&w, share).await {
+        let claimed = claim(&w, share).await;
+        let trouble = crate::workers::note_write(&claimed);
+        let claimed = match claimed {
             Ok(claimed) => claimed,
             Err(e) if w.drained() => {
                 w.fail(format!("{e:#}"));
                 break;
             }
             Err(e) => {
-                tracing::warn!(error = %format!("{e:#}"), "claiming deliveries failed; retrying");
+                let trouble = trouble.map(|t| t.describe()).unwrap_or("");
+                tracing::warn!(error = %format!("{e:#}"), trouble, "claiming deliveries failed; retrying");
                 Vec::new()
             }
         };

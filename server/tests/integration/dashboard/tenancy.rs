@@ -65,7 +65,7 @@ fn case(endpoint: &str) -> Option<Case> {
         | "audit_log"
         | "feedback_settings"
         | "relay_health"
-        | "database_durability" => Case::Scoped(vec![]),
+        | "database_status" => Case::Scoped(vec![]),
         "feedback_events" => Case::Scoped(vec![("unmatched", "false".into())]),
         "api_tokens" | "templates" | "segments" | "automations" => Case::Scoped(vec![]),
         "automation_sheet" => Case::Object {

@@ -2,6 +2,7 @@
 
 mod backup_restore;
 mod cli_errors;
+mod disk_full;
 mod embedded_cluster;
 mod failover;
 mod jit;

@@ -16,6 +16,8 @@ pub struct PgServer {
     /// Holds the data directory, the socket and the server log.
     dir: tempfile::TempDir,
     pub port: u16,
+    /// The data directory is a file system of its own, unmounted when dropped.
+    mounted: bool,
 }
 
 /// How a standby's commits are waited for.
@@ -32,9 +34,48 @@ impl PgServer {
     /// A new primary with a `mailroom` database, ready for a standby (`Synchronous`: its
     /// commits wait for the standby named by [`PgServer::standby_of`]).
     pub fn primary(replication: Replication) -> PgServer {
+        PgServer::create(replication, None)
+    }
+
+    /// A primary (no standby) whose data directory is a tmpfs of `megabytes`, to be filled
+    /// by [`PgServer::fill_disk`]. Its WAL is on the machine's disk, as on a server whose WAL
+    /// has a volume of its own: PostgreSQL stops altogether when it cannot write WAL (a
+    /// restart, tested elsewhere), while a full data disk fails the statements that need room.
+    /// Mounting takes root.
+    pub fn primary_on_small_disk(megabytes: u32) -> PgServer {
+        PgServer::create(Replication::Asynchronous, Some(megabytes))
+    }
+
+    fn create(replication: Replication, small_disk: Option<u32>) -> PgServer {
         let mut server = PgServer::empty();
         let data = server.data();
-        run(as_db_user("initdb")
+        let mut initdb = as_db_user("initdb");
+        if let Some(megabytes) = small_disk {
+            assert!(
+                nix::unistd::Uid::effective().is_root(),
+                "a test of a full disk mounts a tmpfs: run it as root (CI does)"
+            );
+            std::fs::create_dir(&data).unwrap();
+            run(Command::new("mount")
+                .args([
+                    "-t",
+                    "tmpfs",
+                    "-o",
+                    &format!("size={megabytes}m,mode=0700"),
+                    "tmpfs",
+                ])
+                .arg(&data));
+            server.mounted = true;
+            crate::support::helpers::after_exit(&format!(
+                "{} -D {} -m immediate stop >/dev/null 2>&1; umount -l {}",
+                as_db_user_line("pg_ctl"),
+                data.display(),
+                data.display()
+            ));
+            run(Command::new("chown").arg("postgres:").arg(&data));
+            initdb.arg("--waldir").arg(server.dir.path().join("wal"));
+        }
+        run(initdb
             .args(["-U", "postgres", "--auth=trust", "-E", "UTF8", "-D"])
             .arg(&data));
         append(
@@ -115,6 +156,26 @@ impl PgServer {
         }
         pool.close().await;
         server
+    }
+
+    /// Fills the data directory's file system to the last byte.
+    pub fn fill_disk(&self) {
+        let filler = self.data().join("filler");
+        let out = Command::new("dd")
+            .args(["if=/dev/zero", "bs=1M"])
+            .arg(format!("of={}", filler.display()))
+            .output()
+            .unwrap();
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("No space left on device"),
+            "the disk did not fill: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// Frees what [`PgServer::fill_disk`] took.
+    pub fn free_disk(&self) {
+        std::fs::remove_file(self.data().join("filler")).unwrap();
     }
 
     /// A URL reaching this server's `mailroom` database over TCP.
@@ -214,6 +275,7 @@ impl PgServer {
         PgServer {
             dir,
             port: free_port(),
+            mounted: false,
         }
     }
 }
@@ -226,6 +288,9 @@ impl Drop for PgServer {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status();
+        if self.mounted {
+            let _ = Command::new("umount").arg(self.data()).status();
+        }
     }
 }
 
@@ -239,6 +304,15 @@ fn as_db_user(program: &str) -> Command {
         c
     } else {
         Command::new(path)
+    }
+}
+
+/// [`as_db_user`] as a shell command line.
+fn as_db_user_line(program: &str) -> String {
+    let path = bin_dir().join(program);
+    match nix::unistd::Uid::effective().is_root() {
+        true => format!("runuser -u postgres -- {}", path.display()),
+        false => path.display().to_string(),
     }
 }
 

@@ -178,11 +178,16 @@ pub fn free_listen_address() -> String {
 /// `mailroom serve` on `listen` with `extra` flags, serving a stub site made under `data_dir`
 /// (the pages' HTML, without the wasm these tests do not need).
 pub fn start_serve(name: &str, data_dir: &Path, listen: &str, extra: &[&str]) -> Proc {
-    let site = data_dir.join("site");
-    std::fs::create_dir_all(site.join("pkg")).unwrap();
-    std::fs::write(site.join("pkg/mailroom.js"), "").unwrap();
-    let site = site.to_str().unwrap().to_owned();
+    let site = stub_site(data_dir);
     let mut args = vec!["serve", "--listen", listen, "--site-root", &site];
     args.extend_from_slice(extra);
     Proc::start(name, data_dir, &args)
+}
+
+/// A stub site under `data_dir` for `serve --site-root`: the pages' HTML without the wasm.
+pub fn stub_site(data_dir: &Path) -> String {
+    let site = data_dir.join("site");
+    std::fs::create_dir_all(site.join("pkg")).unwrap();
+    std::fs::write(site.join("pkg/mailroom.js"), "").unwrap();
+    site.to_str().unwrap().to_owned()
 }
