@@ -170,7 +170,21 @@ const DURABILITY_EVERY: Duration = Duration::from_secs(60);
 pub async fn connect_primary(hosts: Vec<PgConnectOptions>) -> anyhow::Result<PgPool> {
     let hosts: Vec<PgConnectOptions> = hosts.into_iter().map(startup).collect();
     let primary = match hosts.as_slice() {
-        [one] => one.clone(),
+        [one] => {
+            // A connection error keeps its own words (the caller says what to check).
+            let mut conn = one.connect().await?;
+            let writable = app::db::health::writable(&mut conn).await?;
+            let _ = conn.close().await;
+            anyhow::ensure!(
+                writable,
+                "the database at DATABASE_URL ({}:{}) is a read-only standby: Mailroom writes, so \
+                 give it the primary, or every host in libpq's form \
+                 (postgres://user@primary,standby/db) to follow a failover",
+                one.get_host(),
+                one.get_port()
+            );
+            one.clone()
+        }
         _ => {
             let (found, refusals) = find_primary(&hosts).await;
             found.ok_or_else(|| {

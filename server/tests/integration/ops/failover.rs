@@ -122,6 +122,13 @@ fn fail_over_mid_campaign(replication: Replication) {
             .unwrap();
         assert_eq!(port, i32::from(primary.port));
         found.close().await;
+        // The standby alone is refused at once, saying so.
+        let alone = mailroom::ops::database::parse_url(&standby.url()).unwrap();
+        let refused = mailroom::ops::database::connect_primary(alone)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(refused.contains("is a read-only standby"), "{refused}");
     });
 
     let id = rt.block_on(async {
