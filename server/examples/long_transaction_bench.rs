@@ -71,7 +71,12 @@ async fn main() -> anyhow::Result<()> {
     let mut worker = Command::new(bin)
         .args(["worker", "--data-dir"])
         .arg(data.path())
-        .args(["--smtp-host", "127.0.0.1", "--smtp-port", &sink.port.to_string()])
+        .args([
+            "--smtp-host",
+            "127.0.0.1",
+            "--smtp-port",
+            &sink.port.to_string(),
+        ])
         .args(["--smtp-connections", &connections.to_string()])
         .env(
             "RUST_LOG",
@@ -90,7 +95,12 @@ async fn main() -> anyhow::Result<()> {
     let with = measure(&pool, "while pg_dump holds its snapshot", window).await?;
     let dumped = dump.finish()?;
     println!("  the dump: {dumped} bytes, complete");
-    let after = measure(&pool, "after the dump", window.min(Duration::from_secs(120))).await?;
+    let after = measure(
+        &pool,
+        "after the dump",
+        window.min(Duration::from_secs(120)),
+    )
+    .await?;
     println!(
         "rate while the dump ran ÷ rate without: {:.2} (after it: {:.2})",
         with / without,
@@ -128,9 +138,12 @@ async fn measure(pool: &PgPool, name: &str, length: Duration) -> anyhow::Result<
     let rate = (delivered(pool).await? - before) as f64 / started.elapsed().as_secs_f64();
     println!("{name}: {rate:.0} msg/s over {} s", length.as_secs());
     let mut running: Vec<(String, u64)> = running.into_iter().collect();
-    running.sort_by(|a, b| b.1.cmp(&a.1));
+    running.sort_by_key(|r| std::cmp::Reverse(r.1));
     for (q, n) in running.iter().take(6) {
-        println!("  running in {:.0} % of samples: {q}", 100.0 * *n as f64 / samples as f64);
+        println!(
+            "  running in {:.0} % of samples: {q}",
+            100.0 * *n as f64 / samples as f64
+        );
     }
     let tables: Vec<(String, i64, i64, i64)> = sqlx::query_as(&format!(
         "select relname::text, n_live_tup, n_dead_tup, pg_total_relation_size(relid)
@@ -215,7 +228,11 @@ impl Dump {
             use std::io::Read;
             let (mut buf, mut total) = (vec![0u8; 64 * 1024], 0u64);
             loop {
-                let chunk = if slowly.load(Ordering::Relaxed) { 16 } else { buf.len() };
+                let chunk = if slowly.load(Ordering::Relaxed) {
+                    16
+                } else {
+                    buf.len()
+                };
                 let n = out.read(&mut buf[..chunk])?;
                 if n == 0 {
                     return Ok(total);
