@@ -45,8 +45,6 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use lettre::Address;
 
-use app::db::delivery::NewDelivery;
-use app::domain::{CampaignId, EmailAddress, JobId, OrgId, Reference};
 use mailroom::embedded_pg::{self, EmbeddedPg};
 use mailroom::smtp::{BodyOutcome, Connection, Target};
 
@@ -540,19 +538,7 @@ async fn main() -> anyhow::Result<()> {
     let t0 = Instant::now();
     let mut tx = pool.begin().await?;
     for i in 0..messages {
-        let org = org_ids[i % org_ids.len()];
-        let to = EmailAddress::parse(&format!("e{i}@example.org"))?;
-        let job = JobId::test(org, 1, "bench", &to)?;
-        let d = NewDelivery {
-            job: &job,
-            org: OrgId(org),
-            recipient: &to,
-            reference: Reference::Test {
-                campaign: CampaignId(org),
-                version: 1,
-            },
-        };
-        app::db::delivery::enqueue(&mut tx, d).await?;
+        support::enqueue_bench_mail(&mut tx, org_ids[i % org_ids.len()], i).await?;
     }
     tx.commit().await?;
     println!(

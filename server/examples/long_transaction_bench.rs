@@ -18,8 +18,6 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use sqlx::PgPool;
 
-use app::db::delivery::NewDelivery;
-use app::domain::{CampaignId, EmailAddress, JobId, OrgId, Reference};
 use mailroom::embedded_pg::{self, EmbeddedPg};
 
 #[path = "support/mod.rs"]
@@ -187,19 +185,8 @@ async fn feed(pool: PgPool, org: i64, feeding: Arc<AtomicBool>) -> anyhow::Resul
         }
         let mut tx = pool.begin().await?;
         for _ in 0..TOP_UP {
-            let to = EmailAddress::parse(&format!("e{next}@example.org"))?;
+            support::enqueue_bench_mail(&mut tx, org, next).await?;
             next += 1;
-            let job = JobId::test(org, 1, "bench", &to)?;
-            let d = NewDelivery {
-                job: &job,
-                org: OrgId(org),
-                recipient: &to,
-                reference: Reference::Test {
-                    campaign: CampaignId(org),
-                    version: 1,
-                },
-            };
-            app::db::delivery::enqueue(&mut tx, d).await?;
         }
         tx.commit().await?;
     }

@@ -419,3 +419,26 @@ pub async fn transition(
     tx.commit().await?;
     Ok(())
 }
+
+/// Queues the bench's test message `i` (to `e{i}@example.org`) for `org`, through the product's
+/// own enqueue.
+pub async fn enqueue_bench_mail(
+    conn: &mut sqlx::PgConnection,
+    org: i64,
+    i: usize,
+) -> anyhow::Result<()> {
+    use app::domain::{CampaignId, EmailAddress, JobId, OrgId, Reference};
+    let to = EmailAddress::parse(&format!("e{i}@example.org"))?;
+    let job = JobId::test(org, 1, "bench", &to)?;
+    let d = app::db::delivery::NewDelivery {
+        job: &job,
+        org: OrgId(org),
+        recipient: &to,
+        reference: Reference::Test {
+            campaign: CampaignId(org),
+            version: 1,
+        },
+    };
+    app::db::delivery::enqueue(conn, d).await?;
+    Ok(())
+}

@@ -265,9 +265,8 @@ async fn commit(pool: PgPool, mut q: Queues, gather: Duration) {
         let t = std::time::Instant::now();
         let mut written = write(&pool, &mut kept, &marks, &results, &mut groups).await;
         for pause in RETRY_AFTER {
-            let trouble = crate::workers::note_write(&written);
             let Err(e) = &written else { break };
-            let trouble = trouble.map(|t| t.describe()).unwrap_or("");
+            let trouble = crate::workers::note_write(&written).map_or("", |t| t.describe());
             tracing::warn!(error = %format!("{e:#}"), trouble, "delivery ledger write failed; retrying");
             tokio::time::sleep(pause).await;
             written = write(&pool, &mut kept, &marks, &results, &mut groups).await;

@@ -159,7 +159,7 @@ async fn feed(w: Arc<Run>, to_send: mpsc::Sender<Job>, share: usize, shutdown: S
                 break;
             }
             Err(e) => {
-                let trouble = trouble.map(|t| t.describe()).unwrap_or("");
+                let trouble = trouble.map_or("", |t| t.describe());
                 tracing::warn!(error = %format!("{e:#}"), trouble, "claiming deliveries failed; retrying");
                 Vec::new()
             }

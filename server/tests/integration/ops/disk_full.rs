@@ -25,16 +25,8 @@ fn a_full_database_disk_stops_sending_until_space_is_freed_and_nothing_goes_out_
     let pool = rt.block_on(db.pool());
     rt.block_on(app::db::migrate::run(&pool, true)).unwrap();
     let acme = rt.block_on(TestOrg::new(&pool, "acme"));
-    let (id, n) = rt.block_on(async {
-        let (lists, n) = acme.audience(3000).await;
-        let id = acme
-            .campaign()
-            .to(&lists)
-            .body("Hello {{ name }}")
-            .approved()
-            .await;
-        (id.0, n)
-    });
+    let (id, n) = rt.block_on(acme.approved_campaign_to_audience(3000));
+    let id = id.0;
 
     let sink = SmtpSink::start();
     let dir = crate::support::helpers::data_dir();

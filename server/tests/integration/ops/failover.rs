@@ -131,15 +131,7 @@ fn fail_over_mid_campaign(replication: Replication) {
         assert!(refused.contains("is a read-only standby"), "{refused}");
     });
 
-    let id = rt.block_on(async {
-        let (lists, _) = acme.audience(n).await;
-        acme.campaign()
-            .to(&lists)
-            .body("Hello {{ name }}")
-            .approved()
-            .await
-            .0
-    });
+    let id = rt.block_on(acme.approved_campaign_to_audience(n)).0 .0;
     let sink = SmtpSink::start();
     let dir = crate::support::helpers::data_dir();
     let args = worker_args(&sink, &[]);
@@ -260,16 +252,7 @@ fn a_worker_whose_database_connection_freezes_loses_its_claims_and_recovers_when
     let pool = rt.block_on(db.pool());
     rt.block_on(app::db::migrate::run(&pool, true)).unwrap();
     let acme = rt.block_on(TestOrg::new(&pool, "acme"));
-    let (id, n) = rt.block_on(async {
-        let (lists, n) = acme.audience(3000).await;
-        let id = acme
-            .campaign()
-            .to(&lists)
-            .body("Hello {{ name }}")
-            .approved()
-            .await;
-        (id, n)
-    });
+    let (id, n) = rt.block_on(acme.approved_campaign_to_audience(3000));
     let proxy = Freezer::start(([127, 0, 0, 1], db.port).into());
     let sink = SmtpSink::start();
     let dir = crate::support::helpers::data_dir();

@@ -81,6 +81,19 @@ impl TestOrg {
         crate::support::fixtures::audience_of(&self.pool, self.id.0, n).await
     }
 
+    /// An approved campaign ("Hello {{ name }}") to a fresh [`TestOrg::audience`] of `n`: its
+    /// id and the distinct addresses it goes to.
+    pub async fn approved_campaign_to_audience(&self, n: usize) -> (CampaignId, usize) {
+        let (lists, n) = self.audience(n).await;
+        let id = self
+            .campaign()
+            .to(&lists)
+            .body("Hello {{ name }}")
+            .approved()
+            .await;
+        (id, n)
+    }
+
     /// An empty list.
     pub async fn list(&self, name: &str) -> i64 {
         let mut c = self.pool.acquire().await.unwrap();

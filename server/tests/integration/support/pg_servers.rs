@@ -259,16 +259,13 @@ impl PgServer {
             .prefix("mrpg")
             .tempdir_in("/tmp")
             .unwrap();
-        let as_postgres = if nix::unistd::Uid::effective().is_root() {
+        if nix::unistd::Uid::effective().is_root() {
             run(Command::new("chown").arg("postgres:").arg(dir.path()));
-            "runuser -u postgres -- "
-        } else {
-            ""
-        };
+        }
         // A test process that dies (a panic, a kill) must not leave a server behind.
         crate::support::helpers::after_exit(&format!(
-            "{as_postgres}{} -D {}/data -m immediate stop >/dev/null 2>&1; rm -rf {}",
-            bin_dir().join("pg_ctl").display(),
+            "{} -D {}/data -m immediate stop >/dev/null 2>&1; rm -rf {}",
+            as_db_user_line("pg_ctl"),
             dir.path().display(),
             dir.path().display()
         ));
